@@ -1,0 +1,19 @@
+"""walkit: a replicated write-ahead log on Apache BookKeeper's replication protocol, on trio."""
+
+from walkit import errors
+from walkit._core.digest import DigestType
+from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
+from walkit._core.types import BookieId, Entry
+from walkit.errors import *  # noqa: F403  (the error hierarchy is part of the top-level API)
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BookieId",
+    "DigestType",
+    "Entry",
+    "LedgerMetadata",
+    "LedgerState",
+    "errors",
+    *errors.__all__,
+]

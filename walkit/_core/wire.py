@@ -1,0 +1,393 @@
+"""The bookie wire protocol: length-prefixed binary frames, sans I/O.
+
+Every frame is ``u32 length | body``; every body starts with ``u8 version | u8 type | u64
+request_id``. The request id lets one connection carry many requests in flight, answered in any
+order. Responses carry a ``status`` (:class:`StatusCode`, the same numbers as
+``walkit.errors``' codes).
+
+Decoding is total: :func:`decode_message` turns any byte string into a message or raises
+:class:`~walkit.errors.RemoteProtocolError`; :class:`FrameDecoder` refuses a length above its
+maximum *before* buffering it, so a hostile length cannot make us allocate.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Final, final
+
+import attrs
+
+from walkit.errors import (
+    FrameTooLargeError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    UnsupportedVersionError,
+)
+
+PROTOCOL_VERSION: Final = 1
+DEFAULT_MAX_FRAME_SIZE: Final = 5 * 1024 * 1024
+MAX_KEY_SIZE: Final = 255
+
+_LEN = struct.Struct(">I")
+_HEAD = struct.Struct(">BBQ")
+
+
+class StatusCode(enum.IntEnum):
+    """Answer codes, modelled on BookKeeper's (numbers match ``walkit.errors`` codes)."""
+
+    OK = 0
+    NO_SUCH_ENTRY = 1
+    NO_SUCH_LEDGER = 2
+    LEDGER_FENCED = 3
+    UNAUTHORIZED_ACCESS = 4
+    TOO_MANY_REQUESTS = 5
+    BOOKIE_READ_ONLY = 6
+    BAD_REQUEST = 7
+    IO_ERROR = 8
+    BAD_VERSION = 9
+
+
+class MessageType(enum.IntEnum):
+    ADD_REQUEST = 1
+    ADD_RESPONSE = 2
+    READ_REQUEST = 3
+    READ_RESPONSE = 4
+    READ_LAC_REQUEST = 5
+    READ_LAC_RESPONSE = 6
+    WRITE_LAC_REQUEST = 7
+    WRITE_LAC_RESPONSE = 8
+    ERROR_RESPONSE = 9
+
+
+class AddFlag(enum.IntFlag):
+    NONE = 0
+    #: A recovery add: accepted on a fenced ledger, idempotent.
+    RECOVERY = 1
+
+
+class ReadFlag(enum.IntFlag):
+    NONE = 0
+    #: A recovery read: fences the ledger (durably) before answering; needs the master key.
+    FENCE = 1
+
+
+class ReadLacFlag(enum.IntFlag):
+    NONE = 0
+    #: Fence the ledger (durably) before answering; needs the master key.
+    FENCE = 1
+    #: Wait up to ``timeout_ms`` for the LAC to pass ``previous_lac``.
+    LONG_POLL = 2
+    #: Also return entry ``previous_lac + 1`` if the answered LAC covers it.
+    PIGGYBACK_ENTRY = 4
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class AddRequest:
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    packet: bytes
+    flags: AddFlag = AddFlag.NONE
+
+
+@final
+@attrs.frozen
+class AddResponse:
+    request_id: int
+    status: StatusCode
+    ledger_id: int
+    entry_id: int
+
+
+@final
+@attrs.frozen
+class ReadRequest:
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    flags: ReadFlag = ReadFlag.NONE
+    master_key: bytes = b""
+
+
+@final
+@attrs.frozen
+class ReadResponse:
+    request_id: int
+    status: StatusCode
+    ledger_id: int
+    entry_id: int
+    packet: bytes = b""
+
+
+@final
+@attrs.frozen
+class ReadLacRequest:
+    request_id: int
+    ledger_id: int
+    flags: ReadLacFlag = ReadLacFlag.NONE
+    previous_lac: int = -1
+    timeout_ms: int = 0
+    master_key: bytes = b""
+
+
+@final
+@attrs.frozen
+class ReadLacResponse:
+    request_id: int
+    status: StatusCode
+    ledger_id: int
+    lac: int
+    #: The piggybacked entry ``previous_lac + 1`` (empty when not asked for or not there).
+    packet: bytes = b""
+
+
+@final
+@attrs.frozen
+class WriteLacRequest:
+    request_id: int
+    ledger_id: int
+    lac: int
+    master_key: bytes
+
+
+@final
+@attrs.frozen
+class WriteLacResponse:
+    request_id: int
+    status: StatusCode
+    ledger_id: int
+
+
+@final
+@attrs.frozen
+class ErrorResponse:
+    """An answer to a request the bookie could not decode past its header."""
+
+    request_id: int
+    status: StatusCode
+    message: str = ""
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest
+Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ErrorResponse
+Message = Request | Response
+
+_ADD_REQ = struct.Struct(">QqBB")
+_ADD_RESP = struct.Struct(">hQq")
+_READ_REQ = struct.Struct(">QqBB")
+_READ_RESP = struct.Struct(">hQq")
+_LAC_REQ = struct.Struct(">QBqIB")
+_LAC_RESP = struct.Struct(">hQq")
+_WLAC_REQ = struct.Struct(">QqB")
+_WLAC_RESP = struct.Struct(">hQ")
+_ERR_RESP = struct.Struct(">h")
+
+_U64_MAX = 2**64 - 1
+
+
+def _check_key(key: bytes) -> None:
+    if len(key) > MAX_KEY_SIZE:
+        raise LocalProtocolError(f"master key of {len(key)} bytes is longer than {MAX_KEY_SIZE}")
+
+
+def encode_body(msg: Message) -> bytes:
+    """Encode a message's body (without the length prefix)."""
+    try:
+        return _encode_body(msg)
+    except struct.error as exc:
+        raise LocalProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
+
+
+def _encode_body(msg: Message) -> bytes:
+    if isinstance(msg, AddRequest):
+        _check_key(msg.master_key)
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.ADD_REQUEST, msg.request_id)
+        fixed = _ADD_REQ.pack(msg.ledger_id, msg.entry_id, msg.flags, len(msg.master_key))
+        return b"".join((head, fixed, msg.master_key, msg.packet))
+    if isinstance(msg, AddResponse):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.ADD_RESPONSE, msg.request_id)
+        return head + _ADD_RESP.pack(msg.status, msg.ledger_id, msg.entry_id)
+    if isinstance(msg, ReadRequest):
+        _check_key(msg.master_key)
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.READ_REQUEST, msg.request_id)
+        fixed = _READ_REQ.pack(msg.ledger_id, msg.entry_id, msg.flags, len(msg.master_key))
+        return b"".join((head, fixed, msg.master_key))
+    if isinstance(msg, ReadResponse):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.READ_RESPONSE, msg.request_id)
+        return b"".join(
+            (head, _READ_RESP.pack(msg.status, msg.ledger_id, msg.entry_id), msg.packet)
+        )
+    if isinstance(msg, ReadLacRequest):
+        _check_key(msg.master_key)
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.READ_LAC_REQUEST, msg.request_id)
+        fixed = _LAC_REQ.pack(
+            msg.ledger_id, msg.flags, msg.previous_lac, msg.timeout_ms, len(msg.master_key)
+        )
+        return b"".join((head, fixed, msg.master_key))
+    if isinstance(msg, ReadLacResponse):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.READ_LAC_RESPONSE, msg.request_id)
+        return b"".join((head, _LAC_RESP.pack(msg.status, msg.ledger_id, msg.lac), msg.packet))
+    if isinstance(msg, WriteLacRequest):
+        _check_key(msg.master_key)
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.WRITE_LAC_REQUEST, msg.request_id)
+        return b"".join(
+            (head, _WLAC_REQ.pack(msg.ledger_id, msg.lac, len(msg.master_key)), msg.master_key)
+        )
+    if isinstance(msg, WriteLacResponse):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.WRITE_LAC_RESPONSE, msg.request_id)
+        return head + _WLAC_RESP.pack(msg.status, msg.ledger_id)
+    if isinstance(msg, ErrorResponse):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.ERROR_RESPONSE, msg.request_id)
+        return b"".join((head, _ERR_RESP.pack(msg.status), msg.message.encode("utf-8")[:1024]))
+    raise LocalProtocolError(f"not a wire message: {msg!r}")
+
+
+def encode_frame(msg: Message) -> bytes:
+    """Encode a message as one length-prefixed frame."""
+    body = encode_body(msg)
+    return _LEN.pack(len(body)) + body
+
+
+def peek_request_id(body: bytes | memoryview) -> int | None:
+    """The request id of a body whose header is intact, else None (to answer a bad request)."""
+    if len(body) < _HEAD.size:
+        return None
+    return int(_HEAD.unpack_from(body, 0)[2])
+
+
+def _status(value: int) -> StatusCode:
+    try:
+        return StatusCode(value)
+    except ValueError:
+        raise RemoteProtocolError(f"unknown status code {value}") from None
+
+
+def decode_message(body: bytes | memoryview) -> Message:
+    """Decode one frame body; raise RemoteProtocolError for anything malformed."""
+    try:
+        return _decode(memoryview(body))
+    except struct.error as exc:
+        raise RemoteProtocolError(f"truncated or malformed message: {exc}") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RemoteProtocolError(f"malformed message: {exc}") from exc
+
+
+def _take_key(view: memoryview, offset: int, key_len: int, *, exact_end: bool) -> tuple[bytes, int]:
+    end = offset + key_len
+    if end > len(view) or (exact_end and end != len(view)):
+        raise RemoteProtocolError("master key length does not match the frame")
+    return bytes(view[offset:end]), end
+
+
+def _decode(view: memoryview) -> Message:
+    if len(view) < _HEAD.size:
+        raise RemoteProtocolError(f"message of {len(view)} bytes is shorter than its header")
+    version, mtype, request_id = _HEAD.unpack_from(view, 0)
+    if version != PROTOCOL_VERSION:
+        raise UnsupportedVersionError(
+            f"protocol version {version}, this side speaks {PROTOCOL_VERSION}"
+        )
+    at = _HEAD.size
+    if mtype == MessageType.ADD_REQUEST:
+        ledger_id, entry_id, flags, key_len = _ADD_REQ.unpack_from(view, at)
+        key, end = _take_key(view, at + _ADD_REQ.size, key_len, exact_end=False)
+        return AddRequest(request_id, ledger_id, entry_id, key, bytes(view[end:]), AddFlag(flags))
+    if mtype == MessageType.ADD_RESPONSE:
+        _exact(view, at + _ADD_RESP.size)
+        status, ledger_id, entry_id = _ADD_RESP.unpack_from(view, at)
+        return AddResponse(request_id, _status(status), ledger_id, entry_id)
+    if mtype == MessageType.READ_REQUEST:
+        ledger_id, entry_id, flags, key_len = _READ_REQ.unpack_from(view, at)
+        key, _ = _take_key(view, at + _READ_REQ.size, key_len, exact_end=True)
+        return ReadRequest(request_id, ledger_id, entry_id, ReadFlag(flags), key)
+    if mtype == MessageType.READ_RESPONSE:
+        status, ledger_id, entry_id = _READ_RESP.unpack_from(view, at)
+        packet = bytes(view[at + _READ_RESP.size :])
+        return ReadResponse(request_id, _status(status), ledger_id, entry_id, packet)
+    if mtype == MessageType.READ_LAC_REQUEST:
+        ledger_id, flags, previous_lac, timeout_ms, key_len = _LAC_REQ.unpack_from(view, at)
+        key, _ = _take_key(view, at + _LAC_REQ.size, key_len, exact_end=True)
+        return ReadLacRequest(
+            request_id, ledger_id, ReadLacFlag(flags), previous_lac, timeout_ms, key
+        )
+    if mtype == MessageType.READ_LAC_RESPONSE:
+        status, ledger_id, lac = _LAC_RESP.unpack_from(view, at)
+        packet = bytes(view[at + _LAC_RESP.size :])
+        return ReadLacResponse(request_id, _status(status), ledger_id, lac, packet)
+    if mtype == MessageType.WRITE_LAC_REQUEST:
+        ledger_id, lac, key_len = _WLAC_REQ.unpack_from(view, at)
+        key, _ = _take_key(view, at + _WLAC_REQ.size, key_len, exact_end=True)
+        return WriteLacRequest(request_id, ledger_id, lac, key)
+    if mtype == MessageType.WRITE_LAC_RESPONSE:
+        _exact(view, at + _WLAC_RESP.size)
+        status, ledger_id = _WLAC_RESP.unpack_from(view, at)
+        return WriteLacResponse(request_id, _status(status), ledger_id)
+    if mtype == MessageType.ERROR_RESPONSE:
+        (status,) = _ERR_RESP.unpack_from(view, at)
+        text = bytes(view[at + _ERR_RESP.size :]).decode("utf-8", errors="replace")
+        return ErrorResponse(request_id, _status(status), text)
+    raise RemoteProtocolError(f"unknown message type {mtype}")
+
+
+def _exact(view: memoryview, size: int) -> None:
+    if len(view) != size:
+        raise RemoteProtocolError(f"message has {len(view)} bytes, expected {size}")
+
+
+@final
+class FrameDecoder:
+    """Splits a byte stream into frame bodies.
+
+    Feed it whatever the socket gave; take frames out with :meth:`next_frame` until it returns
+    None. A frame length of 0 or above ``max_frame_size`` raises at once, before buffering it.
+    """
+
+    __slots__ = ("_buffer", "_start", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if max_frame_size < _HEAD.size or max_frame_size > _U64_MAX:
+            raise LocalProtocolError(f"bad max frame size {max_frame_size}")
+        self.max_frame_size = max_frame_size
+        self._buffer = bytearray()
+        self._start = 0  # consumed prefix; compacted lazily so many small frames stay O(n)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._start and self._start * 2 >= len(self._buffer):
+            del self._buffer[: self._start]
+            self._start = 0
+        self._buffer += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer) - self._start
+
+    def pending_frame_length(self) -> int | None:
+        """The announced length of the next frame, if its prefix has arrived (checked)."""
+        if self.buffered < _LEN.size:
+            return None
+        (length,) = _LEN.unpack_from(self._buffer, self._start)
+        if length == 0:
+            raise RemoteProtocolError("empty frame")
+        if length > self.max_frame_size:
+            raise FrameTooLargeError(
+                f"frame of {length} bytes is larger than the maximum {self.max_frame_size}"
+            )
+        return int(length)
+
+    def next_frame(self) -> bytes | None:
+        length = self.pending_frame_length()
+        if length is None or self.buffered < _LEN.size + length:
+            return None
+        begin = self._start + _LEN.size
+        body = bytes(self._buffer[begin : begin + length])
+        self._start = begin + length
+        if self._start == len(self._buffer):
+            self._buffer.clear()
+            self._start = 0
+        return body

@@ -1,0 +1,240 @@
+"""The one error hierarchy of walkit.
+
+Every error a public call raises is a :class:`WalkitError`. Errors that mirror a BookKeeper
+status code carry that code (``code``) so the bookie can put it on the wire and the client can
+turn it back into the same class. ``retryable`` says whether trying the same call again may
+succeed without anything else changing first.
+
+As in h11, errors are split by who is at fault: :class:`LocalProtocolError` is a bug or misuse on
+our side; :class:`RemoteProtocolError` is a peer that sent something we cannot accept.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class WalkitError(Exception):
+    """Root of every error walkit raises."""
+
+    code: ClassVar[int] = -1
+    retryable: ClassVar[bool] = False
+
+
+# --- protocol and usage --------------------------------------------------------------------
+
+
+class ProtocolError(WalkitError):
+    """A frame or message that cannot be decoded or is not allowed here."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to encode or do something the protocol does not allow."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """A peer sent bytes we cannot accept (malformed, truncated, oversized, unknown version)."""
+
+
+class BadRequestError(RemoteProtocolError):
+    """The bookie could not understand our request (status BAD_REQUEST)."""
+
+    code = 7
+
+
+class FrameTooLargeError(RemoteProtocolError):
+    """A frame announced a length above the configured maximum."""
+
+
+class InvalidArgumentError(WalkitError, ValueError):
+    """A caller passed an argument that can never work (for example E < Qw)."""
+
+
+class ConfigurationError(WalkitError):
+    """A URL, option, or configuration value is malformed or unsupported."""
+
+
+class InvalidMetadataError(WalkitError):
+    """Stored metadata could not be parsed or violates the protocol's rules."""
+
+
+# --- BookKeeper-style codes (the wire's status codes are these ``code`` values) --------------
+
+
+class NoSuchEntryError(WalkitError):
+    """The entry does not exist (on that bookie, or past the LAC)."""
+
+    code = 1
+
+
+class NoSuchLedgerError(WalkitError):
+    """The ledger does not exist (on that bookie, or in the metadata store)."""
+
+    code = 2
+
+
+class LedgerFencedError(WalkitError):
+    """The ledger was fenced by a recovering reader; an add that got this *may* be written."""
+
+    code = 3
+
+
+class UnauthorizedAccessError(WalkitError):
+    """The password (master key) does not match the ledger's."""
+
+    code = 4
+
+
+class TooManyRequestsError(WalkitError):
+    """The bookie is at its in-flight limit."""
+
+    code = 5
+    retryable = True
+
+
+class BookieReadOnlyError(WalkitError):
+    """The bookie is in read-only mode (for example its disk is full)."""
+
+    code = 6
+
+
+class BookieIOError(WalkitError):
+    """The bookie failed to read or write its storage."""
+
+    code = 8
+    retryable = True
+
+
+class UnsupportedVersionError(RemoteProtocolError):
+    """The peer speaks a protocol version we do not."""
+
+    code = 9
+
+
+class LedgerClosedError(WalkitError):
+    """The ledger is closed; nothing more can be appended."""
+
+    code = 10
+
+
+class DigestMismatchError(WalkitError):
+    """An entry's digest did not verify (corrupt data or a wrong password)."""
+
+    code = 11
+    retryable = True
+
+
+class NotEnoughBookiesError(WalkitError):
+    """Placement cannot find enough (suitable) bookies."""
+
+    code = 12
+    retryable = True
+
+
+class BookieTimeoutError(WalkitError):
+    """A bookie did not answer in time."""
+
+    code = 13
+    retryable = True
+
+
+class BookieUnavailableError(WalkitError):
+    """A bookie could not be reached (connection refused, reset, or closed)."""
+
+    code = 14
+    retryable = True
+
+
+class MetadataVersionError(WalkitError):
+    """A compare-and-set lost: the metadata changed since it was read."""
+
+    code = 15
+    retryable = True
+
+
+class MetadataStoreError(WalkitError):
+    """The metadata store failed or could not be reached."""
+
+    code = 16
+    retryable = True
+
+
+class NodeExistsError(WalkitError):
+    """A metadata node to be created already exists."""
+
+    code = 17
+
+
+class NoSuchNodeError(WalkitError):
+    """A metadata node does not exist."""
+
+    code = 18
+
+
+class LedgerRecoveryError(WalkitError):
+    """Recovery could not decide the ledger's end this time; running it again may succeed."""
+
+    code = 19
+    retryable = True
+
+
+class LedgerInRecoveryError(WalkitError):
+    """The ledger is being recovered by a reader; the writer may not close it."""
+
+    code = 20
+
+
+class WriterFencedError(LedgerFencedError):
+    """This writer was fenced: another process took over the ledger or log.
+
+    Appends that fail with this error *may* have been written; appends that succeeded before it
+    are never lost.
+    """
+
+    code = 21
+
+
+class CookieError(WalkitError):
+    """A bookie's data directory does not match its cookie (wiped, foreign, or half missing)."""
+
+    code = 22
+
+
+class SessionExpiredError(MetadataStoreError):
+    """The metadata session (and its ephemeral nodes) expired."""
+
+    code = 23
+    retryable = False
+
+
+class ClientClosedError(WalkitError):
+    """The client (or handle) was closed."""
+
+    code = 24
+
+
+def _by_code() -> dict[int, type[WalkitError]]:
+    table: dict[int, type[WalkitError]] = {}
+    stack: list[type[WalkitError]] = [WalkitError]
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        # The first class defining a code wins; subclasses that inherit it do not override.
+        if cls.code >= 0 and "code" in cls.__dict__:
+            table.setdefault(cls.code, cls)
+    return table
+
+
+def error_for_code(code: int, message: str = "") -> WalkitError:
+    """Build the error class for a wire status code (unknown codes give a plain RemoteProtocolError)."""
+    cls = _by_code().get(code)
+    if cls is None:
+        return RemoteProtocolError(f"unknown status code {code}: {message}")
+    return cls(message)
+
+
+__all__ = [
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, WalkitError)
+] + ["error_for_code"]

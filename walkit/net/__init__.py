@@ -1,0 +1,9 @@
+"""The transport seam: how the client and the bookie reach each other.
+
+Everything above this seam talks to a :class:`Network`; TCP is the real one and
+``walkit.testing`` provides a simulated one with faults.
+"""
+
+from walkit.net._transport import Network, StreamHandler, TcpNetwork
+
+__all__ = ["Network", "StreamHandler", "TcpNetwork"]

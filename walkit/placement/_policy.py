@@ -1,0 +1,99 @@
+"""The ensemble placement policy interface (seed 004), in Python form."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence, Set
+from typing import Any
+
+import attrs
+
+from walkit._core.types import BookieId
+
+
+@attrs.frozen
+class BookieInfo:
+    """What the client knows about a registered bookie."""
+
+    bookie_id: BookieId
+    #: ``/region/rack`` as the bookie registered it, or None.
+    network_location: str | None = None
+    read_only: bool = False
+
+
+@attrs.frozen
+class PlacementResources:
+    """What the client hands a policy at initialize: a location resolver, a clock, metrics."""
+
+    #: async-free callable: list of host names -> list of locations (``None`` if unknown).
+    resolver: Any = None
+    #: A zero-argument callable giving the current time in seconds (trio.current_time in the
+    #: client; a MockClock in tests). Never the wall clock.
+    clock: Any = None
+    #: A prometheus CollectorRegistry, or None.
+    metrics_registry: Any = None
+
+
+class EnsemblePlacementPolicy(abc.ABC):
+    """Decides where a ledger's copies go and in what order to read them.
+
+    A policy is synchronous and pure with respect to I/O: the client calls it with what it
+    knows and acts on the answer.
+    """
+
+    def initialize(self, config: Mapping[str, Any], resources: PlacementResources) -> None:
+        """Called once with the client's configuration and resources."""
+
+    def close(self) -> None:
+        """Release anything initialize took."""
+
+    @abc.abstractmethod
+    def on_cluster_changed(
+        self, writable: Set[BookieInfo] | Set[BookieId], readonly: Set[BookieInfo] | Set[BookieId]
+    ) -> set[BookieId]:
+        """The bookie lists changed; return the bookies that left."""
+
+    @abc.abstractmethod
+    def new_ensemble(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        exclude: Set[BookieId] = frozenset(),
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> list[BookieId]:
+        """Pick ``ensemble_size`` distinct writable bookies; NotEnoughBookiesError if impossible."""
+
+    @abc.abstractmethod
+    def replace_bookie(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        current_ensemble: Sequence[BookieId],
+        bookie_to_replace: BookieId,
+        exclude: Set[BookieId] = frozenset(),
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> BookieId:
+        """Pick a bookie to take ``bookie_to_replace``'s place; NotEnoughBookiesError if none."""
+
+    @abc.abstractmethod
+    def reorder_read_sequence(
+        self,
+        ensemble: Sequence[BookieId],
+        write_set: Sequence[int],
+        failure_history: Mapping[BookieId, float],
+    ) -> list[int]:
+        """Order the write set (indexes into ``ensemble``) in which to try reads.
+
+        ``failure_history`` maps bookies to the clock time of their last failure.
+        """
+
+    def reorder_read_lac_sequence(
+        self,
+        ensemble: Sequence[BookieId],
+        write_set: Sequence[int],
+        failure_history: Mapping[BookieId, float],
+    ) -> list[int]:
+        """Order for LAC reads; by default the same as for entry reads."""
+        return self.reorder_read_sequence(ensemble, write_set, failure_history)

@@ -1,0 +1,1 @@
+"""walkit's bookie: the storage server of the replication protocol."""
