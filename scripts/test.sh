@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs everything walkit's tests need (Python packages, ZooKeeper, Java) and runs the whole
+# suite: lint, types, then pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+bash scripts/install-zookeeper.sh
+echo "== ruff"; .venv/bin/ruff check walkit walkit_bookie tests bench examples
+.venv/bin/ruff format --check walkit walkit_bookie tests bench examples
+echo "== mypy"; .venv/bin/mypy
+echo "== pytest"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

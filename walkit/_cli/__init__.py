@@ -1,0 +1,1 @@
+"""Implementation of the `walkit` command (see walkit.cli)."""

@@ -1,0 +1,148 @@
+"""Admin commands: bookies, ledgers, ledger show/read, simpletest."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from typing import Any, TextIO
+
+import trio
+
+from walkit._cli.output import emit, emit_record
+from walkit._core.ledger_metadata import LedgerMetadata
+from walkit.errors import NoSuchLedgerError
+
+
+def _md_record(md: LedgerMetadata) -> dict[str, Any]:
+    return {
+        "ledger_id": md.ledger_id,
+        "state": md.state.value,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum,
+        "ack_quorum": md.ack_quorum,
+        "last_entry_id": md.last_entry_id if md.is_closed else None,
+        "length": md.length if md.is_closed else None,
+        "digest": md.digest.value,
+        "fragments": {str(first): [str(b) for b in ensemble] for first, ensemble in md.fragments},
+        "custom_metadata": {k: base64.b64encode(v).decode() for k, v in md.custom_metadata.items()},
+        "ctime_ms": md.ctime_ms,
+    }
+
+
+async def bookies(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.metadata import list_bookies, open_metadata_store
+
+    async with await open_metadata_store(url) as store:
+        listing = await list_bookies(store)
+    rows = [
+        {"bookie": str(b), "state": state, "location": info.network_location}
+        for state, group in (("writable", listing.writable), ("readonly", listing.readonly))
+        for b, info in sorted(group.items())
+    ]
+    emit(rows, ["bookie", "state", "location"], as_json=args.json, out=out)
+    return 0
+
+
+async def ledgers(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.metadata import LedgerManager, open_metadata_store
+
+    async with await open_metadata_store(url) as store:
+        manager = LedgerManager(store)
+        rows = []
+        for ledger_id in await manager.list_ids():
+            try:
+                md, _ = await manager.read(ledger_id)
+            except NoSuchLedgerError:
+                continue  # deleted while we listed
+            record = _md_record(md)
+            record["ensemble"] = [str(b) for b in md.current_ensemble]
+            rows.append(record)
+    emit(
+        rows,
+        [
+            "ledger_id",
+            "state",
+            "ensemble_size",
+            "write_quorum",
+            "ack_quorum",
+            "last_entry_id",
+            "ensemble",
+        ],
+        as_json=args.json,
+        out=out,
+    )
+    return 0
+
+
+async def ledger_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.metadata import LedgerManager, open_metadata_store
+
+    async with await open_metadata_store(url) as store:
+        md, version = await LedgerManager(store).read(args.ledger_id)
+    record = _md_record(md)
+    record["version"] = version
+    emit_record(record, as_json=args.json, out=out)
+    return 0
+
+
+async def ledger_read(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+
+    async with Client.connect(url, placement=args.placement) as client:
+        reader = await client.open_ledger(
+            args.ledger_id, password=args.password.encode(), recovery=False
+        )
+        last = reader.last_add_confirmed if args.last is None else args.last
+        entries = await reader.read(args.first, last) if last >= args.first else []
+    rows = [
+        {"entry_id": e.entry_id, "size": len(e.payload), "payload": _printable(e.payload)}
+        for e in entries
+    ]
+    emit(rows, ["entry_id", "size", "payload"], as_json=args.json, out=out)
+    return 0
+
+
+def _printable(payload: bytes) -> str:
+    try:
+        text = payload.decode("utf-8")
+        if text.isprintable():
+            return text if len(text) <= 60 else text[:57] + "..."
+    except UnicodeDecodeError:
+        pass
+    return (
+        "base64:" + base64.b64encode(payload[:45]).decode() + ("..." if len(payload) > 45 else "")
+    )
+
+
+async def simpletest(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+
+    payloads = [
+        (f"simpletest-{i}-".encode() + b"x" * args.size)[: args.size] for i in range(args.entries)
+    ]
+    async with Client.connect(url, placement=args.placement) as client:
+        started = trio.current_time()
+        writer = await client.create_ledger(
+            ensemble_size=args.ensemble,
+            write_quorum=args.write_quorum,
+            ack_quorum=args.ack_quorum,
+            password=b"simpletest",
+        )
+        await writer.append_batch(payloads)
+        await writer.close()
+        wrote = trio.current_time() - started
+        reader = await client.open_ledger(writer.id, password=b"simpletest")
+        entries = await reader.read(0, reader.last_add_confirmed)
+        ok = [e.payload for e in entries] == payloads
+        await client.delete_ledger(writer.id)
+    record = {
+        "ledger_id": writer.id,
+        "entries": args.entries,
+        "entry_size": args.size,
+        "quorums": f"E={args.ensemble} Qw={args.write_quorum} Qa={args.ack_quorum}",
+        "write_seconds": round(wrote, 3),
+        "entries_per_second": round(args.entries / wrote) if wrote > 0 else None,
+        "read_back": "ok" if ok else "MISMATCH",
+    }
+    emit_record(record, as_json=args.json, out=out)
+    return 0 if ok else 1

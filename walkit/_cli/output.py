@@ -1,0 +1,44 @@
+"""Readable tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+
+def emit(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, as_json: bool, out: TextIO
+) -> None:
+    if as_json:
+        json.dump(list(rows), out, indent=2, default=str)
+        out.write("\n")
+        return
+    if not rows:
+        out.write("(none)\n")
+        return
+    cells = [[_text(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    out.write(
+        "  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n"
+    )
+    for r in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def emit_record(record: Mapping[str, Any], *, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        json.dump(record, out, indent=2, default=str)
+        out.write("\n")
+        return
+    width = max((len(k) for k in record), default=0)
+    for key, value in record.items():
+        out.write(f"{key.ljust(width)}  {_text(value)}\n")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list | tuple):
+        return ",".join(_text(v) for v in value)
+    return str(value)
