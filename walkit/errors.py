@@ -200,6 +200,12 @@ class CookieError(WalkitError):
     code = 22
 
 
+class NodeNotEmptyError(WalkitError):
+    """A metadata node to be deleted still has children."""
+
+    code = 25
+
+
 class SessionExpiredError(MetadataStoreError):
     """The metadata session (and its ephemeral nodes) expired."""
 
