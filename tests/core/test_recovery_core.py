@@ -23,6 +23,7 @@ from walkit._core.recovery import (
     WriteBackTracker,
     recovery_fragment_start,
     recovery_outcome,
+    recovery_start_lac,
 )
 
 # Seed 000, "Write Quorums": E=4, Qw=3, Qa=2, ensemble B1..B4.
@@ -206,8 +207,17 @@ def test_write_back_fails_when_ack_quorum_is_unreachable() -> None:
     assert tracker.failed_bookies == [0, 1]
 
 
-def test_recovery_fragment_starts_after_the_fenced_lac() -> None:
+def test_recovery_fragment_starts_after_the_start_lac() -> None:
     assert recovery_fragment_start(9) == 10
+
+
+def test_recovery_never_starts_below_the_last_fragment() -> None:
+    """apache/bookkeeper#2615: ensembles 0:{b1,b2}, 1000:{b2,b3}, 2000:{b4,b5}; b4 and b5 never
+    got an entry and answer LAC -1. Recovery must start at entry 2000, not at entry 0."""
+    assert recovery_start_lac(fenced_lac=-1, last_fragment_first_entry=2000) == 1999
+    assert recovery_fragment_start(recovery_start_lac(-1, 2000)) == 2000
+    assert recovery_start_lac(fenced_lac=2500, last_fragment_first_entry=2000) == 2500
+    assert recovery_start_lac(fenced_lac=-1, last_fragment_first_entry=0) == -1
 
 
 @given(st.integers(1, 5), st.data())

@@ -232,11 +232,22 @@ class WriteBackTracker:
         return len(self.write_set) - len(self.failed_bookies) < self.ack_quorum
 
 
-def recovery_fragment_start(max_lac: int) -> int:
-    """Where a fragment created during recovery must start.
+def recovery_start_lac(fenced_lac: int, last_fragment_first_entry: int) -> int:
+    """The LAC recovery reads forward from: the fenced LAC, but never below the last fragment.
 
-    Only entries after the fenced LAC are written back, so a replacement ensemble takes over from
-    max_lac + 1. If recovery then finds no entry there, closing drops that fragment: a fragment
-    must never start after the ledger's last entry (apache/bookkeeper#2615).
+    Every entry before the last fragment's first entry was acknowledged (a fragment starts at the
+    first unacknowledged entry), and earlier fragments are immutable. An empty last fragment
+    answers LAC -1; reading from there would drag entries of earlier fragments into recovery
+    and, on a write-back failure, create a fragment that starts before the last one
+    (apache/bookkeeper#2615).
     """
-    return max_lac + 1
+    return max(fenced_lac, last_fragment_first_entry - 1)
+
+
+def recovery_fragment_start(start_lac: int) -> int:
+    """Where a fragment created during recovery's write-back starts: just after the start LAC.
+
+    Only entries after it are written back. If recovery then finds no entry there, closing drops
+    that fragment, so a closed ledger never has a fragment past its last entry.
+    """
+    return start_lac + 1
