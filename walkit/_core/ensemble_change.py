@@ -1,0 +1,116 @@
+"""Writer-side metadata decisions (seed 000): the new fragment of an ensemble change, what a
+lost compare-and-set means, and closing as the writer.
+
+Pure functions over :class:`LedgerMetadata`; the trio writer reads, CASes and retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
+from walkit._core.types import BookieId
+from walkit.errors import (
+    InvalidArgumentError,
+    LedgerInRecoveryError,
+    WalkitError,
+    WriterFencedError,
+)
+
+__all__ = [
+    "CloseDecision",
+    "check_still_ours",
+    "decide_close",
+    "ensemble_with_replacements",
+    "new_fragment",
+]
+
+
+def ensemble_with_replacements(
+    ensemble: tuple[BookieId, ...], replacements: Mapping[int, BookieId]
+) -> tuple[BookieId, ...]:
+    """``ensemble`` with the bookies at the given slots replaced."""
+    for slot, bookie in replacements.items():
+        if not 0 <= slot < len(ensemble):
+            raise InvalidArgumentError(f"slot {slot} out of range for {len(ensemble)} bookies")
+        if bookie in ensemble:
+            raise InvalidArgumentError(f"replacement {bookie} is already in the ensemble")
+    if len(set(replacements.values())) != len(replacements):
+        raise InvalidArgumentError("the same bookie replaces two slots")
+    return tuple(replacements.get(i, b) for i, b in enumerate(ensemble))
+
+
+def check_still_ours(current: LedgerMetadata, expected_ensemble: tuple[BookieId, ...]) -> None:
+    """After a lost CAS: may the writer go on? Raise the error its pending adds get if not.
+
+    The writer may go on only while the ledger is OPEN and its current ensemble is still the
+    one the writer knows (nobody else changes an open ledger's last fragment).
+    """
+    if current.state is LedgerState.IN_RECOVERY:
+        raise WriterFencedError(f"ledger {current.ledger_id} is being recovered by another client")
+    if current.state is LedgerState.CLOSED:
+        # Closed by someone else (a recovery): our pending adds may or may not be in it.
+        raise WriterFencedError(
+            f"ledger {current.ledger_id} was closed by another client at entry "
+            f"{current.last_entry_id}"
+        )
+    if current.current_ensemble != expected_ensemble:
+        raise WriterFencedError(
+            f"ledger {current.ledger_id}: its ensemble was changed by another client"
+        )
+
+
+def new_fragment(
+    current: LedgerMetadata,
+    expected_ensemble: tuple[BookieId, ...],
+    first_entry: int,
+    replacements: Mapping[int, BookieId],
+) -> LedgerMetadata:
+    """The metadata to CAS for an ensemble change starting at ``first_entry``.
+
+    Raises the writer's error if the ledger is no longer ours (see :func:`check_still_ours`).
+    """
+    check_still_ours(current, expected_ensemble)
+    if first_entry < current.last_fragment_first_entry:
+        raise InvalidArgumentError(
+            f"ledger {current.ledger_id}: new fragment at {first_entry} would start before the "
+            f"current one at {current.last_fragment_first_entry}"
+        )
+    ensemble = ensemble_with_replacements(expected_ensemble, replacements)
+    return current.with_fragment(first_entry, ensemble)
+
+
+@attrs.frozen
+class CloseDecision:
+    """What a closing writer does with the metadata it just read.
+
+    Exactly one of: ``write`` (CAS this), ``done`` (already closed the same way), or ``error``.
+    """
+
+    write: LedgerMetadata | None = None
+    done: bool = False
+    error: WalkitError | None = None
+
+
+def decide_close(current: LedgerMetadata, last_entry_id: int, length: int) -> CloseDecision:
+    """Seed 000, "Closing a ledger as a writer": CAS to CLOSED with the last acknowledged entry;
+    already CLOSED at the same entry is success; IN_RECOVERY or CLOSED elsewhere is an error."""
+    if current.state is LedgerState.OPEN:
+        return CloseDecision(write=current.closed(last_entry_id, length))
+    if current.state is LedgerState.IN_RECOVERY:
+        return CloseDecision(
+            error=LedgerInRecoveryError(
+                f"ledger {current.ledger_id} is being recovered by another client; "
+                "the writer cannot close it"
+            )
+        )
+    if current.last_entry_id == last_entry_id:
+        return CloseDecision(done=True)
+    return CloseDecision(
+        error=WriterFencedError(
+            f"ledger {current.ledger_id} was closed by another client at entry "
+            f"{current.last_entry_id}, but this writer acknowledged up to {last_entry_id}"
+        )
+    )
