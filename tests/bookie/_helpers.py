@@ -1,0 +1,245 @@
+"""Test helpers: a small pipelined bookie client on the wire codec, and bookie subprocesses."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from walkit._core.digest import DigestManager, master_key
+from walkit._core.types import BookieId
+from walkit._core.wire import (
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    FrameDecoder,
+    Message,
+    ReadFlag,
+    ReadLacFlag,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    WriteLacRequest,
+    WriteLacResponse,
+    decode_message,
+    encode_frame,
+)
+from walkit_bookie import Bookie, BookieConfig
+
+PASSWORD = b"secret"
+KEY = master_key(PASSWORD)
+
+
+def packet(ledger_id: int, entry_id: int, payload: bytes, lac: int = -1) -> bytes:
+    return DigestManager(ledger_id, "crc32c", PASSWORD).encode(entry_id, lac, 0, payload)
+
+
+def payload_for(ledger_id: int, entry_id: int, size: int = 100) -> bytes:
+    seed = f"{ledger_id}:{entry_id}:".encode()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+class Client:
+    """One connection; requests pipelined, answers matched by request id."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, trio.MemorySendChannel[Message]] = {}
+        self.unmatched: list[Message] = []
+        self.closed = trio.Event()
+
+    async def _reader(self) -> None:
+        decoder = FrameDecoder(64 * 1024 * 1024)
+        try:
+            while True:
+                data = await self.stream.receive_some(1 << 20)
+                if not data:
+                    return
+                decoder.feed(data)
+                while (body := decoder.next_frame()) is not None:
+                    msg = decode_message(body)
+                    chan = self._waiting.pop(msg.request_id, None)
+                    if chan is None:
+                        self.unmatched.append(msg)
+                    else:
+                        chan.send_nowait(msg)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        finally:
+            self.closed.set()
+            for chan in self._waiting.values():
+                chan.close()
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    async def call(self, request: Request) -> Message:
+        send, receive = trio.open_memory_channel[Message](1)
+        self._waiting[request.request_id] = send
+        await self.stream.send_all(encode_frame(request))
+        try:
+            return await receive.receive()
+        except trio.EndOfChannel:
+            raise ConnectionError("bookie closed the connection") from None
+
+    async def call_many(self, requests: Sequence[Request]) -> list[Message]:
+        """Send all requests in one write and wait for all answers."""
+        channels = []
+        for req in requests:
+            send, receive = trio.open_memory_channel[Message](1)
+            self._waiting[req.request_id] = send
+            channels.append(receive)
+        await self.stream.send_all(b"".join(encode_frame(r) for r in requests))
+        out = []
+        for receive in channels:
+            try:
+                out.append(await receive.receive())
+            except trio.EndOfChannel:
+                raise ConnectionError("bookie closed the connection") from None
+        return out
+
+    def add_request(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        payload: bytes,
+        *,
+        lac: int = -1,
+        key: bytes = KEY,
+        flags: AddFlag = AddFlag.NONE,
+    ) -> AddRequest:
+        return AddRequest(
+            self.next_id(),
+            ledger_id,
+            entry_id,
+            key,
+            packet(ledger_id, entry_id, payload, lac),
+            flags,
+        )
+
+    async def add(self, ledger_id: int, entry_id: int, payload: bytes, **kw: Any) -> AddResponse:
+        resp = await self.call(self.add_request(ledger_id, entry_id, payload, **kw))
+        assert isinstance(resp, AddResponse), resp
+        return resp
+
+    async def read(
+        self, ledger_id: int, entry_id: int, *, fence: bool = False, key: bytes = KEY
+    ) -> ReadResponse:
+        flags = ReadFlag.FENCE if fence else ReadFlag.NONE
+        resp = await self.call(
+            ReadRequest(self.next_id(), ledger_id, entry_id, flags, key if fence else b"")
+        )
+        assert isinstance(resp, ReadResponse), resp
+        return resp
+
+    async def read_lac(
+        self,
+        ledger_id: int,
+        *,
+        flags: ReadLacFlag = ReadLacFlag.NONE,
+        previous_lac: int = -1,
+        timeout_ms: int = 0,
+        key: bytes = KEY,
+    ) -> ReadLacResponse:
+        resp = await self.call(
+            ReadLacRequest(self.next_id(), ledger_id, flags, previous_lac, timeout_ms, key)
+        )
+        assert isinstance(resp, ReadLacResponse), resp
+        return resp
+
+    async def write_lac(self, ledger_id: int, lac: int, *, key: bytes = KEY) -> WriteLacResponse:
+        resp = await self.call(WriteLacRequest(self.next_id(), ledger_id, lac, key))
+        assert isinstance(resp, WriteLacResponse), resp
+        return resp
+
+
+@asynccontextmanager
+async def connect(bookie_id: BookieId) -> AsyncIterator[Client]:
+    stream = await trio.open_tcp_stream(bookie_id.host, bookie_id.port)
+    client = Client(stream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client._reader)
+        try:
+            yield client
+        finally:
+            nursery.cancel_scope.cancel()
+            await trio.aclose_forcefully(stream)
+
+
+def config(dirs: Sequence[Path], **kw: Any) -> BookieConfig:
+    return BookieConfig(data_dirs=[str(d) for d in dirs], **kw)
+
+
+@asynccontextmanager
+async def running_bookie(cfg: BookieConfig, **kw: Any) -> AsyncIterator[tuple[Bookie, BookieId]]:
+    """A Bookie in this process (cancelled, i.e. shut down cleanly, on exit)."""
+    bookie = Bookie(cfg, **kw)
+    async with trio.open_nursery() as nursery:
+        bookie_id: BookieId = await nursery.start(bookie.run)
+        try:
+            yield bookie, bookie_id
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+class BookieProcess:
+    """``python -m walkit_bookie.cli`` as a subprocess (stdout gives the address)."""
+
+    def __init__(
+        self, dirs: Sequence[Path], *extra: str, port: int = 0, log: Path | None = None
+    ) -> None:
+        self.args = [sys.executable, "-m", "walkit_bookie.cli"]
+        self.log = log or Path(dirs[0]).parent / f"bookie-{Path(dirs[0]).name}.log"
+        for d in dirs:
+            self.args += ["--data-dir", str(d)]
+        self.args += ["--port", str(port), *extra]
+        self.proc: subprocess.Popen[str] | None = None
+        self.bookie_id: BookieId | None = None
+
+    def _popen(self) -> subprocess.Popen[str]:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with self.log.open("a") as err:  # a file, not a pipe: nobody has to drain it
+            return subprocess.Popen(
+                self.args, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+            )
+
+    async def start(self, timeout: float = 30) -> BookieId:
+        self.proc = self._popen()
+        assert self.proc.stdout is not None
+        with trio.fail_after(timeout):
+            line = await trio.to_thread.run_sync(self.proc.stdout.readline, abandon_on_cancel=True)
+        if "listening on" not in line:
+            self.proc.wait(timeout=10)
+            err = self.log.read_text()
+            raise RuntimeError(f"bookie did not start (rc={self.proc.returncode}): {line}{err}")
+        self.bookie_id = BookieId.parse(line.rsplit(" ", 1)[1].strip())
+        return self.bookie_id
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def terminate(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def stderr(self) -> str:
+        return self.log.read_text()
+
+    def run_to_exit(self, timeout: float = 30) -> tuple[int, str, str]:
+        """Run and wait for it to exit (for refusals); returns (code, stdout, stderr)."""
+        done = subprocess.run(self.args, capture_output=True, text=True, timeout=timeout)
+        return done.returncode, done.stdout, done.stderr

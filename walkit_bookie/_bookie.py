@@ -1,0 +1,538 @@
+"""The bookie: request semantics (adds, reads, fencing, LAC, long polls) over a storage."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any, final
+
+import structlog
+import trio
+
+from walkit._core.digest import HEADER_SIZE, read_header
+from walkit._core.types import BookieId
+from walkit._core.wire import (
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    ErrorResponse,
+    Message,
+    ReadFlag,
+    ReadLacFlag,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    StatusCode,
+    WriteLacRequest,
+    WriteLacResponse,
+    encode_frame,
+)
+from walkit.errors import BookieIOError, WalkitError
+from walkit.metadata import MetadataStore
+from walkit.net import Network, TcpNetwork
+from walkit_bookie._config import BookieConfig
+from walkit_bookie._journal import GroupCommit
+from walkit_bookie._ledger import LedgerInfo, apply_request
+from walkit_bookie._registration import Registration
+from walkit_bookie._server import Connection, handle_stream
+from walkit_bookie._storage import BookieStorage, DiskStorage
+
+log = structlog.get_logger()
+
+_DISK_READERS = 2
+_DISK_READ_BATCH = 256
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@final
+class Bookie:
+    """A bookie server: ``await Bookie(config).run()`` serves until cancelled.
+
+    ``run`` reports the bound :class:`~walkit.BookieId` through ``task_status.started`` once the
+    storage is recovered and connections are answered; on cancellation it flushes and closes
+    its storage. ``network`` defaults to TCP, ``storage`` to :class:`DiskStorage` on the
+    configured data dirs. With ``metadata`` the bookie takes its cluster instance id from the
+    store, checks its cookie there and registers itself (read-only when it is).
+    """
+
+    def __init__(
+        self,
+        config: BookieConfig,
+        *,
+        network: Network | None = None,
+        storage: BookieStorage | None = None,
+        metadata: MetadataStore | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.storage: BookieStorage = storage if storage is not None else DiskStorage(config)
+        self._network: Network = network if network is not None else TcpNetwork()
+        self._metadata = metadata
+        self._rng = rng if rng is not None else random.Random()
+        self.bookie_id: BookieId | None = None
+        self.capacity = trio.lowlevel.ParkingLot()
+        self.adds_in_flight = 0
+        self.reads_in_flight = 0
+        self._ledgers: dict[int, LedgerInfo] = {}
+        self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
+        self._disk_queue: list[tuple[Connection, ReadRequest]] = []
+        self._disk_wake = trio.Event()
+        self._read_only_reasons: set[str] = set()
+        self._mode_changed = trio.Event()
+        self._ready = trio.Event()
+        self._registration: Registration | None = None
+        self._started = False
+        self.group_commit = GroupCommit(
+            self.storage,
+            self._on_committed,
+            max_wait=config.group_commit_max_wait,
+            max_bytes=config.group_commit_max_bytes,
+        )
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self._read_only_reasons)
+
+    @property
+    def saturated(self) -> bool:
+        return (
+            self.adds_in_flight >= self.config.max_inflight_adds
+            or self.reads_in_flight >= self.config.max_inflight_reads
+        )
+
+    def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
+        """A copy of what this bookie knows of a ledger (None if nothing)."""
+        info = self._ledgers.get(ledger_id)
+        return None if info is None else info.copy()
+
+    def _set_read_only(self, reason: str, detail: str = "") -> None:
+        if reason not in self._read_only_reasons:
+            was = self.read_only
+            self._read_only_reasons.add(reason)
+            log.warning(
+                "bookie_read_only", reason=reason, detail=detail, bookie_id=str(self.bookie_id)
+            )
+            if not was:
+                self._mode_changed.set()
+
+    def _clear_read_only(self, reason: str) -> None:
+        if reason in self._read_only_reasons:
+            self._read_only_reasons.discard(reason)
+            if not self.read_only:
+                log.info("bookie_writable", bookie_id=str(self.bookie_id))
+                self._mode_changed.set()
+
+    # --- run ---------------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        if self._started:
+            raise BookieIOError("a Bookie object runs once; make a new one to restart")
+        self._started = True
+        try:
+            async with trio.open_nursery() as nursery:
+                bookie_id = await self._start(nursery)
+                task_status.started(bookie_id)
+        except BaseExceptionGroup as group:
+            raise _collapse(group) from None
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._shutdown()
+
+    async def _start(self, nursery: trio.Nursery) -> BookieId:
+        config = self.config
+        instance_id = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+        known = False
+        if self._metadata is not None:
+            self._registration = Registration(self._metadata, config)
+            instance_id = await self._registration.cluster_instance_id()
+            known = True
+        port = config.port
+        recorded = self.storage.recorded_bookie_id()
+        if port == 0 and recorded is not None:
+            port = recorded.port
+        serve = functools.partial(
+            self._network.serve,
+            config.host,
+            port,
+            functools.partial(handle_stream, self, self._ready),
+        )
+        try:
+            bookie_id: BookieId = await nursery.start(serve)
+        except OSError as exc:
+            raise BookieIOError(f"cannot listen on {config.host}:{port}: {exc}") from exc
+        self.bookie_id = bookie_id
+        if self._registration is not None:
+            await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())
+        self._ledgers = await self.storage.open(bookie_id, instance_id, instance_id_is_known=known)
+        if self._registration is not None:
+            await self._registration.store_cookie(bookie_id, config)
+        self._check_disk()
+        nursery.start_soon(self.group_commit.run)
+        nursery.start_soon(self._checkpoint_loop)
+        nursery.start_soon(self._disk_check_loop)
+        for _ in range(_DISK_READERS):
+            nursery.start_soon(self._disk_reader)
+        if self._registration is not None:
+            await nursery.start(self._registration.run, bookie_id, self._mode_source)
+        self._ready.set()
+        log.info(
+            "bookie_started",
+            bookie_id=str(bookie_id),
+            ledgers=len(self._ledgers),
+            read_only=self.read_only,
+            data_dirs=list(config.data_dirs),
+        )
+        return bookie_id
+
+    def _mode_source(self) -> tuple[bool, trio.Event]:
+        """(read only now, an event set at the next change) for the registration task."""
+        if self._mode_changed.is_set():
+            self._mode_changed = trio.Event()
+        return self.read_only, self._mode_changed
+
+    async def _shutdown(self) -> None:
+        try:
+            await self.storage.aclose()
+        except (OSError, WalkitError) as exc:
+            log.error("storage_close_failed", error=str(exc))
+        if self._registration is not None:
+            await self._registration.aclose()
+        log.info("bookie_stopped", bookie_id=str(self.bookie_id))
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            with trio.move_on_after(self.config.checkpoint_interval):
+                await self.storage.checkpoint_due()
+            try:
+                await self.storage.checkpoint()
+            except (BookieIOError, OSError) as exc:
+                self._set_read_only("checkpoint_failed", str(exc))
+            else:
+                self._clear_read_only("checkpoint_failed")
+
+    def _check_disk(self) -> None:
+        usage = self.storage.disk_usage()
+        if usage >= self.config.disk_usage_threshold:
+            self._set_read_only("disk_usage", f"{usage:.3f} >= {self.config.disk_usage_threshold}")
+        elif usage < self.config.writable_again_below:
+            self._clear_read_only("disk_usage")
+            self._clear_read_only("disk_full")
+
+    async def _disk_check_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.disk_check_interval)
+            self._check_disk()
+
+    async def forget_ledger(self, ledger_id: int) -> None:
+        """Remove a ledger's entries from the index and its state (garbage collection's hook)."""
+        self._ledgers.pop(ledger_id, None)
+        await self.storage.delete_ledger(ledger_id)
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def handle(self, conn: Connection, body: bytes, message: Message) -> None:
+        kind = type(message)
+        conn.outstanding += 1
+        if kind is AddRequest:
+            self.adds_in_flight += 1
+            self._add(conn, body, message)  # type: ignore[arg-type]
+        elif kind is ReadRequest:
+            self.reads_in_flight += 1
+            self._read(conn, body, message)  # type: ignore[arg-type]
+        elif kind is ReadLacRequest:
+            self.reads_in_flight += 1
+            self._read_lac(conn, body, message)  # type: ignore[arg-type]
+        elif kind is WriteLacRequest:
+            self.adds_in_flight += 1
+            self._write_lac(conn, body, message)  # type: ignore[arg-type]
+        else:
+            conn.outstanding -= 1
+            conn.send(
+                encode_frame(
+                    ErrorResponse(
+                        message.request_id,
+                        StatusCode.BAD_REQUEST,
+                        f"{kind.__name__} is not a request",
+                    )
+                )
+            )
+
+    def _add_done(self, conn: Connection, frame: bytes) -> None:
+        conn.outstanding -= 1
+        conn.send(frame)
+        self.adds_in_flight -= 1
+        if self.capacity and self.adds_in_flight < self.config.max_inflight_adds:
+            self.capacity.unpark_all()
+
+    def _read_done(self, conn: Connection, frame: bytes | None) -> None:
+        conn.outstanding -= 1
+        if frame is not None:
+            conn.send(frame)
+        self.reads_in_flight -= 1
+        if self.capacity and self.reads_in_flight < self.config.max_inflight_reads:
+            self.capacity.unpark_all()
+
+    def _answer_add(self, conn: Connection, req: AddRequest, status: StatusCode) -> None:
+        self._add_done(
+            conn, encode_frame(AddResponse(req.request_id, status, req.ledger_id, req.entry_id))
+        )
+
+    def _add(self, conn: Connection, body: bytes, req: AddRequest) -> None:
+        if self._read_only_reasons:
+            return self._answer_add(conn, req, StatusCode.BOOKIE_READ_ONLY)
+        packet = req.packet
+        if req.entry_id < 0 or len(packet) < HEADER_SIZE:
+            return self._answer_add(conn, req, StatusCode.BAD_REQUEST)
+        header = read_header(packet)
+        if header.ledger_id != req.ledger_id or header.entry_id != req.entry_id:
+            return self._answer_add(conn, req, StatusCode.BAD_REQUEST)
+        info = self._ledgers.get(req.ledger_id)
+        if info is None:
+            self._ledgers[req.ledger_id] = LedgerInfo(req.master_key)
+        elif info.master_key != req.master_key:
+            return self._answer_add(conn, req, StatusCode.UNAUTHORIZED_ACCESS)
+        elif info.fenced and not req.flags & AddFlag.RECOVERY:
+            return self._answer_add(conn, req, StatusCode.LEDGER_FENCED)
+        self.group_commit.submit(body, req, conn)
+        return None
+
+    def _write_lac(self, conn: Connection, body: bytes, req: WriteLacRequest) -> None:
+        def answer(status: StatusCode) -> None:
+            self._add_done(
+                conn, encode_frame(WriteLacResponse(req.request_id, status, req.ledger_id))
+            )
+
+        if self._read_only_reasons:
+            return answer(StatusCode.BOOKIE_READ_ONLY)
+        info = self._ledgers.get(req.ledger_id)
+        if info is None:
+            self._ledgers[req.ledger_id] = LedgerInfo(req.master_key)
+        elif info.master_key != req.master_key:
+            return answer(StatusCode.UNAUTHORIZED_ACCESS)
+        self.group_commit.submit(
+            body, req, lambda error: answer(StatusCode.OK if error is None else _io_status(error))
+        )
+        return None
+
+    def _fence(
+        self, body: bytes, req: ReadRequest | ReadLacRequest, then: Callable[[Any], None]
+    ) -> bool:
+        """Fence the ledger durably, then call ``then(error)``; False if the key is wrong."""
+        info = self._ledgers.get(req.ledger_id)
+        if info is None:
+            info = self._ledgers[req.ledger_id] = LedgerInfo(req.master_key)
+        elif info.master_key != req.master_key:
+            return False
+        if not info.fenced:
+            log.info("ledger_fenced", ledger_id=req.ledger_id, bookie_id=str(self.bookie_id))
+        info.fenced = True  # refuse adds at once; the answer waits for the journal
+        self.group_commit.submit(body, req, then)
+        return True
+
+    def _read(self, conn: Connection, body: bytes, req: ReadRequest) -> None:
+        if req.flags & ReadFlag.FENCE:
+
+            def then(error: BaseException | None) -> None:
+                if error is not None:
+                    self._answer_read(conn, req, _io_status(error))
+                else:
+                    self._read_entry(conn, req)
+
+            if not self._fence(body, req, then):
+                self._answer_read(conn, req, StatusCode.UNAUTHORIZED_ACCESS)
+            return
+        self._read_entry(conn, req)
+
+    def _answer_read(
+        self, conn: Connection, req: ReadRequest, status: StatusCode, packet: bytes = b""
+    ) -> None:
+        self._read_done(
+            conn,
+            encode_frame(ReadResponse(req.request_id, status, req.ledger_id, req.entry_id, packet)),
+        )
+
+    def _read_entry(self, conn: Connection, req: ReadRequest) -> None:
+        info = self._ledgers.get(req.ledger_id)
+        if info is None:
+            return self._answer_read(conn, req, StatusCode.NO_SUCH_LEDGER)
+        if not 0 <= req.entry_id <= info.last_entry:
+            return self._answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
+        packet = self.storage.cached_entry(req.ledger_id, req.entry_id)
+        if packet is not None:
+            return self._answer_read(conn, req, StatusCode.OK, packet)
+        self._disk_queue.append((conn, req))
+        self._disk_wake.set()
+        return None
+
+    async def _disk_reader(self) -> None:
+        while True:
+            if not self._disk_queue:
+                await self._disk_wake.wait()
+                self._disk_wake = trio.Event()
+                continue
+            batch = self._disk_queue[:_DISK_READ_BATCH]
+            del self._disk_queue[:_DISK_READ_BATCH]
+            try:
+                packets = await self.storage.read_entries(
+                    [(req.ledger_id, req.entry_id) for _, req in batch]
+                )
+            except OSError as exc:
+                log.error("read_failed", error=str(exc), requests=len(batch))
+                for conn, req in batch:
+                    self._answer_read(conn, req, StatusCode.IO_ERROR)
+                continue
+            for (conn, req), packet in zip(batch, packets, strict=True):
+                if packet is None:
+                    self._answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
+                else:
+                    self._answer_read(conn, req, StatusCode.OK, packet)
+
+    def _answer_lac(
+        self,
+        conn: Connection,
+        req: ReadLacRequest,
+        status: StatusCode,
+        lac: int = -1,
+        packet: bytes = b"",
+    ) -> None:
+        self._read_done(
+            conn, encode_frame(ReadLacResponse(req.request_id, status, req.ledger_id, lac, packet))
+        )
+
+    def _read_lac(self, conn: Connection, body: bytes, req: ReadLacRequest) -> None:
+        if req.flags & ReadLacFlag.FENCE:
+
+            def then(error: BaseException | None) -> None:
+                if error is not None:
+                    self._answer_lac(conn, req, _io_status(error))
+                else:
+                    self._read_lac_now(conn, req)
+
+            if not self._fence(body, req, then):
+                self._answer_lac(conn, req, StatusCode.UNAUTHORIZED_ACCESS)
+            return
+        self._read_lac_now(conn, req)
+
+    def _read_lac_now(self, conn: Connection, req: ReadLacRequest) -> None:
+        info = self._ledgers.get(req.ledger_id)
+        if info is None:
+            return self._answer_lac(conn, req, StatusCode.NO_SUCH_LEDGER)
+        if req.flags & (ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY):
+            if not conn.spawn(self._lac_task, conn, req):
+                self._read_done(conn, None)
+            return None
+        return self._answer_lac(conn, req, StatusCode.OK, info.last_add_confirmed)
+
+    async def _lac_task(self, conn: Connection, req: ReadLacRequest) -> None:
+        frame: bytes | None = None
+        try:
+            lid = req.ledger_id
+            info = self._ledgers.get(lid)
+            if (
+                req.flags & ReadLacFlag.LONG_POLL
+                and info is not None
+                and info.last_add_confirmed <= req.previous_lac
+            ):
+                lot = self._lac_waiters.setdefault(lid, trio.lowlevel.ParkingLot())
+                try:
+                    with trio.move_on_after(req.timeout_ms / 1000):
+                        while True:
+                            info = self._ledgers.get(lid)
+                            if info is None or info.last_add_confirmed > req.previous_lac:
+                                break
+                            await lot.park()
+                finally:
+                    if not lot and self._lac_waiters.get(lid) is lot:
+                        del self._lac_waiters[lid]
+            info = self._ledgers.get(lid)
+            if info is None:
+                frame = encode_frame(
+                    ReadLacResponse(req.request_id, StatusCode.NO_SUCH_LEDGER, lid, -1)
+                )
+                return
+            lac = info.last_add_confirmed
+            packet = b""
+            wanted = req.previous_lac + 1
+            if req.flags & ReadLacFlag.PIGGYBACK_ENTRY and 0 <= wanted <= lac:
+                try:
+                    (found,) = await self.storage.read_entries([(lid, wanted)])
+                    packet = found or b""
+                except OSError as exc:
+                    log.error("read_failed", ledger_id=lid, entry_id=wanted, error=str(exc))
+            frame = encode_frame(ReadLacResponse(req.request_id, StatusCode.OK, lid, lac, packet))
+        finally:
+            self._read_done(conn, frame)
+
+    # --- group commit ------------------------------------------------------------------------
+
+    def _on_committed(
+        self, requests: list[Request], sinks: list[Any], error: BaseException | None
+    ) -> None:
+        ledgers = self._ledgers
+        waiters = self._lac_waiters
+        if error is not None:
+            status = _io_status(error)
+            if status is StatusCode.BOOKIE_READ_ONLY:
+                self._set_read_only("disk_full", str(error))
+            for req, sink in zip(requests, sinks, strict=True):
+                if type(req) is AddRequest:
+                    self._answer_add(sink, req, status)
+                else:
+                    sink(error)
+            return
+        woken: list[int] = []
+        for req, sink in zip(requests, sinks, strict=True):
+            lid = req.ledger_id
+            if waiters and lid in waiters:
+                before = ledgers[lid].last_add_confirmed if lid in ledgers else -2
+                info = apply_request(ledgers, req)
+                if info is not None and info.last_add_confirmed > before:
+                    woken.append(lid)
+            else:
+                apply_request(ledgers, req)
+            if type(req) is AddRequest:
+                self._add_done(
+                    sink,
+                    encode_frame(AddResponse(req.request_id, StatusCode.OK, lid, req.entry_id)),
+                )
+            else:
+                sink(None)
+        for lid in woken:
+            lot = waiters.get(lid)
+            if lot is not None:
+                lot.unpark_all()
+
+
+def _io_status(error: BaseException) -> StatusCode:
+    if isinstance(error, OSError) and error.errno in _FULL:
+        return StatusCode.BOOKIE_READ_ONLY
+    return StatusCode.IO_ERROR
+
+
+def _collapse(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The one real error of a nursery's group (no ExceptionGroup escapes a public call)."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                walk(sub)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+
+    walk(group)
+    if not leaves:
+        return group
+    for leaf in leaves:
+        if isinstance(leaf, WalkitError):
+            return leaf
+    return leaves[0]

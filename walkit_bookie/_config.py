@@ -1,0 +1,120 @@
+"""The bookie's configuration."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, final
+
+import attrs
+
+from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
+from walkit.errors import ConfigurationError
+
+MiB = 1024 * 1024
+
+
+def _dirs(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str | os.PathLike):
+        value = [value]
+    if not isinstance(value, Iterable):
+        raise ConfigurationError(f"data_dirs must be a list of paths, not {value!r}")
+    dirs = tuple(os.path.abspath(os.fspath(d)) for d in value)
+    if not dirs:
+        raise ConfigurationError("a bookie needs at least one data directory")
+    if len(set(dirs)) != len(dirs):
+        raise ConfigurationError(f"data directories are listed twice: {list(dirs)}")
+    return dirs
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise ConfigurationError(f"{attribute.name} must be a positive number, not {value!r}")
+
+
+def _fraction(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigurationError(f"{attribute.name} must be in (0, 1], not {value!r}")
+
+
+def _port(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 65536:
+        raise ConfigurationError(f"port must be in 0..65535, not {value!r}")
+
+
+def _location(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/"):
+        raise ConfigurationError(f"network location must look like /region/rack, not {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class BookieConfig:
+    """Everything a bookie is started with.
+
+    ``data_dirs``: the journal lives in the first directory; entry logs and the index in the
+    others (or in the first when there is only one). Every directory gets a cookie.
+
+    ``port`` 0 means: the port recorded in the cookie when the directories already belong to a
+    bookie (so a restart comes back at the same address), else a free one.
+    """
+
+    data_dirs: tuple[str, ...] = attrs.field(converter=_dirs)
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=0, validator=_port)
+    network_location: str = attrs.field(default="/default-region/default-rack", validator=_location)
+
+    #: Frames larger than this are refused (answered with an error, then the connection closes).
+    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_positive)
+    #: Adds accepted but not yet answered, over all connections; beyond it sockets are not read.
+    max_inflight_adds: int = attrs.field(default=10_000, validator=_positive)
+    #: Reads (including long polls) accepted but not yet answered, over all connections.
+    max_inflight_reads: int = attrs.field(default=1_000, validator=_positive)
+    #: Answers queued for one connection that its peer has not read yet; beyond it that one
+    #: socket is not read.
+    max_unsent_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
+
+    #: Longest an add waits for others to join its journal write (it waits only while others
+    #: keep arriving; an idle bookie writes at once).
+    group_commit_max_wait: float = attrs.field(default=0.001, validator=_positive)
+    #: A journal write (one fdatasync) carries at most about this many bytes.
+    group_commit_max_bytes: int = attrs.field(default=4 * MiB, validator=_positive)
+    journal_max_size: int = attrs.field(default=512 * MiB, validator=_positive)
+    entrylog_max_size: int = attrs.field(default=1024 * MiB, validator=_positive)
+    #: Entries kept in memory before a checkpoint writes them to entry logs; adds wait (the
+    #: journal stalls) when twice this is in memory.
+    write_cache_max_bytes: int = attrs.field(default=128 * MiB, validator=_positive)
+    checkpoint_interval: float = attrs.field(default=30.0, validator=_positive)
+
+    #: Above this fraction of used space on any data dir's disk the bookie turns read-only...
+    disk_usage_threshold: float = attrs.field(default=0.95, validator=_fraction)
+    #: ...and turns writable again below this one (default: 0.05 below the threshold).
+    disk_usage_lwm: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_fraction)
+    )
+    disk_check_interval: float = attrs.field(default=10.0, validator=_positive)
+
+    @property
+    def journal_dir(self) -> Path:
+        return Path(self.data_dirs[0])
+
+    @property
+    def ledger_dirs(self) -> tuple[Path, ...]:
+        dirs = self.data_dirs[1:] or self.data_dirs
+        return tuple(Path(d) for d in dirs)
+
+    @property
+    def writable_again_below(self) -> float:
+        if self.disk_usage_lwm is not None:
+            return self.disk_usage_lwm
+        return max(0.0, self.disk_usage_threshold - 0.05)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigurationError(f"host must be a non-empty string, not {self.host!r}")
+        if self.disk_usage_lwm is not None and self.disk_usage_lwm > self.disk_usage_threshold:
+            raise ConfigurationError(
+                f"disk_usage_lwm ({self.disk_usage_lwm}) must not be above "
+                f"disk_usage_threshold ({self.disk_usage_threshold})"
+            )

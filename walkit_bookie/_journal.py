@@ -1,0 +1,257 @@
+"""The journal: group commit (shared by every storage) and the on-disk journal files.
+
+A journal record is ``u32 length | u32 crc32c(body) | body`` where ``body`` is the wire body of
+the request that changed state (an add, a fence, an explicit LAC). A torn record at the end of a
+file (a crash in the middle of a write) fails its length or CRC check; replay stops reading that
+file there and goes on with the next one, which was started after the crash.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import crc32c
+import structlog
+import trio
+
+from walkit._core.wire import Request
+from walkit_bookie._cookie import fsync_dir
+
+if TYPE_CHECKING:
+    from walkit_bookie._storage import BookieStorage
+
+log = structlog.get_logger()
+
+_REC = struct.Struct(">II")
+_SUFFIX = ".jnl"
+
+
+@final
+@attrs.frozen(order=True)
+class LogMark:
+    """A position in the journal: everything before it is in ledger storage."""
+
+    file_id: int
+    offset: int
+
+    _S = struct.Struct(">QQ")
+
+    def to_bytes(self) -> bytes:
+        return self._S.pack(self.file_id, self.offset)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LogMark:
+        return cls(*cls._S.unpack(data))
+
+
+def encode_records(bodies: Sequence[bytes]) -> bytes:
+    parts: list[bytes] = []
+    append = parts.append
+    pack = _REC.pack
+    crc = crc32c.crc32c
+    for body in bodies:
+        append(pack(len(body), crc(body)))
+        append(body)
+    return b"".join(parts)
+
+
+def journal_files(directory: Path) -> dict[int, Path]:
+    files: dict[int, Path] = {}
+    for p in directory.iterdir():
+        if p.suffix == _SUFFIX:
+            try:
+                files[int(p.stem, 16)] = p
+            except ValueError:
+                continue
+    return files
+
+
+def _path(directory: Path, file_id: int) -> Path:
+    return directory / f"{file_id:016x}{_SUFFIX}"
+
+
+def replay(directory: Path, mark: LogMark) -> Iterator[tuple[bytes, LogMark]]:
+    """Yield (record body, position after it) from ``mark`` on, in journal order."""
+    files = journal_files(directory)
+    for file_id in sorted(f for f in files if f >= mark.file_id):
+        start = mark.offset if file_id == mark.file_id else 0
+        data = files[file_id].read_bytes()
+        at = start
+        count = 0
+        while at + _REC.size <= len(data):
+            length, crc = _REC.unpack_from(data, at)
+            end = at + _REC.size + length
+            if length == 0 or end > len(data):
+                break
+            body = data[at + _REC.size : end]
+            if crc32c.crc32c(body) != crc:
+                break
+            at = end
+            count += 1
+            yield body, LogMark(file_id, at)
+        if at != len(data):
+            log.warning(
+                "journal_torn_tail", file=str(files[file_id]), valid_bytes=at, size=len(data)
+            )
+        log.info("journal_replayed_file", file=str(files[file_id]), records=count)
+
+
+@final
+class JournalWriter:
+    """Appends to journal files and fdatasyncs them; runs in a worker thread.
+
+    A failed write (ENOSPC, EIO) truncates the file back to its last good end, so the journal
+    never holds garbage before later records; the caller reports the failure to the batch.
+    """
+
+    def __init__(self, directory: Path, first_file_id: int, max_size: int) -> None:
+        self._dir = directory
+        self._max_size = max_size
+        self.syncs = 0
+        self._open(first_file_id)
+
+    def _open(self, file_id: int) -> None:
+        self.file_id = file_id
+        self._fd = os.open(_path(self._dir, file_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.offset = os.fstat(self._fd).st_size
+        fsync_dir(self._dir)
+
+    @property
+    def mark(self) -> LogMark:
+        return LogMark(self.file_id, self.offset)
+
+    def write(self, data: bytes) -> LogMark:
+        """Append ``data`` durably; return the position after it."""
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.write(self._fd, view[written:])
+            os.fdatasync(self._fd)
+            self.syncs += 1
+        except OSError:
+            try:
+                os.ftruncate(self._fd, self.offset)
+            except OSError as exc:
+                log.error("journal_truncate_failed", file_id=self.file_id, error=str(exc))
+            raise
+        self.offset += written
+        if self.offset >= self._max_size:
+            os.close(self._fd)
+            self._open(self.file_id + 1)
+        return LogMark(self.file_id, self.offset)
+
+    def delete_before(self, file_id: int) -> int:
+        """Remove journal files older than ``file_id``; return how many."""
+        removed = 0
+        for fid, path in journal_files(self._dir).items():
+            if fid < file_id and fid != self.file_id:
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+Sink = Any
+CommittedCallback = Callable[[list[Request], list[Sink], BaseException | None], None]
+
+
+@final
+class GroupCommit:
+    """Collects journal records and commits them in groups: one write and one sync each.
+
+    ``submit`` is synchronous (no task per request). The committer task takes everything
+    pending, gives requests that are ready to run one scheduling round to join (bounded by
+    ``max_wait`` and ``max_bytes``), commits the group through the storage, and hands the
+    group to ``on_committed`` (with the error if the commit failed). While one group is being
+    synced, the next one fills up: that is where the batching comes from under load, and an
+    idle bookie writes at once.
+    """
+
+    def __init__(
+        self,
+        storage: BookieStorage,
+        on_committed: CommittedCallback,
+        *,
+        max_wait: float,
+        max_bytes: int,
+    ) -> None:
+        self._storage = storage
+        self._on_committed = on_committed
+        self._max_wait = max_wait
+        self._max_bytes = max_bytes
+        self._bodies: list[bytes] = []
+        self._requests: list[Request] = []
+        self._sinks: list[Sink] = []
+        self._bytes = 0
+        self._wake = trio.Event()
+        self.groups = 0
+        self.records = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._bodies)
+
+    def submit(self, body: bytes, request: Request, sink: Sink) -> None:
+        self._bodies.append(body)
+        self._requests.append(request)
+        self._sinks.append(sink)
+        self._bytes += len(body)
+        self._wake.set()
+
+    def _take(self) -> tuple[list[bytes], list[Request], list[Sink]]:
+        bodies, requests, sinks = self._bodies, self._requests, self._sinks
+        if self._bytes <= self._max_bytes:
+            self._bodies, self._requests, self._sinks = [], [], []
+            self._bytes = 0
+            return bodies, requests, sinks
+        size = 0
+        n = 0
+        for n, body in enumerate(bodies, 1):  # noqa: B007
+            size += len(body)
+            if size >= self._max_bytes:
+                break
+        self._bodies, self._requests, self._sinks = bodies[n:], requests[n:], sinks[n:]
+        self._bytes -= size
+        return bodies[:n], requests[:n], sinks[:n]
+
+    async def run(self) -> None:
+        while True:
+            if not self._bodies:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                continue
+            if self._bytes < self._max_bytes:
+                deadline = trio.current_time() + self._max_wait
+                seen = len(self._bodies)
+                while True:
+                    await trio.lowlevel.checkpoint()
+                    now = len(self._bodies)
+                    if now == seen or self._bytes >= self._max_bytes:
+                        break
+                    if trio.current_time() >= deadline:
+                        break
+                    seen = now
+            bodies, requests, sinks = self._take()
+            error: BaseException | None = None
+            try:
+                await self._storage.commit(bodies, requests)
+            except OSError as exc:
+                error = exc
+                log.error(
+                    "journal_commit_failed",
+                    records=len(bodies),
+                    error=str(exc),
+                    enospc=exc.errno in (errno.ENOSPC, errno.EDQUOT),
+                )
+            self.groups += 1
+            self.records += len(bodies)
+            self._on_committed(requests, sinks, error)

@@ -1,0 +1,249 @@
+"""``walkit-bookie``: run one bookie until SIGTERM or Ctrl-C.
+
+    walkit-bookie --data-dir DIR [--data-dir DIR2 ...] [--host 127.0.0.1] [--port 3181]
+                  [--network-location /region/rack] [--metadata URL]
+
+Prints ``walkit-bookie listening on HOST:PORT`` on stdout once it serves. Exit codes: 0 after a
+clean shutdown, 1 when the bookie cannot start or fails (the message says why), 2 for bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+import trio
+
+from walkit.errors import ConfigurationError, WalkitError
+from walkit_bookie._bookie import Bookie
+from walkit_bookie._config import BookieConfig
+
+log = structlog.get_logger()
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = 1
+    if t and t[-1] in units:
+        mult = units[t[-1]]
+        t = t[:-1]
+    try:
+        value = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 5MiB, 512k)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value < 65536:
+        raise argparse.ArgumentTypeError(f"port out of range 0..65535: {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1]: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="walkit-bookie",
+        description="Run a walkit bookie (the storage server of the replication protocol).",
+    )
+    p.add_argument(
+        "--data-dir",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="data directory; repeat for more (the first holds the journal, the others the "
+        "entry logs and index)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=0,
+        help="port to listen on; 0 (default) reuses the port in the cookie, or picks a free one",
+    )
+    p.add_argument(
+        "--network-location",
+        default="/default-region/default-rack",
+        metavar="/REGION/RACK",
+        help="where this bookie sits, for rack- and region-aware placement",
+    )
+    p.add_argument(
+        "--metadata",
+        metavar="URL",
+        help="metadata store (zk://host:port/root, sqlite:///abs/path.db): register there and "
+        "take the cluster instance id from it",
+    )
+    p.add_argument("--max-frame-size", type=_size, help="largest frame accepted (default 5MiB)")
+    p.add_argument("--journal-max-size", type=_size, help="journal file roll size")
+    p.add_argument("--entrylog-max-size", type=_size, help="entry log roll size")
+    p.add_argument(
+        "--write-cache-size", type=_size, help="entries kept in memory between checkpoints"
+    )
+    p.add_argument(
+        "--checkpoint-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="seconds between checkpoints",
+    )
+    p.add_argument(
+        "--disk-usage-threshold",
+        type=_fraction,
+        metavar="FRACTION",
+        help="turn read-only above this fraction of used disk space (default 0.95)",
+    )
+    p.add_argument(
+        "--disk-check-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="seconds between disk usage checks (default 10)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (logs go to stderr)",
+    )
+    p.add_argument("--log-json", action="store_true", help="log JSON lines instead of key=value")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BookieConfig:
+    options: dict[str, Any] = {
+        "data_dirs": args.data_dir,
+        "host": args.host,
+        "port": args.port,
+        "network_location": args.network_location,
+    }
+    for arg, field in (
+        ("max_frame_size", "max_frame_size"),
+        ("journal_max_size", "journal_max_size"),
+        ("entrylog_max_size", "entrylog_max_size"),
+        ("write_cache_size", "write_cache_max_bytes"),
+        ("checkpoint_interval", "checkpoint_interval"),
+        ("disk_usage_threshold", "disk_usage_threshold"),
+        ("disk_check_interval", "disk_check_interval"),
+    ):
+        value = getattr(args, arg)
+        if value is not None:
+            options[field] = value
+    return BookieConfig(**options)
+
+
+def configure_logging(level: str, json_lines: bool) -> None:
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if json_lines
+        else structlog.processors.KeyValueRenderer(
+            key_order=["timestamp", "level", "event"], drop_missing=True
+        )
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
+    store = None
+    if metadata_url is not None:
+        from walkit.metadata import open_metadata_store
+
+        store = await open_metadata_store(metadata_url)
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def stop_on_signal() -> None:
+                    async for signum in signals:
+                        log.info("bookie_stopping", signal=signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(stop_on_signal)
+                bookie = Bookie(config, metadata=store)
+                bookie_id = await nursery.start(bookie.run)
+                print(f"walkit-bookie listening on {bookie_id}", flush=True)
+    finally:
+        if store is not None:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigurationError as bad:
+        parser.error(str(bad))  # exits 2
+    configure_logging(args.log_level, args.log_json)
+    try:
+        trio.run(_serve, config, args.metadata)
+    except KeyboardInterrupt:
+        return 0
+    except BaseExceptionGroup as group:
+        for leaf in _leaves(group):
+            _report(leaf)
+        return 1
+    except (WalkitError, OSError) as exc:
+        _report(exc)
+        return 1
+    return 0
+
+
+def _report(exc: BaseException) -> None:
+    if isinstance(exc, KeyboardInterrupt):
+        return
+    if not isinstance(exc, WalkitError | OSError):
+        log.error("bookie_crashed", exc_info=exc)
+    print(f"walkit-bookie: error: {exc}", file=sys.stderr)
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            out.extend(_leaves(exc))
+        else:
+            out.append(exc)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
