@@ -94,6 +94,12 @@ def test_length_accumulates() -> None:
     tracker = AddTracker(3, 2, 2)
     assert [tracker.add(n).length for n in (3, 4, 5)] == [3, 7, 12]
     assert tracker.length == 12
+    tracker.on_ack(1, 1)
+    tracker.on_ack(1, 2)
+    assert tracker.acked_length == 0
+    tracker.on_ack(0, 0)
+    tracker.on_ack(0, 1)
+    assert (tracker.last_add_confirmed, tracker.acked_length) == (1, 7)
 
 
 def test_lac_progression_is_monotonic_and_gapless_under_random_ack_order() -> None:

@@ -77,6 +77,7 @@ class AddTracker:
         "_pending",
         "_write_sets",
         "ack_quorum",
+        "acked_length",
         "ensemble_size",
         "last_add_confirmed",
         "length",
@@ -111,6 +112,8 @@ class AddTracker:
         self.next_entry_id = last_add_confirmed + 1
         #: Total payload length of every entry added so far.
         self.length = length
+        #: Ledger length up to and including the LAC.
+        self.acked_length = length
         self._pending: dict[int, PendingAdd] = {}
         self._blocked: set[int] = set()
         self._changing: frozenset[int] = frozenset()
@@ -134,6 +137,9 @@ class AddTracker:
     def changing_slots(self) -> frozenset[int]:
         """Slots whose replacement is being written to the metadata right now."""
         return self._changing
+
+    def is_blocked(self, slot: int) -> bool:
+        return slot in self._blocked
 
     def write_set(self, entry_id: int) -> tuple[int, ...]:
         return self._write_sets[entry_id % self.ensemble_size]
@@ -188,8 +194,10 @@ class AddTracker:
             if nxt is None or nxt.count < qa:
                 break
             lac += 1
+            pa = nxt
             del pending[lac]
         self.last_add_confirmed = lac
+        self.acked_length = pa.length
         return True
 
     def on_bookie_failure(self, slot: int) -> bool:

@@ -1,0 +1,414 @@
+"""``walkit.Client``: the entry point of the ledger API.
+
+::
+
+    async with walkit.Client.connect("sqlite:///tmp/m.db") as client:
+        lw = await client.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2)
+        await lw.append(b"x")
+
+A client owns background tasks (bookie connections, the bookie-list watch, writers' explicit
+LAC and ensemble changes), so it only exists inside ``async with``: leaving the block closes
+the connections and the metadata session, and fails whatever is still pending with
+ClientClosedError. ``await Client.connect(...)`` is refused with a message saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import random
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any, final
+
+import structlog
+import trio
+
+from walkit._core.digest import DigestType
+from walkit._core.ledger_metadata import LedgerMetadata, password_hash, validate_quorums
+from walkit._core.types import BookieId
+from walkit.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    InvalidArgumentError,
+    NotEnoughBookiesError,
+    WalkitError,
+)
+from walkit.ledger._core import ClientCore, check_password
+from walkit.ledger._options import ClientOptions
+from walkit.ledger._reader import LedgerReader
+from walkit.ledger._reads import read_lac
+from walkit.ledger._writer import LedgerWriter
+from walkit.metadata import (
+    LedgerManager,
+    MetadataStore,
+    WatchEvent,
+    WatchEventKind,
+    ensure_cluster,
+    list_bookies,
+    open_metadata_store,
+    watch_bookies,
+)
+from walkit.net import Network, TcpNetwork
+from walkit.net._pool import ConnectionPool
+from walkit.placement import EnsemblePlacementPolicy, PlacementResources
+
+log = structlog.get_logger()
+
+__all__ = ["Client"]
+
+#: Bookies that failed within this many seconds are avoided for new ledgers when possible.
+_AVOID_RECENTLY_FAILED = 30.0
+
+
+def _check_ledger_id(ledger_id: object) -> int:
+    if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) or ledger_id < 0:
+        raise InvalidArgumentError(f"ledger id must be an int >= 0, not {ledger_id!r}")
+    return ledger_id
+
+
+def _check_password(password: object) -> bytes:
+    if not isinstance(password, bytes | bytearray):
+        raise InvalidArgumentError(f"password must be bytes, not {type(password).__name__}")
+    return bytes(password)
+
+
+def _check_custom(custom: object) -> dict[str, bytes]:
+    if not isinstance(custom, Mapping):
+        raise InvalidArgumentError("custom_metadata must be a mapping of str to bytes")
+    out: dict[str, bytes] = {}
+    for key, value in custom.items():
+        if not isinstance(key, str) or not isinstance(value, bytes | bytearray):
+            raise InvalidArgumentError(
+                f"custom_metadata must map str to bytes, got {key!r}: {type(value).__name__}"
+            )
+        out[key] = bytes(value)
+    return out
+
+
+def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """One error out of a group (background tasks should never raise; if they do, say so)."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                walk(sub)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for exc in leaves:
+        if isinstance(exc, WalkitError):
+            return exc
+    return leaves[0] if leaves else group
+
+
+def _load_policy(
+    spec: str | EnsemblePlacementPolicy, options: ClientOptions
+) -> EnsemblePlacementPolicy:
+    if isinstance(spec, EnsemblePlacementPolicy):
+        policy = spec
+    elif isinstance(spec, str):
+        placement = importlib.import_module("walkit.placement")
+        loader = getattr(placement, "load_policy", None)
+        if loader is None:  # pragma: no cover - the placement package is being written
+            raise ConfigurationError("walkit.placement.load_policy is not available")
+        policy = loader(spec)
+    else:
+        raise ConfigurationError(
+            f"placement must be a policy name, 'pkg.mod:Class', or a policy object, not {spec!r}"
+        )
+    policy.initialize(dict(options.placement_options), PlacementResources(clock=trio.current_time))
+    return policy
+
+
+@final
+class _Connector:
+    """What :meth:`Client.connect` returns: an async context manager (only)."""
+
+    def __init__(self, cm: contextlib.AbstractAsyncContextManager[Client]) -> None:
+        self._cm = cm
+
+    async def __aenter__(self) -> Client:
+        return await self._cm.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._cm.__aexit__(exc_type, exc, tb)
+
+    def __await__(self) -> Any:
+        raise InvalidArgumentError(
+            "Client.connect() is an async context manager: use "
+            "`async with walkit.Client.connect(url) as client:` (the client runs background "
+            "tasks that need a scope)"
+        )
+
+
+@final
+class Client:
+    """A connection to a walkit cluster: metadata store + bookies. See :meth:`connect`."""
+
+    def __init__(self, core: ClientCore, url: str) -> None:
+        self._core = core
+        self.url = url
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    @staticmethod
+    def connect(
+        url: str,
+        *,
+        placement: str | EnsemblePlacementPolicy = "default",
+        network: Network | None = None,
+        rng: random.Random | None = None,
+        **options: Any,
+    ) -> _Connector:
+        """Connect to the cluster whose metadata is at ``url`` (``zk://``, ``sqlite:///``,
+        ``memory://``); use as ``async with Client.connect(url) as client:``.
+
+        ``placement``: "default", "rackaware", "regionaware", "pkg.mod:Class", or a policy
+        object. ``network``: the transport (TCP by default; a ``walkit.testing.SimNetwork`` in
+        simulations). ``rng``: the random generator for everything random in the client.
+        ``options``: see :class:`walkit.ledger.ClientOptions` (timeouts, ensemble change mode,
+        ...). Raises ConfigurationError (bad URL or option), MetadataStoreError (store
+        unreachable).
+        """
+        return _Connector(_open_client(url, placement, network, rng, options))
+
+    # --- internals (for the recovery driver and the log layer) ----------------------------
+
+    @property
+    def core(self) -> ClientCore:
+        """The client's internals (connection pool, ledger manager, placement, options)."""
+        return self._core
+
+    @property
+    def options(self) -> ClientOptions:
+        return self._core.options
+
+    @property
+    def metadata_store(self) -> MetadataStore:
+        return self._core.store
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+
+    # --- ledgers ---------------------------------------------------------------------------
+
+    async def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 2,
+        ack_quorum: int = 2,
+        *,
+        digest: str | DigestType = "crc32c",
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> LedgerWriter:
+        """Create a ledger and return its writer.
+
+        Raises InvalidArgumentError (E >= Qw >= Qa >= 1 violated, bad digest or password),
+        NotEnoughBookiesError (fewer than E suitable writable bookies).
+        """
+        self._check_open()
+        validate_quorums(ensemble_size, write_quorum, ack_quorum)
+        digest_type = DigestType.parse(digest)
+        pw = _check_password(password)
+        custom = _check_custom({} if custom_metadata is None else custom_metadata)
+        core = self._core
+        ensemble = self._new_ensemble(ensemble_size, write_quorum, ack_quorum, custom)
+        ledger_id = await core.retry_metadata(core.ledgers.new_ledger_id)
+        clock = core.options.wall_clock
+        md = LedgerMetadata(
+            ledger_id=ledger_id,
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            fragments=((0, tuple(ensemble)),),
+            digest=digest_type,
+            password_sha256=password_hash(pw),
+            custom_metadata=custom,
+            ctime_ms=int(clock() * 1000) if clock is not None else 0,
+        )
+        version = await core.retry_metadata(functools.partial(core.ledgers.create, md))
+        writer = LedgerWriter(core, md, version, pw)
+        try:
+            await core.nursery.start(writer.start_background)
+        except RuntimeError:  # the client's nursery is closing
+            raise ClientClosedError("the client is closed") from None
+        log.debug("ledger_created", ledger_id=ledger_id, ensemble=[str(b) for b in ensemble])
+        return writer
+
+    def _new_ensemble(
+        self, ensemble_size: int, write_quorum: int, ack_quorum: int, custom: dict[str, bytes]
+    ) -> list[BookieId]:
+        core = self._core
+        now = trio.current_time()
+        recently_failed = frozenset(
+            b for b, t in core.pool.failure_history.items() if now - t < _AVOID_RECENTLY_FAILED
+        )
+        placement = core.placement
+        if recently_failed:
+            try:
+                return list(
+                    placement.new_ensemble(
+                        ensemble_size, write_quorum, ack_quorum, recently_failed, custom
+                    )
+                )
+            except NotEnoughBookiesError:
+                pass  # better a bookie that failed a while ago than no ledger
+        return list(
+            placement.new_ensemble(ensemble_size, write_quorum, ack_quorum, frozenset(), custom)
+        )
+
+    async def open_ledger(
+        self, ledger_id: int, *, password: bytes = b"", recovery: bool = False
+    ) -> LedgerReader:
+        """Open a ledger for reading.
+
+        Without recovery the writer is left alone and the reader sees entries up to the LAC.
+        With ``recovery=True`` the ledger is fenced (its writer can no longer add), its end is
+        recovered and it is closed; the reader then sees every entry.
+
+        Raises NoSuchLedgerError, UnauthorizedAccessError (wrong password).
+        """
+        self._check_open()
+        ledger_id = _check_ledger_id(ledger_id)
+        pw = _check_password(password)
+        core = self._core
+        md, _version = await core.read_metadata(ledger_id)
+        check_password(md, pw)
+        if recovery:
+            md = await _recover(core, ledger_id, pw)
+            return LedgerReader(core, md, pw, md.last_entry_id)
+        lac = md.last_entry_id if md.is_closed else await read_lac(core, md)
+        return LedgerReader(core, md, pw, lac)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger's metadata (bookies reclaim its entries later). NoSuchLedgerError."""
+        self._check_open()
+        ledger_id = _check_ledger_id(ledger_id)
+        await self._core.ledgers.delete(ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        """Every ledger id, sorted."""
+        self._check_open()
+        return await self._core.ledgers.list_ids()
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        """A ledger's metadata (``.ensembles`` is ``{first_entry: [BookieId, ...]}``)."""
+        self._check_open()
+        md, _version = await self._core.read_metadata(_check_ledger_id(ledger_id))
+        return md
+
+
+async def _recover(core: ClientCore, ledger_id: int, password: bytes) -> LedgerMetadata:
+    try:
+        recovery = importlib.import_module("walkit.ledger._recovery")
+    except ImportError:  # pragma: no cover - the lead is writing the driver
+        raise NotImplementedError("open_ledger(recovery=True) is not available yet") from None
+    md: LedgerMetadata = await recovery.recover_ledger(core, ledger_id, password)
+    return md
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+async def _apply_bookies(store: MetadataStore, policy: EnsemblePlacementPolicy) -> None:
+    found = await list_bookies(store)
+    left = policy.on_cluster_changed(set(found.writable.values()), set(found.readonly.values()))
+    log.debug(
+        "bookies_changed",
+        writable=sorted(str(b) for b in found.writable),
+        readonly=sorted(str(b) for b in found.readonly),
+        left=sorted(str(b) for b in left),
+    )
+
+
+async def _follow_bookies(
+    store: MetadataStore, policy: EnsemblePlacementPolicy, events: AsyncIterator[WatchEvent]
+) -> None:
+    """Keep the placement policy's view of the bookies current (never raises)."""
+    try:
+        async for event in events:
+            if event.kind is WatchEventKind.SESSION_EXPIRED:
+                log.warning("metadata_session_expired", url=store.url)
+            try:
+                await _apply_bookies(store, policy)
+            except WalkitError as exc:
+                log.warning("bookie_list_refresh_failed", error=str(exc))
+    except WalkitError as exc:
+        log.warning("bookie_watch_ended", error=str(exc))
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
+
+
+@contextlib.asynccontextmanager
+async def _open_client(
+    url: str,
+    placement: str | EnsemblePlacementPolicy,
+    network: Network | None,
+    rng: random.Random | None,
+    options: Mapping[str, Any],
+) -> AsyncIterator[Client]:
+    opts = ClientOptions.from_kwargs(options)
+    if rng is not None and not isinstance(rng, random.Random):
+        raise InvalidArgumentError(f"rng must be a random.Random, not {type(rng).__name__}")
+    policy = _load_policy(placement, opts)
+    store = await open_metadata_store(url, **opts.metadata_options)
+    body_error: BaseException | None = None
+    try:
+        await ensure_cluster(store)
+        events = watch_bookies(store)
+        await _apply_bookies(store, policy)
+        pool = ConnectionPool(
+            network if network is not None else TcpNetwork(),
+            connect_timeout=opts.connect_timeout,
+            timeout_check_interval=opts.timeout_check_interval,
+            max_frame_size=opts.max_frame_size,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(pool.run)
+                nursery.start_soon(_follow_bookies, store, policy, events)
+                core = ClientCore(
+                    store=store,
+                    ledgers=LedgerManager(store),
+                    pool=pool,
+                    placement=policy,
+                    options=opts,
+                    rng=rng if rng is not None else random.Random(),
+                    nursery=nursery,
+                )
+                client = Client(core, url)
+                try:
+                    yield client
+                except BaseException as exc:
+                    # Re-raised below, outside the nursery, so it is not wrapped in a group.
+                    body_error = exc
+                finally:
+                    client._closed = True
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            raise _unwrap(group) from None
+    finally:
+        with trio.CancelScope(shield=True):
+            try:
+                await store.aclose()
+            except WalkitError as exc:
+                log.warning("metadata_close_failed", error=str(exc))
+        policy.close()
+    if body_error is not None:
+        raise body_error

@@ -1,0 +1,539 @@
+"""The ledger writer: appends, ordered acknowledgement, ensemble changes, close.
+
+The decisions are :class:`walkit._core.add_tracker.AddTracker`'s and
+:mod:`walkit._core.ensemble_change`'s; this module moves bytes and waits. An append encodes its
+packet once, queues one frame per bookie of its write set on the shared connections (no task
+per entry), and waits until the tracker says its entry is acknowledged. Answers come back as
+calls on per-slot handlers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, final
+
+import structlog
+import trio
+
+from walkit._core.add_tracker import AddTracker, PendingAdd
+from walkit._core.digest import DigestManager
+from walkit._core.ensemble_change import decide_close, new_fragment
+from walkit._core.ledger_metadata import LedgerMetadata
+from walkit._core.types import BookieId, Entry
+from walkit._core.wire import Response, StatusCode, WriteLacRequest, encode_frame
+from walkit.errors import (
+    BookieTimeoutError,
+    ClientClosedError,
+    InvalidArgumentError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NoSuchEntryError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+    WalkitError,
+    WriterFencedError,
+)
+from walkit.ledger._core import ClientCore, status_error
+from walkit.ledger._reads import read_entries
+from walkit.net._connection import BookieConnection, encode_add_prefix
+
+log = structlog.get_logger()
+
+__all__ = ["LedgerWriter"]
+
+_OK = int(StatusCode.OK)
+
+
+def _copy(error: WalkitError) -> WalkitError:
+    """A fresh instance: one exception object must not be raised in several tasks."""
+    new = type(error)(*error.args)
+    new.__cause__ = error.__cause__
+    return new
+
+
+def _payload(data: object) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise InvalidArgumentError(f"an entry must be bytes, not {type(data).__name__}")
+
+
+@final
+class _SlotSink:
+    """Receives add answers from the bookie in one slot; replaced when the slot is."""
+
+    __slots__ = ("slot", "writer")
+
+    def __init__(self, writer: LedgerWriter, slot: int) -> None:
+        self.writer = writer
+        self.slot = slot
+
+    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
+        w = self.writer
+        if w._sinks[self.slot] is not self:
+            return  # the slot was replaced since: this bookie no longer counts
+        if status == _OK:
+            if w._tracker.on_ack(tag, self.slot):
+                w._acknowledged()
+        else:
+            w._write_failed(
+                self.slot,
+                status_error(status, f"ledger {w.id} entry {tag} on {w._ensemble[self.slot]}"),
+            )
+
+    def on_error(self, tag: int, error: WalkitError) -> None:
+        w = self.writer
+        if w._sinks[self.slot] is self:
+            w._write_failed(self.slot, error)
+
+
+@final
+class _Ignore:
+    """Answers nobody waits for (explicit LAC writes)."""
+
+    __slots__ = ()
+
+    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
+        pass
+
+    def on_error(self, tag: int, error: WalkitError) -> None:
+        pass
+
+
+_IGNORE = _Ignore()
+
+
+@final
+class LedgerWriter:
+    """The single writer of one ledger (from :meth:`walkit.Client.create_ledger`).
+
+    ``append``/``append_batch`` return once the entries are acknowledged: stored durably on an
+    ack quorum of their write set, and every lower entry too. Appends from concurrent tasks are
+    pipelined and get consecutive ids in call order. ``close`` (or leaving ``async with``)
+    records the last acknowledged entry in the metadata.
+    """
+
+    def __init__(
+        self, core: ClientCore, metadata: LedgerMetadata, version: int, password: bytes
+    ) -> None:
+        self._core = core
+        self._md = metadata
+        self._version = version
+        self.id = metadata.ledger_id
+        self._digest: DigestManager = core.digest_manager(metadata, password)
+        self._password = bytes(password)
+        self._key = core.master_key(password)
+        opts = core.options
+        self._add_timeout = opts.add_timeout
+        self._max_pending = opts.max_pending_adds
+        self._max_entry = opts.max_entry_size
+        self._tracker = AddTracker(
+            metadata.ensemble_size,
+            metadata.write_quorum,
+            metadata.ack_quorum,
+            mode=opts.ensemble_change,
+        )
+        self._ensemble: list[BookieId] = list(metadata.current_ensemble)
+        self._conns: list[BookieConnection] = [core.pool.get(b) for b in self._ensemble]
+        self._sinks = [_SlotSink(self, s) for s in range(metadata.ensemble_size)]
+        self._waiters: deque[tuple[int, trio.Event]] = deque()
+        self._room = trio.Event()
+        self._idle = trio.Event()
+        self._idle.set()
+        self._lac_moved = trio.Event()
+        self._lac_on_bookies = -1
+        self._error: WalkitError | None = None
+        self._closing = False
+        self._closed = False
+        self._changing = False
+        self._change_done = trio.Event()
+        self._change_done.set()
+        self._failed_bookies: set[BookieId] = set()
+        self._scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"LedgerWriter(id={self.id}, lac={self.last_add_confirmed}, "
+            f"pending={self._tracker.pending_count})"
+        )
+
+    # --- public ----------------------------------------------------------------------------
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest acknowledged entry id (-1 before the first)."""
+        return self._tracker.last_add_confirmed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        """The ledger's metadata as this writer last wrote or read it."""
+        return self._md
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def length(self) -> int:
+        """Total payload bytes of the acknowledged entries."""
+        return self._tracker.acked_length
+
+    async def append(self, payload: bytes) -> int:
+        """Append one entry; returns its id once it is acknowledged.
+
+        Raises LedgerClosedError after ``close``; WriterFencedError if another client took the
+        ledger over (the entry *may* be written); NotEnoughBookiesError if a failed bookie
+        could not be replaced; InvalidArgumentError for a payload that is not bytes or too big.
+        """
+        data = _payload(payload)
+        self._check_appendable(len(data))
+        while self._tracker.pending_count >= self._max_pending:
+            await self._wait_for_room()
+        entry_id = self._add(data)
+        return await self._wait_acknowledged(entry_id)
+
+    async def append_batch(self, payloads: Sequence[bytes]) -> list[int]:
+        """Append several entries, pipelined; returns their ids once all are acknowledged."""
+        if isinstance(payloads, bytes | bytearray | memoryview | str):
+            raise InvalidArgumentError("append_batch takes a sequence of payloads")
+        datas = [_payload(p) for p in payloads]
+        for data in datas:
+            self._check_size(len(data))
+        if not datas:
+            await trio.lowlevel.checkpoint()
+            return []
+        ids: list[int] = []
+        for data in datas:
+            self._check_appendable(len(data))
+            while self._tracker.pending_count >= self._max_pending:
+                await self._wait_for_room()
+                self._check_appendable(len(data))
+            ids.append(self._add(data))
+        await self._wait_acknowledged(ids[-1])
+        return ids
+
+    async def read(self, first: int, last: int) -> list[Entry]:
+        """Read back acknowledged entries ``first..last`` (inclusive)."""
+        _check_range(first, last)
+        if last > self.last_add_confirmed:
+            raise NoSuchEntryError(
+                f"ledger {self.id}: entry {last} is past the last add confirmed "
+                f"{self.last_add_confirmed}"
+            )
+        return await read_entries(self._core, self._md, self._digest, first, last)
+
+    async def close(self) -> None:
+        """Wait for pending appends, then CAS the metadata to CLOSED at the last acknowledged
+        entry (seed 000). Already closed the same way is success; closed elsewhere or being
+        recovered raises (WriterFencedError / LedgerInRecoveryError). Idempotent."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closing = True
+        try:
+            # Let in-flight adds finish (acknowledged or failed) and any ensemble change end.
+            while self._tracker.pending_count and self._error is None:
+                self._idle = trio.Event()
+                await self._idle.wait()
+            await self._change_done.wait()
+            await self._close_metadata()
+            self._closed = True
+        finally:
+            self._stop()
+
+    async def __aenter__(self) -> LedgerWriter:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            await self.close()
+            return
+        try:
+            await self.close()
+        except WalkitError as close_error:  # the body's error is the one to report
+            log.warning("ledger_close_failed", ledger_id=self.id, error=str(close_error))
+
+    # --- appending -------------------------------------------------------------------------
+
+    def _check_size(self, size: int) -> None:
+        if size > self._max_entry:
+            raise InvalidArgumentError(
+                f"entry of {size} bytes is larger than the maximum {self._max_entry}"
+            )
+
+    def _check_appendable(self, size: int) -> None:
+        if self._closing or self._closed:
+            raise LedgerClosedError(f"ledger {self.id} is closed")
+        if self._error is not None:
+            raise _copy(self._error)
+        self._check_size(size)
+
+    def _add(self, data: bytes) -> int:
+        tracker = self._tracker
+        pa = tracker.add(len(data))
+        pa.packet = self._digest.encode(pa.entry_id, pa.lac, pa.length, data)
+        self._lac_on_bookies = pa.lac
+        self._send(pa, tracker.targets(pa))
+        return pa.entry_id
+
+    def _send(self, pa: PendingAdd, slots: tuple[int, ...]) -> None:
+        key = self._key
+        packet = pa.packet
+        size = len(packet)
+        entry_id = pa.entry_id
+        for slot in slots:
+            conn = self._conns[slot]
+            rid = conn.new_request_id()
+            prefix = encode_add_prefix(rid, self.id, entry_id, key, size)
+            try:
+                conn.send(
+                    (prefix, key, packet), rid, self._sinks[slot], entry_id, self._add_timeout
+                )
+            except ClientClosedError as exc:
+                self._fail(exc)
+                return
+
+    async def _wait_for_room(self) -> None:
+        self._room = trio.Event()
+        await self._room.wait()
+        if self._error is not None:
+            raise _copy(self._error)
+
+    async def _wait_acknowledged(self, entry_id: int) -> int:
+        if entry_id <= self._tracker.last_add_confirmed:
+            await trio.lowlevel.checkpoint()
+            return entry_id
+        event = trio.Event()
+        self._waiters.append((entry_id, event))
+        await event.wait()
+        if entry_id <= self._tracker.last_add_confirmed:
+            return entry_id
+        assert self._error is not None
+        raise _copy(self._error)
+
+    def _acknowledged(self) -> None:
+        """The LAC moved: wake whoever waits for entries up to it."""
+        lac = self._tracker.last_add_confirmed
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= lac:
+            waiters.popleft()[1].set()
+        self._lac_moved.set()
+        pending = self._tracker.pending_count
+        if pending < self._max_pending:
+            self._room.set()
+        if not pending:
+            self._idle.set()
+
+    # --- failures --------------------------------------------------------------------------
+
+    def _write_failed(self, slot: int, error: WalkitError) -> None:
+        if self._error is not None or self._closed:
+            return
+        if isinstance(error, LedgerFencedError):
+            self._fail(
+                WriterFencedError(
+                    f"ledger {self.id} was fenced by another client; entries after "
+                    f"{self.last_add_confirmed} may or may not be written"
+                )
+            )
+            return
+        if isinstance(error, UnauthorizedAccessError | ClientClosedError):
+            self._fail(error)
+            return
+        bookie = self._ensemble[slot]
+        if self._tracker.is_blocked(slot):
+            return
+        log.info(
+            "bookie_write_failed",
+            ledger_id=self.id,
+            bookie=str(bookie),
+            slot=slot,
+            error=str(error),
+            timeout=isinstance(error, BookieTimeoutError),
+        )
+        self._failed_bookies.add(bookie)
+        if self._tracker.on_bookie_failure(slot) and not self._changing:
+            self._start_change()
+
+    def _fail(self, error: WalkitError) -> None:
+        """The writer cannot go on: fail every pending append with ``error``."""
+        if self._error is not None:
+            return
+        self._error = error
+        dropped = self._tracker.fail_all()
+        log.warning(
+            "ledger_writer_failed",
+            ledger_id=self.id,
+            lac=self.last_add_confirmed,
+            dropped=len(dropped),
+            error=str(error),
+        )
+        waiters = self._waiters
+        self._waiters = deque()
+        for _, event in waiters:
+            event.set()
+        self._room.set()
+        self._idle.set()
+
+    # --- ensemble change -------------------------------------------------------------------
+
+    def _start_change(self) -> None:
+        if self._nursery is None:  # pragma: no cover - background not started
+            self._fail(ClientClosedError("the writer's background tasks are not running"))
+            return
+        self._changing = True
+        self._change_done = trio.Event()
+        self._nursery.start_soon(self._change_ensemble)
+
+    async def _change_ensemble(self) -> None:
+        try:
+            while self._error is None and self._tracker.needs_change():
+                first_entry, slots = self._tracker.start_ensemble_change()
+                try:
+                    await self._commit_new_fragment(first_entry, slots)
+                except WalkitError as exc:
+                    self._tracker.abort_ensemble_change()
+                    self._fail(exc)
+                    return
+                resend = self._tracker.finish_ensemble_change()
+                for pa, targets in resend:
+                    self._send(pa, targets)
+        except Exception as exc:  # a bug must not take the client down
+            log.exception("ensemble_change_crashed", ledger_id=self.id)
+            self._fail(WalkitError(f"ledger {self.id}: ensemble change failed: {exc!r}"))
+        finally:
+            self._changing = False
+            self._change_done.set()
+
+    async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
+        core = self._core
+        md = self._md
+        current = tuple(self._ensemble)
+        exclude = set(current) | self._failed_bookies
+        replacements: dict[int, BookieId] = {}
+        for slot in sorted(slots):
+            try:
+                chosen = core.placement.replace_bookie(
+                    md.ensemble_size,
+                    md.write_quorum,
+                    md.ack_quorum,
+                    current,
+                    current[slot],
+                    frozenset(exclude),
+                    md.custom_metadata,
+                )
+            except NotEnoughBookiesError as exc:
+                raise NotEnoughBookiesError(
+                    f"ledger {self.id}: no bookie to replace {current[slot]}: {exc}"
+                ) from None
+            replacements[slot] = chosen
+            exclude.add(chosen)
+        version = self._version
+        while True:
+            updated = new_fragment(md, current, first_entry, replacements)
+            try:
+                version = await core.retry_metadata(
+                    functools.partial(core.ledgers.write, updated, version)
+                )
+                break
+            except MetadataVersionError:
+                md, version = await core.retry_metadata(
+                    functools.partial(core.ledgers.read, self.id)
+                )
+                self._md, self._version = md, version
+        self._md, self._version = updated, version
+        for slot, bookie in replacements.items():
+            self._ensemble[slot] = bookie
+            self._conns[slot] = core.pool.get(bookie)
+            self._sinks[slot] = _SlotSink(self, slot)
+        log.info(
+            "ensemble_changed",
+            ledger_id=self.id,
+            first_entry=first_entry,
+            replaced={str(current[s]): str(b) for s, b in replacements.items()},
+        )
+
+    # --- background ------------------------------------------------------------------------
+
+    async def start_background(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Run the writer's background tasks (explicit LAC, ensemble changes) until closed."""
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                interval = self._core.options.explicit_lac_interval
+                if interval is not None:
+                    nursery.start_soon(self._send_lac_when_idle, interval)
+                task_status.started()
+                await trio.sleep_forever()
+
+    def _stop(self) -> None:
+        self._scope.cancel()
+
+    async def _send_lac_when_idle(self, interval: float) -> None:
+        """Entries carry the LAC known when sent, so the bookies learn the last ones only
+        with the next entry: when none follows within ``interval``, send the LAC itself."""
+        try:
+            while True:
+                await self._lac_moved.wait()
+                self._lac_moved = trio.Event()
+                while True:
+                    sent = self._tracker.next_entry_id
+                    await trio.sleep(interval)
+                    if self._tracker.next_entry_id == sent:
+                        break
+                lac = self._tracker.last_add_confirmed
+                if lac > self._lac_on_bookies and self._error is None:
+                    self._lac_on_bookies = lac
+                    self._write_lac(lac)
+        except Exception:  # pragma: no cover - a bug must not take the client down
+            log.exception("explicit_lac_crashed", ledger_id=self.id)
+
+    def _write_lac(self, lac: int) -> None:
+        for slot, conn in enumerate(self._conns):
+            if self._tracker.is_blocked(slot):
+                continue
+            rid = conn.new_request_id()
+            frame = encode_frame(WriteLacRequest(rid, self.id, lac, self._key))
+            try:
+                conn.send((frame,), rid, _IGNORE, 0, self._core.options.add_timeout)
+            except ClientClosedError:
+                return
+
+    # --- close -----------------------------------------------------------------------------
+
+    async def _close_metadata(self) -> None:
+        core = self._core
+        lac = self._tracker.last_add_confirmed
+        md, version = self._md, self._version
+        while True:
+            decision = decide_close(md, lac, self._tracker.acked_length)
+            if decision.done:
+                break
+            if decision.error is not None:
+                raise decision.error
+            assert decision.write is not None
+            try:
+                version = await core.retry_metadata(
+                    functools.partial(core.ledgers.write, decision.write, version)
+                )
+                md = decision.write
+                break
+            except MetadataVersionError:
+                md, version = await core.retry_metadata(
+                    functools.partial(core.ledgers.read, self.id)
+                )
+        self._md, self._version = md, version
+        log.debug("ledger_closed", ledger_id=self.id, last_entry_id=lac)
+
+
+def _check_range(first: Any, last: Any) -> None:
+    for name, value in (("first", first), ("last", last)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} must be an int, not {value!r}")
+    if first < 0 or last < first:
+        raise InvalidArgumentError(f"bad entry range {first}..{last}")
