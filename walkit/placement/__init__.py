@@ -1,5 +1,52 @@
-"""Ensemble placement policies (seed 004)."""
+"""Ensemble placement policies (seed 004): where a ledger's copies go and how to read them.
 
+See docs/placement.md. Choose a policy with :func:`load_policy`, then call ``initialize`` with
+the configuration and :class:`PlacementResources`, and ``on_cluster_changed`` whenever the
+registered bookies change.
+"""
+
+from walkit.placement._base import BasePlacementPolicy
+from walkit.placement._config import PlacementConfig
+from walkit.placement._default import DefaultEnsemblePlacementPolicy
+from walkit.placement._loader import (
+    BUILTIN_POLICIES,
+    ENTRY_POINT_GROUP,
+    available_policies,
+    load_policy,
+)
 from walkit.placement._policy import BookieInfo, EnsemblePlacementPolicy, PlacementResources
+from walkit.placement._rackaware import RackawareEnsemblePlacementPolicy
+from walkit.placement._regionaware import RegionAwareEnsemblePlacementPolicy
+from walkit.placement._resolvers import (
+    LocationResolver,
+    ScriptLocationResolver,
+    StaticLocationResolver,
+)
+from walkit.placement._topology import (
+    DEFAULT_RACK,
+    DEFAULT_REGION,
+    NetworkTopology,
+    normalize_location,
+)
 
-__all__ = ["BookieInfo", "EnsemblePlacementPolicy", "PlacementResources"]
+__all__ = [
+    "BUILTIN_POLICIES",
+    "DEFAULT_RACK",
+    "DEFAULT_REGION",
+    "ENTRY_POINT_GROUP",
+    "BasePlacementPolicy",
+    "BookieInfo",
+    "DefaultEnsemblePlacementPolicy",
+    "EnsemblePlacementPolicy",
+    "LocationResolver",
+    "NetworkTopology",
+    "PlacementConfig",
+    "PlacementResources",
+    "RackawareEnsemblePlacementPolicy",
+    "RegionAwareEnsemblePlacementPolicy",
+    "ScriptLocationResolver",
+    "StaticLocationResolver",
+    "available_policies",
+    "load_policy",
+    "normalize_location",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import random as _random
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
@@ -13,7 +14,11 @@ from walkit._core.types import BookieId
 
 @attrs.frozen
 class BookieInfo:
-    """What the client knows about a registered bookie."""
+    """What the client knows about a registered bookie.
+
+    ``network_location`` is what the bookie registered (``walkit-bookie --network-location``);
+    when it is None the policy asks its location resolver, then falls back to the default rack.
+    """
 
     bookie_id: BookieId
     #: ``/region/rack`` as the bookie registered it, or None.
@@ -23,15 +28,21 @@ class BookieInfo:
 
 @attrs.frozen
 class PlacementResources:
-    """What the client hands a policy at initialize: a location resolver, a clock, metrics."""
+    """What the client hands a policy at initialize: a location resolver, a clock, metrics,
+    and a random generator."""
 
-    #: async-free callable: list of host names -> list of locations (``None`` if unknown).
+    #: A LocationResolver (``.resolve(names)``) or a plain synchronous callable: list of host
+    #: names -> list of locations (``None`` if unknown). Tried after a bookie's registered
+    #: location and before the resolvers the configuration names.
     resolver: Any = None
     #: A zero-argument callable giving the current time in seconds (trio.current_time in the
-    #: client; a MockClock in tests). Never the wall clock.
+    #: client; a MockClock in tests). Never the wall clock. None means trio.current_time.
     clock: Any = None
-    #: A prometheus CollectorRegistry, or None.
+    #: A prometheus CollectorRegistry, or None for no metrics.
     metrics_registry: Any = None
+    #: The random generator placement draws from; None means one seeded from the
+    #: ``random_seed`` option (or from the OS when that is unset too).
+    random: _random.Random | None = None
 
 
 class EnsemblePlacementPolicy(abc.ABC):
@@ -51,7 +62,11 @@ class EnsemblePlacementPolicy(abc.ABC):
     def on_cluster_changed(
         self, writable: Set[BookieInfo] | Set[BookieId], readonly: Set[BookieInfo] | Set[BookieId]
     ) -> set[BookieId]:
-        """The bookie lists changed; return the bookies that left."""
+        """The bookie lists changed (both lists are complete); return the bookies that left.
+
+        A bookie in neither list has left the cluster; the built-in policies keep it in the
+        topology for ``stabilize_period`` seconds and report it once it is out of the topology.
+        """
 
     @abc.abstractmethod
     def new_ensemble(

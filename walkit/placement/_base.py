@@ -1,0 +1,465 @@
+"""What every built-in policy shares: membership, the stabilized topology, location resolution
+and read ordering. Subclasses decide ``new_ensemble`` and ``replace_bookie``."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from typing import Any, ClassVar
+
+import structlog
+import trio
+
+from walkit._core.ledger_metadata import validate_quorums
+from walkit._core.types import BookieId
+from walkit.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    InvalidArgumentError,
+    NotEnoughBookiesError,
+)
+from walkit.placement._config import PlacementConfig
+from walkit.placement._metrics import PlacementMetrics
+from walkit.placement._policy import BookieInfo, EnsemblePlacementPolicy, PlacementResources
+from walkit.placement._resolvers import (
+    LocationResolver,
+    ScriptLocationResolver,
+    StaticLocationResolver,
+    reload_resolvers,
+    resolve_with,
+)
+from walkit.placement._topology import NetworkTopology, normalize_location, region_of
+
+log = structlog.get_logger()
+
+#: Read-order classes, best first (seed 004).
+WRITABLE, READ_ONLY, DEPARTING, GONE = 0, 1, 2, 3
+_STATE_NAMES = {WRITABLE: "writable", READ_ONLY: "readonly", DEPARTING: "departing", GONE: "gone"}
+
+
+def _infos(bookies: object, what: str) -> dict[BookieId, BookieInfo]:
+    if isinstance(bookies, str | bytes) or not isinstance(bookies, Iterable):
+        raise InvalidArgumentError(f"{what} bookies must be a set of BookieInfo or BookieId")
+    out: dict[BookieId, BookieInfo] = {}
+    for item in bookies:
+        if isinstance(item, BookieInfo):
+            if not isinstance(item.bookie_id, BookieId):
+                raise InvalidArgumentError(
+                    f"{what}: BookieInfo.bookie_id must be a BookieId: {item!r}"
+                )
+            out[item.bookie_id] = item
+        elif isinstance(item, BookieId):
+            out[item] = BookieInfo(item)
+        else:
+            raise InvalidArgumentError(
+                f"{what} bookies must be BookieInfo or BookieId, got {type(item).__name__}: {item!r}"
+            )
+    return out
+
+
+class BasePlacementPolicy(EnsemblePlacementPolicy):
+    """A policy that tracks the cluster: subclass it to write your own placement.
+
+    It keeps the writable and read-only bookies, their locations in a :class:`NetworkTopology`
+    (resolved from the registered location, the resources' resolver, the ``locations`` /
+    ``locations_file`` / ``location_script`` options, else the default rack), keeps departed
+    bookies in the topology for ``stabilize_period`` seconds, and orders reads as seed 004
+    says. It is thread-safe: ``on_cluster_changed`` resolves locations outside its lock.
+    """
+
+    #: False for policies that ignore locations: no resolver or script is consulted.
+    uses_locations: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._closed = False
+        self._writable: set[BookieId] = set()
+        self._readonly: set[BookieId] = set()
+        self._registered: dict[BookieId, str | None] = {}
+        self._departing: dict[BookieId, float] = {}
+        self._left: set[BookieId] = set()
+        # Bookies on the default rack because no source resolved them: retried on each change.
+        self._fallback: set[BookieId] = set()
+        self._reresolve_all = False
+        self._topology = NetworkTopology()
+        self._resolvers: list[Any] = []
+        self._metrics = PlacementMetrics(None)
+        self._local_region: str | None = None
+        self.config = PlacementConfig()
+        self._rng = random.Random()
+        self._clock: Callable[[], float] = trio.current_time
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def initialize(
+        self, config: Mapping[str, Any] | None = None, resources: PlacementResources | None = None
+    ) -> None:
+        """Read the options (see docs/placement.md) and take the resources."""
+        cfg = PlacementConfig.from_mapping(config)
+        res = PlacementResources() if resources is None else resources
+        if not isinstance(res, PlacementResources):
+            raise ConfigurationError(
+                f"placement resources must be PlacementResources, not {type(res).__name__}"
+            )
+        if res.clock is not None and not callable(res.clock):
+            raise ConfigurationError("PlacementResources.clock must be a zero-argument callable")
+        if res.random is not None and not isinstance(res.random, random.Random):
+            raise ConfigurationError("PlacementResources.random must be a random.Random")
+        resolvers: list[Any] = []
+        if res.resolver is not None:
+            if not (isinstance(res.resolver, LocationResolver) or callable(res.resolver)):
+                raise ConfigurationError(
+                    "PlacementResources.resolver must have .resolve(names) or be callable"
+                )
+            resolvers.append(res.resolver)
+        if self.uses_locations:
+            if cfg.locations:
+                resolvers.append(StaticLocationResolver(cfg.locations))
+            if cfg.locations_file:
+                resolvers.append(StaticLocationResolver.from_file(cfg.locations_file))
+            if cfg.location_script:
+                resolvers.append(
+                    ScriptLocationResolver(
+                        cfg.location_script,
+                        timeout=cfg.location_script_timeout,
+                        max_args=cfg.location_script_max_args,
+                    )
+                )
+        with self._lock:
+            self._metrics.close()
+            self.config = cfg
+            self._rng = res.random if res.random is not None else random.Random(cfg.random_seed)
+            self._clock = res.clock if res.clock is not None else trio.current_time
+            self._resolvers = resolvers
+            self._metrics = PlacementMetrics(res.metrics_registry)
+            self._reresolve_all = bool(self._topology)
+            self._closed = False
+        local = cfg.local_region
+        if local is None and cfg.local_host is not None:
+            loc = self._resolve_hosts([cfg.local_host]).get(cfg.local_host)
+            local = None if loc is None else region_of(loc)
+        self._local_region = local
+
+    def close(self) -> None:
+        """Forget the cluster and drop resolver caches and metrics."""
+        with self._lock:
+            self._closed = True
+            self._writable.clear()
+            self._readonly.clear()
+            self._registered.clear()
+            self._departing.clear()
+            self._left.clear()
+            self._fallback.clear()
+            self._topology = NetworkTopology()
+            reload_resolvers(self._resolvers)
+            self._metrics.close()
+
+    def reload_locations(self) -> None:
+        """Drop cached locations; every bookie is resolved again at the next cluster change."""
+        reload_resolvers(self._resolvers)
+        with self._lock:
+            self._reresolve_all = True
+
+    # --- what subclasses and callers may read ----------------------------------------------
+
+    @property
+    def topology(self) -> NetworkTopology:
+        """The current topology (includes departed bookies inside their stabilize period).
+
+        Treat it as read-only.
+        """
+        with self._lock:
+            self._expire()
+            return self._topology
+
+    @property
+    def rng(self) -> random.Random:
+        """The injected random generator every random choice must come from."""
+        return self._rng
+
+    @property
+    def local_region(self) -> str | None:
+        """``/region`` of this client (``local_region`` or ``local_host`` option), if known."""
+        return self._local_region
+
+    def writable_bookies(self) -> frozenset[BookieId]:
+        with self._lock:
+            return frozenset(self._writable)
+
+    def readonly_bookies(self) -> frozenset[BookieId]:
+        with self._lock:
+            return frozenset(self._readonly)
+
+    def bookie_state(self, bookie: BookieId) -> str:
+        """``"writable"``, ``"readonly"``, ``"departing"`` (left, still in the topology) or ``"gone"``."""
+        with self._lock:
+            self._expire()
+            return _STATE_NAMES[self._state(bookie)]
+
+    def location_of(self, bookie: BookieId) -> str:
+        """The bookie's ``/region/rack``; the default rack for a bookie not in the topology."""
+        with self._lock:
+            return self._topology.location_of(bookie) or self.config.default_rack
+
+    def candidates(self, exclude: Set[BookieId] = frozenset()) -> list[BookieId]:
+        """Writable bookies not in ``exclude``, sorted (so a seeded generator repeats itself)."""
+        with self._lock:
+            self._check_open()
+            return sorted(self._writable - set(exclude))
+
+    # --- argument checks subclasses use -----------------------------------------------------
+
+    def check_new_ensemble_args(
+        self, ensemble_size: int, write_quorum: int, ack_quorum: int, exclude: Set[BookieId]
+    ) -> frozenset[BookieId]:
+        validate_quorums(ensemble_size, write_quorum, ack_quorum)
+        return _check_exclude(exclude)
+
+    def check_replace_args(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        current_ensemble: Sequence[BookieId],
+        bookie_to_replace: BookieId,
+        exclude: Set[BookieId],
+    ) -> tuple[int, frozenset[BookieId]]:
+        """Check the arguments; return (index of ``bookie_to_replace``, exclude set)."""
+        validate_quorums(ensemble_size, write_quorum, ack_quorum)
+        ex = _check_exclude(exclude)
+        ensemble = list(current_ensemble)
+        if not all(isinstance(b, BookieId) for b in ensemble):
+            raise InvalidArgumentError("current_ensemble must hold BookieIds")
+        if len(ensemble) != ensemble_size:
+            raise InvalidArgumentError(
+                f"current_ensemble has {len(ensemble)} bookies, ensemble_size is {ensemble_size}"
+            )
+        if len(set(ensemble)) != len(ensemble):
+            raise InvalidArgumentError(
+                f"current_ensemble has duplicates: {[str(b) for b in ensemble]}"
+            )
+        if bookie_to_replace not in ensemble:
+            raise InvalidArgumentError(
+                f"bookie to replace {bookie_to_replace} is not in the ensemble"
+            )
+        return ensemble.index(bookie_to_replace), ex
+
+    def not_enough(self, needed: int, available: int, why: str) -> NotEnoughBookiesError:
+        """A NotEnoughBookiesError saying what was needed, what there was, and why."""
+        with self._lock:
+            detail = (
+                f"{len(self._writable)} writable, {len(self._readonly)} read-only, "
+                f"{len(self._departing)} recently departed"
+            )
+        return NotEnoughBookiesError(
+            f"need {needed} bookie(s), {available} available: {why} (cluster: {detail})"
+        )
+
+    # --- membership -------------------------------------------------------------------------
+
+    def on_cluster_changed(
+        self, writable: Set[BookieInfo] | Set[BookieId], readonly: Set[BookieInfo] | Set[BookieId]
+    ) -> set[BookieId]:
+        w = _infos(writable, "writable")
+        r = _infos(readonly, "readonly")
+        for b, info in list(w.items()):
+            if info.read_only and b not in r:
+                r[b] = info
+        for b in r:  # a bookie in both lists is read-only
+            w.pop(b, None)
+        registered = {b: i.network_location for b, i in (w | r).items()}
+        with self._lock:
+            self._check_open()
+            todo = [
+                b
+                for b, loc in registered.items()
+                if self._reresolve_all
+                or b not in self._topology
+                or b in self._fallback
+                or loc != self._registered.get(b)
+            ]
+            self._reresolve_all = False
+        # Resolution may run a script: do it without holding the lock.
+        resolved = self._resolve(todo, registered)
+        with self._lock:
+            period = self.config.stabilize_period
+            now = self._now() if period > 0 else 0.0
+            for b, (loc, fell_back) in resolved.items():
+                self._topology.add(b, loc)
+                if fell_back and self._resolvers:
+                    self._fallback.add(b)
+                else:
+                    self._fallback.discard(b)
+            previous = self._writable | self._readonly
+            current = set(registered)
+            joined = current - previous
+            self._writable, self._readonly = set(w), set(r)
+            self._registered = registered
+            for b in current:
+                self._departing.pop(b, None)
+            for b in previous - current:
+                self._fallback.discard(b)
+                if period > 0:
+                    self._departing.setdefault(b, now + period)
+                else:
+                    self._topology.remove(b)
+                    self._left.add(b)
+            self._expire(now if period > 0 else None)
+            left, self._left = self._left, set()
+            self._metrics.bookies(len(self._writable), len(self._readonly), len(self._departing))
+        if joined or left:
+            log.info(
+                "placement.cluster_changed",
+                joined=sorted(str(b) for b in joined),
+                left=sorted(str(b) for b in left),
+                writable=len(w),
+                readonly=len(r),
+            )
+        return left
+
+    def _now(self) -> float:
+        try:
+            return float(self._clock())
+        except RuntimeError as exc:
+            raise ConfigurationError(
+                "stabilize_period needs a clock: pass PlacementResources(clock=...) "
+                f"or call the policy inside trio ({exc})"
+            ) from None
+
+    def _expire(self, now: float | None = None) -> None:
+        """Move departed bookies whose period ran out out of the topology (lock held)."""
+        if not self._departing:
+            return
+        if now is None:
+            now = self._now()
+        for b, deadline in list(self._departing.items()):
+            if deadline <= now:
+                del self._departing[b]
+                self._topology.remove(b)
+                self._left.add(b)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the placement policy is closed")
+
+    def _state(self, bookie: BookieId) -> int:
+        if bookie in self._writable:
+            return WRITABLE
+        if bookie in self._readonly:
+            return READ_ONLY
+        if bookie in self._topology:
+            return DEPARTING
+        return GONE
+
+    # --- locations --------------------------------------------------------------------------
+
+    def _resolve(
+        self, bookies: list[BookieId], registered: Mapping[BookieId, str | None]
+    ) -> dict[BookieId, tuple[str, bool]]:
+        """bookie -> (location, fell back to the default rack)."""
+        default = self.config.default_rack
+        if not self.uses_locations:
+            return {b: (default, False) for b in bookies}
+        out: dict[BookieId, tuple[str, bool]] = {}
+        pending: list[BookieId] = []
+        for b in bookies:
+            reg = registered.get(b)
+            if reg is not None:
+                try:
+                    out[b] = (normalize_location(reg), False)
+                    continue
+                except InvalidArgumentError as exc:
+                    log.warning("placement.bad_registered_location", bookie=str(b), error=str(exc))
+            pending.append(b)
+        if pending:
+            found = self._resolve_hosts(sorted({b.host for b in pending}))
+            for b in pending:
+                loc = found.get(b.host)
+                if loc is None:
+                    out[b] = (default, True)
+                    log.info("placement.location_default", bookie=str(b), location=default)
+                else:
+                    out[b] = (loc, False)
+            self._metrics.fallback(sum(1 for b in pending if found.get(b.host) is None))
+        return out
+
+    def _resolve_hosts(self, hosts: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for resolver in list(self._resolvers):
+            rest = [h for h in hosts if h not in found]
+            if not rest:
+                break
+            for host, loc in zip(rest, resolve_with(resolver, rest), strict=True):
+                if loc is not None:
+                    found[host] = loc
+        return found
+
+    def _location_for_ensemble(self, bookie: BookieId) -> str:
+        """Location of an ensemble member, even one no longer in the topology (lock held)."""
+        loc = self._topology.location_of(bookie)
+        if loc is not None:
+            return loc
+        if not self.uses_locations:
+            return self.config.default_rack
+        return self._resolve_hosts([bookie.host]).get(bookie.host, self.config.default_rack)
+
+    # --- read ordering ----------------------------------------------------------------------
+
+    def reorder_read_sequence(
+        self,
+        ensemble: Sequence[BookieId],
+        write_set: Sequence[int],
+        failure_history: Mapping[BookieId, float],
+    ) -> list[int]:
+        """Writable bookies without failures, then writable with failures (oldest failure
+        first), then read-only, then departed but still in the topology, then gone."""
+        idxs = _check_write_set(ensemble, write_set)
+        if not self.config.reorder_reads:
+            return idxs
+        keyed: list[tuple[tuple[int, bool, float, int], int]] = []
+        with self._lock:
+            self._expire()
+            for pos, i in enumerate(idxs):
+                b = ensemble[i]
+                failed = failure_history.get(b)
+                if failed is not None:
+                    try:
+                        failed = float(failed)
+                    except (TypeError, ValueError):
+                        raise InvalidArgumentError(
+                            f"failure_history[{b}] must be a time in seconds, got {failed!r}"
+                        ) from None
+                keyed.append(((self._state(b), failed is not None, failed or 0.0, pos), i))
+            keyed.sort()
+            healthy = [i for key, i in keyed if key[0] == WRITABLE and not key[1]]
+            rest = [i for key, i in keyed if not (key[0] == WRITABLE and not key[1])]
+            return self._order_healthy(ensemble, healthy) + rest
+
+    def _order_healthy(self, ensemble: Sequence[BookieId], healthy: list[int]) -> list[int]:
+        """Hook: reorder the writable bookies without failures (lock held)."""
+        return healthy
+
+
+def _check_exclude(exclude: object) -> frozenset[BookieId]:
+    if exclude is None:
+        return frozenset()
+    if isinstance(exclude, str | bytes) or not isinstance(exclude, Iterable):
+        raise InvalidArgumentError("exclude must be a set of BookieIds")
+    ex = frozenset(exclude)
+    if not all(isinstance(b, BookieId) for b in ex):
+        raise InvalidArgumentError("exclude must hold BookieIds")
+    return frozenset(b for b in ex if isinstance(b, BookieId))
+
+
+def _check_write_set(ensemble: Sequence[BookieId], write_set: Sequence[int]) -> list[int]:
+    idxs = list(write_set)
+    n = len(ensemble)
+    for i in idxs:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise InvalidArgumentError(
+                f"write set index {i!r} is not an index of a {n}-bookie ensemble"
+            )
+    if len(set(idxs)) != len(idxs):
+        raise InvalidArgumentError(f"write set has duplicate indexes: {idxs}")
+    return idxs
