@@ -3,8 +3,33 @@
 - :class:`SimNetwork`: the :class:`walkit.net.Network` seam in memory, with faults (delay, stall,
   pause, partitions, refused connects, resets), all driven by one seeded ``random.Random``.
 - :func:`run`: ``trio.run`` on a ``MockClock`` with trio's scheduler seeded, so a seed replays.
+- :class:`History` and the pure checkers (``check_*``): what clients were told, and whether the
+  protocol's invariants held.
 """
 
+from walkit.testing._checkers import (
+    CheckResult,
+    assert_ok,
+    check_all,
+    check_closed_ledgers_replicated,
+    check_entry_replication,
+    check_fenced_writer,
+    check_no_divergence,
+    check_no_lost_acks,
+    check_readers_agree,
+)
+from walkit.testing._history import (
+    AddAcked,
+    AddFailed,
+    AddInvoked,
+    CloseAcked,
+    Event,
+    FenceCompleted,
+    History,
+    LedgerClosedObserved,
+    ReadObserved,
+    StoredCopies,
+)
 from walkit.testing._network import LinkFaults, SimNetwork, SimNode, SimStream
 from walkit.testing._runner import (
     SEED_ENV,
@@ -16,10 +41,29 @@ from walkit.testing._runner import (
 
 __all__ = [
     "SEED_ENV",
+    "AddAcked",
+    "AddFailed",
+    "AddInvoked",
+    "CheckResult",
+    "CloseAcked",
+    "Event",
+    "FenceCompleted",
+    "History",
+    "LedgerClosedObserved",
     "LinkFaults",
+    "ReadObserved",
     "SimNetwork",
     "SimNode",
     "SimStream",
+    "StoredCopies",
+    "assert_ok",
+    "check_all",
+    "check_closed_ledgers_replicated",
+    "check_entry_replication",
+    "check_fenced_writer",
+    "check_no_divergence",
+    "check_no_lost_acks",
+    "check_readers_agree",
     "deterministic_scheduling",
     "replay_hint",
     "run",
