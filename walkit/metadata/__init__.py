@@ -1,5 +1,70 @@
-"""Metadata stores: ZooKeeper (kazoo), sqlite (embedded default) and memory."""
+"""Metadata stores: ZooKeeper (kazoo), sqlite (embedded default) and memory, and the cluster
+layout on top of them (instance id, ledgers, bookie registration, cookies).
 
-from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
+See docs/metadata.md.
+"""
 
-__all__ = ["MetadataStore", "Versioned", "WatchEvent", "WatchEventKind"]
+from walkit.metadata._bookies import (
+    BookieList,
+    cookie_path,
+    delete_cookie,
+    list_bookies,
+    read_cookie,
+    register_bookie,
+    registration_path,
+    set_bookie_read_only,
+    watch_bookies,
+    write_cookie,
+)
+from walkit.metadata._cluster import (
+    BOOKIES_AVAILABLE_PATH,
+    BOOKIES_COOKIES_PATH,
+    BOOKIES_READONLY_PATH,
+    INSTANCE_ID_PATH,
+    LEDGERS_PATH,
+    LOGS_PATH,
+    ensure_cluster,
+)
+from walkit.metadata._ledgers import LedgerManager, ledger_id_from_path, ledger_path
+from walkit.metadata._memory import MemoryMetadataStore, forget_memory_tree
+from walkit.metadata._open import open_metadata_store
+from walkit.metadata._store import (
+    MAX_VALUE_SIZE,
+    MetadataStore,
+    Versioned,
+    WatchEvent,
+    WatchEventKind,
+)
+from walkit.metadata._watch import WatchStream
+
+__all__ = [
+    "BOOKIES_AVAILABLE_PATH",
+    "BOOKIES_COOKIES_PATH",
+    "BOOKIES_READONLY_PATH",
+    "INSTANCE_ID_PATH",
+    "LEDGERS_PATH",
+    "LOGS_PATH",
+    "MAX_VALUE_SIZE",
+    "BookieList",
+    "LedgerManager",
+    "MemoryMetadataStore",
+    "MetadataStore",
+    "Versioned",
+    "WatchEvent",
+    "WatchEventKind",
+    "WatchStream",
+    "cookie_path",
+    "delete_cookie",
+    "ensure_cluster",
+    "forget_memory_tree",
+    "ledger_id_from_path",
+    "ledger_path",
+    "list_bookies",
+    "open_metadata_store",
+    "read_cookie",
+    "register_bookie",
+    "registration_path",
+    "set_bookie_read_only",
+    "watch_bookies",
+    "write_cookie",
+]

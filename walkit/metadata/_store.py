@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import attrs
+
+from walkit.errors import ConfigurationError
 
 
 @attrs.frozen
@@ -20,6 +22,10 @@ class Versioned:
 
     value: bytes
     version: int
+
+
+#: The largest value a node may hold (ZooKeeper's packet limit is 1 MiB, with headers).
+MAX_VALUE_SIZE = 1_000_000
 
 
 class WatchEventKind(enum.Enum):
@@ -39,7 +45,11 @@ class MetadataStore(abc.ABC):
     """Async key/value tree with compare-and-set, ephemerals, watches and id generation.
 
     Errors: NoSuchNodeError, NodeExistsError, MetadataVersionError (a lost CAS),
-    MetadataStoreError (store unreachable; retryable), SessionExpiredError.
+    NodeNotEmptyError (delete of a node with children), InvalidArgumentError (bad path or value),
+    MetadataStoreError (store unreachable; retryable), SessionExpiredError (the session ended:
+    every later call raises it, open a new store), ClientClosedError (after ``aclose``).
+
+    Each store object is one session. Values are at most :data:`MAX_VALUE_SIZE` bytes.
     """
 
     #: The URL this store was opened from (for messages and for handing to subprocesses).
@@ -83,8 +93,28 @@ class MetadataStore(abc.ABC):
         """Yield an event each time the node (or, with ``children``, its child set) changes.
 
         The iterator is persistent (not one-shot); events may be coalesced, so callers re-read
-        after each one. It ends when the store is closed.
+        after each one. It ends when the store is closed, after a SESSION_EXPIRED event when the
+        session is lost, or when its ``aclose()`` is called.
+
+        A data watch yields CHANGED (created or set) and DELETED. A children watch yields
+        CHILDREN (a child was created or deleted), DELETED (the node itself went away) and
+        CHANGED (the node was created).
+
+        Events are kept from the call on, even before iteration starts. The pattern that never
+        misses a change: call ``watch``, then read the current state through this same store,
+        then consume events (any change the read did not see is reported).
         """
+
+    def watch_many(self, targets: Iterable[tuple[str, bool]]) -> AsyncIterator[WatchEvent]:
+        """One iterator over several watches, each ``(path, children)``; events carry their path.
+
+        The bundled drivers implement it natively; the default only handles one target.
+        """
+        targets = list(targets)
+        if len(targets) != 1:
+            raise ConfigurationError(f"{type(self).__name__} cannot watch several paths at once")
+        path, children = targets[0]
+        return self.watch(path, children=children)
 
     @abc.abstractmethod
     async def next_id(self, name: str = "ledger") -> int:
@@ -93,6 +123,14 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None:
         """End the session (its ephemeral nodes go away) and release resources."""
+
+    async def expire_session(self) -> None:
+        """Make this store's session expire now, as a crash or a partition would (for tests).
+
+        Its ephemeral nodes go away, its watches get SESSION_EXPIRED and end, and every later
+        call raises SessionExpiredError.
+        """
+        raise ConfigurationError(f"{type(self).__name__} cannot expire its session on demand")
 
     async def __aenter__(self) -> MetadataStore:
         return self

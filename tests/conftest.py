@@ -1,0 +1,51 @@
+"""Shared fixtures: a real ZooKeeper server, and metadata URLs for every driver."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# `from tests._zookeeper import ...` works whichever way pytest was started.
+_REPO = str(Path(__file__).resolve().parent.parent)
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+from tests._zookeeper import (  # noqa: E402
+    ZooKeeperServer,
+    missing_zookeeper,
+    running_zookeeper,
+    unique_root,
+)
+from walkit.metadata import forget_memory_tree  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One standalone ZooKeeper for the whole test session (stopped at the end, always)."""
+    problem = missing_zookeeper()
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server
+
+
+@pytest.fixture
+def zookeeper_url(zookeeper_server: ZooKeeperServer, request: pytest.FixtureRequest) -> str:
+    """``zk://127.0.0.1:PORT/<root>`` with a root of this test's own."""
+    return zookeeper_server.url(unique_root(request.node.name))
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def metadata_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty metadata store URL, once per driver (memory, sqlite, zookeeper)."""
+    if request.param == "memory":
+        name = unique_root(request.node.name).lstrip("/")
+        yield f"memory://{name}"
+        forget_memory_tree(name)
+    elif request.param == "sqlite":
+        yield f"sqlite://{tmp_path / 'metadata.db'}"
+    else:
+        yield request.getfixturevalue("zookeeper_url")

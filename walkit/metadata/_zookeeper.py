@@ -1,0 +1,445 @@
+"""``zk://host:port[,host:port...]/root``: Apache ZooKeeper through kazoo.
+
+kazoo is blocking and threaded. Calls run in worker threads (``trio.to_thread``, bounded by a
+CapacityLimiter) and wait at most ``operation_timeout``; a call that times out or loses its
+connection raises MetadataStoreError and *may* have been applied (ZooKeeper's usual ambiguity:
+re-read before retrying a write). Watch callbacks arrive on kazoo's threads and are handed to
+trio with ``TrioToken.run_sync_soon``.
+
+ZooKeeper watches are one-shot and kazoo drops them all when the connection breaks. Each watch
+therefore re-arms itself *before* its event is handed to trio (so a reader that re-reads after
+the event cannot miss the next change), and after a reconnect every watch is re-armed and sends
+a catch-up event. When the session is lost, the store is done: SESSION_EXPIRED goes to every
+watch and every later call raises SessionExpiredError.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, final
+
+import structlog
+import trio
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.retry import KazooRetry
+
+from walkit.errors import (
+    ClientClosedError,
+    InvalidArgumentError,
+    InvalidMetadataError,
+    MetadataStoreError,
+    MetadataVersionError,
+    NodeExistsError,
+    NodeNotEmptyError,
+    NoSuchNodeError,
+    SessionExpiredError,
+    WalkitError,
+)
+from walkit.metadata._paths import (
+    ROOT,
+    check_name,
+    check_path,
+    check_value,
+    check_version,
+)
+from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
+from walkit.metadata._watch import WatchStream, catch_up_event
+
+logger = structlog.get_logger()
+
+T = TypeVar("T")
+
+_MAX_ID = 2**63 - 1
+_EVENT_KINDS = {
+    EventType.CREATED: WatchEventKind.CHANGED,
+    EventType.CHANGED: WatchEventKind.CHANGED,
+    EventType.DELETED: WatchEventKind.DELETED,
+    EventType.CHILD: WatchEventKind.CHILDREN,
+}
+
+
+def _translate(exc: Exception, path: str, closed: bool) -> WalkitError:
+    if isinstance(exc, kz.NoNodeError):
+        return NoSuchNodeError(f"metadata node {path} does not exist")
+    if isinstance(exc, kz.NodeExistsError):
+        return NodeExistsError(f"metadata node {path} already exists")
+    if isinstance(exc, kz.BadVersionError):
+        return MetadataVersionError(f"metadata node {path} is not at the expected version")
+    if isinstance(exc, kz.NotEmptyError):
+        return NodeNotEmptyError(f"metadata node {path} has children")
+    if isinstance(exc, kz.NoChildrenForEphemeralsError):
+        return InvalidArgumentError(f"cannot create {path}: its parent is ephemeral")
+    if isinstance(exc, kz.SessionExpiredError):
+        return SessionExpiredError(f"ZooKeeper session expired (at {path})")
+    if isinstance(exc, kz.ConnectionClosedError) and closed:
+        return ClientClosedError("metadata store is closed")
+    if isinstance(exc, KazooTimeoutError):
+        return MetadataStoreError(f"ZooKeeper did not answer in time (at {path})")
+    if isinstance(exc, kz.ConnectionLoss | kz.ConnectionClosedError):
+        return MetadataStoreError(
+            f"lost the ZooKeeper connection (at {path}); retry after re-reading"
+        )
+    return MetadataStoreError(f"ZooKeeper error at {path}: {type(exc).__name__}: {exc}")
+
+
+class _ZkWatch:
+    """Keeps one ``(path, children)`` watch of one stream armed in ZooKeeper."""
+
+    def __init__(
+        self, store: ZooKeeperMetadataStore, stream: WatchStream, path: str, children: bool
+    ):
+        self.store = store
+        self.stream_ref = weakref.ref(stream)
+        self.path = path
+        self.full = store._full(path)
+        self.children = children
+        self.dead = False
+        self.needs_rearm = False
+        self._lock = threading.Lock()
+        self._pending: list[WatchEvent] = []
+
+    # All of the below may run on any thread and never block.
+
+    def arm(self, event: WatchEvent | None = None) -> None:
+        """Put the watch in place, then hand ``event`` (if any) to trio."""
+        if event is not None:
+            with self._lock:
+                self._pending.append(event)
+        if self.dead or self.store._lost or self.store._closed or self.stream_ref() is None:
+            self.dead = True
+            return
+        try:
+            if self.children:
+                self.store._zk.get_children_async(self.full, watch=self._fired).rawlink(
+                    self._children_armed
+                )
+            else:
+                self.store._zk.exists_async(self.full, watch=self._fired).rawlink(self._armed)
+        except Exception:  # the client is stopping; nothing more will come
+            self.needs_rearm = True
+            self._flush()
+
+    def _children_armed(self, result: Any) -> None:
+        if isinstance(result.exception, kz.NoNodeError):
+            # No children watch on a missing node: watch for its creation instead.
+            self.store._zk.exists_async(self.full, watch=self._fired).rawlink(self._armed)
+            return
+        self._armed(result)
+
+    def _armed(self, result: Any) -> None:
+        if result.exception is not None:
+            self.needs_rearm = True  # re-armed (with a catch-up event) after reconnecting
+        elif self.children and result.value is not None and not isinstance(result.value, list):
+            # The exists fallback found the node: it was created meanwhile.
+            self.arm(WatchEvent(WatchEventKind.CHANGED, self.path))
+            return
+        self._flush()
+
+    def _fired(self, event: WatchedEvent) -> None:
+        kind = _EVENT_KINDS.get(event.type)
+        if kind is None:  # EventType.NONE: kazoo dropped its watches (connection lost)
+            self.needs_rearm = True
+            return
+        self.arm(WatchEvent(kind, self.path))
+
+    def _flush(self) -> None:
+        with self._lock:
+            events, self._pending = self._pending, []
+        if events:
+            self.store._to_trio(self._deliver, events)
+
+    def _deliver(self, events: list[WatchEvent]) -> None:  # on the trio thread
+        stream = self.stream_ref()
+        if stream is not None:
+            for event in events:
+                stream.push(event)
+
+
+@final
+class ZooKeeperMetadataStore(MetadataStore):
+    """A ZooKeeper session under a root path. Open with ``open_metadata_store``."""
+
+    def __init__(
+        self,
+        url: str,
+        hosts: str,
+        root: str,
+        *,
+        session_timeout: float,
+        connect_timeout: float,
+        operation_timeout: float,
+        max_threads: int,
+    ) -> None:
+        self.url = url
+        self.hosts = hosts
+        self.root = root
+        self.session_timeout = session_timeout
+        self.connect_timeout = connect_timeout
+        self.operation_timeout = operation_timeout
+        self._limiter = trio.CapacityLimiter(max_threads)
+        self._token = trio.lowlevel.current_trio_token()
+        self._zk = self._new_client()
+        self._watches: weakref.WeakSet[_ZkWatch] = weakref.WeakSet()
+        self._watch_lock = threading.Lock()
+        self._streams: weakref.WeakSet[WatchStream] = weakref.WeakSet()
+        self._id_lock = trio.Lock()
+        self._lost_event = trio.Event()
+        # Read from kazoo's threads: plain booleans, set once.
+        self._lost = False
+        self._closed = False
+        self._expired = False
+
+    def _new_client(self, client_id: tuple[int, bytes] | None = None) -> KazooClient:
+        return KazooClient(
+            hosts=self.hosts,
+            timeout=self.session_timeout,
+            client_id=client_id,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        )
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        hosts: str,
+        root: str,
+        *,
+        session_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        operation_timeout: float | None = None,
+        max_threads: int = 8,
+    ) -> ZooKeeperMetadataStore:
+        store = cls(
+            url,
+            hosts,
+            root,
+            session_timeout=session_timeout,
+            connect_timeout=connect_timeout,
+            operation_timeout=session_timeout if operation_timeout is None else operation_timeout,
+            max_threads=max_threads,
+        )
+        try:
+            await trio.to_thread.run_sync(
+                functools.partial(store._zk.start, timeout=connect_timeout), limiter=store._limiter
+            )
+        except KazooTimeoutError:
+            raise MetadataStoreError(
+                f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g} s "
+                f"(is it running? metadata URL {url})"
+            ) from None
+        store._zk.add_listener(store._on_state)
+        try:
+            await store._run(store.root, lambda: store._zk.ensure_path_async(store.root))
+        except BaseException:
+            await store.aclose()
+            raise
+        logger.debug("metadata_store_opened", url=url)
+        return store
+
+    # --- the MetadataStore calls ----------------------------------------------------------
+
+    async def get(self, path: str) -> Versioned:
+        full = self._full(check_path(path))
+        data, stat = await self._run(path, lambda: self._zk.get_async(full))
+        return Versioned(bytes(data), stat.version)
+
+    async def children(self, path: str) -> list[str]:
+        full = self._full(check_path(path))
+        return sorted(await self._run(path, lambda: self._zk.get_children_async(full)))
+
+    async def exists(self, path: str) -> int | None:
+        full = self._full(check_path(path))
+        stat = await self._run(path, lambda: self._zk.exists_async(full))
+        return None if stat is None else int(stat.version)
+
+    async def create(
+        self, path: str, value: bytes, *, ephemeral: bool = False, make_parents: bool = True
+    ) -> int:
+        full = self._full(check_path(path))
+        data = check_value(value)
+        if path == ROOT:
+            raise NodeExistsError("metadata node / already exists")
+        await self._run(
+            path,
+            lambda: self._zk.create_async(
+                full, data, ephemeral=bool(ephemeral), makepath=bool(make_parents)
+            ),
+        )
+        return 0
+
+    async def set(self, path: str, value: bytes, version: int) -> int:
+        full = self._full(check_path(path))
+        data = check_value(value)
+        check_version(version)
+        stat = await self._run(path, lambda: self._zk.set_async(full, data, version=version))
+        return int(stat.version)
+
+    async def delete(self, path: str, version: int | None = None) -> None:
+        full = self._full(check_path(path))
+        check_version(version, allow_none=True)
+        if path == ROOT:
+            raise InvalidArgumentError("cannot delete the root node")
+        zk_version = -1 if version is None else version
+        await self._run(path, lambda: self._zk.delete_async(full, version=zk_version))
+
+    async def next_id(self, name: str = "ledger") -> int:
+        """A CAS counter at ``/idgen/<name>`` (decimal text); lost races just try again."""
+        path = f"/idgen/{check_name(name, what='id counter')}"
+        async with self._id_lock:  # our own calls would only race each other
+            while True:
+                try:
+                    current = await self.get(path)
+                except NoSuchNodeError:
+                    try:
+                        await self.create(path, b"1")
+                        return 1
+                    except NodeExistsError:
+                        continue
+                try:
+                    value = int(current.value.decode("ascii")) + 1
+                except ValueError:
+                    raise InvalidMetadataError(
+                        f"id counter {path} holds {current.value[:40]!r}, not a number"
+                    ) from None
+                if value > _MAX_ID:
+                    raise MetadataStoreError(f"id counter {name!r} is exhausted")
+                try:
+                    await self.set(path, str(value).encode("ascii"), current.version)
+                    return value
+                except MetadataVersionError:
+                    continue
+
+    def watch(self, path: str, *, children: bool = False) -> WatchStream:
+        return self.watch_many([(path, children)])
+
+    def watch_many(self, targets: Iterable[tuple[str, bool]]) -> WatchStream:
+        checked = [(check_path(path), bool(children)) for path, children in targets]
+        stream = WatchStream(checked, on_close=self._stream_closed)
+        if self._expired:
+            stream.finish(WatchEvent(WatchEventKind.SESSION_EXPIRED, ROOT))
+            return stream
+        if self._closed:
+            stream.finish()
+            return stream
+        self._streams.add(stream)
+        for path, children in checked:
+            watch = _ZkWatch(self, stream, path, children)
+            stream.keepalive.append(watch)
+            with self._watch_lock:
+                self._watches.add(watch)
+            watch.arm()
+        return stream
+
+    async def expire_session(self) -> None:
+        """Expire this session on the server (ZooKeeper's test trick: a second client takes the
+        session over and closes it), then wait until this client has noticed."""
+        if self._closed or self._expired:
+            await trio.lowlevel.checkpoint()
+            return
+        client_id = self._zk.client_id
+        if client_id is None:
+            raise MetadataStoreError("not connected to ZooKeeper: cannot expire the session")
+
+        def take_over_and_close() -> None:
+            other = self._new_client(client_id)
+            try:
+                other.start(timeout=self.connect_timeout)
+                other.stop()
+            finally:
+                other.close()
+
+        for _ in range(3):  # the original client can win the session back in a reconnect race
+            try:
+                await trio.to_thread.run_sync(take_over_and_close, limiter=self._limiter)
+            except KazooTimeoutError:
+                raise MetadataStoreError(f"cannot reach ZooKeeper at {self.hosts}") from None
+            with trio.move_on_after(2 + self.connect_timeout):
+                await self._lost_event.wait()
+            if self._lost_event.is_set():
+                return
+        raise MetadataStoreError("the ZooKeeper session did not expire")
+
+    async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True), trio.move_on_after(self.connect_timeout + 5):
+            # stop() ends the session: ZooKeeper deletes its ephemerals and fires watches.
+            await trio.to_thread.run_sync(self._zk.stop, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(self._zk.close, abandon_on_cancel=True)
+        for stream in list(self._streams):
+            stream.finish()
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _full(self, path: str) -> str:
+        return self.root if path == ROOT else self.root.rstrip("/") + path
+
+    async def _run(self, path: str, start: Callable[[], Any]) -> Any:
+        """Start a kazoo async call in a worker thread and wait for it, with a timeout."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            raise ClientClosedError(f"metadata store {self.url} is closed")
+        if self._expired or self._lost:
+            await trio.lowlevel.checkpoint()
+            raise SessionExpiredError(f"ZooKeeper session of {self.url} expired")
+        timeout = self.operation_timeout
+
+        def call() -> Any:
+            return start().get(timeout=timeout)
+
+        try:
+            return await trio.to_thread.run_sync(call, limiter=self._limiter)
+        except (kz.KazooException, KazooTimeoutError) as exc:
+            error = _translate(exc, path, self._closed)
+            if isinstance(error, SessionExpiredError):
+                self._on_session_lost()
+            raise error from None
+
+    def _to_trio(self, fn: Callable[..., object], *args: Any) -> None:
+        try:
+            self._token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:
+            pass
+
+    def _stream_closed(self, stream: WatchStream) -> None:
+        self._streams.discard(stream)
+        for watch in stream.keepalive:
+            if isinstance(watch, _ZkWatch):
+                watch.dead = True
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's connection listener (its connection thread; must not block)."""
+        with self._watch_lock:
+            watches = list(self._watches)
+        if state == KazooState.SUSPENDED:
+            logger.warning("zookeeper_connection_suspended", url=self.url)
+            for watch in watches:
+                watch.needs_rearm = True
+        elif state == KazooState.LOST:
+            if not self._closed:
+                self._lost = True
+                self._to_trio(self._on_session_lost)
+        elif state == KazooState.CONNECTED and not self._lost and not self._closed:
+            logger.info("zookeeper_connection_restored", url=self.url)
+            for watch in watches:
+                if watch.needs_rearm and not watch.dead:
+                    watch.needs_rearm = False
+                    watch.arm(catch_up_event(watch.path, watch.children))
+
+    def _on_session_lost(self) -> None:  # on the trio thread
+        self._lost = True
+        if self._expired or self._closed:
+            return
+        self._expired = True
+        self._lost_event.set()
+        logger.warning("metadata_session_expired", url=self.url)
+        for stream in list(self._streams):
+            stream.finish(WatchEvent(WatchEventKind.SESSION_EXPIRED, ROOT))
