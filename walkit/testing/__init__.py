@@ -2,6 +2,8 @@
 
 - :class:`SimNetwork`: the :class:`walkit.net.Network` seam in memory, with faults (delay, stall,
   pause, partitions, refused connects, resets), all driven by one seeded ``random.Random``.
+- :class:`SimCluster`: real bookies on simulated storage (crash loses what was not synced),
+  a memory metadata store (versions, ephemerals, session expiry) and real clients.
 - :func:`run`: ``trio.run`` on a ``MockClock`` with trio's scheduler seeded, so a seed replays.
 - :class:`History` and the pure checkers (``check_*``): what clients were told, and whether the
   protocol's invariants held.
@@ -18,6 +20,7 @@ from walkit.testing._checkers import (
     check_no_lost_acks,
     check_readers_agree,
 )
+from walkit.testing._cluster import BOOKIE_PORT, SimBookie, SimCluster, derive_rng
 from walkit.testing._history import (
     AddAcked,
     AddFailed,
@@ -40,6 +43,7 @@ from walkit.testing._runner import (
 )
 
 __all__ = [
+    "BOOKIE_PORT",
     "SEED_ENV",
     "AddAcked",
     "AddFailed",
@@ -52,6 +56,8 @@ __all__ = [
     "LedgerClosedObserved",
     "LinkFaults",
     "ReadObserved",
+    "SimBookie",
+    "SimCluster",
     "SimNetwork",
     "SimNode",
     "SimStream",
@@ -64,6 +70,7 @@ __all__ = [
     "check_no_divergence",
     "check_no_lost_acks",
     "check_readers_agree",
+    "derive_rng",
     "deterministic_scheduling",
     "replay_hint",
     "run",
