@@ -58,7 +58,9 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
             regions = [region_of(r) for r in seq]
             per_window = distinct_per_window(regions, write_quorum)
             racks = distinct_per_window(seq, write_quorum)
-            return (min(per_window), sum(per_window), min(racks), sum(racks))
+            # Ties go to the order that alternates regions most (ABAB over AABB).
+            adjacent = sum(distinct_per_window(regions, 2))
+            return (min(per_window), sum(per_window), min(racks), sum(racks), adjacent)
 
         def extra() -> Iterator[list[str]]:
             return _region_interleaved(counts, shares)
