@@ -30,7 +30,6 @@ from walkit._core.ledger_metadata import LedgerMetadata, password_hash, validate
 from walkit._core.types import BookieId
 from walkit.errors import (
     ClientClosedError,
-    ConfigurationError,
     InvalidArgumentError,
     NotEnoughBookiesError,
     WalkitError,
@@ -52,7 +51,7 @@ from walkit.metadata import (
 )
 from walkit.net import Network, TcpNetwork
 from walkit.net._pool import ConnectionPool
-from walkit.placement import EnsemblePlacementPolicy, PlacementResources
+from walkit.placement import EnsemblePlacementPolicy, PlacementResources, load_policy
 
 log = structlog.get_logger()
 
@@ -106,21 +105,13 @@ def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 def _load_policy(
-    spec: str | EnsemblePlacementPolicy, options: ClientOptions
+    spec: str | EnsemblePlacementPolicy, options: ClientOptions, rng: random.Random
 ) -> EnsemblePlacementPolicy:
-    if isinstance(spec, EnsemblePlacementPolicy):
-        policy = spec
-    elif isinstance(spec, str):
-        placement = importlib.import_module("walkit.placement")
-        loader = getattr(placement, "load_policy", None)
-        if loader is None:  # pragma: no cover - the placement package is being written
-            raise ConfigurationError("walkit.placement.load_policy is not available")
-        policy = loader(spec)
-    else:
-        raise ConfigurationError(
-            f"placement must be a policy name, 'pkg.mod:Class', or a policy object, not {spec!r}"
-        )
-    policy.initialize(dict(options.placement_options), PlacementResources(clock=trio.current_time))
+    policy = load_policy(spec)
+    policy.initialize(
+        dict(options.placement_options),
+        PlacementResources(clock=trio.current_time, random=rng),
+    )
     return policy
 
 
@@ -366,7 +357,8 @@ async def _open_client(
     opts = ClientOptions.from_kwargs(options)
     if rng is not None and not isinstance(rng, random.Random):
         raise InvalidArgumentError(f"rng must be a random.Random, not {type(rng).__name__}")
-    policy = _load_policy(placement, opts)
+    rng = rng if rng is not None else random.Random()
+    policy = _load_policy(placement, opts, rng)
     store = await open_metadata_store(url, **opts.metadata_options)
     body_error: BaseException | None = None
     try:
@@ -389,7 +381,7 @@ async def _open_client(
                     pool=pool,
                     placement=policy,
                     options=opts,
-                    rng=rng if rng is not None else random.Random(),
+                    rng=rng,
                     nursery=nursery,
                 )
                 client = Client(core, url)

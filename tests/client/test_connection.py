@@ -19,14 +19,16 @@ from walkit._core.wire import (
     AddResponse,
     FrameDecoder,
     Message,
+    ReadFlag,
     ReadLacRequest,
     ReadLacResponse,
+    ReadRequest,
     StatusCode,
     decode_message,
     encode_frame,
 )
 from walkit.errors import BookieTimeoutError, BookieUnavailableError, ClientClosedError, WalkitError
-from walkit.net._connection import encode_add_prefix
+from walkit.net._connection import encode_add_prefix, encode_read_request
 from walkit.net._pool import ConnectionPool
 from walkit.testing import SimNetwork
 
@@ -94,6 +96,13 @@ def add_frame(rid: int, entry_id: int) -> tuple[bytes, bytes, bytes]:
     key = b"k" * 32
     packet = b"packet-%d" % entry_id
     return encode_add_prefix(rid, 9, entry_id, key, len(packet)), key, packet
+
+
+def test_read_request_matches_the_codec() -> None:
+    assert encode_read_request(3, 4, 5) == encode_frame(ReadRequest(3, 4, 5))
+    assert encode_read_request(3, 4, 5, ReadFlag.FENCE, b"k" * 32) == encode_frame(
+        ReadRequest(3, 4, 5, ReadFlag.FENCE, b"k" * 32)
+    )
 
 
 def test_add_prefix_matches_the_codec() -> None:

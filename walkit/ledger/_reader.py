@@ -16,6 +16,7 @@ from walkit.errors import (
     InvalidArgumentError,
     LedgerClosedError,
     NoSuchEntryError,
+    WalkitError,
 )
 from walkit.ledger._core import ClientCore
 from walkit.ledger._reads import long_poll_lac, read_entries, read_lac
@@ -24,6 +25,15 @@ from walkit.ledger._writer import _check_range
 log = structlog.get_logger()
 
 __all__ = ["LedgerReader"]
+
+
+@final
+class _MetadataWatch:
+    __slots__ = ("changed", "wake")
+
+    def __init__(self) -> None:
+        self.changed = False
+        self.wake = trio.Event()
 
 
 @final
@@ -40,6 +50,7 @@ class LedgerReader:
         self.id = metadata.ledger_id
         self._digest: DigestManager = core.digest_manager(metadata, password)
         self._lac = metadata.last_entry_id if metadata.is_closed else lac
+        self._md_read_at = trio.current_time()
 
     def __repr__(self) -> str:
         return f"LedgerReader(id={self.id}, lac={self._lac}, state={self._md.state.value})"
@@ -90,33 +101,71 @@ class LedgerReader:
             raise InvalidArgumentError(f"entry id must be an int >= 0, not {entry_id!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
             raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
+        if entry_id <= self._lac:
+            return (await self.read(entry_id, entry_id))[0]
+        if trio.current_time() - self._md_read_at >= self._core.options.long_poll_round:
+            await self._refresh_metadata()  # it may have been closed while nobody looked
+            if entry_id <= self._lac:
+                return (await self.read(entry_id, entry_id))[0]
+        self._check_not_past_end(entry_id)
+        watch = _MetadataWatch()
+        result: Entry | None = None
+        error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_metadata, watch)
+            try:
+                with trio.move_on_after(timeout):
+                    result = await self._tail(entry_id, watch)
+            except BaseException as exc:  # re-raised outside the nursery, unwrapped
+                error = exc
+            finally:
+                nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return result
+
+    async def _tail(self, entry_id: int, watch: _MetadataWatch) -> Entry:
         round_time = self._core.options.long_poll_round
-        with trio.move_on_after(timeout):
-            while True:
-                if entry_id <= self._lac:
-                    return (await self.read(entry_id, entry_id))[0]
-                self._check_not_past_end(entry_id)
-                deadline = trio.current_time()
-                try:
-                    lac, entry = await long_poll_lac(
-                        self._core, self._md, self._digest, self._lac, round_time
-                    )
-                except (BookieUnavailableError, BookieTimeoutError) as exc:
-                    # No bookie of the ensemble answered: the writer may have moved on.
-                    log.info("long_poll_failed", ledger_id=self.id, error=str(exc))
-                    if not await self._refresh_metadata():
-                        await trio.sleep(min(0.1, round_time))
+        backoff = 0.0
+        while True:
+            if entry_id <= self._lac:
+                return (await self.read(entry_id, entry_id))[0]
+            self._check_not_past_end(entry_id)
+            watch.wake = trio.Event()
+            try:
+                lac, entry = await long_poll_lac(
+                    self._core, self._md, self._digest, self._lac, round_time, watch.wake
+                )
+            except (BookieUnavailableError, BookieTimeoutError) as exc:
+                # No bookie of the ensemble answered: the writer may have moved on.
+                log.info("long_poll_failed", ledger_id=self.id, error=str(exc))
+                lac, entry = self._lac, None
+                watch.changed = True
+            if lac > self._lac:
+                self._lac = lac
+                backoff = 0.0
+                if entry is not None and entry.entry_id == entry_id:
+                    return entry
+                continue
+            # Nothing new: was the ledger closed, or its ensemble changed (then the bookies
+            # asked are not the right ones)? Bookies also answer at once while they have no
+            # entry of the ledger: back off a little then.
+            if watch.changed:
+                watch.changed = False
+                if await self._refresh_metadata():
+                    backoff = 0.0
                     continue
-                if lac > self._lac:
-                    self._lac = lac
-                    if entry is not None and entry.entry_id == entry_id:
-                        return entry
-                    continue
-                # Nothing new for a whole round: is the ledger closed, or its ensemble changed?
-                await self._refresh_metadata()
-                if trio.current_time() - deadline < round_time / 10:
-                    await trio.sleep(round_time / 10)  # answers came fast but said nothing
-        return None
+            backoff = min(max(backoff * 2, 0.002), round_time / 10)
+            await trio.sleep(backoff)
+
+    async def _watch_metadata(self, watch: _MetadataWatch) -> None:
+        """Wake the tailing loop when the ledger's metadata changes (closed, new fragment)."""
+        try:
+            async for _event in self._core.ledgers.watch(self.id):
+                watch.changed = True
+                watch.wake.set()
+        except WalkitError as exc:
+            log.debug("ledger_watch_ended", ledger_id=self.id, error=str(exc))
 
     # --- internals -------------------------------------------------------------------------
 
@@ -138,6 +187,7 @@ class LedgerReader:
     async def _refresh_metadata(self) -> bool:
         """Re-read the metadata; True if it changed (a new fragment, or closed)."""
         md, _version = await self._core.read_metadata(self.id)
+        self._md_read_at = trio.current_time()
         changed = md != self._md
         self._md = md
         if md.is_closed:

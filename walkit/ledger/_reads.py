@@ -301,9 +301,21 @@ async def read_lac(core: ClientCore, metadata: LedgerMetadata) -> int:
 class _PollHandler:
     """Long-poll answers: the first that moves the LAC past ``previous`` wins."""
 
-    __slots__ = ("answered", "digest", "done", "entry", "errors", "expected", "lac", "previous")
+    __slots__ = (
+        "answered",
+        "digest",
+        "done",
+        "entry",
+        "errors",
+        "expected",
+        "finished",
+        "lac",
+        "previous",
+    )
 
-    def __init__(self, previous: int, expected: int, digest: DigestManager) -> None:
+    def __init__(
+        self, previous: int, expected: int, digest: DigestManager, done: trio.Event
+    ) -> None:
         self.previous = previous
         self.lac = previous
         self.expected = expected
@@ -311,7 +323,8 @@ class _PollHandler:
         self.digest = digest
         self.entry: Entry | None = None
         self.errors: list[WalkitError] = []
-        self.done = trio.Event()
+        self.finished = False
+        self.done = done
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         self.answered += 1
@@ -324,6 +337,7 @@ class _PollHandler:
                         self.entry = Entry(self.digest.ledger_id, self.previous + 1, payload)
                     except DigestMismatchError:
                         pass  # read it the normal way
+                self.finished = True
                 self.done.set()
         elif status not in (int(StatusCode.NO_SUCH_LEDGER), int(StatusCode.NO_SUCH_ENTRY)):
             self.errors.append(status_error(status, "long poll"))
@@ -336,6 +350,7 @@ class _PollHandler:
 
     def _check(self) -> None:
         if self.answered >= self.expected:
+            self.finished = True
             self.done.set()
 
 
@@ -345,12 +360,18 @@ async def long_poll_lac(
     digest: DigestManager,
     previous_lac: int,
     wait: float,
+    wake: trio.Event | None = None,
 ) -> tuple[int, Entry | None]:
     """Ask the last fragment's bookies to answer once their LAC passes ``previous_lac`` (or
     after ``wait`` seconds); returns (highest LAC heard, entry previous_lac + 1 if it came
-    along). Bookies that cannot be reached do not count; if none answers, raise."""
+    along). Bookies that cannot be reached do not count; if none answers, raise.
+
+    Setting ``wake`` (also set when the answer is in) ends the wait early with what was heard.
+    """
     ensemble = metadata.current_ensemble
-    handler = _PollHandler(previous_lac, len(ensemble), digest)
+    handler = _PollHandler(
+        previous_lac, len(ensemble), digest, wake if wake is not None else trio.Event()
+    )
     timeout_ms = max(1, int(wait * 1000))
     flags = ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY
     for bookie in ensemble:
@@ -361,6 +382,7 @@ async def long_poll_lac(
         )
         conn.send((frame,), rid, handler, 0, wait + core.options.read_timeout)
     await handler.done.wait()
-    if handler.lac == previous_lac and len(handler.errors) >= len(ensemble):
+    handler.expected = -1  # later answers change nothing
+    if handler.finished and handler.lac == previous_lac and len(handler.errors) >= len(ensemble):
         raise handler.errors[0]
     return handler.lac, handler.entry
