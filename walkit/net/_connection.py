@@ -49,7 +49,7 @@ from walkit.net._transport import Network
 
 log = structlog.get_logger()
 
-__all__ = ["BookieConnection", "ResponseHandler", "encode_add_prefix"]
+__all__ = ["BookieConnection", "ResponseHandler", "encode_add_prefix", "encode_read_request"]
 
 _LEN = struct.Struct(">I")
 _HEAD = struct.Struct(">BBQ")
@@ -93,6 +93,29 @@ def encode_add_prefix(
         entry_id,
         flags,
         len(master_key),
+    )
+
+
+_READ_REQUEST = struct.Struct(">IBBQQqBB")
+_READ_REQUEST_BODY: Final = _READ_REQUEST.size - _LEN.size
+
+
+def encode_read_request(
+    request_id: int, ledger_id: int, entry_id: int, flags: int = 0, master_key: bytes = b""
+) -> bytes:
+    """``wire.encode_frame(ReadRequest(...))`` without building the message."""
+    return (
+        _READ_REQUEST.pack(
+            _READ_REQUEST_BODY + len(master_key),
+            PROTOCOL_VERSION,
+            MessageType.READ_REQUEST,
+            request_id,
+            ledger_id,
+            entry_id,
+            flags,
+            len(master_key),
+        )
+        + master_key
     )
 
 
