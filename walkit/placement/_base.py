@@ -284,7 +284,6 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         resolved = self._resolve(todo, registered)
         with self._lock:
             period = self.config.stabilize_period
-            now = self._now() if period > 0 else 0.0
             for b, (loc, fell_back) in resolved.items():
                 self._topology.add(b, loc)
                 if fell_back and self._resolvers:
@@ -298,14 +297,17 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             self._registered = registered
             for b in current:
                 self._departing.pop(b, None)
-            for b in previous - current:
+            departed = previous - current
+            # The clock is read only when time matters (a policy without one still works).
+            now = self._now() if period > 0 and (departed or self._departing) else None
+            for b in departed:
                 self._fallback.discard(b)
-                if period > 0:
+                if now is not None:
                     self._departing.setdefault(b, now + period)
                 else:
                     self._topology.remove(b)
                     self._left.add(b)
-            self._expire(now if period > 0 else None)
+            self._expire(now)
             left, self._left = self._left, set()
             self._metrics.bookies(len(self._writable), len(self._readonly), len(self._departing))
         if joined or left:
