@@ -45,6 +45,8 @@ log = structlog.get_logger()
 __all__ = ["LedgerWriter"]
 
 _OK = int(StatusCode.OK)
+#: Seconds during which a bookie that failed is not chosen as a replacement, if others can be.
+_AVOID_RECENTLY_FAILED = 10.0
 
 
 def _copy(error: WalkitError) -> WalkitError:
@@ -152,7 +154,6 @@ class LedgerWriter:
         self._changing = False
         self._change_done = trio.Event()
         self._change_done.set()
-        self._failed_bookies: set[BookieId] = set()
         self._scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
 
@@ -356,7 +357,6 @@ class LedgerWriter:
             error=str(error),
             timeout=isinstance(error, BookieTimeoutError),
         )
-        self._failed_bookies.add(bookie)
         if self._tracker.on_bookie_failure(slot) and not self._changing:
             self._start_change()
 
@@ -410,15 +410,24 @@ class LedgerWriter:
             self._changing = False
             self._change_done.set()
 
-    async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
-        core = self._core
+    def _choose_replacements(
+        self, current: tuple[BookieId, ...], slots: frozenset[int], *, avoid_recent: bool
+    ) -> dict[int, BookieId]:
+        """A new bookie for each slot, from the placement policy. Bookies that failed in the
+        last seconds are avoided while others are available."""
         md = self._md
-        current = tuple(self._ensemble)
-        exclude = set(current) | self._failed_bookies
+        exclude = set(current)
+        if avoid_recent:
+            now = trio.current_time()
+            exclude |= {
+                b
+                for b, t in self._core.pool.failure_history.items()
+                if now - t < _AVOID_RECENTLY_FAILED
+            }
         replacements: dict[int, BookieId] = {}
         for slot in sorted(slots):
             try:
-                chosen = core.placement.replace_bookie(
+                chosen = self._core.placement.replace_bookie(
                     md.ensemble_size,
                     md.write_quorum,
                     md.ack_quorum,
@@ -428,11 +437,20 @@ class LedgerWriter:
                     md.custom_metadata,
                 )
             except NotEnoughBookiesError as exc:
+                if avoid_recent:
+                    return self._choose_replacements(current, slots, avoid_recent=False)
                 raise NotEnoughBookiesError(
                     f"ledger {self.id}: no bookie to replace {current[slot]}: {exc}"
                 ) from None
             replacements[slot] = chosen
             exclude.add(chosen)
+        return replacements
+
+    async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
+        core = self._core
+        md = self._md
+        current = tuple(self._ensemble)
+        replacements = self._choose_replacements(current, slots, avoid_recent=True)
         version = self._version
         while True:
             updated = new_fragment(md, current, first_entry, replacements)
