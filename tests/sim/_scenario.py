@@ -1,0 +1,379 @@
+"""Randomized fault schedules on the real client and bookies (walkit.testing.SimCluster).
+
+A :class:`Scenario` is a function of one integer, its *seed*: the quorum sizes, the number of
+spare bookies, entries, appenders and faults, whether a second client recovers (fences) the
+ledger, and the seed of the generators that pick each fault and its timing are packed into it
+(mixed radix). So ``WALKIT_SIM_SEED=<seed>`` replays a schedule exactly, and Hypothesis can draw
+(and shrink) each field on its own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import attrs
+import trio
+
+from walkit.errors import WalkitError
+from walkit.testing import (
+    CheckResult,
+    History,
+    SimCluster,
+    assert_ok,
+    check_all,
+    derive_rng,
+    replay_hint,
+    run,
+)
+
+#: Whether ``open_ledger(recovery=True)`` exists yet (the lead is writing it).
+RECOVERY: Final = importlib.util.find_spec("walkit.ledger._recovery") is not None
+
+#: (field, number of values) from the least significant digit up; the generator seed is the rest.
+_FIELDS: Final = (
+    ("ensemble", 5),  # E = 1..5
+    ("write_quorum", 5),  # Qw = 1..E
+    ("ack_quorum", 5),  # Qa = 1..Qw
+    ("spare", 3),  # bookies beyond E: 0..2
+    ("entries", 64),  # 1..64
+    ("appenders", 4),  # concurrent appending tasks: 1..4
+    ("faults", 13),  # 0..12
+    ("recovery", 2),  # a second client opens with recovery during the run
+)
+_OFFSET: Final = {"spare": 0, "faults": 0, "recovery": 0}
+
+#: The writes of a schedule are spread over about this many simulated seconds; faults start
+#: within the first 3.
+WRITE_SPAN: Final = 4.0
+
+#: A schedule that has not finished after this much simulated time is a liveness failure.
+DEADLINE: Final = 900.0
+
+CLIENT_OPTIONS: Final[dict[str, Any]] = {
+    "add_timeout": 1.0,
+    "read_timeout": 1.0,
+    "connect_timeout": 1.0,
+}
+
+
+@attrs.frozen
+class Scenario:
+    ensemble: int
+    write_quorum: int
+    ack_quorum: int
+    spare: int
+    entries: int
+    appenders: int
+    faults: int
+    recovery: int
+    rng_seed: int
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= self.ack_quorum <= self.write_quorum <= self.ensemble <= 5:
+            raise ValueError(f"bad quorums in {self}")
+
+    @property
+    def seed(self) -> int:
+        value = self.rng_seed
+        for name, radix in reversed(_FIELDS):
+            digit = getattr(self, name) - _OFFSET.get(name, 1)
+            if not 0 <= digit < radix:
+                raise ValueError(f"{name}={getattr(self, name)} out of range")
+            value = value * radix + digit
+        return value
+
+    @classmethod
+    def from_seed(cls, seed: int) -> Scenario:
+        if seed < 0:
+            raise ValueError("a scenario seed is >= 0")
+        values: dict[str, int] = {}
+        for name, radix in _FIELDS:
+            seed, digit = divmod(seed, radix)
+            values[name] = digit + _OFFSET.get(name, 1)
+        # Any integer is a scenario: clamp the quorums into E >= Qw >= Qa.
+        values["write_quorum"] = min(values["write_quorum"], values["ensemble"])
+        values["ack_quorum"] = min(values["ack_quorum"], values["write_quorum"])
+        return cls(rng_seed=seed, **values)
+
+    @property
+    def bookies(self) -> int:
+        return self.ensemble + self.spare
+
+    def describe(self) -> str:
+        return (
+            f"E={self.ensemble} Qw={self.write_quorum} Qa={self.ack_quorum} "
+            f"bookies={self.bookies} entries={self.entries} appenders={self.appenders} "
+            f"faults={self.faults} recovery={bool(self.recovery)} rng_seed={self.rng_seed}"
+        )
+
+    def replay(self) -> str:
+        return replay_hint(self.seed, self.describe())
+
+
+@attrs.frozen
+class Fault:
+    at: float
+    kind: str
+    #: Bookie indexes the fault is about (for "recover": none).
+    targets: tuple[int, ...]
+    duration: float
+    reset: bool = False
+    delay: float = 0.0
+
+    def __str__(self) -> str:
+        extra = f" delay={self.delay:.3f}" if self.kind == "delay" else ""
+        extra += " reset" if self.reset else ""
+        return f"t={self.at:.3f} {self.kind} {list(self.targets)} for {self.duration:.3f}s{extra}"
+
+
+KINDS: Final = ("crash", "partition", "delay", "stall_out", "stall_in", "pause", "reset")
+
+
+def fault_schedule(sc: Scenario) -> list[Fault]:
+    """The faults of a scenario, in time order (drawn from its own generator, so dropping the
+    last faults does not change the first ones)."""
+    rng = derive_rng(sc.rng_seed, "faults")
+    faults: list[Fault] = []
+    for _ in range(sc.faults):
+        kind = rng.choice(KINDS)
+        at = round(rng.uniform(0.0, 3.0), 4)
+        duration = round(rng.choice((0.05, 0.3, 1.0, 2.5)) * rng.uniform(0.5, 1.5), 4)
+        if kind == "partition":
+            size = rng.randint(1, sc.bookies)
+            targets = tuple(sorted(rng.sample(range(sc.bookies), size)))
+        else:
+            targets = (rng.randrange(sc.bookies),)
+        faults.append(
+            Fault(
+                at,
+                kind,
+                targets,
+                duration,
+                reset=rng.random() < 0.5,
+                delay=round(rng.choice((0.002, 0.05, 0.4, 1.5)), 4),
+            )
+        )
+    if sc.recovery:
+        faults.append(Fault(round(rng.uniform(0.0, 3.0), 4), "recover", (), 0.0))
+    return sorted(faults, key=lambda f: f.at)
+
+
+@attrs.define
+class Outcome:
+    scenario: Scenario
+    results: list[CheckResult]
+    history: History
+    acked: int = 0
+    failed_appends: int = 0
+    writer_error: str = ""
+    close_error: str = ""
+    fenced: bool = False
+    closed_at: int | None = None
+    fragments: int = 0
+    inconclusive: str = ""
+
+
+WRITER = "writer"
+
+
+async def run_scenario(sc: Scenario) -> Outcome:
+    """Run one schedule; returns the checkers' results (raises only on a crash of the harness
+    or of the code under test, with the replay line attached)."""
+    schedule = fault_schedule(sc)
+    async with SimCluster(
+        bookies=sc.bookies, seed=sc.seed, client_options=CLIENT_OPTIONS, announce=False
+    ) as cluster:
+        history = cluster.history
+        outcome = Outcome(sc, [], history)
+        with trio.fail_after(DEADLINE):
+            await _drive(cluster, sc, schedule, outcome)
+        results = check_all(history)
+        if outcome.inconclusive:
+            results = [r for r in results if r.name != "no_lost_acks"]
+        outcome.results = results
+        return outcome
+
+
+async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: Outcome) -> None:
+    history = cluster.history
+    net = cluster.network
+    think = derive_rng(sc.rng_seed, "think")
+    async with cluster.client(WRITER) as wclient:
+        lw = await wclient.create_ledger(sc.ensemble, sc.write_quorum, sc.ack_quorum)
+        lid = lw.id
+        counter = itertools.count()
+        pace = WRITE_SPAN * sc.appenders / sc.entries
+        state = {"failed": False, "done": 0}
+        writer_done = trio.Event()
+
+        async def appender() -> None:
+            try:
+                while not state["failed"]:
+                    i = next(counter)
+                    if i >= sc.entries:
+                        return
+                    # Spread the writes over the fault window (about WRITE_SPAN seconds).
+                    await trio.sleep(think.uniform(0.0, pace) * think.choice((0.0, 1.0, 2.0)))
+                    try:
+                        await history.append(WRITER, lw, b"w-%04d" % i)
+                        out.acked += 1
+                    except WalkitError as exc:
+                        out.failed_appends += 1
+                        if not out.writer_error:
+                            out.writer_error = type(exc).__name__
+                        state["failed"] = True
+                        return
+            finally:
+                state["done"] += 1
+                if state["done"] == sc.appenders:
+                    writer_done.set()
+
+        async def tail(task_status: trio.TaskStatus[None]) -> None:
+            async with cluster.client("reader") as rclient:
+                handle = await _retry(lambda: rclient.open_ledger(lid))
+                task_status.started()
+                seen = -1
+                while True:
+                    try:
+                        lac = await handle.read_last_add_confirmed()
+                        if lac > seen:
+                            entries = await handle.read(seen + 1, lac)
+                            history.record_read(
+                                "reader", lid, seen + 1, [(e.entry_id, e.payload) for e in entries]
+                            )
+                            seen = lac
+                    except WalkitError:
+                        pass
+                    await trio.sleep(0.05)
+
+        async def recover() -> None:
+            async with cluster.client("recoverer") as rc:
+                handle = await _retry(lambda: rc.open_ledger(lid, recovery=True), attempts=20)
+                history.record_fence_completed("recoverer", lid)
+                md = handle.metadata
+                out.fenced = True
+                history.record_ledger_closed("recoverer", lid, md.last_entry_id)
+                last = handle.last_add_confirmed
+                if last >= 0:
+                    await history.read("recoverer", handle, lid, 0, last)
+
+        async def inject(fault: Fault) -> None:
+            await trio.sleep_until(start + fault.at)
+            names = [cluster.bookie(i).name for i in fault.targets]
+            if fault.kind == "recover":
+                await recover()
+            elif fault.kind == "crash":
+                if cluster.bookie(fault.targets[0]).running:
+                    await cluster.crash_bookie(fault.targets[0])
+                    await trio.sleep(fault.duration)
+                    if not cluster.bookie(fault.targets[0]).running:
+                        await cluster.restart_bookie(fault.targets[0])
+            elif fault.kind == "partition":
+                net.partition([WRITER], names, reset=fault.reset)
+                await trio.sleep(fault.duration)
+                for name in names:
+                    net.heal(WRITER, name)
+            elif fault.kind == "delay":
+                net.set_delay(fault.delay, jitter=fault.delay / 2, src=WRITER, dst=names[0])
+                net.set_delay(fault.delay, jitter=fault.delay / 2, src=names[0], dst=WRITER)
+                await trio.sleep(fault.duration)
+                net.set_delay(0.0, src=WRITER, dst=names[0])
+                net.set_delay(0.0, src=names[0], dst=WRITER)
+            elif fault.kind in ("stall_out", "stall_in"):
+                src, dst = (WRITER, names[0]) if fault.kind == "stall_out" else (names[0], WRITER)
+                net.stall(src, dst)
+                await trio.sleep(fault.duration)
+                net.heal(src, dst)
+            elif fault.kind == "pause":
+                cluster.pause_bookie(fault.targets[0])
+                await trio.sleep(fault.duration)
+                cluster.resume_bookie(fault.targets[0])
+            elif fault.kind == "reset":
+                net.reset(WRITER, names[0])
+
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(tail)
+            for _ in range(sc.appenders):
+                nursery.start_soon(appender)
+            faults_done = trio.Event()
+
+            async def inject_all() -> None:
+                async with trio.open_nursery() as faults:
+                    for fault in schedule:
+                        faults.start_soon(inject, fault)
+                faults_done.set()
+
+            nursery.start_soon(inject_all)
+            await writer_done.wait()
+            await faults_done.wait()
+            # Everything heals; crashed bookies come back; the writer closes if it still can.
+            net.heal()
+            for b in cluster.bookies:
+                if not b.running:
+                    await cluster.restart_bookie(b.index)
+            # A writer that failed (say NotEnoughBookies) may still close at its LAC.
+            try:
+                await history.close(WRITER, lw)
+            except WalkitError as exc:
+                out.close_error = type(exc).__name__
+            await trio.sleep(0.2)  # the tailing reader catches up
+            nursery.cancel_scope.cancel()
+
+        async with cluster.client("checker") as checker:
+            if RECOVERY:
+                md = await _retry(lambda: cluster.read_back(checker, lid), attempts=20)
+            else:
+                md = await _retry(lambda: cluster.read_back(checker, lid, recovery=False))
+                if not md.is_closed:
+                    out.inconclusive = "ledger left open and recovery is not available"
+            out.closed_at = md.last_entry_id if md.is_closed else None
+            out.fragments = len(md.fragments)
+
+
+async def _retry(
+    op: Callable[[], Awaitable[Any]], *, attempts: int = 10, pause: float = 0.5
+) -> Any:
+    for attempt in range(attempts):
+        try:
+            return await op()
+        except WalkitError:
+            if attempt == attempts - 1:
+                raise
+            await trio.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: Totals over the test session (printed by tests/sim/conftest.py).
+SCHEDULES_RUN: Final = {"total": 0, "failed": 0, "fenced": 0, "ensemble_changes": 0}
+
+
+def check_scenario(sc: Scenario) -> Outcome:
+    """Run a scenario under a seeded MockClock run and assert every checker passed."""
+    SCHEDULES_RUN["total"] += 1
+    SCHEDULES_RUN["failed"] += 1  # until it passes
+    try:
+        outcome = run(run_scenario, sc, seed=sc.seed, announce=False)
+    except trio.TooSlowError:
+        raise AssertionError(
+            f"the schedule did not finish within {DEADLINE} simulated seconds\n" + _context(sc)
+        ) from None
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        exc.add_note(_context(sc))
+        raise
+    assert_ok(outcome.results, _context(sc))
+    SCHEDULES_RUN["failed"] -= 1
+    SCHEDULES_RUN["fenced"] += outcome.fenced
+    SCHEDULES_RUN["ensemble_changes"] += outcome.fragments > 1
+    return outcome
+
+
+def _context(sc: Scenario) -> str:
+    lines = [sc.replay(), "schedule:"]
+    lines += [f"  {f}" for f in fault_schedule(sc)]
+    return "\n".join(lines)
