@@ -179,16 +179,8 @@ async def set_bookie_read_only(
     location = _check_location(network_location)
     source = registration_path(bookie, read_only=not read_only)
     target = registration_path(bookie, read_only=read_only)
-    old_version: int | None = None
-    doc: dict[str, Any] = {}
-    try:
-        found = await store.get(source)
-        old_version = found.version
-        doc = _parse_registration(found.value)
-    except NoSuchNodeError:
-        pass
-    except InvalidMetadataError:
-        old_version = await store.exists(source)
+    old_version = await store.exists(source)
+    doc = await _registration_doc(store, source if old_version is not None else target)
     if location is None and isinstance(doc.get("network_location"), str):
         location = doc["network_location"]
     data = _registration(bookie, location, bool(read_only), doc)
@@ -203,6 +195,13 @@ async def set_bookie_read_only(
         except (NoSuchNodeError, MetadataVersionError):
             pass
     logger.info("bookie_mode_changed", bookie=str(bookie), read_only=read_only)
+
+
+async def _registration_doc(store: MetadataStore, path: str) -> dict[str, Any]:
+    try:
+        return _parse_registration((await store.get(path)).value)
+    except (NoSuchNodeError, InvalidMetadataError):
+        return {}
 
 
 async def list_bookies(store: MetadataStore) -> BookieList:

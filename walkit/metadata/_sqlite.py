@@ -326,7 +326,7 @@ class SqliteMetadataStore(MetadataStore):
         self._conn = conn
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = self._enable_wal(conn)
             if str(mode).lower() != "wal":
                 raise MetadataStoreError(f"sqlite metadata store {self.path}: cannot use WAL mode")
             conn.execute("PRAGMA synchronous = FULL")
@@ -356,6 +356,20 @@ class SqliteMetadataStore(MetadataStore):
             conn.close()
             self._conn = None
             raise
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        # Switching a fresh file to WAL needs an exclusive lock, and sqlite does not wait for
+        # it (deadlock avoidance) while another opener holds a write lock: retry for a while.
+        attempts = max(1, int(self._busy_timeout / 0.02))
+        for attempt in range(attempts):
+            try:
+                (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                return str(mode)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(0.02)  # a worker thread: blocking here is fine
+        raise AssertionError("unreachable")
 
     def _op_close(self) -> None:
         for conn in (self._conn, self._peek):
@@ -393,10 +407,13 @@ class SqliteMetadataStore(MetadataStore):
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         db = self._db
-        (first_expiry,) = db.execute("SELECT min(expires) FROM sessions").fetchone()
-        if first_expiry is not None and first_expiry < self._clock():
+        first_expiry, alive = db.execute(
+            "SELECT min(expires), (SELECT 1 FROM sessions WHERE id = ?) FROM sessions",
+            (self.session_id,),
+        ).fetchone()
+        if not alive or (first_expiry is not None and first_expiry < self._clock()):
             with self._write():
-                pass  # the reap (and our own session check) is all we need
+                pass  # the reap and our own session check (which raises if it is gone)
         db.execute("BEGIN")
         try:
             yield db
