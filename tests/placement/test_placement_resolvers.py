@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trio.testing import MockClock
 
 from tests.placement._placement_util import bookie, cluster
 from walkit.errors import ConfigurationError
@@ -239,3 +240,37 @@ def test_resolver_object_with_resolve_method() -> None:
     assert policy.location_of(bookie("h1")) == "/x/y"
     with pytest.raises(ConfigurationError, match="resolver"):
         RackawareEnsemblePlacementPolicy().initialize({}, PlacementResources(resolver=42))
+
+
+async def test_apply_cluster_change_resolves_in_a_thread(
+    tmp_path: Path, mock_clock: MockClock
+) -> None:
+    """With a location script, trio callers resolve off the event loop; the stabilize period
+    still runs on trio's clock."""
+    import threading
+
+    from walkit.placement import apply_cluster_change
+
+    script = make_script(tmp_path, RACK_BY_NAME)
+    policy = RackawareEnsemblePlacementPolicy()
+    policy.initialize({"location_script": str(script), "stabilize_period": 5})
+    assert policy.resolution_may_block
+    seen_threads: list[str] = []
+
+    def resolver(names: list[str]) -> list[str | None]:
+        seen_threads.append(threading.current_thread().name)
+        return [None] * len(names)
+
+    h1, h2 = bookie("h1"), bookie("h2")
+    assert await apply_cluster_change(policy, {h1, h2}, set()) == set()
+    assert policy.location_of(h2) == "/dc/rack-2"
+    assert len(calls(tmp_path)) == 1  # resolved once, in the worker thread
+    assert await apply_cluster_change(policy, {h1}, set()) == set()
+    mock_clock.jump(5)
+    assert await apply_cluster_change(policy, {h1}, set()) == {h2}
+    # A policy without a blocking resolver stays on the trio thread.
+    plain = RackawareEnsemblePlacementPolicy()
+    plain.initialize({}, PlacementResources(resolver=resolver))
+    assert not plain.resolution_may_block
+    await apply_cluster_change(plain, {h1}, set())
+    assert seen_threads == [threading.current_thread().name]

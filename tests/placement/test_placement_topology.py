@@ -222,3 +222,16 @@ def test_seeded_placement_repeats() -> None:
     for p in (via_option, via_option2):
         p.on_cluster_changed({BookieInfo(bookie(f"h{i}"), f"/a/r{i % 3}") for i in range(9)}, set())
     assert via_option.new_ensemble(4, 2, 2) == via_option2.new_ensemble(4, 2, 2)
+
+
+def test_replacing_a_bookie_that_left_uses_its_last_rack() -> None:
+    layout = {"/a/r1": ["x1", "x2"], "/a/r2": ["y1", "y2"], "/a/r3": ["z1"]}
+    policy = RackawareEnsemblePlacementPolicy()
+    ids = cluster(policy, layout)
+    ensemble = [ids["x1"], ids["y1"]]
+    # x1 dies and its registration goes: it is out of the topology at once (no period).
+    remaining = {BookieInfo(ids[n], loc) for loc, ns in layout.items() for n in ns if n != "x1"}
+    assert policy.on_cluster_changed(remaining, set()) == {ids["x1"]}
+    assert policy.bookie_state(ids["x1"]) == "gone"
+    for _ in range(10):
+        assert policy.replace_bookie(2, 2, 2, ensemble, ids["x1"]) == ids["x2"]

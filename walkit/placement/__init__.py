@@ -5,7 +5,7 @@ the configuration and :class:`PlacementResources`, and ``on_cluster_changed`` wh
 registered bookies change.
 """
 
-from walkit.placement._base import BasePlacementPolicy
+from walkit.placement._base import BasePlacementPolicy, apply_cluster_change
 from walkit.placement._config import PlacementConfig
 from walkit.placement._default import DefaultEnsemblePlacementPolicy
 from walkit.placement._loader import (
@@ -46,6 +46,7 @@ __all__ = [
     "RegionAwareEnsemblePlacementPolicy",
     "ScriptLocationResolver",
     "StaticLocationResolver",
+    "apply_cluster_change",
     "available_policies",
     "load_policy",
     "normalize_location",

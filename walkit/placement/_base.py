@@ -35,6 +35,7 @@ log = structlog.get_logger()
 
 #: Read-order classes, best first (seed 004).
 WRITABLE, READ_ONLY, DEPARTING, GONE = 0, 1, 2, 3
+_REMEMBERED_LOCATIONS = 10_000
 _STATE_NAMES = {WRITABLE: "writable", READ_ONLY: "readonly", DEPARTING: "departing", GONE: "gone"}
 
 
@@ -82,7 +83,11 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         # Bookies on the default rack because no source resolved them: retried on each change.
         self._fallback: set[BookieId] = set()
         self._reresolve_all = False
+        # Locations resolved ahead by prepare_cluster_change: bookie -> (registered, answer).
+        self._prepared: dict[BookieId, tuple[str | None, tuple[str, bool]]] = {}
         self._topology = NetworkTopology()
+        # Where bookies that left were, for ensembles that still hold them (bounded).
+        self._last_location: dict[BookieId, str] = {}
         self._resolvers: list[Any] = []
         self._metrics = PlacementMetrics(None)
         self._local_region: str | None = None
@@ -151,6 +156,8 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             self._departing.clear()
             self._left.clear()
             self._fallback.clear()
+            self._prepared.clear()
+            self._last_location.clear()
             self._topology = NetworkTopology()
             reload_resolvers(self._resolvers)
             self._metrics.close()
@@ -258,30 +265,57 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
 
     # --- membership -------------------------------------------------------------------------
 
+    @property
+    def resolution_may_block(self) -> bool:
+        """True when resolving a location may block (a location script is configured, or a
+        resolver says ``blocking = True``): trio callers should use
+        :func:`apply_cluster_change`, which resolves in a worker thread."""
+        return any(
+            isinstance(r, ScriptLocationResolver) or getattr(r, "blocking", False)
+            for r in self._resolvers
+        )
+
+    def prepare_cluster_change(
+        self, writable: Set[BookieInfo] | Set[BookieId], readonly: Set[BookieInfo] | Set[BookieId]
+    ) -> None:
+        """Resolve the locations the next ``on_cluster_changed`` with these lists will need.
+
+        Safe to call from a worker thread (it reads no clock and changes no membership).
+        """
+        _, _, registered = _split(writable, readonly)
+        with self._lock:
+            self._check_open()
+            todo = self._needs_resolution(registered)
+        resolved = self._resolve(todo, registered)
+        with self._lock:
+            self._prepared.update({b: (registered[b], found) for b, found in resolved.items()})
+
+    def _needs_resolution(self, registered: Mapping[BookieId, str | None]) -> list[BookieId]:
+        return [
+            b
+            for b, loc in registered.items()
+            if self._reresolve_all
+            or b not in self._topology
+            or b in self._fallback
+            or loc != self._registered.get(b)
+        ]
+
     def on_cluster_changed(
         self, writable: Set[BookieInfo] | Set[BookieId], readonly: Set[BookieInfo] | Set[BookieId]
     ) -> set[BookieId]:
-        w = _infos(writable, "writable")
-        r = _infos(readonly, "readonly")
-        for b, info in list(w.items()):
-            if info.read_only and b not in r:
-                r[b] = info
-        for b in r:  # a bookie in both lists is read-only
-            w.pop(b, None)
-        registered = {b: i.network_location for b, i in (w | r).items()}
+        w, r, registered = _split(writable, readonly)
         with self._lock:
             self._check_open()
-            todo = [
-                b
-                for b, loc in registered.items()
-                if self._reresolve_all
-                or b not in self._topology
-                or b in self._fallback
-                or loc != self._registered.get(b)
-            ]
+            todo = self._needs_resolution(registered)
             self._reresolve_all = False
+            prepared, self._prepared = self._prepared, {}
+        resolved: dict[BookieId, tuple[str, bool]] = {}
+        for b in todo:
+            hit = prepared.get(b)
+            if hit is not None and hit[0] == registered[b]:
+                resolved[b] = hit[1]
         # Resolution may run a script: do it without holding the lock.
-        resolved = self._resolve(todo, registered)
+        resolved.update(self._resolve([b for b in todo if b not in resolved], registered))
         with self._lock:
             period = self.config.stabilize_period
             for b, (loc, fell_back) in resolved.items():
@@ -305,7 +339,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
                 if now is not None:
                     self._departing.setdefault(b, now + period)
                 else:
-                    self._topology.remove(b)
+                    self._forget(b)
                     self._left.add(b)
             self._expire(now)
             left, self._left = self._left, set()
@@ -338,7 +372,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         for b, deadline in list(self._departing.items()):
             if deadline <= now:
                 del self._departing[b]
-                self._topology.remove(b)
+                self._forget(b)
                 self._left.add(b)
 
     def _check_open(self) -> None:
@@ -397,14 +431,22 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
                     found[host] = loc
         return found
 
-    def _location_for_ensemble(self, bookie: BookieId) -> str:
-        """Location of an ensemble member, even one no longer in the topology (lock held)."""
-        loc = self._topology.location_of(bookie)
+    def _forget(self, bookie: BookieId) -> None:
+        """Take a bookie out of the topology, remembering where it was (lock held)."""
+        loc = self._topology.remove(bookie)
         if loc is not None:
-            return loc
-        if not self.uses_locations:
-            return self.config.default_rack
-        return self._resolve_hosts([bookie.host]).get(bookie.host, self.config.default_rack)
+            self._last_location.pop(bookie, None)
+            self._last_location[bookie] = loc
+            while len(self._last_location) > _REMEMBERED_LOCATIONS:
+                del self._last_location[next(iter(self._last_location))]
+
+    def _location_for_ensemble(self, bookie: BookieId) -> str:
+        """Location of an ensemble member, even one that left the topology (lock held).
+
+        Never resolves (which could block): a bookie never seen counts as the default rack.
+        """
+        loc = self._topology.location_of(bookie) or self._last_location.get(bookie)
+        return self.config.default_rack if loc is None else loc
 
     # --- read ordering ----------------------------------------------------------------------
 
@@ -441,6 +483,37 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
     def _order_healthy(self, ensemble: Sequence[BookieId], healthy: list[int]) -> list[int]:
         """Hook: reorder the writable bookies without failures (lock held)."""
         return healthy
+
+
+def _split(
+    writable: object, readonly: object
+) -> tuple[dict[BookieId, BookieInfo], dict[BookieId, BookieInfo], dict[BookieId, str | None]]:
+    """Check both lists; read-only wins for a bookie in both or flagged read-only."""
+    w = _infos(writable, "writable")
+    r = _infos(readonly, "readonly")
+    for b, info in list(w.items()):
+        if info.read_only and b not in r:
+            r[b] = info
+    for b in r:
+        w.pop(b, None)
+    registered = {b: i.network_location for b, i in (w | r).items()}
+    return w, r, registered
+
+
+async def apply_cluster_change(
+    policy: EnsemblePlacementPolicy,
+    writable: Set[BookieInfo] | Set[BookieId],
+    readonly: Set[BookieInfo] | Set[BookieId],
+) -> set[BookieId]:
+    """``policy.on_cluster_changed`` for trio callers.
+
+    When the policy's location resolution may block (a location script), the new bookies'
+    locations are resolved in a worker thread first, so the event loop never waits on the
+    script; the membership change itself runs on the trio thread (it reads trio's clock).
+    """
+    if isinstance(policy, BasePlacementPolicy) and policy.resolution_may_block:
+        await trio.to_thread.run_sync(policy.prepare_cluster_change, writable, readonly)
+    return policy.on_cluster_changed(writable, readonly)
 
 
 def _check_exclude(exclude: object) -> frozenset[BookieId]:
