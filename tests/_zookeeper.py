@@ -70,30 +70,42 @@ class ZooKeeperServer:
         last_error = ""
         for _ in range(3):  # a free port can be taken by someone else before Java binds it
             self.port = free_port()
-            data_dir = self.base_dir / f"data-{self.port}"
-            data_dir.mkdir(parents=True)
-            command = [
-                "java",
-                "-Xms64m",
-                "-Xmx256m",
-                "-XX:+UseSerialGC",
-                "-Dzookeeper.admin.enableServer=false",
-                "-Dzookeeper.4lw.commands.whitelist=*",
-                "-cp",
-                f"{ZOOKEEPER_JAR}:{SLF4J_JAR}",
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
-                str(self.port),
-                str(data_dir),
-            ]
-            with open(self.log_path, "ab") as log:
-                self.process = subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
+            self._launch()
             if self._wait_ready(timeout):
                 return
             last_error = self._log_tail()
             self.stop()
         raise RuntimeError(f"ZooKeeper did not start; log tail:\n{last_error}")
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Stop and start again on the same port with the same data (sessions survive)."""
+        self.stop()
+        self._launch()
+        if not self._wait_ready(timeout):
+            tail = self._log_tail()
+            self.stop()
+            raise RuntimeError(f"ZooKeeper did not restart; log tail:\n{tail}")
+
+    def _launch(self) -> None:
+        data_dir = self.base_dir / f"data-{self.port}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        command = [
+            "java",
+            "-Xms64m",
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dzookeeper.4lw.commands.whitelist=*",
+            "-cp",
+            f"{ZOOKEEPER_JAR}:{SLF4J_JAR}",
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(self.port),
+            str(data_dir),
+        ]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def _wait_ready(self, timeout: float) -> bool:
         from kazoo.client import KazooClient
