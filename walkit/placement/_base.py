@@ -335,7 +335,6 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             # The clock is read only when time matters (a policy without one still works).
             now = self._now() if period > 0 and (departed or self._departing) else None
             for b in departed:
-                self._fallback.discard(b)
                 if now is not None:
                     self._departing.setdefault(b, now + period)
                 else:
@@ -434,6 +433,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
     def _forget(self, bookie: BookieId) -> None:
         """Take a bookie out of the topology, remembering where it was (lock held)."""
         loc = self._topology.remove(bookie)
+        self._fallback.discard(bookie)
         if loc is not None:
             self._last_location.pop(bookie, None)
             self._last_location[bookie] = loc
