@@ -394,7 +394,11 @@ async def _open_client(
                     client._closed = True
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            raise _unwrap(group) from None
+            # Only cancellations (an enclosing scope was cancelled while the body failed): the
+            # body's error, re-raised below, must not be replaced by a Cancelled that the
+            # enclosing scope would swallow.
+            if body_error is None or group.split(trio.Cancelled)[1] is not None:
+                raise _unwrap(group) from None
     finally:
         with trio.CancelScope(shield=True):
             try:
