@@ -38,7 +38,7 @@ from walkit.errors import (
 )
 from walkit.ledger._core import ClientCore, status_error
 from walkit.ledger._reads import read_entries
-from walkit.net._connection import BookieConnection, encode_add_prefix
+from walkit.net._connection import BookieConnection
 
 log = structlog.get_logger()
 
@@ -195,7 +195,7 @@ class LedgerWriter:
         self._check_appendable(len(data))
         while self._tracker.pending_count >= self._max_pending:
             await self._wait_for_room()
-        entry_id = self._add(data)
+        entry_id = self._add((data,))
         return await self._wait_acknowledged(entry_id)
 
     async def append_batch(self, payloads: Sequence[bytes]) -> list[int]:
@@ -205,18 +205,27 @@ class LedgerWriter:
         datas = [_payload(p) for p in payloads]
         for data in datas:
             self._check_size(len(data))
+        self._check_appendable(0)
         if not datas:
             await trio.lowlevel.checkpoint()
             return []
-        ids: list[int] = []
-        for data in datas:
-            self._check_appendable(len(data))
-            while self._tracker.pending_count >= self._max_pending:
+        first = self._tracker.next_entry_id
+        done = 0
+        while done < len(datas):
+            room = self._max_pending - self._tracker.pending_count
+            if room <= 0:
                 await self._wait_for_room()
-                self._check_appendable(len(data))
-            ids.append(self._add(data))
-        await self._wait_acknowledged(ids[-1])
-        return ids
+                self._check_appendable(0)
+                continue
+            chunk = datas[done : done + room]
+            self._add(chunk)
+            done += len(chunk)
+        last = self._tracker.next_entry_id - 1
+        # Appends from other tasks may have come in between two chunks.
+        if last - first + 1 != len(datas):
+            raise AssertionError("unreachable: entries of one batch are consecutive")
+        await self._wait_acknowledged(last)
+        return list(range(first, last + 1))
 
     async def read(self, first: int, last: int) -> list[Entry]:
         """Read back acknowledged entries ``first..last`` (inclusive)."""
@@ -274,30 +283,35 @@ class LedgerWriter:
             raise _copy(self._error)
         self._check_size(size)
 
-    def _add(self, data: bytes) -> int:
+    def _add(self, datas: Sequence[bytes]) -> int:
+        """Assign ids to ``datas``, encode them and queue them to their bookies; returns the
+        last id."""
         tracker = self._tracker
-        pa = tracker.add(len(data))
-        pa.packet = self._digest.encode(pa.entry_id, pa.lac, pa.length, data)
+        encode = self._digest.encode
+        per_slot: list[list[tuple[int, bytes]]] = [[] for _ in self._conns]
+        pa: PendingAdd | None = None
+        for data in datas:
+            pa = tracker.add(len(data))
+            packet = pa.packet = encode(pa.entry_id, pa.lac, pa.length, data)
+            item = (pa.entry_id, packet)
+            for slot in tracker.targets(pa):
+                per_slot[slot].append(item)
+        assert pa is not None
         self._lac_on_bookies = pa.lac
-        self._send(pa, tracker.targets(pa))
+        self._queue(per_slot)
         return pa.entry_id
 
-    def _send(self, pa: PendingAdd, slots: tuple[int, ...]) -> None:
-        key = self._key
-        packet = pa.packet
-        size = len(packet)
-        entry_id = pa.entry_id
-        for slot in slots:
-            conn = self._conns[slot]
-            rid = conn.new_request_id()
-            prefix = encode_add_prefix(rid, self.id, entry_id, key, size)
-            try:
-                conn.send(
-                    (prefix, key, packet), rid, self._sinks[slot], entry_id, self._add_timeout
-                )
-            except ClientClosedError as exc:
-                self._fail(exc)
-                return
+    def _queue(self, per_slot: list[list[tuple[int, bytes]]]) -> None:
+        now = trio.current_time()
+        for slot, items in enumerate(per_slot):
+            if items:
+                try:
+                    self._conns[slot].send_adds(
+                        self.id, self._key, items, self._sinks[slot], self._add_timeout, now
+                    )
+                except ClientClosedError as exc:
+                    self._fail(exc)
+                    return
 
     async def _wait_for_room(self) -> None:
         self._room = trio.Event()
@@ -400,9 +414,11 @@ class LedgerWriter:
                     self._tracker.abort_ensemble_change()
                     self._fail(exc)
                     return
-                resend = self._tracker.finish_ensemble_change()
-                for pa, targets in resend:
-                    self._send(pa, targets)
+                per_slot: list[list[tuple[int, bytes]]] = [[] for _ in self._conns]
+                for pa, targets in self._tracker.finish_ensemble_change():
+                    for slot in targets:
+                        per_slot[slot].append((pa.entry_id, pa.packet))
+                self._queue(per_slot)
         except Exception as exc:  # a bug must not take the client down
             log.exception("ensemble_change_crashed", ledger_id=self.id)
             self._fail(WalkitError(f"ledger {self.id}: ensemble change failed: {exc!r}"))

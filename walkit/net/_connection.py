@@ -60,7 +60,7 @@ _ADD_PREFIX = struct.Struct(">IBBQQqBB")
 _ADD_PREFIX_BODY: Final = _ADD_PREFIX.size - _LEN.size
 # An add response's whole body: header | status, ledger id, entry id.
 _ADD_RESPONSE_BODY: Final = _HEAD_SIZE + struct.calcsize(">hQq")
-_STATUS_ENTRY = struct.Struct(">hQq")
+_ADD_RESPONSE_FRAME = struct.Struct(">IBBQhQq")
 _ADD_RESPONSE: Final = int(MessageType.ADD_RESPONSE)
 
 _RESPONSES = (AddResponse, ReadResponse, ReadLacResponse, WriteLacResponse, ErrorResponse)
@@ -216,12 +216,15 @@ class BookieConnection:
         handler: ResponseHandler,
         tag: int,
         timeout: float,
+        now: float | None = None,
     ) -> None:
         """Queue one encoded request (its frame split in ``parts``); its outcome goes to
-        ``handler`` with ``tag``. Never blocks; never calls the handler before returning."""
+        ``handler`` with ``tag``. Never blocks; never calls the handler before returning.
+        ``now`` (trio's clock) saves reading the clock when the caller has it."""
         if self._closed:
             raise ClientClosedError(f"connection to bookie {self.bookie} is closed")
-        now = trio.current_time()
+        if now is None:
+            now = trio.current_time()
         if not self._pending and self._on_activity is not None:
             self._on_activity()
         self._pending[request_id] = (handler, tag, now + timeout, now)
@@ -230,6 +233,58 @@ class BookieConnection:
         if not self._out:
             self._tx_ready.set()
         self._out.extend(parts)
+        if not self._connected and not self._connecting:
+            self._connecting = True
+            self._wanted.set()
+
+    def send_adds(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[tuple[int, bytes]],
+        handler: ResponseHandler,
+        timeout: float,
+        now: float,
+        flags: AddFlag = AddFlag.NONE,
+    ) -> None:
+        """Queue an AddRequest per ``(entry_id, packet)``; each answer goes to ``handler``
+        with the entry id as tag. The writer's hot path: one call per batch and bookie."""
+        if self._closed:
+            raise ClientClosedError(f"connection to bookie {self.bookie} is closed")
+        if not entries:
+            return
+        pending = self._pending
+        if not pending and self._on_activity is not None:
+            self._on_activity()
+        out = self._out
+        if not out:
+            self._tx_ready.set()
+        if timeout < self._min_timeout:
+            self._min_timeout = timeout
+        pack = _ADD_PREFIX.pack
+        key_len = len(master_key)
+        base = _ADD_PREFIX_BODY + key_len
+        deadline = now + timeout
+        rid = self._next_rid
+        add = MessageType.ADD_REQUEST
+        for entry_id, packet in entries:
+            pending[rid] = (handler, entry_id, deadline, now)
+            out.append(
+                pack(
+                    base + len(packet),
+                    PROTOCOL_VERSION,
+                    add,
+                    rid,
+                    ledger_id,
+                    entry_id,
+                    flags,
+                    key_len,
+                )
+            )
+            out.append(master_key)
+            out.append(packet)
+            rid += 1
+        self._next_rid = rid
         if not self._connected and not self._connecting:
             self._connecting = True
             self._wanted.set()
@@ -400,8 +455,24 @@ class BookieConnection:
         pending = self._pending
         unpack_len = _LEN.unpack_from
         unpack_head = _HEAD.unpack_from
-        unpack_add = _STATUS_ENTRY.unpack_from
+        unpack_add = _ADD_RESPONSE_FRAME.unpack_from
+        frame_size = _ADD_RESPONSE_FRAME.size
         while size - pos >= 4:
+            if size - pos >= frame_size:
+                # The hot path of the writer: one unpack, no message object.
+                length, version, mtype, rid, status, ledger_id, entry_id = unpack_add(buffer, pos)
+                if length == _ADD_RESPONSE_BODY and mtype == _ADD_RESPONSE and version == 1:
+                    pos += frame_size
+                    rec = pending.pop(rid, None)
+                    if rec is not None:
+                        msg: Response | None = None
+                        if type(rec[0]) is _Waiter:  # an awaited call wants the message
+                            msg = AddResponse(rid, _status(status), ledger_id, entry_id)
+                        try:
+                            rec[0].on_response(rec[1], status, msg)
+                        except Exception:  # a handler bug must not kill the connection
+                            log.exception("response_handler_failed", bookie=str(self.bookie))
+                    continue
             (length,) = unpack_len(buffer, pos)
             if length < _HEAD_SIZE or length > self._max_frame_size:
                 raise RemoteProtocolError(f"bad frame length {length}")
@@ -410,26 +481,14 @@ class BookieConnection:
                 break
             version, mtype, rid = unpack_head(buffer, pos + 4)
             rec = pending.pop(rid, None)
-            if mtype == _ADD_RESPONSE and length == _ADD_RESPONSE_BODY and version == 1:
-                # The hot path of the writer: no message object.
-                if rec is not None:
-                    status, ledger_id, entry_id = unpack_add(buffer, pos + 4 + _HEAD_SIZE)
-                    msg: Response | None = None
-                    if type(rec[0]) is _Waiter:  # an awaited call wants the message
-                        msg = AddResponse(rid, _status(status), ledger_id, entry_id)
-                    try:
-                        rec[0].on_response(rec[1], status, msg)
-                    except Exception:  # a handler bug must not kill the connection
-                        log.exception("response_handler_failed", bookie=str(self.bookie))
-            else:
-                decoded = decode_message(bytes(buffer[pos + 4 : end]))
-                if not isinstance(decoded, _RESPONSES):
-                    raise RemoteProtocolError(f"got a {type(decoded).__name__} from a bookie")
-                if rec is not None:
-                    try:
-                        rec[0].on_response(rec[1], int(decoded.status), decoded)
-                    except Exception:
-                        log.exception("response_handler_failed", bookie=str(self.bookie))
+            decoded = decode_message(bytes(buffer[pos + 4 : end]))
+            if not isinstance(decoded, _RESPONSES):
+                raise RemoteProtocolError(f"got a {type(decoded).__name__} from a bookie")
+            if rec is not None:
+                try:
+                    rec[0].on_response(rec[1], int(decoded.status), decoded)
+                except Exception:
+                    log.exception("response_handler_failed", bookie=str(self.bookie))
             pos = end
         return pos
 
