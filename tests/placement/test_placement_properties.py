@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.placement._placement_util import best_feasible, min_racks, racks_feasible, windows
@@ -38,7 +39,7 @@ def topologies(draw: st.DrawFn, max_regions: int = 2, max_racks: int = 3) -> dic
                 b = BookieId("10.0.0.1", port)
                 (readonly if draw(st.booleans()) and draw(st.booleans()) else writable)[b] = loc
     everyone = sorted(writable) + sorted(readonly)
-    exclude = draw(st.sets(st.sampled_from(everyone))) if everyone else set()
+    exclude = draw(st.sets(st.sampled_from(everyone), max_size=2)) if everyone else set()
     e = draw(st.integers(1, 8))
     qw = draw(st.integers(1, e))
     qa = draw(st.integers(1, qw))
@@ -148,54 +149,79 @@ def _region(loc: str) -> str:
     return loc.rsplit("/", 1)[0]
 
 
+# Region b (two racks) must take the larger share; region a has one rack.
+_SHARE_REMAINDER = {
+    "writable": {
+        BookieId("10.0.0.1", 1): "/region-a/rack-0",
+        BookieId("10.0.0.1", 2): "/region-a/rack-0",
+        BookieId("10.0.0.1", 3): "/region-b/rack-0",
+        BookieId("10.0.0.1", 4): "/region-b/rack-1",
+    },
+    "readonly": {},
+    "exclude": frozenset(),
+    "E": 3,
+    "Qw": 2,
+    "Qa": 1,
+    "seed": 1,
+}
+
+
 @SETTINGS
 @given(topologies(max_regions=3, max_racks=2), st.booleans())
+@example(_SHARE_REMAINDER, True)
+@example({**_SHARE_REMAINDER, "seed": 2}, False)
+@example({**_SHARE_REMAINDER, "seed": 3}, True)
 def test_regionaware_shares_and_racks(topo: dict, enforce: bool) -> None:
     policy, candidates = _setup(RegionAwareEnsemblePlacementPolicy, topo, enforce_min_racks=enforce)
     e, qw = topo["E"], topo["Qw"]
-    if len(candidates) < e:
+    target = min(2, qw)
+    possible = len(candidates) >= e and any(
+        _racks_feasible_with_shares(candidates, shares, e, qw, target)
+        for shares in _even_shares(candidates, e)
+    )
+    if len(candidates) < e or (enforce and not possible):
         with pytest.raises(NotEnoughBookiesError):
             policy.new_ensemble(e, qw, topo["Qa"], topo["exclude"])
         return
-    try:
-        ensemble = policy.new_ensemble(e, qw, topo["Qa"], topo["exclude"])
-    except NotEnoughBookiesError:
-        assert enforce, "best effort must place whenever there are enough bookies"
-        return  # the share rule itself is checked on the unenforced runs
+    ensemble = policy.new_ensemble(e, qw, topo["Qa"], topo["exclude"])
     _check_basic(ensemble, topo, candidates)
-    available = Counter(_region(loc) for loc in candidates.values())
     shares = Counter(_region(candidates[b]) for b in ensemble)
-    # Equal shares within one; a region short of bookies gives all it has.
-    for region, share in shares.items():
-        assert share <= available[region]
-    for region in available:
-        if shares[region] < available[region]:
-            assert all(s <= shares[region] + 1 for s in shares.values()), (shares, available)
-    # Inside those shares the racks rule holds whenever the topology allows it.
-    target = min(2, qw)
-    if not enforce:
-        per_region_ok = _feasible_with_shares(candidates, shares, e, qw, target)
-        if per_region_ok:
-            assert min_racks([candidates[b] for b in ensemble], qw) >= target
+    assert shares in _even_shares(candidates, e), "shares are not equal within one"
+    # Inside equal shares the racks rule holds whenever the topology allows it.
+    if possible:
+        assert min_racks([candidates[b] for b in ensemble], qw) >= target
 
 
-def _feasible_with_shares(
+def _even_shares(candidates: dict[BookieId, str], e: int) -> list[Counter[str]]:
+    """Every split of e over the regions with shares equal within one, where a region short
+    of bookies gives all it has (enumerated, not computed the policy's way)."""
+    available = Counter(_region(loc) for loc in candidates.values())
+    regions = sorted(available)
+    out = []
+    for combo in itertools.product(*(range(available[r] + 1) for r in regions)):
+        if sum(combo) != e:
+            continue
+        shares = dict(zip(regions, combo, strict=True))
+        if all(all(s <= shares[r] + 1 for s in combo) for r in regions if shares[r] < available[r]):
+            out.append(Counter({r: s for r, s in shares.items() if s}))
+    return out
+
+
+def _racks_feasible_with_shares(
     candidates: dict[BookieId, str], shares: Counter[str], e: int, w: int, t: int
 ) -> bool:
-    """Racks feasibility when each region must give exactly its share (racks of different
-    regions are different racks, so only the largest rack share matters for t <= 2)."""
-    # For t == 2 an ensemble is feasible iff its largest rack count m leaves room:
-    # m < e and ceil(m / (e - m)) <= w - 1 (a run of one rack must stay shorter than w).
+    """Racks feasibility when each region gives exactly its share, for t <= 2: racks of
+    different regions differ, so only the largest rack count m matters, and a cyclic order
+    exists iff m < e and ceil(m / (e - m)) <= w - 1 (no run of one rack as long as w)."""
     if t <= 1:
         return True
-    best_max = 0
+    m = 0
     for region, share in shares.items():
         racks = Counter(loc for loc in candidates.values() if _region(loc) == region)
         level = 0
         while sum(min(c, level) for c in racks.values()) < share:
             level += 1
-        best_max = max(best_max, level)
-    m = best_max
+        m = max(m, level)
     return m < e and -(-m // (e - m)) <= w - 1
 
 

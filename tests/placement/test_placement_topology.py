@@ -235,3 +235,15 @@ def test_replacing_a_bookie_that_left_uses_its_last_rack() -> None:
     assert policy.bookie_state(ids["x1"]) == "gone"
     for _ in range(10):
         assert policy.replace_bookie(2, 2, 2, ensemble, ids["x1"]) == ids["x2"]
+
+
+def test_region_shares_remainder_goes_where_racks_allow() -> None:
+    """E = 3 over two regions is 2 + 1; only region b (two racks) can take the 2 without two
+    copies of one write quorum landing in one rack."""
+    layout = {"/a/r1": ["a1", "a2"], "/b/r1": ["b1"], "/b/r2": ["b2"]}
+    for seed in range(20):
+        policy = RegionAwareEnsemblePlacementPolicy()
+        ids = cluster(policy, layout, config={"enforce_min_racks": True}, seed=seed)
+        ensemble = policy.new_ensemble(3, 2, 2)
+        assert {ids["b1"], ids["b2"]} <= set(ensemble)
+        assert min_racks([policy.location_of(b) for b in ensemble], 2) == 2

@@ -47,18 +47,34 @@ def waterfill(
     Returns None when the capacities add up to less than ``total``. Which keys get the one
     extra at the top level is chosen with ``rng``.
     """
+    split = waterfill_split(capacities, total)
+    if split is None:
+        return None
+    base, eligible, rest = split
+    return with_extra(base, rng.sample(eligible, rest))
+
+
+def waterfill_split(
+    capacities: Mapping[str, int], total: int
+) -> tuple[dict[str, int], list[str], int] | None:
+    """The even split before its last step: (base counts, keys that may take one more, how
+    many of them do). Every even split is ``base`` plus one for ``rest`` of ``eligible``."""
     keys = sorted(k for k, c in capacities.items() if c > 0)
     if sum(capacities[k] for k in keys) < total:
         return None
     if total <= 0:
-        return {}
+        return {}, [], 0
     level = 0
     while sum(min(capacities[k], level) for k in keys) < total:
         level += 1
-    counts = {k: min(capacities[k], level - 1) for k in keys}
-    rest = total - sum(counts.values())
-    eligible = [k for k in keys if capacities[k] >= level]
-    for k in rng.sample(eligible, rest):
+    base = {k: min(capacities[k], level - 1) for k in keys}
+    rest = total - sum(base.values())
+    return base, [k for k in keys if capacities[k] >= level], rest
+
+
+def with_extra(base: Mapping[str, int], extra: Iterable[str]) -> dict[str, int]:
+    counts = dict(base)
+    for k in extra:
         counts[k] += 1
     return {k: c for k, c in counts.items() if c > 0}
 

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 
 from walkit._core.types import BookieId
 from walkit.placement._arrange import (
     Score,
     arrange,
-    arrange_best_effort,
     column_major,
     distinct_per_window,
     waterfill,
+    waterfill_split,
+    with_extra,
 )
 from walkit.placement._rackaware import RackawareEnsemblePlacementPolicy
 from walkit.placement._topology import region_of
 
 #: Reads try this many local bookies before one remote (seed 004).
 LOCAL_READS_PER_REMOTE = 2
+#: How many ways of handing out the shares' remainder to try at most.
+_MAX_SHARE_SPLITS = 64
 
 
 class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
@@ -45,31 +51,44 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
         region_caps: dict[str, int] = {}
         for rack, bookies in by_rack.items():
             region_caps[region_of(rack)] = region_caps.get(region_of(rack), 0) + len(bookies)
-        shares = waterfill(region_caps, ensemble_size, self.rng)
-        assert shares is not None  # the caller checked there are enough bookies
+        split = waterfill_split(region_caps, ensemble_size)
+        assert split is not None  # the caller checked there are enough bookies
+        base, eligible, rest = split
+        # Every even split of shares is base + one more for `rest` of the eligible regions;
+        # which ones matters for the racks rule (a region of one rack should not take the
+        # extra), so try them (all of them when few, else a random sample).
+        if math.comb(len(eligible), rest) <= _MAX_SHARE_SPLITS:
+            splits = [list(c) for c in itertools.combinations(eligible, rest)]
+            self.rng.shuffle(splits)
+        else:
+            splits = [self.rng.sample(eligible, rest) for _ in range(_MAX_SHARE_SPLITS)]
+        for t in range(target, 0 if best_effort else target - 1, -1):
+            for extra_regions in splits:
+                shares = with_extra(base, extra_regions)
+                counts = self._rack_counts(by_rack, shares)
+                seq = arrange(
+                    counts,
+                    write_quorum,
+                    t,
+                    self.rng,
+                    extra=functools.partial(_region_interleaved, counts, shares),
+                    prefer=functools.partial(_prefer_spread, write_quorum),
+                )
+                if seq is not None:
+                    return seq, t
+        return None, target
+
+    def _rack_counts(
+        self, by_rack: Mapping[str, Sequence[BookieId]], shares: Mapping[str, int]
+    ) -> dict[str, int]:
+        """Each region's share spread evenly over its racks."""
         counts: dict[str, int] = {}
         for region, share in sorted(shares.items()):
             racks = {r: len(bs) for r, bs in by_rack.items() if region_of(r) == region}
             part = waterfill(racks, share, self.rng)
-            assert part is not None
+            assert part is not None  # shares never exceed what a region has
             counts.update(part)
-
-        def prefer(seq: Sequence[str]) -> Score:
-            regions = [region_of(r) for r in seq]
-            per_window = distinct_per_window(regions, write_quorum)
-            racks = distinct_per_window(seq, write_quorum)
-            # Ties go to the order that alternates regions most (ABAB over AABB).
-            adjacent = sum(distinct_per_window(regions, 2))
-            return (min(per_window), sum(per_window), min(racks), sum(racks), adjacent)
-
-        def extra() -> Iterator[list[str]]:
-            return _region_interleaved(counts, shares)
-
-        if best_effort:
-            return arrange_best_effort(
-                counts, write_quorum, target, self.rng, extra=extra, prefer=prefer
-            )
-        return arrange(counts, write_quorum, target, self.rng, extra=extra, prefer=prefer), target
+        return counts
 
     def _replace_score(
         self,
@@ -112,6 +131,15 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
                 out.extend(remote)
                 remote.clear()
         return out
+
+
+def _prefer_spread(write_quorum: int, seq: Sequence[str]) -> Score:
+    """Region spread first, then rack spread; ties go to the order alternating regions most."""
+    regions = [region_of(r) for r in seq]
+    per_window = distinct_per_window(regions, write_quorum)
+    racks = distinct_per_window(seq, write_quorum)
+    adjacent = sum(distinct_per_window(regions, 2))
+    return (min(per_window), sum(per_window), min(racks), sum(racks), adjacent)
 
 
 def _region_interleaved(
