@@ -408,7 +408,10 @@ class BookieConnection:
                 if len(out) == 1:
                     await stream.send_all(out[0])
                     continue
-                # One write for everything queued (bounded, so a huge backlog is split).
+                if sum(map(len, out)) <= _MAX_SEND:
+                    await stream.send_all(b"".join(out))
+                    continue
+                # A huge backlog goes out in bounded writes (no giant joined copy).
                 start = 0
                 while start < len(out):
                     end, size = start, 0
