@@ -254,3 +254,15 @@ def test_metrics_on_an_injected_registry() -> None:
     # Closing unregisters, so the registry can be reused.
     policy.close()
     assert value("walkit_placement_bookies", {"state": "writable"}) is None
+
+
+def test_seed_option_wins_over_the_clients_generator() -> None:
+    def ensembles(config: dict[str, object], rng_seed: int) -> list[list[object]]:
+        policy = RackawareEnsemblePlacementPolicy()
+        policy.initialize(config, PlacementResources(random=random.Random(rng_seed)))
+        policy.on_cluster_changed({bookie(f"h{i}") for i in range(12)}, set())
+        return [policy.new_ensemble(3, 2, 2) for _ in range(5)]
+
+    assert ensembles({"random_seed": 5}, 1) == ensembles({"random_seed": 5}, 2)
+    assert ensembles({}, 1) == ensembles({}, 1)
+    assert ensembles({}, 1) != ensembles({}, 2)

@@ -134,7 +134,11 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         with self._lock:
             self._metrics.close()
             self.config = cfg
-            self._rng = res.random if res.random is not None else random.Random(cfg.random_seed)
+            # An explicit seed option is the more specific wish; else the client's generator.
+            if cfg.random_seed is not None or res.random is None:
+                self._rng = random.Random(cfg.random_seed)
+            else:
+                self._rng = res.random
             self._clock = res.clock if res.clock is not None else trio.current_time
             self._resolvers = resolvers
             self._metrics = PlacementMetrics(res.metrics_registry)

@@ -40,8 +40,8 @@ class PlacementResources:
     clock: Any = None
     #: A prometheus CollectorRegistry, or None for no metrics.
     metrics_registry: Any = None
-    #: The random generator placement draws from; None means one seeded from the
-    #: ``random_seed`` option (or from the OS when that is unset too).
+    #: The random generator placement draws from (the ``random_seed`` option, when set,
+    #: wins); None with no seed option means a generator seeded from the OS.
     random: _random.Random | None = None
 
 
