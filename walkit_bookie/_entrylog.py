@@ -2,7 +2,8 @@
 
 A record is ``u32 length | u64 ledger | i64 entry | packet``. Entries reach entry logs only at
 checkpoints (from the write cache), sorted by (ledger, entry) so that one ledger's entries sit
-together. The index maps (ledger, entry) to (log id, offset of the packet, length). Everything in
+together, written in aligned chunks (O_DIRECT where possible) and padded with zeros to a block
+boundary at the end of each checkpoint's write. The index maps (ledger, entry) to (log id, offset of the packet, length). Everything in
 here runs in a worker thread.
 """
 
@@ -15,12 +16,14 @@ from pathlib import Path
 from typing import final
 
 from walkit_bookie._cookie import fsync_dir
+from walkit_bookie._directio import BLOCK, AlignedBuffer, AlignedFile
 from walkit_bookie._index import entry_key
 
 ENTRYLOG_DIR = "entrylogs"
 _REC = struct.Struct(">IQq")
 _SUFFIX = ".log"
 LOCATION = struct.Struct(">QQI")  # log id, offset of the packet, packet length
+_CHUNK = 4 << 20  # bytes per write (a multiple of BLOCK)
 
 
 @final
@@ -39,51 +42,71 @@ class EntryLogger:
         self._readers: dict[int, int] = {}
         # A new log per start: the tail of the last one may hold a partial, unindexed write.
         self._next_id = max(self._paths, default=0) + 1
-        self._fd = -1
+        self._file: AlignedFile | None = None
         self._id = 0
         self._offset = 0
+        self._buffer = AlignedBuffer(_CHUNK + BLOCK)
 
-    def _roll(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
+    def _roll(self) -> AlignedFile:
+        if self._file is not None:
+            self._file.close()
         self._id = self._next_id
         self._next_id += 1
         directory = self._dirs[self._id % len(self._dirs)]
         path = directory / f"{self._id:016x}{_SUFFIX}"
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._offset = os.fstat(self._fd).st_size
+        self._file = AlignedFile(path, sync=False)
+        self._offset = self._file.size
         self._paths[self._id] = path
         fsync_dir(directory)
+        return self._file
 
     def append(self, entries: Sequence[tuple[int, int, bytes]]) -> list[tuple[bytes, bytes]]:
-        """Write entries durably (one write, one fsync); return (index key, location) pairs."""
-        if self._fd < 0 or self._offset >= self._max_size:
-            self._roll()
-        parts: list[bytes] = []
+        """Write entries durably (aligned chunks, one fdatasync); return (key, location) pairs."""
+        file = self._file
+        if file is None or self._offset >= self._max_size:
+            file = self._roll()
+        view = self._buffer.view
         locations: list[tuple[bytes, bytes]] = []
-        at = self._offset
-        pack = _REC.pack
-        for ledger_id, entry_id, packet in entries:
-            parts.append(pack(len(packet), ledger_id, entry_id))
-            parts.append(packet)
-            at += _REC.size
-            locations.append(
-                (entry_key(ledger_id, entry_id), LOCATION.pack(self._id, at, len(packet)))
-            )
-            at += len(packet)
-        data = memoryview(b"".join(parts))
-        written = 0
+        start = self._offset  # aligned: every append ends padded to a block
+        at = start  # file offset of the next byte
+        fill = 0  # bytes in the buffer
+        pack_into = _REC.pack_into
+        log_id = self._id
         try:
-            while written < len(data):
-                written += os.write(self._fd, data[written:])
-            os.fdatasync(self._fd)
+            for ledger_id, entry_id, packet in entries:
+                if fill + _REC.size > _CHUNK:
+                    fill = self._flush_chunk(file, at - fill, fill)
+                pack_into(view, fill, len(packet), ledger_id, entry_id)
+                fill += _REC.size
+                at += _REC.size
+                locations.append(
+                    (entry_key(ledger_id, entry_id), LOCATION.pack(log_id, at, len(packet)))
+                )
+                data = memoryview(packet)
+                while data:
+                    n = min(len(data), _CHUNK - fill)
+                    view[fill : fill + n] = data[:n]
+                    fill += n
+                    at += n
+                    data = data[n:]
+                    if fill == _CHUNK:
+                        fill = self._flush_chunk(file, at - fill, fill)
+            if fill:
+                end = self._buffer.pad(fill)
+                file.write_at(view[:end], at - fill)
+                at = at - fill + end
+            file.sync()
         except OSError:
             # Leave no half-written record in the middle of the file: start a fresh log next time.
-            os.close(self._fd)
-            self._fd = -1
+            file.close()
+            self._file = None
             raise
         self._offset = at
         return locations
+
+    def _flush_chunk(self, file: AlignedFile, offset: int, fill: int) -> int:
+        file.write_at(self._buffer.view[:fill], offset)
+        return 0
 
     def read(self, location: bytes, ledger_id: int, entry_id: int) -> bytes | None:
         log_id, offset, length = LOCATION.unpack(location)
@@ -103,9 +126,9 @@ class EntryLogger:
         return data[_REC.size :]
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         for fd in self._readers.values():
             os.close(fd)
         self._readers.clear()

@@ -8,6 +8,7 @@ in-flight limits or while this connection has too many answers its peer has not 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, final
 
 import structlog
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 
-RECEIVE_SIZE = 256 * 1024
+RECEIVE_SIZE = 1024 * 1024
 _HEADER_END = 4 + 10  # length prefix + version, type, request id
 _CLOSE_GRACE = 1.0  # seconds to flush answers before closing a connection
 
@@ -120,7 +121,7 @@ class Connection:
         decoder = FrameDecoder(config.max_frame_size)
         max_unsent = config.max_unsent_bytes
         capacity = handler.capacity
-        stream = self._stream
+        receive = _receiver(self._stream)
         fed = 0  # bytes fed to the decoder so far
         consumed = 0  # bytes of whole frames taken out of it
         while True:
@@ -131,7 +132,7 @@ class Connection:
                     await capacity.park()
                 else:
                     break
-            data = await stream.receive_some(RECEIVE_SIZE)
+            data = await receive()
             if not data:
                 return
             decoder.feed(data)
@@ -155,7 +156,9 @@ class Connection:
                     continue
                 handler.handle(self, body, message)
 
-    def _refuse_frame(self, data: bytes | bytearray, fed: int, consumed: int, reason: str) -> None:
+    def _refuse_frame(
+        self, data: bytes | bytearray | memoryview, fed: int, consumed: int, reason: str
+    ) -> None:
         # The oversized frame starts at stream offset ``consumed``; answer with its request id
         # if its header is in the chunk at hand.
         chunk_start = fed - len(data)
@@ -192,6 +195,32 @@ class Connection:
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
+
+
+def _receiver(stream: trio.abc.Stream) -> Callable[[], Awaitable[bytes | bytearray | memoryview]]:
+    """A function returning the next chunk of the stream (empty at EOF).
+
+    On TCP it receives into one reused buffer: a fresh 1 MiB bytes object per receive costs
+    page faults that show at hundreds of MiB/s. The decoder copies what it keeps.
+    """
+    sock = getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
+    if sock is None:
+
+        async def receive_some() -> bytes | bytearray:
+            return await stream.receive_some(RECEIVE_SIZE)
+
+        return receive_some
+    buffer = bytearray(RECEIVE_SIZE)
+    view = memoryview(buffer)
+
+    async def receive_into() -> memoryview:
+        try:
+            n = await sock.recv_into(buffer)
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"connection broken: {exc}") from exc
+        return view[:n]
+
+    return receive_into
 
 
 def peer_name(stream: trio.abc.Stream) -> str:

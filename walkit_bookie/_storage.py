@@ -27,7 +27,7 @@ from walkit_bookie._config import BookieConfig
 from walkit_bookie._cookie import check_or_create, recorded_cookie
 from walkit_bookie._entrylog import ENTRYLOG_DIR, EntryLogger
 from walkit_bookie._index import INDEX_DIR, Index, entry_key
-from walkit_bookie._journal import JournalWriter, LogMark, encode_records, journal_files, replay
+from walkit_bookie._journal import JournalWriter, LogMark, journal_files, replay
 from walkit_bookie._ledger import LedgerInfo, apply_request
 
 log = structlog.get_logger()
@@ -230,6 +230,7 @@ class DiskStorage(BookieStorage):
         cache = self._cache
         ledgers = self._ledgers
         dirty = self._dirty
+        added = 0
         for request in requests:
             info = apply_request(ledgers, request)
             if info is None:
@@ -239,9 +240,11 @@ class DiskStorage(BookieStorage):
                 key = (request.ledger_id, request.entry_id)
                 old = cache.get(key)
                 if old is not None:
-                    self._cache_bytes -= len(old)
-                cache[key] = request.packet
-                self._cache_bytes += len(request.packet)
+                    added -= len(old)
+                packet = request.packet
+                cache[key] = packet
+                added += len(packet)
+        self._cache_bytes += added
         if self._cache_bytes >= self._config.write_cache_max_bytes:
             self._due.set()
 
@@ -253,11 +256,15 @@ class DiskStorage(BookieStorage):
         while self._cache_bytes + self._flushing_bytes >= limit and not self._checkpoint_failed:
             self._due.set()
             await self._room.wait()
-        data = encode_records(bodies)
-        mark = await trio.to_thread.run_sync(journal.write, data)
+        before = journal.offset
+        if self._config.journal_write_in_thread:
+            mark = await trio.to_thread.run_sync(journal.write, bodies)
+        else:
+            await trio.lowlevel.checkpoint()
+            mark = journal.write(bodies)
         self.stats.journal_syncs = journal.syncs
         self.stats.journal_records += len(bodies)
-        self.stats.journal_bytes += len(data)
+        self.stats.journal_bytes += mark.offset - before if mark.offset > before else mark.offset
         self._apply(requests)
         self._mark = mark
 
