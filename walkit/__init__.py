@@ -4,16 +4,22 @@ from walkit import errors
 from walkit._core.digest import DigestType
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
 from walkit._core.types import BookieId, Entry
+from walkit.client import Client
 from walkit.errors import *  # noqa: F403  (the error hierarchy is part of the top-level API)
+from walkit.ledger import ClientOptions, LedgerReader, LedgerWriter
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BookieId",
+    "Client",
+    "ClientOptions",
     "DigestType",
     "Entry",
     "LedgerMetadata",
+    "LedgerReader",
     "LedgerState",
+    "LedgerWriter",
     "errors",
     *errors.__all__,
 ]
