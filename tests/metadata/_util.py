@@ -9,7 +9,7 @@ import trio
 from walkit.metadata import WatchEvent, WatchEventKind
 
 #: Only a guard against hangs; nothing is asserted about how fast things happen.
-HANG_GUARD = 20.0
+HANG_GUARD = 30.0
 
 
 async def next_event(events: AsyncIterator[WatchEvent]) -> WatchEvent:

@@ -128,8 +128,13 @@ class _ZkWatch:
     def _children_armed(self, result: Any) -> None:
         if isinstance(result.exception, kz.NoNodeError):
             # No children watch on a missing node: watch for its creation instead.
-            self.store._zk.exists_async(self.full, watch=self._fired).rawlink(self._armed)
-            return
+            try:
+                self.store._zk.exists_async(self.full, watch=self._fired).rawlink(self._armed)
+                return
+            except Exception:  # the client is stopping
+                self.needs_rearm = True
+                self._flush()
+                return
         self._armed(result)
 
     def _armed(self, result: Any) -> None:
