@@ -34,6 +34,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import itertools
+
 from bench.ledger import start_bookies
 from walkit.client import Client
 from walkit.metadata import list_bookies, open_metadata_store
@@ -80,11 +82,9 @@ async def stall_once(url: str, pids: dict[str, int], how: signal.Signals) -> dic
         if how == signal.SIGSTOP:
             os.kill(pids[victim], signal.SIGCONT)
         changed = len(lw.metadata.fragments) > 1
-    before = [b - a for a, b in zip(ack_times, ack_times[1:], strict=False) if b < fault_at]
+    before = [b - a for a, b in itertools.pairwise(ack_times) if b < fault_at]
     after = [
-        b - a
-        for a, b in zip(ack_times, ack_times[1:], strict=False)
-        if b >= fault_at and a >= fault_at - 0.5
+        b - a for a, b in itertools.pairwise(ack_times) if b >= fault_at and a >= fault_at - 0.5
     ]
     detection = ADD_TIMEOUT if how == signal.SIGSTOP else 0.0
     longest = max(after) if after else float("nan")
