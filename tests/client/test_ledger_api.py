@@ -264,3 +264,31 @@ async def test_body_errors_are_not_wrapped(memory_url: str) -> None:
     with pytest.raises(KeyError):
         async with connect(memory_url):
             raise KeyError("mine")
+
+
+async def test_backpressure_with_many_waiters_and_big_batches(
+    memory_url: str, tmp_path: Path
+) -> None:
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url, max_pending_adds=8) as client:
+        lw = await client.create_ledger(3, 2, 2)
+        results: dict[int, list[int]] = {}
+
+        async def appender(task: int) -> None:
+            if task % 4 == 0:
+                results[task] = await lw.append_batch([payload(task)] * 50)
+            else:
+                results[task] = [await lw.append(payload(task)) for _ in range(10)]
+
+        async with trio.open_nursery() as nursery:
+            for task in range(20):
+                nursery.start_soon(appender, task)
+        everything = sorted(eid for ids in results.values() for eid in ids)
+        assert everything == list(range(5 * 50 + 15 * 10))
+        for task, ids in results.items():
+            if task % 4 == 0:  # a batch's entries are consecutive, even when it waited
+                assert ids == list(range(ids[0], ids[0] + 50))
+        await lw.close()
+        lr = await client.open_ledger(lw.id)
+        entries = await lr.read(0, len(everything) - 1)
+        by_id = {eid: task for task, ids in results.items() for eid in ids}
+        assert all(e.payload == payload(by_id[e.entry_id]) for e in entries)

@@ -160,12 +160,18 @@ class LedgerReader:
 
     async def _watch_metadata(self, watch: _MetadataWatch) -> None:
         """Wake the tailing loop when the ledger's metadata changes (closed, new fragment)."""
+        events = self._core.ledgers.watch(self.id)
         try:
-            async for _event in self._core.ledgers.watch(self.id):
+            async for _event in events:
                 watch.changed = True
                 watch.wake.set()
         except WalkitError as exc:
             log.debug("ledger_watch_ended", ledger_id=self.id, error=str(exc))
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
 
     # --- internals -------------------------------------------------------------------------
 

@@ -144,6 +144,7 @@ class LedgerWriter:
         self._sinks = [_SlotSink(self, s) for s in range(metadata.ensemble_size)]
         self._waiters: deque[tuple[int, trio.Event]] = deque()
         self._room = trio.Event()
+        self._admission = trio.Lock()
         self._idle = trio.Event()
         self._idle.set()
         self._lac_moved = trio.Event()
@@ -193,13 +194,19 @@ class LedgerWriter:
         """
         data = _payload(payload)
         self._check_appendable(len(data))
-        while self._tracker.pending_count >= self._max_pending:
-            await self._wait_for_room()
-        entry_id = self._add((data,))
+        if self._admission.locked() or self._tracker.pending_count >= self._max_pending:
+            async with self._admission:  # FIFO: ids follow the order of the calls
+                while self._tracker.pending_count >= self._max_pending:
+                    await self._wait_for_room()
+                self._check_appendable(len(data))
+                entry_id = self._add((data,))
+        else:
+            entry_id = self._add((data,))
         return await self._wait_acknowledged(entry_id)
 
     async def append_batch(self, payloads: Sequence[bytes]) -> list[int]:
-        """Append several entries, pipelined; returns their ids once all are acknowledged."""
+        """Append several entries, pipelined; returns their (consecutive) ids once all are
+        acknowledged."""
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
         datas = [_payload(p) for p in payloads]
@@ -210,20 +217,26 @@ class LedgerWriter:
             await trio.lowlevel.checkpoint()
             return []
         first = self._tracker.next_entry_id
-        done = 0
-        while done < len(datas):
-            room = self._max_pending - self._tracker.pending_count
-            if room <= 0:
-                await self._wait_for_room()
-                self._check_appendable(0)
-                continue
-            chunk = datas[done : done + room]
-            self._add(chunk)
-            done += len(chunk)
-        last = self._tracker.next_entry_id - 1
-        # Appends from other tasks may have come in between two chunks.
-        if last - first + 1 != len(datas):
-            raise AssertionError("unreachable: entries of one batch are consecutive")
+        if (
+            not self._admission.locked()
+            and self._tracker.pending_count + len(datas) <= self._max_pending
+        ):
+            last = self._add(datas)
+        else:
+            # Over the limit: admit it in chunks as room frees up, holding the admission lock
+            # so no other append slips between two chunks.
+            async with self._admission:
+                first = self._tracker.next_entry_id
+                done = 0
+                while done < len(datas):
+                    room = self._max_pending - self._tracker.pending_count
+                    if room <= 0:
+                        await self._wait_for_room()
+                        self._check_appendable(0)
+                        continue
+                    chunk = datas[done : done + room]
+                    last = self._add(chunk)
+                    done += len(chunk)
         await self._wait_acknowledged(last)
         return list(range(first, last + 1))
 
@@ -248,7 +261,8 @@ class LedgerWriter:
         try:
             # Let in-flight adds finish (acknowledged or failed) and any ensemble change end.
             while self._tracker.pending_count and self._error is None:
-                self._idle = trio.Event()
+                if self._idle.is_set():
+                    self._idle = trio.Event()
                 await self._idle.wait()
             await self._change_done.wait()
             await self._close_metadata()
@@ -314,7 +328,8 @@ class LedgerWriter:
                     return
 
     async def _wait_for_room(self) -> None:
-        self._room = trio.Event()
+        if self._room.is_set():  # several tasks may wait on the same event
+            self._room = trio.Event()
         await self._room.wait()
         if self._error is not None:
             raise _copy(self._error)
@@ -323,9 +338,10 @@ class LedgerWriter:
         if entry_id <= self._tracker.last_add_confirmed:
             await trio.lowlevel.checkpoint()
             return entry_id
-        event = trio.Event()
-        self._waiters.append((entry_id, event))
-        await event.wait()
+        if self._error is None:
+            event = trio.Event()
+            self._waiters.append((entry_id, event))
+            await event.wait()
         if entry_id <= self._tracker.last_add_confirmed:
             return entry_id
         assert self._error is not None
