@@ -128,8 +128,10 @@ class SqliteDb:
                 self.session_id = cursor.lastrowid
                 (last,) = db.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()
                 self._last_seq = last
+            # timeout=0: the trio thread must never wait on it (on any hiccup the watch falls
+            # back to the poller's position, which costs extra events, not missed ones).
             self._peek = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+                self.path, timeout=0, isolation_level=None, check_same_thread=False
             )
         except BaseException:
             conn.close()
