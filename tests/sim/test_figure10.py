@@ -23,27 +23,38 @@ async def arrange(cluster: SimCluster) -> tuple[int, list[SimBookie]]:
     """Write entries 0..3 as in the figure, then kill the writer. Returns the ledger id and
     its bookies B1, B2, B3."""
     history, net = cluster.history, cluster.network
-    # No ensemble change while the bookies' contents are being arranged.
-    async with cluster.client("writer", add_timeout=1000.0) as client:
+    # No ensemble change while the bookies' contents are arranged, and no explicit LAC: the
+    # bookies' LAC stays at 1, so recovery reads forward from entry 2, as in the figure.
+    async with cluster.client("writer", add_timeout=1000.0, explicit_lac_interval=None) as client:
         lw = await client.create_ledger(3, 3, 2)
         bookies = [cluster.bookie(b) for b in lw.metadata.current_ensemble]
-        _, b2, b3 = (b.name for b in bookies)
+        b1, b2, b3 = (b.name for b in bookies)
         for i in range(2):
             await history.append("writer", lw, b"entry-%d" % i)
         await trio.sleep(0.1)  # entries 0 and 1 are on all three
-        net.stall("writer", b3)
-        assert await history.append("writer", lw, b"entry-2") == 2
-        net.stall("writer", b2)
 
-        async def never_acked() -> None:
+        acked: list[int] = []
+
+        async def append(payload: bytes) -> None:
             try:
-                await history.append("writer", lw, b"entry-3")
+                acked.append(await history.append("writer", lw, payload))
             except WalkitError:
                 pass
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(never_acked)
-            await trio.sleep(0.1)  # entry 3 is durable on B1
+            # Answers are held, so entries 2 and 3 both carry LAC 1.
+            net.stall(b1, "writer")
+            net.stall(b2, "writer")
+            net.stall("writer", b3)
+            nursery.start_soon(append, b"entry-2")  # reaches B1 and B2
+            await trio.sleep(0.01)
+            net.stall("writer", b2)
+            nursery.start_soon(append, b"entry-3")  # reaches B1 only
+            await trio.sleep(0.01)
+            net.unstall(b1, "writer")
+            net.unstall(b2, "writer")
+            await trio.sleep(0.01)
+            assert acked == [2]  # entry 2 on Qa=2 bookies; entry 3 on one
             # The writer dies; what it still had in flight dies with it.
             net.isolate("writer", reset=True)
             nursery.cancel_scope.cancel()

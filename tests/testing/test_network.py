@@ -112,6 +112,9 @@ async def test_stall_holds_data_until_heal(
             await stream.receive_some()
             pytest.fail("a stalled link delivered data")
         assert net.holds("b", "c") and not net.holds("c", "b")
+        net.stall("c", "b")
+        net.unstall("b", "c")  # one direction only
+        assert net.holds("c", "b") and not net.holds("b", "c")
         net.heal()
         assert await stream.receive_some() == b"ping"
         nursery.cancel_scope.cancel()

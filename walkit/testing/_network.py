@@ -365,6 +365,12 @@ class SimNetwork:
         self._record("stall", src, dst)
         self._fault_changed()
 
+    def unstall(self, src: str, dst: str) -> None:
+        """Undo :meth:`stall` of ``src`` to ``dst`` only (``heal`` undoes both directions)."""
+        self._stalls.discard((src, dst))
+        self._record("unstall", src, dst)
+        self._fault_changed()
+
     def refuse(self, src: str, dst: str) -> None:
         """Refuse every connect from ``src`` to ``dst`` until :meth:`heal`."""
         self._refusals.add((src, dst))
