@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
+import structlog
 import trio
 
 import walkit
@@ -34,4 +36,6 @@ if __name__ == "__main__":
     target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("WALKIT_METADATA", "")
     if not target:
         sys.exit("usage: quickstart.py METADATA_URL (or set WALKIT_METADATA)")
+    # Libraries log through structlog; the application decides what to show.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     trio.run(main, target)

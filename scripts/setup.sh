@@ -13,8 +13,16 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+log=.venv/setup.log
+pip_install() {
+  if ! .venv/bin/python -m pip install --disable-pip-version-check "$@" >>"$log" 2>&1; then
+    cat "$log" >&2; echo "setup: pip install $* failed (log above, also in $log)" >&2; exit 1
+  fi
+}
+: >"$log"
+pip_install --upgrade pip
 spec="."
 [ -n "$extras" ] && spec=".[${extras}]"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec" 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c 'import walkit, walkit_bookie' || { echo "install failed" >&2; exit 1; }
+echo "setup: installing walkit${extras:+ with extras [$extras]} into .venv"
+pip_install -e "$spec"
+.venv/bin/python -c 'import walkit, walkit_bookie' || { echo "setup: install failed" >&2; exit 1; }
