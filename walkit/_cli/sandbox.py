@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TextIO, final
 
@@ -128,40 +129,45 @@ async def run_sandbox(
     layout = SandboxLayout.load_or_create(data_dir, bookies, metadata_url)
     processes: list[trio.Process] = []
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    try:
-        async with trio.open_nursery() as nursery:
-            for index in range(bookies):
-                process = await trio.lowlevel.open_process(
-                    bookie_command(layout, index, host),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=env,
+    # Ctrl-C and SIGTERM are both a clean stop, at any moment (also while bookies start):
+    # received here rather than as KeyboardInterrupt, so the shutdown below always runs.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, out)
+                for index in range(bookies):
+                    process = await trio.lowlevel.open_process(
+                        bookie_command(layout, index, host),
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                    processes.append(process)
+                    with trio.fail_after(60):
+                        await _wait_ready(process, f"bookie-{index}", out)
+                    nursery.start_soon(_pump, process, f"bookie-{index}", out)
+                    nursery.start_soon(_watch_exit, process, out)
+                print(
+                    f"walkit sandbox: {bookies} bookies on {host} ports {layout.ports[:bookies]}",
+                    file=out,
                 )
-                processes.append(process)
-                with trio.fail_after(60):
-                    await _wait_ready(process, f"bookie-{index}", out)
-                nursery.start_soon(_pump, process, f"bookie-{index}", out)
-            print(
-                f"walkit sandbox: {bookies} bookies on {host} ports {layout.ports[:bookies]}",
-                file=out,
-            )
-            print(f"metadata URL: {layout.metadata_url}", file=out)
-            print(f"export WALKIT_METADATA={layout.metadata_url}", file=out, flush=True)
-            if ready is not None:
-                ready.set()
-            for process in processes:
-                nursery.start_soon(_watch_exit, process, out)
-            # SIGTERM stops the sandbox as cleanly as Ctrl-C does (trio turns SIGINT into
-            # KeyboardInterrupt; both paths reach the shielded shutdown below).
-            with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
-                    print("walkit sandbox: stopping", file=out, flush=True)
-                    break
-            nursery.cancel_scope.cancel()
-    finally:
-        with trio.CancelScope(shield=True):
-            await _stop_all(processes)
+                print(f"metadata URL: {layout.metadata_url}", file=out)
+                print(f"export WALKIT_METADATA={layout.metadata_url}", file=out, flush=True)
+                if ready is not None:
+                    ready.set()
+        finally:
+            with trio.CancelScope(shield=True):
+                await _stop_all(processes)
     return 0
+
+
+async def _stop_on_signal(
+    signals: AsyncIterator[int], scope: trio.CancelScope, out: TextIO
+) -> None:
+    async for _ in signals:
+        print("walkit sandbox: stopping", file=out, flush=True)
+        scope.cancel()
+        return
 
 
 async def _watch_exit(process: trio.Process, out: TextIO) -> None:
