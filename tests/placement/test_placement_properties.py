@@ -239,3 +239,51 @@ def test_oracle_agrees_with_closed_form_for_two_racks(
         level += 1
     closed = level < e and -(-level // (e - level)) <= w - 1
     assert racks_feasible(caps, e, w, 2) == closed
+
+
+def _layout_from_caps(caps: list[int]) -> dict[BookieId, str]:
+    out: dict[BookieId, str] = {}
+    port = 4000
+    for k, cap in enumerate(caps):
+        for _ in range(cap):
+            port += 1
+            out[BookieId("10.0.0.2", port)] = f"/dc/rack-{k}"
+    return out
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    caps=st.lists(st.integers(1, 7), min_size=2, max_size=5),
+    e=st.integers(8, 10),
+    data=st.data(),
+)
+# Orders that the column-by-column layout alone misses (found by an exhaustive comparison).
+@example(caps=[4, 6], e=10, data=None)
+@example(caps=[1, 3, 3, 3], e=10, data=None)
+@example(caps=[1, 1, 1, 2, 7], e=10, data=None)
+def test_rackaware_exact_on_larger_ensembles(
+    caps: list[int], e: int, data: st.DataObject | None
+) -> None:
+    """Enforced placement succeeds exactly when some ensemble meets the target, for E up to 10."""
+    if data is None:  # the explicit examples: the hard (w, t) pairs
+        cases = [(3, 2), (3, 3), (4, 3)]
+    else:
+        w = data.draw(st.integers(2, min(e, 5)))
+        cases = [(w, data.draw(st.integers(2, min(w, 4))))]
+    for w, t in cases:
+        if w > e:
+            continue
+        policy = RackawareEnsemblePlacementPolicy()
+        policy.initialize(
+            {"min_racks_per_write_quorum": t, "enforce_min_racks": True},
+            PlacementResources(random=random.Random(sum(caps) * 31 + e)),
+        )
+        layout = _layout_from_caps(caps)
+        policy.on_cluster_changed({BookieInfo(b, loc) for b, loc in layout.items()}, set())
+        if racks_feasible(caps, e, w, t):
+            ensemble = policy.new_ensemble(e, w, 1)
+            assert len(set(ensemble)) == e
+            assert min_racks([layout[b] for b in ensemble], w) >= t, (caps, e, w, t)
+        else:
+            with pytest.raises(NotEnoughBookiesError):
+                policy.new_ensemble(e, w, 1)

@@ -1,26 +1,39 @@
 """Pure arithmetic of rack-aware placement: how many bookies per rack, and in what order.
 
 Entry ``e`` is written to ensemble indexes ``e % E .. e % E + Qw - 1`` (taken cyclically), so
-the write quorums are the E cyclic windows of Qw consecutive positions. The question "can every
-window span at least T racks" depends only on how many bookies each rack gives, and is answered
-by two steps:
+the write quorums are the E cyclic windows of Qw consecutive positions. Whether every window
+can span at least T racks depends only on how many bookies each rack gives:
 
 1. counts: take bookies from racks as evenly as their capacities allow (water-filling). This
    makes the largest share as small as possible, which is the best any choice can do.
-2. order: lay the bookies grouped by rack (largest group first) into positions column by column
-   (``0, g, 2g, ..``, then ``1, 1+g, ..``) and try every stride ``g``.
+2. order: try quick constructions first: the bookies grouped by rack (largest group first)
+   laid column by column (``0, g, 2g, ..``, then ``1, 1+g, ..``) for every stride ``g``, and
+   the largest group cut into even runs with one other bookie between runs. For T = 2 these
+   are exact: stride 2 works whenever no rack has more than half the ensemble, the runs
+   whenever one does and the longest run stays below Qw, which is the condition for any order
+   to exist. For T > 2, if no construction works, an exhaustive search (memoized,
+   bounded at ``SEARCH_BUDGET`` steps) decides.
 
-An exhaustive search over all arrangements agrees with these two steps on every case up to
-E = 8 with four racks (and on the infeasible cases checked up to E = 12), and
-``tests/placement`` keeps comparing them with a brute force on random small topologies.
+``tests/placement`` compares the result with an independent exhaustive search on random
+topologies; it was also checked on every rack layout up to E = 10 with five racks.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import lru_cache
+
+import structlog
+
+log = structlog.get_logger()
 
 Score = tuple[int, ...]
+
+#: Steps the exhaustive order search may take before it gives up (it then reports "no order").
+SEARCH_BUDGET = 50_000
+#: Ensembles larger than this are only arranged by the quick constructions.
+SEARCH_MAX_SIZE = 64
 
 
 def write_windows(ensemble_size: int, write_quorum: int) -> list[list[int]]:
@@ -89,6 +102,87 @@ def column_major(grouped: Sequence[str], stride: int) -> list[str]:
     return seq
 
 
+def runs_around_largest(grouped: Sequence[str]) -> list[str] | None:
+    """The largest group cut into even runs, one other label between consecutive runs.
+
+    None when the largest group is smaller than the rest (then some runs would be empty).
+    """
+    big = grouped[0]
+    size = sum(1 for lab in grouped if lab == big)
+    others = [lab for lab in grouped if lab != big]
+    if not others or size < len(others):
+        return None
+    base, extra = divmod(size, len(others))
+    seq: list[str] = []
+    for i, sep in enumerate(others):
+        seq.extend([big] * (base + (1 if i < extra else 0)))
+        seq.append(sep)
+    return seq
+
+
+def _searched(grouped: Sequence[str], write_quorum: int, target: int) -> list[str] | None:
+    """Exhaustive search on the canonical form (labels numbered largest group first)."""
+    labels = list(dict.fromkeys(grouped))
+    counts = tuple(sum(1 for lab in grouped if lab == label) for label in labels)
+    found = _search(counts, write_quorum, target)
+    return None if found is None else [labels[i] for i in found]
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+@lru_cache(maxsize=256)
+def _search(counts: tuple[int, ...], w: int, t: int) -> tuple[int, ...] | None:
+    """A cyclic sequence with counts[i] copies of label i whose every window of w has t
+    distinct labels, or None (none exists, or the search ran out of budget)."""
+    n = sum(counts)
+    if n > SEARCH_MAX_SIZE or w > n:
+        return None
+    k = len(counts)
+    head = w - 1
+    seq: list[int] = []
+    remaining = list(counts)
+    dead: set[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = set()
+    steps = 0
+
+    def wraps_ok() -> bool:
+        return all(len({seq[(s + j) % n] for j in range(w)}) >= t for s in range(n - head, n))
+
+    def dfs() -> bool:
+        nonlocal steps
+        if len(seq) == n:
+            return wraps_ok()
+        key = (tuple(remaining), tuple(seq[:head]), tuple(seq[len(seq) - head :]))
+        if key in dead:
+            return False
+        steps += 1
+        if steps > SEARCH_BUDGET:
+            raise _OutOfBudget
+        for i in sorted(range(k), key=lambda j: -remaining[j]):
+            if remaining[i] == 0:
+                continue
+            # Labels with equal counts are interchangeable at the first position.
+            if not seq and i > 0 and counts[i] == counts[i - 1]:
+                continue
+            if len(seq) >= head and len({*seq[len(seq) - head :], i}) < t:
+                continue
+            seq.append(i)
+            remaining[i] -= 1
+            if dfs():
+                return True
+            seq.pop()
+            remaining[i] += 1
+        dead.add(key)
+        return False
+
+    try:
+        return tuple(seq) if dfs() else None
+    except _OutOfBudget:
+        log.warning("placement.order_search_gave_up", counts=counts, write_quorum=w, target=t)
+        return None
+
+
 def grouped_by_count(counts: Mapping[str, int], rng: random.Random) -> list[str]:
     """Labels repeated by count, largest group first; equal groups in random order."""
     labels = sorted(counts)
@@ -121,6 +215,9 @@ def arrange(
     def candidates() -> Iterator[Sequence[str]]:
         for stride in range(1, n + 1):
             yield column_major(grouped, stride)
+        runs = runs_around_largest(grouped)
+        if runs is not None:
+            yield runs
         if extra is not None:
             yield from extra()
 
@@ -135,6 +232,8 @@ def arrange(
         score = prefer(seq)
         if best is None or score > best_score:
             best, best_score = list(seq), score
+    if best is None and target > 2:
+        best = _searched(grouped, write_quorum, target)
     if best is None:
         return None
     shift = rng.randrange(n)
