@@ -119,6 +119,33 @@ def encode_read_request(
     )
 
 
+#: Average bytes per queued part above which parts are sent with one sendmsg, not joined.
+_VECTOR_MIN: Final = 8 * 1024
+#: Buffers per sendmsg call (Linux's IOV_MAX is 1024).
+_IOV_MAX: Final = 512
+
+
+async def _send_vectored(sock: trio.socket.SocketType, parts: list[bytes]) -> None:
+    """Send every byte of ``parts`` with scatter-gather writes (partial sends resumed)."""
+    index = 0
+    offset = 0  # bytes of parts[index] already sent
+    count = len(parts)
+    while index < count:
+        batch: list[bytes | memoryview] = list(parts[index : index + _IOV_MAX])
+        if offset:
+            batch[0] = memoryview(parts[index])[offset:]
+        sent = await sock.sendmsg(batch)
+        while sent > 0 and index < count:
+            left = len(parts[index]) - offset
+            if sent >= left:
+                sent -= left
+                index += 1
+                offset = 0
+            else:
+                offset += sent
+                sent = 0
+
+
 class ResponseHandler(Protocol):
     """Receives the outcome of requests sent with :meth:`BookieConnection.send`.
 
@@ -396,6 +423,7 @@ class BookieConnection:
         scope.cancel()
 
     async def _send_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         try:
             while True:
                 if not self._out:
@@ -408,7 +436,12 @@ class BookieConnection:
                 if len(out) == 1:
                     await stream.send_all(out[0])
                     continue
-                if sum(map(len, out)) <= _MAX_SEND:
+                total = sum(map(len, out))
+                if sock is not None and total >= _VECTOR_MIN * len(out):
+                    # Big entries: hand the parts to the kernel as they are (no joined copy).
+                    await _send_vectored(sock, out)
+                    continue
+                if total <= _MAX_SEND:
                     await stream.send_all(b"".join(out))
                     continue
                 # A huge backlog goes out in bounded writes (no giant joined copy).
