@@ -218,3 +218,39 @@ async def test_tailing_keeps_working_while_bookies_come_and_go(
         await lw.close()
         md = await wc.ledger_metadata(lw.id)
         assert len(md.fragments) >= 2
+
+
+async def test_recovery_fences_the_writer_and_keeps_every_acknowledged_entry(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with SimCluster(3) as sim, sim.client("writer") as wc, sim.client("reader") as rc:
+        lw = await wc.create_ledger(3, 2, 2, password=b"r")
+        appender = Appender(lw)
+        fenced = trio.Event()
+
+        async def write() -> None:
+            try:
+                await appender.run()
+            except WriterFencedError:
+                fenced.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            await appender.wait_for(40)
+            lr = await rc.open_ledger(lw.id, password=b"r", recovery=True)
+            with trio.fail_after(60):
+                await fenced.wait()
+        assert lr.is_closed
+        acked = appender.acked
+        # The closed ledger ends at or after the last acknowledged entry; all of it reads back.
+        assert lr.last_add_confirmed >= acked[-1]
+        entries = await lr.read(0, lr.last_add_confirmed)
+        assert [e.payload for e in entries] == [payload(i) for i in range(len(entries))]
+        # The fenced writer cannot close the ledger differently, nor append.
+        with trio.fail_after(60):
+            try:
+                await lw.close()
+            except WriterFencedError:
+                assert lr.last_add_confirmed != lw.last_add_confirmed
+            else:
+                assert lr.last_add_confirmed == lw.last_add_confirmed
