@@ -236,3 +236,44 @@ async def test_pending_requests_fail_with_client_closed_on_shutdown() -> None:
         with pytest.raises(ClientClosedError):
             pool.get(BookieId("127.0.0.1", 1))
         nursery.cancel_scope.cancel()
+
+
+async def test_big_entries_over_tcp_arrive_intact() -> None:
+    """Big entries take the scatter-gather path on real sockets; partial writes must resume at
+    the right byte."""
+    from walkit.net import TcpNetwork
+
+    received: dict[int, bytes] = {}
+
+    def answer(batch: list[Message]) -> list[Message]:
+        for m in batch:
+            assert isinstance(m, AddRequest)
+            received[m.entry_id] = m.packet
+        return ack_all_reversed(batch)
+
+    net = TcpNetwork()
+    async with trio.open_nursery() as nursery:
+
+        async def handler(stream: trio.abc.Stream) -> None:
+            decoder = FrameDecoder()
+            async with stream:
+                while data := await stream.receive_some(1 << 16):
+                    decoder.feed(data)
+                    batch = []
+                    while (frame := decoder.next_frame()) is not None:
+                        batch.append(decode_message(frame))
+                    if batch:
+                        await stream.send_all(b"".join(encode_frame(m) for m in answer(batch)))
+
+        bookie = await nursery.start(net.serve, "127.0.0.1", 0, handler)
+        pool = ConnectionPool(net)
+        await nursery.start(pool.run)
+        conn = pool.get(bookie)
+        rec = Recorder()
+        rec.expected = 60
+        packets = [bytes([i]) * (64 * 1024 + i) for i in range(60)]
+        conn.send_adds(9, b"k" * 32, list(enumerate(packets)), rec, 30.0, trio.current_time())
+        await rec.done.wait()
+        assert rec.results == {e: (0, None) for e in range(60)}
+        assert received == dict(enumerate(packets))
+        nursery.cancel_scope.cancel()

@@ -41,7 +41,6 @@ from walkit.errors import (
     BookieTimeoutError,
     BookieUnavailableError,
     ClientClosedError,
-    LocalProtocolError,
     RemoteProtocolError,
     WalkitError,
 )
@@ -558,9 +557,3 @@ def _status(value: int) -> StatusCode:
         return StatusCode(value)
     except ValueError:
         raise RemoteProtocolError(f"unknown status code {value}") from None
-
-
-def check_frame_size(size: int, limit: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-    """Refuse an outgoing frame the bookie would refuse."""
-    if size > limit:
-        raise LocalProtocolError(f"frame of {size} bytes is larger than the maximum {limit}")
