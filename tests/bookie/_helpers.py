@@ -34,6 +34,7 @@ from walkit._core.wire import (
     decode_message,
     encode_frame,
 )
+from walkit.net import Network
 from walkit_bookie import Bookie, BookieConfig
 
 PASSWORD = b"secret"
@@ -58,6 +59,7 @@ class Client:
         self._waiting: dict[int, trio.MemorySendChannel[Message]] = {}
         self.unmatched: list[Message] = []
         self.closed = trio.Event()
+        self._send_lock = trio.Lock()  # tasks may share a client; one send_all at a time
 
     async def _reader(self) -> None:
         decoder = FrameDecoder(64 * 1024 * 1024)
@@ -84,10 +86,16 @@ class Client:
     def next_id(self) -> int:
         return next(self._ids)
 
+    def _check_open(self) -> None:
+        if self.closed.is_set():  # the reader is gone: nobody would ever answer
+            raise ConnectionError("bookie closed the connection")
+
     async def call(self, request: Request) -> Message:
+        self._check_open()
         send, receive = trio.open_memory_channel[Message](1)
         self._waiting[request.request_id] = send
-        await self.stream.send_all(encode_frame(request))
+        async with self._send_lock:
+            await self.stream.send_all(encode_frame(request))
         try:
             return await receive.receive()
         except trio.EndOfChannel:
@@ -95,12 +103,14 @@ class Client:
 
     async def call_many(self, requests: Sequence[Request]) -> list[Message]:
         """Send all requests in one write and wait for all answers."""
+        self._check_open()
         channels = []
         for req in requests:
             send, receive = trio.open_memory_channel[Message](1)
             self._waiting[req.request_id] = send
             channels.append(receive)
-        await self.stream.send_all(b"".join(encode_frame(r) for r in requests))
+        async with self._send_lock:
+            await self.stream.send_all(b"".join(encode_frame(r) for r in requests))
         out = []
         for receive in channels:
             try:
@@ -165,8 +175,11 @@ class Client:
 
 
 @asynccontextmanager
-async def connect(bookie_id: BookieId) -> AsyncIterator[Client]:
-    stream = await trio.open_tcp_stream(bookie_id.host, bookie_id.port)
+async def connect(bookie_id: BookieId, network: Network | None = None) -> AsyncIterator[Client]:
+    if network is None:
+        stream: trio.abc.Stream = await trio.open_tcp_stream(bookie_id.host, bookie_id.port)
+    else:
+        stream = await network.connect(bookie_id)
     client = Client(stream)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(client._reader)
@@ -183,14 +196,22 @@ def config(dirs: Sequence[Path], **kw: Any) -> BookieConfig:
 
 @asynccontextmanager
 async def running_bookie(cfg: BookieConfig, **kw: Any) -> AsyncIterator[tuple[Bookie, BookieId]]:
-    """A Bookie in this process (cancelled, i.e. shut down cleanly, on exit)."""
+    """A Bookie in this process (cancelled, i.e. shut down cleanly, on exit).
+
+    A failure to start raises the bookie's own error (not a nursery's ExceptionGroup).
+    """
     bookie = Bookie(cfg, **kw)
-    async with trio.open_nursery() as nursery:
-        bookie_id: BookieId = await nursery.start(bookie.run)
-        try:
-            yield bookie, bookie_id
-        finally:
-            nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            bookie_id: BookieId = await nursery.start(bookie.run)
+            try:
+                yield bookie, bookie_id
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise
 
 
 class BookieProcess:

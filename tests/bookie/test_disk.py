@@ -1,0 +1,191 @@
+"""Disk storage: journal format and replay, checkpoints, cookies, bad dirs, read-only mode."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.bookie._helpers import config, connect, packet, payload_for, running_bookie
+from walkit._core.wire import StatusCode
+from walkit.errors import BookieIOError, CookieError
+from walkit_bookie import Bookie
+from walkit_bookie._directio import BLOCK
+from walkit_bookie._journal import JournalWriter, LogMark, replay
+
+
+def test_journal_replay_skips_padding_and_stops_at_a_torn_tail(tmp_path: Path) -> None:
+    writer = JournalWriter(tmp_path, 1, max_size=1 << 30)
+    groups = [[b"a" * 10, b"b" * 5000], [b"c"], [b"d" * (BLOCK - 8)]]
+    marks = [writer.write(g) for g in groups]
+    writer.close()
+    assert all(m.offset % BLOCK == 0 for m in marks)
+    bodies = [body for body, _ in replay(tmp_path, LogMark(0, 0))]
+    assert bodies == [b for g in groups for b in g]
+    # From a mark: only what follows it.
+    assert [b for b, _ in replay(tmp_path, marks[0])] == [b"c", b"d" * (BLOCK - 8)]
+    # A torn write at the end (a crash mid-write): a record cut short, then garbage.
+    path = next(tmp_path.glob("*.jnl"))
+    with path.open("ab") as f:
+        f.write(b"\x00\x00\x10\x00" + b"\x12\x34\x56\x78" + b"partial")
+    assert [b for b, _ in replay(tmp_path, LogMark(0, 0))] == bodies
+    # A newer journal file after the torn one is still read (the bookie restarted).
+    writer = JournalWriter(tmp_path, 2, max_size=1 << 30)
+    writer.write([b"after restart"])
+    writer.close()
+    assert [b for b, _ in replay(tmp_path, LogMark(0, 0))][-1] == b"after restart"
+
+
+async def test_checkpoint_moves_entries_to_entry_logs_and_reads_come_from_disk(
+    tmp_path: Path,
+) -> None:
+    cfg = config([tmp_path / "j", tmp_path / "l1", tmp_path / "l2"], entrylog_max_size=64 * 1024)
+    async with running_bookie(cfg) as (bookie, bid), connect(bid) as c:
+        for round_ in range(3):  # three checkpoints, several entry logs (tiny roll size)
+            reqs = [
+                c.add_request(1, e, payload_for(1, e, 3000))
+                for e in range(round_ * 40, round_ * 40 + 40)
+            ]
+            assert all(a.status is StatusCode.OK for a in await c.call_many(reqs))  # type: ignore[union-attr]
+            await bookie.storage.checkpoint()
+        assert bookie.storage.cached_entry(1, 0) is None  # not in memory any more
+        for e in (0, 39, 40, 119):
+            assert (await c.read(1, e)).packet == packet(1, e, payload_for(1, e, 3000))
+        assert (await c.read(1, 120)).status is StatusCode.NO_SUCH_ENTRY
+        assert bookie.storage.stats.checkpoints == 3
+    logs = list((tmp_path / "l1").glob("entrylogs/*.log")) + list(
+        (tmp_path / "l2").glob("entrylogs/*.log")
+    )
+    assert len(logs) >= 3
+    assert {p.parent.parent for p in logs} == {tmp_path / "l1", tmp_path / "l2"}
+    # Journals before the last checkpoint's mark are gone.
+    assert len(list((tmp_path / "j" / "journal").glob("*.jnl"))) == 1
+    async with running_bookie(cfg) as (bookie, bid), connect(bid) as c:
+        assert bookie.storage.stats.replayed_records == 0
+        assert (await c.read(1, 77)).packet == packet(1, 77, payload_for(1, 77, 3000))
+        assert (await c.read_lac(1)).status is StatusCode.OK
+
+
+async def _start(cfg: object) -> None:
+    async with running_bookie(cfg):  # type: ignore[arg-type]
+        pass
+
+
+async def _init(dirs: list[Path], port: int = 0) -> int:
+    async with running_bookie(config(dirs, port=port)) as (_, bid), connect(bid) as c:
+        assert (await c.add(1, 0, b"data")).status is StatusCode.OK
+        return bid.port
+
+
+async def test_cookie_refuses_a_wiped_directory(tmp_path: Path) -> None:
+    dirs = [tmp_path / "j", tmp_path / "l"]
+    await _init(dirs)
+    shutil.rmtree(dirs[1])
+    dirs[1].mkdir()
+    with pytest.raises(CookieError, match=r"l has no cookie.*wiped or replaced"):
+        await _start(config(dirs))
+
+
+async def test_cookie_refuses_a_directory_whose_contents_were_wiped(tmp_path: Path) -> None:
+    dirs = [tmp_path / "j", tmp_path / "l"]
+    await _init(dirs)
+    shutil.rmtree(dirs[1] / "index")
+    with pytest.raises(CookieError, match="has a cookie but no 'index'"):
+        await _start(config(dirs))
+
+
+async def test_cookie_refuses_foreign_directories(tmp_path: Path) -> None:
+    a = [tmp_path / "a-j", tmp_path / "a-l"]
+    b = [tmp_path / "b-j", tmp_path / "b-l"]
+    port_a = await _init(a)
+    await _init(b)
+    with pytest.raises(CookieError, match="different cookies"):
+        await _start(config([a[0], b[1]]))
+    # All of b's dirs, but started as bookie a (its address): they belong to another bookie.
+    with pytest.raises(CookieError, match="belong to bookie"):
+        await _start(config(b, port=port_a))
+
+
+async def test_cookie_refuses_a_missing_or_added_directory(tmp_path: Path) -> None:
+    dirs = [tmp_path / "j", tmp_path / "l"]
+    await _init(dirs)
+    with pytest.raises(CookieError, match="lists data dirs"):
+        await _start(config(dirs[:1]))
+    with pytest.raises(CookieError, match="has no cookie"):
+        await _start(config([*dirs, tmp_path / "new"]))
+    with pytest.raises(CookieError, match="reordered"):
+        await _start(config(dirs[::-1]))
+
+
+async def test_a_non_empty_directory_without_cookie_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "precious.txt").write_text("someone else's data")
+    with pytest.raises(CookieError, match="not empty but has no cookie"):
+        await _start(config([tmp_path / "d"]))
+
+
+async def test_unwritable_data_dir_gives_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a regular file where the dir should be")
+    with pytest.raises(BookieIOError, match="exists and is not a directory"):
+        await _start(config([tmp_path / "file"]))
+    with pytest.raises(BookieIOError, match="not a writable directory"):
+        await _start(config([tmp_path / "ok", tmp_path / "file" / "sub"]))
+    # Nothing was half-initialized in the good dir: once the bad one is fixed, it starts.
+    await _start(config([tmp_path / "ok", tmp_path / "good"]))
+
+
+async def test_usage_above_threshold_makes_the_bookie_read_only(tmp_path: Path) -> None:
+    dirs = [tmp_path / "j", tmp_path / "l"]
+    await _init(dirs)
+    low = config(dirs, disk_usage_threshold=0.001, disk_check_interval=0.05)
+    async with running_bookie(low) as (bookie, bid), connect(bid) as c:
+        assert bookie.read_only
+        assert (await c.add(1, 1, b"more")).status is StatusCode.BOOKIE_READ_ONLY
+        assert (await c.write_lac(1, 0)).status is StatusCode.BOOKIE_READ_ONLY
+        assert (await c.read(1, 0)).packet == packet(1, 0, b"data")
+        assert (await c.read_lac(1)).lac == -1
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+async def test_disk_full_while_running_turns_read_only_and_keeps_serving(tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "small", "3m") as small:
+        cfg = config([small / "j", small / "l"], disk_usage_threshold=1.0, checkpoint_interval=3600)
+        async with running_bookie(cfg) as (bookie, bid), connect(bid) as c:
+            acked = []
+            status = StatusCode.OK
+            for e in range(20_000):
+                status = (await c.add(1, e, payload_for(1, e, 2000))).status
+                if status is not StatusCode.OK:
+                    break
+                acked.append(e)
+            assert status is StatusCode.BOOKIE_READ_ONLY
+            assert acked and bookie.read_only
+            assert (await c.add(2, 0, b"x")).status is StatusCode.BOOKIE_READ_ONLY
+            for e in (acked[0], acked[-1]):
+                assert (await c.read(1, e)).packet == packet(1, e, payload_for(1, e, 2000))
+            assert (await c.read_lac(1)).status is StatusCode.OK
+
+
+def test_bookie_object_runs_once(tmp_path: Path) -> None:
+    bookie = Bookie(config([tmp_path / "d"]))
+    assert bookie.bookie_id is None
+    assert not bookie.read_only

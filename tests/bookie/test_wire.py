@@ -1,0 +1,181 @@
+"""The wire codec: round trips of every message, and total decoding under fuzzing."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.bookie._helpers import KEY, packet
+from walkit._core.digest import read_header
+from walkit._core.wire import (
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    ErrorResponse,
+    FrameDecoder,
+    Message,
+    ReadFlag,
+    ReadLacFlag,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    StatusCode,
+    WriteLacRequest,
+    WriteLacResponse,
+    decode_message,
+    encode_body,
+    encode_frame,
+    peek_request_id,
+)
+from walkit.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
+from walkit_bookie._bookie import _ADD_OK, _ADD_OK_HEAD
+from walkit_bookie._ledger import packet_lac
+
+U64 = st.integers(0, 2**64 - 1)
+I64 = st.integers(-(2**63), 2**63 - 1)
+U32 = st.integers(0, 2**32 - 1)
+KEYS = st.binary(max_size=255)
+DATA = st.binary(max_size=2048)
+STATUS = st.sampled_from(list(StatusCode))
+
+MESSAGES: st.SearchStrategy[Message] = st.one_of(
+    st.builds(
+        AddRequest, U64, U64, I64, KEYS, DATA, st.sampled_from([AddFlag.NONE, AddFlag.RECOVERY])
+    ),
+    st.builds(AddResponse, U64, STATUS, U64, I64),
+    st.builds(ReadRequest, U64, U64, I64, st.sampled_from([ReadFlag.NONE, ReadFlag.FENCE]), KEYS),
+    st.builds(ReadResponse, U64, STATUS, U64, I64, DATA),
+    st.builds(ReadLacRequest, U64, U64, st.integers(0, 7).map(ReadLacFlag), I64, U32, KEYS),
+    st.builds(ReadLacResponse, U64, STATUS, U64, I64, DATA),
+    st.builds(WriteLacRequest, U64, U64, I64, KEYS),
+    st.builds(WriteLacResponse, U64, STATUS, U64),
+    st.builds(ErrorResponse, U64, STATUS, st.text(max_size=100)),
+)
+
+EXAMPLES: list[Message] = [
+    AddRequest(1, 7, 0, KEY, packet(7, 0, b"payload")),
+    AddRequest(2, 7, 1, KEY, packet(7, 1, b""), AddFlag.RECOVERY),
+    AddResponse(3, StatusCode.LEDGER_FENCED, 7, 1),
+    ReadRequest(4, 7, 1),
+    ReadRequest(5, 7, 1, ReadFlag.FENCE, KEY),
+    ReadResponse(6, StatusCode.OK, 7, 1, packet(7, 1, b"x")),
+    ReadResponse(7, StatusCode.NO_SUCH_ENTRY, 7, 9),
+    ReadLacRequest(8, 7),
+    ReadLacRequest(
+        9, 7, ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY, previous_lac=4, timeout_ms=500
+    ),
+    ReadLacRequest(10, 7, ReadLacFlag.FENCE, master_key=KEY),
+    ReadLacResponse(11, StatusCode.OK, 7, 4, packet(7, 5, b"piggy")),
+    WriteLacRequest(12, 7, 4, KEY),
+    WriteLacResponse(13, StatusCode.UNAUTHORIZED_ACCESS, 7),
+    ErrorResponse(14, StatusCode.BAD_REQUEST, "bad frame: ünïcode"),
+    AddRequest(2**64 - 1, 2**64 - 1, 2**63 - 1, b"k" * 255, b"p" * 10),
+]
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_every_message_round_trips(message: Message) -> None:
+    frame = encode_frame(message)
+    assert struct.unpack(">I", frame[:4])[0] == len(frame) - 4
+    assert decode_message(frame[4:]) == message
+    assert peek_request_id(frame[4:]) == message.request_id
+
+
+@given(MESSAGES)
+def test_generated_messages_round_trip(message: Message) -> None:
+    assert decode_message(encode_body(message)) == message
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=500)
+def test_decode_message_is_total(data: bytes) -> None:
+    try:
+        message = decode_message(data)
+    except RemoteProtocolError:
+        return
+    assert isinstance(message, Message)
+
+
+@given(MESSAGES, st.data())
+def test_decode_of_damaged_messages_is_total(message: Message, data: st.DataObject) -> None:
+    body = bytearray(encode_body(message))
+    cut = data.draw(st.integers(0, len(body)))
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(body) - 1), st.integers(0, 255))))
+    for at, value in flips:
+        body[at] = value
+    for candidate in (bytes(body[:cut]), bytes(body)):
+        try:
+            decode_message(candidate)
+        except RemoteProtocolError:
+            pass
+
+
+@given(st.lists(MESSAGES, max_size=8), st.data())
+def test_frame_decoder_reassembles_any_chunking(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    stream = b"".join(encode_frame(m) for m in messages)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    decoder = FrameDecoder()
+    got: list[Message] = []
+    last = 0
+    for cut in [*cuts, len(stream)]:
+        decoder.feed(stream[last:cut])
+        last = cut
+        while (body := decoder.next_frame()) is not None:
+            got.append(decode_message(body))
+    assert got == messages
+    assert decoder.buffered == 0
+
+
+@given(st.lists(st.binary(max_size=64), max_size=10))
+@settings(max_examples=500)
+def test_frame_decoder_on_any_bytes_is_total(chunks: list[bytes]) -> None:
+    decoder = FrameDecoder(max_frame_size=1024)
+    try:
+        for chunk in chunks:
+            decoder.feed(chunk)
+            while (body := decoder.next_frame()) is not None:
+                assert 0 < len(body) <= 1024
+                try:
+                    decode_message(body)
+                except RemoteProtocolError:
+                    pass
+    except RemoteProtocolError:
+        pass
+
+
+def test_frame_decoder_refuses_large_frames_before_buffering() -> None:
+    decoder = FrameDecoder(max_frame_size=100)
+    decoder.feed(struct.pack(">I", 101) + b"x")
+    with pytest.raises(FrameTooLargeError):
+        decoder.next_frame()
+    empty = FrameDecoder()
+    empty.feed(b"\0\0\0\0")
+    with pytest.raises(RemoteProtocolError):
+        empty.next_frame()
+
+
+def test_encoding_refuses_what_the_wire_cannot_carry() -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_frame(AddRequest(1, 1, 0, b"k" * 256, b""))
+    with pytest.raises(LocalProtocolError):
+        encode_frame(AddResponse(-1, StatusCode.OK, 1, 0))
+
+
+@given(U64, U64, I64)
+def test_bookie_fast_add_answer_is_the_codec_frame(
+    request_id: int, ledger: int, entry: int
+) -> None:
+    fast = _ADD_OK.pack(*_ADD_OK_HEAD, request_id, 0, ledger, entry)
+    assert fast == encode_frame(AddResponse(request_id, StatusCode.OK, ledger, entry))
+
+
+@given(st.integers(0, 2**63 - 1), st.integers(-1, 2**62), st.binary(max_size=64))
+def test_packet_lac_agrees_with_read_header(entry: int, lac: int, payload: bytes) -> None:
+    p = packet(3, entry, payload, lac)
+    assert packet_lac(p) == read_header(p).lac == lac
