@@ -367,14 +367,19 @@ class DiskStorage(BookieStorage):
         return worst
 
     async def delete_ledger(self, ledger_id: int) -> None:
+        # Checkpoint first: the LastLogMark then lies past every journal record of the ledger,
+        # so a restart cannot replay it back (unless someone writes to it again).
+        await self.checkpoint()
         index = self._index
         if index is None:
             return
-        for key in [k for k in self._cache if k[0] == ledger_id]:
-            self._cache_bytes -= len(self._cache.pop(key))
-        self._ledgers.pop(ledger_id, None)
-        self._dirty.discard(ledger_id)
-        await trio.to_thread.run_sync(index.delete_ledger, ledger_id)
+        async with self._checkpoint_lock:
+            for key in [k for k in self._cache if k[0] == ledger_id]:
+                self._cache_bytes -= len(self._cache.pop(key))
+            self._ledgers.pop(ledger_id, None)
+            self._dirty.discard(ledger_id)
+            removed = await trio.to_thread.run_sync(index.delete_ledger, ledger_id)
+        log.info("ledger_deleted", ledger_id=ledger_id, index_entries=removed)
 
     async def aclose(self) -> None:
         if self._journal is None:

@@ -189,3 +189,21 @@ def test_bookie_object_runs_once(tmp_path: Path) -> None:
     bookie = Bookie(config([tmp_path / "d"]))
     assert bookie.bookie_id is None
     assert not bookie.read_only
+
+
+async def test_forget_ledger_removes_its_index_and_state(tmp_path: Path) -> None:
+    cfg = config([tmp_path / "j", tmp_path / "l"])
+    async with running_bookie(cfg) as (bookie, bid), connect(bid) as c:
+        for ledger in (1, 2):
+            reqs = [c.add_request(ledger, e, payload_for(ledger, e)) for e in range(50)]
+            await c.call_many(reqs)
+        await bookie.storage.checkpoint()
+        await c.add(1, 50, b"still in the write cache")
+        await bookie.forget_ledger(1)
+        assert (await c.read(1, 10)).status is StatusCode.NO_SUCH_LEDGER
+        assert (await c.read(2, 10)).status is StatusCode.OK
+        await bookie.storage.checkpoint()
+    async with running_bookie(cfg) as (bookie, bid), connect(bid) as c:
+        assert bookie.ledger_info(1) is None
+        assert (await c.read(1, 10)).status is StatusCode.NO_SUCH_LEDGER
+        assert (await c.read(2, 49)).packet == packet(2, 49, payload_for(2, 49))
