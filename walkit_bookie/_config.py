@@ -80,10 +80,13 @@ class BookieConfig:
     group_commit_max_wait: float = attrs.field(default=0.001, validator=_positive)
     #: A journal write (one fdatasync) carries at most about this many bytes.
     group_commit_max_bytes: int = attrs.field(default=4 * MiB, validator=_positive)
-    #: Write the journal from a worker thread instead of the event loop. The synchronous write
-    #: of a group takes ~0.2-1 ms here, while handing it to a thread and back costs several ms
-    #: once the 2 cores are busy (GIL and scheduler latency), so the default writes inline.
-    journal_write_in_thread: bool = False
+    #: Groups of at least this many bytes are written from a worker thread, so receiving and
+    #: answering go on meanwhile; smaller ones are written inline on the event loop (a small
+    #: O_DIRECT write takes ~0.1-0.3 ms, less than a hand-off to a thread and back once both
+    #: cores are busy). 0: always a thread.
+    journal_thread_min_bytes: int = attrs.field(
+        default=256 * 1024, validator=attrs.validators.ge(0)
+    )
     journal_max_size: int = attrs.field(default=512 * MiB, validator=_positive)
     entrylog_max_size: int = attrs.field(default=1024 * MiB, validator=_positive)
     #: Entries kept in memory before a checkpoint writes them to entry logs; adds wait (the

@@ -257,7 +257,7 @@ class DiskStorage(BookieStorage):
             self._due.set()
             await self._room.wait()
         before = journal.offset
-        if self._config.journal_write_in_thread:
+        if sum(map(len, bodies)) >= self._config.journal_thread_min_bytes:
             mark = await trio.to_thread.run_sync(journal.write, bodies)
         else:
             await trio.lowlevel.checkpoint()
