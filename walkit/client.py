@@ -37,7 +37,7 @@ from walkit.errors import (
 from walkit.ledger._core import ClientCore, check_password
 from walkit.ledger._options import ClientOptions
 from walkit.ledger._reader import LedgerReader
-from walkit.ledger._reads import read_lac
+from walkit.ledger._reads import read_lac, unreachable
 from walkit.ledger._writer import LedgerWriter
 from walkit.metadata import (
     LedgerManager,
@@ -216,8 +216,22 @@ class Client:
         pw = _check_password(password)
         custom = _check_custom({} if custom_metadata is None else custom_metadata)
         core = self._core
-        ensemble = self._new_ensemble(ensemble_size, write_quorum, ack_quorum, custom)
         ledger_id = await core.retry_metadata(core.ledgers.new_ledger_id)
+        # A bookie can stay registered for a while after it died (until its session expires):
+        # check that the chosen ones answer, and choose again without those that do not.
+        dead: set[BookieId] = set()
+        for _attempt in range(3):
+            ensemble = self._new_ensemble(ensemble_size, write_quorum, ack_quorum, custom, dead)
+            silent = await unreachable(core, ensemble, ledger_id)
+            if not silent:
+                break
+            log.info("ledger_create_skips_bookies", bookies=sorted(str(b) for b in silent))
+            dead |= silent
+        else:
+            raise NotEnoughBookiesError(
+                f"cannot find {ensemble_size} reachable bookies "
+                f"(unreachable: {', '.join(sorted(str(b) for b in dead))})"
+            )
         clock = core.options.wall_clock
         md = LedgerMetadata(
             ledger_id=ledger_id,
@@ -240,7 +254,12 @@ class Client:
         return writer
 
     def _new_ensemble(
-        self, ensemble_size: int, write_quorum: int, ack_quorum: int, custom: dict[str, bytes]
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        custom: dict[str, bytes],
+        dead: set[BookieId],
     ) -> list[BookieId]:
         core = self._core
         now = trio.current_time()
@@ -248,17 +267,17 @@ class Client:
             b for b, t in core.pool.failure_history.items() if now - t < _AVOID_RECENTLY_FAILED
         )
         placement = core.placement
-        if recently_failed:
+        if recently_failed - dead:
             try:
                 return list(
                     placement.new_ensemble(
-                        ensemble_size, write_quorum, ack_quorum, recently_failed, custom
+                        ensemble_size, write_quorum, ack_quorum, recently_failed | dead, custom
                     )
                 )
             except NotEnoughBookiesError:
                 pass  # better a bookie that failed a while ago than no ledger
         return list(
-            placement.new_ensemble(ensemble_size, write_quorum, ack_quorum, frozenset(), custom)
+            placement.new_ensemble(ensemble_size, write_quorum, ack_quorum, frozenset(dead), custom)
         )
 
     async def open_ledger(

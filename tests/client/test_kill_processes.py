@@ -10,6 +10,7 @@ import trio
 
 from tests._cluster import process_cluster
 from tests.client.conftest import connect
+from walkit.errors import NotEnoughBookiesError
 
 pytestmark = pytest.mark.processes
 
@@ -78,3 +79,20 @@ async def test_sigkill_mid_stream_replaces_the_bookie_and_loses_nothing(tmp_path
             lr = await client.open_ledger(lw.id, password=b"k")
             entries = await lr.read(0, acked[-1])
             assert [e.payload for e in entries] == [payload(i) for i in acked]
+
+
+async def test_create_skips_a_killed_bookie_that_is_still_registered(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'metadata.db'}"
+    with process_cluster(url, tmp_path, 4) as cluster:
+        async with connect(url) as client:
+            dead = cluster.bookies[0].address
+            cluster.bookies[0].kill()  # its registration outlives it until the session expires
+            for _ in range(5):
+                lw = await client.create_ledger(3, 2, 2)
+                assert dead not in lw.metadata.current_ensemble
+                await lw.append_batch([payload(i) for i in range(10)])
+                await lw.close()
+                assert len((await client.ledger_metadata(lw.id)).fragments) == 1
+            cluster.bookies[1].kill()
+            with pytest.raises(NotEnoughBookiesError):
+                await client.create_ledger(3, 2, 2)

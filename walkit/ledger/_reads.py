@@ -33,7 +33,7 @@ from walkit.net._connection import encode_read_request
 
 log = structlog.get_logger()
 
-__all__ = ["long_poll_lac", "read_entries", "read_lac"]
+__all__ = ["long_poll_lac", "read_entries", "read_lac", "unreachable"]
 
 _OK = int(StatusCode.OK)
 
@@ -386,3 +386,39 @@ async def long_poll_lac(
     if handler.finished and handler.lac == previous_lac and len(handler.errors) >= len(ensemble):
         raise handler.errors[0]
     return handler.lac, handler.entry
+
+
+@final
+class _Probe:
+    """Any answer means the bookie is there; only a failure to get one counts."""
+
+    __slots__ = ("done", "left", "silent")
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.silent: set[int] = set()
+        self.done = trio.Event()
+
+    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
+        self._count()
+
+    def on_error(self, tag: int, error: WalkitError) -> None:
+        self.silent.add(tag)
+        self._count()
+
+    def _count(self) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.done.set()
+
+
+async def unreachable(core: ClientCore, bookies: list[BookieId], ledger_id: int) -> set[BookieId]:
+    """The bookies among ``bookies`` that do not answer a (harmless) LAC read in time."""
+    probe = _Probe(len(bookies))
+    timeout = min(core.options.connect_timeout, core.options.read_timeout)
+    for index, bookie in enumerate(bookies):
+        conn = core.pool.get(bookie)
+        rid = conn.new_request_id()
+        conn.send((encode_frame(ReadLacRequest(rid, ledger_id)),), rid, probe, index, timeout)
+    await probe.done.wait()
+    return {bookies[i] for i in probe.silent}
