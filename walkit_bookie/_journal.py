@@ -136,6 +136,7 @@ class JournalWriter:
         self._max_size = max_size
         self._buffer = AlignedBuffer(4 << 20)
         self.syncs = 0
+        self.bytes_written = 0
         self._open(first_file_id)
 
     def _open(self, file_id: int) -> None:
@@ -173,6 +174,7 @@ class JournalWriter:
                 log.error("journal_truncate_failed", file_id=self.file_id, error=str(exc))
             raise
         self.offset += end
+        self.bytes_written += end
         if self.offset >= self._max_size:
             self._file.close()
             self._open(self.file_id + 1)

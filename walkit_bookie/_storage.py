@@ -21,7 +21,14 @@ import structlog
 import trio
 
 from walkit._core.types import BookieId
-from walkit._core.wire import AddRequest, Request, decode_message
+from walkit._core.wire import (
+    AddRequest,
+    ReadLacRequest,
+    ReadRequest,
+    Request,
+    WriteLacRequest,
+    decode_message,
+)
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._cookie import check_or_create, recorded_cookie
@@ -215,7 +222,9 @@ class DiskStorage(BookieStorage):
             except RemoteProtocolError as exc:
                 # CRC-checked yet undecodable: written by another version. Do not guess.
                 raise BookieIOError(f"journal record at {mark} cannot be decoded: {exc}") from exc
-            requests.append(request)  # type: ignore[arg-type]
+            if not isinstance(request, AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest):
+                raise BookieIOError(f"journal record at {mark} is a {type(request).__name__}")
+            requests.append(request)
             count += 1
             self._mark = mark
             if len(requests) >= 4096:
@@ -256,7 +265,6 @@ class DiskStorage(BookieStorage):
         while self._cache_bytes + self._flushing_bytes >= limit and not self._checkpoint_failed:
             self._due.set()
             await self._room.wait()
-        before = journal.offset
         if sum(map(len, bodies)) >= self._config.journal_thread_min_bytes:
             mark = await trio.to_thread.run_sync(journal.write, bodies)
         else:
@@ -264,7 +272,7 @@ class DiskStorage(BookieStorage):
             mark = journal.write(bodies)
         self.stats.journal_syncs = journal.syncs
         self.stats.journal_records += len(bodies)
-        self.stats.journal_bytes += mark.offset - before if mark.offset > before else mark.offset
+        self.stats.journal_bytes = journal.bytes_written
         self._apply(requests)
         self._mark = mark
 
