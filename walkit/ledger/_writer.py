@@ -127,7 +127,6 @@ class LedgerWriter:
         self._version = version
         self.id = metadata.ledger_id
         self._digest: DigestManager = core.digest_manager(metadata, password)
-        self._password = bytes(password)
         self._key = core.master_key(password)
         opts = core.options
         self._add_timeout = opts.add_timeout
