@@ -182,6 +182,12 @@ async def latency(bookie: BookieId, ledger_id: int, size: int, count: int) -> fl
     return statistics.median(lat) * 1e3
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_once(tmp: Path, seconds: float) -> dict[str, Any]:
     data = tmp / "bookie"
     proc, bookie = start_bookie(data)
@@ -190,7 +196,10 @@ def run_once(tmp: Path, seconds: float) -> dict[str, Any]:
 
         async def main() -> None:
             for i, size in enumerate(SIZES):
+                before = _cpu_seconds(proc.pid)
                 out[size] = await throughput(bookie, 100 + i, size, seconds)
+                used = _cpu_seconds(proc.pid) - before
+                out[size]["bookie_cpu_us"] = used / out[size]["adds"] * 1e6
             out["p50_ms"] = await latency(bookie, 200, 1024, 2000)
 
         trio.run(main)
@@ -221,24 +230,26 @@ def main() -> None:
             limits[k] = statistics.median([limits[k], limits_again[k]])
     med = {
         size: {
-            k: statistics.median(run[size][k] for run in runs) for k in ("adds_per_s", "mib_per_s")
+            k: statistics.median(run[size][k] for run in runs)
+            for k in ("adds_per_s", "mib_per_s", "bookie_cpu_us")
         }
         for size in SIZES
     }
     p50 = statistics.median(run["p50_ms"] for run in runs)
-    report(limits, med, p50, args)
+    report(limits, med, p50, args, os.getloadavg()[0])
 
 
 def report(
-    limits: dict[str, float], med: dict[int, dict[str, float]], p50: float, args: Any
+    limits: dict[str, float], med: dict[int, dict[str, float]], p50: float, args: Any, load: float
 ) -> None:
     sync_rate = limits["fdatasync_4k_per_s"]
     sync_p50 = limits["fdatasync_4k_p50_ms"]
     bandwidth = limits["fsync_1m_mib_s"]
     target_p50 = 2 * sync_p50 + 0.2
     rows = [
-        "| entry size | adds/s | MiB/s | adds/s ÷ fdatasync/s | MiB/s ÷ disk MiB/s | target |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        "| entry size | adds/s | MiB/s | adds/s ÷ fdatasync/s | MiB/s ÷ disk MiB/s | "
+        "bookie CPU µs/add | target |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     targets = {100: "", 1024: ">= 40,000 adds/s", 64 * 1024: ">= 250 MiB/s"}
     for size in SIZES:
@@ -247,7 +258,7 @@ def report(
         rows.append(
             f"| {label} | {m['adds_per_s']:,.0f} | {m['mib_per_s']:,.1f} | "
             f"{m['adds_per_s'] / sync_rate:,.1f} x | {m['mib_per_s'] / bandwidth:.2f} | "
-            f"{targets[size]} |"
+            f"{m['bookie_cpu_us']:.1f} | {targets[size]} |"
         )
     lat_rows = [
         "| measure | value |",
@@ -276,7 +287,9 @@ def report(
         f"medians of {args.runs} runs; machine: {os.cpu_count()} cores, "
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
         "journal and entry logs on the same disk as the limits below; many adds in flight on "
-        "one connection, low-load latency one add at a time.\n\n" + text + "\n"
+        "one connection (the client in the benchmark process), low-load latency one add at a "
+        f"time; load average {load:.1f} at the end (other work shares the 2 cores and the "
+        "disk). Bookie CPU is the bookie process's user + system time per add.\n\n" + text + "\n"
     )
     if not DOCS.exists():
         DOCS.write_text("# Benchmarks\n\nFigures measured on this machine; see bench/.\n")
