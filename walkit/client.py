@@ -51,7 +51,12 @@ from walkit.metadata import (
 )
 from walkit.net import Network, TcpNetwork
 from walkit.net._pool import ConnectionPool
-from walkit.placement import EnsemblePlacementPolicy, PlacementResources, load_policy
+from walkit.placement import (
+    EnsemblePlacementPolicy,
+    PlacementResources,
+    apply_cluster_change,
+    load_policy,
+)
 
 log = structlog.get_logger()
 
@@ -335,7 +340,10 @@ async def _recover(core: ClientCore, ledger_id: int, password: bytes) -> LedgerM
 
 async def _apply_bookies(store: MetadataStore, policy: EnsemblePlacementPolicy) -> None:
     found = await list_bookies(store)
-    left = policy.on_cluster_changed(set(found.writable.values()), set(found.readonly.values()))
+    # Resolves new bookies' locations off the trio thread when that may block (a script).
+    left = await apply_cluster_change(
+        policy, set(found.writable.values()), set(found.readonly.values())
+    )
     log.debug(
         "bookies_changed",
         writable=sorted(str(b) for b in found.writable),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import time
 from typing import Any, TextIO
 
 import trio
@@ -88,7 +89,7 @@ async def ledger_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
 async def ledger_read(url: str, args: argparse.Namespace, out: TextIO) -> int:
     from walkit.client import Client
 
-    async with Client.connect(url, placement=args.placement) as client:
+    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
         reader = await client.open_ledger(
             args.ledger_id, password=args.password.encode(), recovery=False
         )
@@ -120,7 +121,7 @@ async def simpletest(url: str, args: argparse.Namespace, out: TextIO) -> int:
     payloads = [
         (f"simpletest-{i}-".encode() + b"x" * args.size)[: args.size] for i in range(args.entries)
     ]
-    async with Client.connect(url, placement=args.placement) as client:
+    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
         started = trio.current_time()
         writer = await client.create_ledger(
             ensemble_size=args.ensemble,
