@@ -1,6 +1,6 @@
 """Create a ledger on a running cluster, write to it, read it back, and say what happened.
 
-    python examples/quickstart.py sqlite:///path/to/metadata.db   (or $WALKIT_METADATA)
+python examples/quickstart.py sqlite:///path/to/metadata.db   (or $WALKIT_METADATA)
 """
 
 from __future__ import annotations
@@ -17,11 +17,17 @@ import walkit
 
 async def main(url: str) -> None:
     async with walkit.Client.connect(url) as client:
-        writer = await client.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2, password=b"demo")
-        print(f"created ledger {writer.id} on bookies {[str(b) for b in writer.metadata.current_ensemble]}")
+        writer = await client.create_ledger(
+            ensemble_size=3, write_quorum=2, ack_quorum=2, password=b"demo"
+        )
+        print(
+            f"created ledger {writer.id} on bookies {[str(b) for b in writer.metadata.current_ensemble]}"
+        )
         first = await writer.append(b"hello, walkit")
         ids = await writer.append_batch([f"record {i}".encode() for i in range(9)])
-        print(f"appended entries {first}..{ids[-1]}; last add confirmed = {writer.last_add_confirmed}")
+        print(
+            f"appended entries {first}..{ids[-1]}; last add confirmed = {writer.last_add_confirmed}"
+        )
         await writer.close()
         md = await client.ledger_metadata(writer.id)
         print(f"closed ledger {writer.id}: state {md.state.value}, last entry {md.last_entry_id}")
