@@ -219,6 +219,21 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             self._check_open()
             return sorted(self._writable - set(exclude))
 
+    def ensemble_candidates(
+        self, ensemble_size: int, exclude: frozenset[BookieId]
+    ) -> list[BookieId]:
+        """:meth:`candidates` for a new ensemble; NotEnoughBookiesError if there are too few."""
+        pool = self.candidates(exclude)
+        if len(pool) < ensemble_size:
+            self._metrics.decision("new_ensemble", "not_enough_bookies")
+            raise self.not_enough(
+                ensemble_size,
+                len(pool),
+                f"an ensemble of {ensemble_size} needs that many distinct writable bookies "
+                f"({len(exclude & self._writable)} writable excluded)",
+            )
+        return pool
+
     # --- argument checks subclasses use -----------------------------------------------------
 
     def check_new_ensemble_args(

@@ -27,15 +27,7 @@ class DefaultEnsemblePlacementPolicy(BasePlacementPolicy):
     ) -> list[BookieId]:
         ex = self.check_new_ensemble_args(ensemble_size, write_quorum, ack_quorum, exclude)
         with self._lock:
-            pool = self.candidates(ex)
-            if len(pool) < ensemble_size:
-                self._metrics.decision("new_ensemble", "not_enough_bookies")
-                raise self.not_enough(
-                    ensemble_size,
-                    len(pool),
-                    f"an ensemble of {ensemble_size} needs that many distinct writable bookies "
-                    f"({len(ex & self._writable)} writable excluded)",
-                )
+            pool = self.ensemble_candidates(ensemble_size, ex)
             self._metrics.decision("new_ensemble", "ok")
             return self.rng.sample(pool, ensemble_size)
 
