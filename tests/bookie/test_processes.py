@@ -203,3 +203,21 @@ def test_refusal_to_start_exits_1_with_a_clear_message(tmp_path: Path) -> None:
     assert code == 1
     assert "walkit-bookie: error: data dir" in err and "is not a directory" in err
     assert "listening" not in out
+
+
+async def test_cli_with_metadata_registers_and_unregisters(tmp_path: Path) -> None:
+    from walkit.metadata import list_bookies, open_metadata_store, read_cookie
+
+    url = f"sqlite://{tmp_path / 'metadata.db'}"
+    proc = BookieProcess([tmp_path / "d"], "--metadata", url, "--network-location", "/r1/rack2")
+    bid = await proc.start()
+    try:
+        async with await open_metadata_store(url) as store:
+            bookies = await list_bookies(store)
+            assert list(bookies.writable) == [bid]
+            assert bookies.writable[bid].network_location == "/r1/rack2"
+            assert await read_cookie(store, bid) is not None
+            assert proc.terminate() == 0
+            assert (await list_bookies(store)).writable == {}
+    finally:
+        proc.kill()
