@@ -8,6 +8,7 @@ ledger states and the LastLogMark, so they become durable together. Runs in work
 
 from __future__ import annotations
 
+import errno
 import struct
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -29,17 +30,33 @@ def entry_key(ledger_id: int, entry_id: int) -> bytes:
     return _KEY.pack(ledger_id, entry_id & _ENTRY_ID_MASK)
 
 
+def _io_error(exc: Exception) -> OSError:
+    code = errno.ENOSPC if isinstance(exc, lmdb.DiskError) else errno.EIO
+    return OSError(code, f"index store: {exc}")
+
+
 @final
 class Index:
+    """LMDB errors come out as OSError (ENOSPC or EIO), like the other storage files'."""
+
     def __init__(self, path: Path, *, map_size: int = 1 << 36) -> None:
-        self._env: Any = lmdb.open(
-            str(path), map_size=map_size, max_dbs=4, sync=True, metasync=True, readahead=False
-        )
-        self._entries = self._env.open_db(b"entries")
-        self._ledgers = self._env.open_db(b"ledgers")
-        self._meta = self._env.open_db(b"meta")
+        try:
+            self._env: Any = lmdb.open(
+                str(path), map_size=map_size, max_dbs=4, sync=True, metasync=True, readahead=False
+            )
+            self._entries = self._env.open_db(b"entries")
+            self._ledgers = self._env.open_db(b"ledgers")
+            self._meta = self._env.open_db(b"meta")
+        except lmdb.Error as exc:
+            raise _io_error(exc) from exc
 
     def load(self) -> tuple[dict[int, LedgerInfo], LogMark | None]:
+        try:
+            return self._load()
+        except lmdb.Error as exc:
+            raise _io_error(exc) from exc
+
+    def _load(self) -> tuple[dict[int, LedgerInfo], LogMark | None]:
         ledgers: dict[int, LedgerInfo] = {}
         with self._env.begin() as txn:
             for key, value in txn.cursor(db=self._ledgers):
@@ -53,6 +70,24 @@ class Index:
         ledgers: Iterable[tuple[int, LedgerInfo]],
         mark: LogMark,
     ) -> None:
+        for attempt in range(2):
+            try:
+                self._commit(locations, ledgers, mark)
+                return
+            except lmdb.MapFullError as exc:
+                if attempt:
+                    raise _io_error(exc) from exc
+                # The map is a size limit, not an allocation: raise it and try again.
+                self._env.set_mapsize(self._env.info()["map_size"] * 2)
+            except lmdb.Error as exc:
+                raise _io_error(exc) from exc
+
+    def _commit(
+        self,
+        locations: Sequence[tuple[bytes, bytes]],
+        ledgers: Iterable[tuple[int, LedgerInfo]],
+        mark: LogMark,
+    ) -> None:
         with self._env.begin(write=True) as txn:
             if locations:
                 txn.cursor(db=self._entries).putmulti(locations)
@@ -61,11 +96,20 @@ class Index:
             txn.put(_MARK_KEY, mark.to_bytes(), db=self._meta)
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        with self._env.begin(db=self._entries) as txn:
-            return [txn.get(k) for k in keys]
+        try:
+            with self._env.begin(db=self._entries) as txn:
+                return [txn.get(k) for k in keys]
+        except lmdb.Error as exc:
+            raise _io_error(exc) from exc
 
     def delete_ledger(self, ledger_id: int) -> int:
         """Remove a ledger's index entries and state; return how many entries were removed."""
+        try:
+            return self._delete_ledger(ledger_id)
+        except lmdb.Error as exc:
+            raise _io_error(exc) from exc
+
+    def _delete_ledger(self, ledger_id: int) -> int:
         prefix = _LEDGER.pack(ledger_id)
         removed = 0
         with self._env.begin(write=True) as txn:

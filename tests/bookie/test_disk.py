@@ -207,3 +207,21 @@ async def test_forget_ledger_removes_its_index_and_state(tmp_path: Path) -> None
         assert bookie.ledger_info(1) is None
         assert (await c.read(1, 10)).status is StatusCode.NO_SUCH_LEDGER
         assert (await c.read(2, 49)).packet == packet(2, 49, payload_for(2, 49))
+
+
+def test_index_grows_its_map_once_then_reports_a_full_disk(tmp_path: Path) -> None:
+    from walkit_bookie._index import Index, entry_key
+    from walkit_bookie._ledger import LedgerInfo
+
+    index = Index(tmp_path / "index", map_size=1 << 20)
+    try:
+        batch = [(entry_key(1, e), b"v" * 20) for e in range(15_000)]  # ~1.2 MiB of pages
+        index.commit(batch, [(1, LedgerInfo(b"k"))], LogMark(3, 4096))
+        assert index.get_many([entry_key(1, 14_999), entry_key(1, 15_000)]) == [b"v" * 20, None]
+        huge = [(entry_key(2, e), b"v" * 20) for e in range(200_000)]
+        with pytest.raises(OSError, match="index store"):
+            index.commit(huge, [], LogMark(3, 8192))
+        ledgers, mark = index.load()
+        assert mark == LogMark(3, 4096) and ledgers[1].master_key == b"k"
+    finally:
+        index.close()
