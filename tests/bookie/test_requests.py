@@ -6,13 +6,23 @@ from pathlib import Path
 
 import trio
 
-from tests.bookie._helpers import KEY, config, connect, packet, payload_for, running_bookie
+from tests.bookie._helpers import (
+    KEY,
+    Client,
+    config,
+    connect,
+    packet,
+    payload_for,
+    running_bookie,
+)
 from walkit._core.digest import master_key, read_header
 from walkit._core.wire import (
     AddFlag,
     AddRequest,
     ReadLacFlag,
+    ReadRequest,
     StatusCode,
+    encode_frame,
 )
 
 OTHER_KEY = master_key(b"not the password")
@@ -171,3 +181,42 @@ async def test_many_requests_in_flight_answered_by_request_id(tmp_path: Path) ->
             got = await c.read(5, e)
             assert read_header(got.packet).entry_id == e
             assert got.packet.endswith(payload_for(5, e, 300))
+
+
+async def test_small_in_flight_limits_still_answer_everything(tmp_path: Path) -> None:
+    cfg = config([tmp_path / "d"], max_inflight_adds=8, max_inflight_reads=4, max_unsent_bytes=1024)
+    async with running_bookie(cfg) as (bookie, bid):
+
+        async def worker(ledger: int) -> None:
+            async with connect(bid) as c:
+                adds = [c.add_request(ledger, e, payload_for(ledger, e)) for e in range(300)]
+                assert all(a.status is StatusCode.OK for a in await c.call_many(adds))  # type: ignore[union-attr]
+                reads = [ReadRequest(c.next_id(), ledger, e) for e in range(0, 300, 3)]
+                answers = await c.call_many(reads)
+                assert all(a.status is StatusCode.OK for a in answers)  # type: ignore[union-attr]
+
+        async with trio.open_nursery() as nursery:
+            for ledger in (1, 2, 3):
+                nursery.start_soon(worker, ledger)
+        assert bookie.adds_in_flight == 0 and bookie.reads_in_flight == 0
+
+
+async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> None:
+    cfg = config([tmp_path / "d"], max_unsent_bytes=64 * 1024)
+    async with running_bookie(cfg) as (bookie, bid):
+        stream = await trio.open_tcp_stream(bid.host, bid.port)
+        try:
+            greedy = Client(stream)  # its answers are never read
+            frames = b"".join(
+                encode_frame(greedy.add_request(1, e, b"x" * 200)) for e in range(60_000)
+            )
+            with trio.move_on_after(1):
+                await stream.send_all(frames)  # blocks once the bookie stops reading it
+            # The bookie read only a bounded part of it (answers pile up unread otherwise).
+            assert bookie.storage.stats.journal_records < 30_000
+            async with connect(bid) as other:
+                assert (await other.add(2, 0, b"unaffected")).status is StatusCode.OK
+                assert (await other.read(2, 0)).status is StatusCode.OK
+            assert bookie.adds_in_flight < cfg.max_inflight_adds
+        finally:
+            await trio.aclose_forcefully(stream)
