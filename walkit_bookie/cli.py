@@ -215,21 +215,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as bad:
         parser.error(str(bad))  # exits 2
     configure_logging(args.log_level, args.log_json)
-    # The journal syncs in a worker thread that needs the GIL back after each system call;
-    # the default 5 ms switch interval would add that much to every group commit under load.
+    # Large journal groups are written from a worker thread that needs the GIL back after its
+    # system call; the default 5 ms switch interval would add that to each of them under load.
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         trio.run(_serve, config, args.metadata)
     except KeyboardInterrupt:
         return 0
     except BaseExceptionGroup as group:
-        for leaf in _leaves(group):
+        leaves = [leaf for leaf in _leaves(group) if not isinstance(leaf, KeyboardInterrupt)]
+        for leaf in leaves:
             _report(leaf)
-        return 1
+        return _exit_code(leaves)
     except (WalkitError, OSError) as exc:
         _report(exc)
-        return 1
+        return _exit_code([exc])
     return 0
+
+
+def _exit_code(errors: Sequence[BaseException]) -> int:
+    """2 when the arguments were wrong (e.g. a malformed metadata URL), else 1."""
+    if errors and all(isinstance(e, ConfigurationError) for e in errors):
+        return 2
+    return 1 if errors else 0
 
 
 def _report(exc: BaseException) -> None:

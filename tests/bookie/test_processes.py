@@ -183,6 +183,7 @@ async def test_sigterm_shuts_down_cleanly_with_adds_in_flight(tmp_path: Path) ->
         (["--data-dir", "x", "--data-dir", "x"], "listed twice"),
         (["--data-dir", "x", "--disk-usage-threshold", "2"], "must be in (0, 1]"),
         (["--data-dir", "x", "--max-frame-size", "lots"], "not a size"),
+        (["--data-dir", "x", "--metadata", "foo://bar"], "bad metadata URL"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
