@@ -83,6 +83,8 @@ class Bookie:
         self._rng = rng if rng is not None else random.Random()
         self.bookie_id: BookieId | None = None
         self.capacity = trio.lowlevel.ParkingLot()
+        #: Requests taken off the wire so far, and those accepted but not yet answered.
+        self.requests = 0
         self.adds_in_flight = 0
         self.reads_in_flight = 0
         self._ledgers: dict[int, LedgerInfo] = {}
@@ -248,6 +250,7 @@ class Bookie:
 
     def handle(self, conn: Connection, body: bytes, message: Message) -> None:
         kind = type(message)
+        self.requests += 1
         conn.outstanding += 1
         if kind is AddRequest:
             self.adds_in_flight += 1

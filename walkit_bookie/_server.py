@@ -115,29 +115,38 @@ class Connection:
                 with trio.move_on_after(0.05):
                     await self._space.park()
 
+    async def _wait_for_room(self) -> None:
+        """Return once this connection may take another request (backpressure point)."""
+        handler = self._handler
+        max_unsent = handler.config.max_unsent_bytes
+        while True:
+            if self._unsent >= max_unsent:
+                await self._space.park()
+            elif handler.saturated:
+                await handler.capacity.park()
+            else:
+                return
+
     async def _reader(self) -> None:
         handler = self._handler
         config = handler.config
         decoder = FrameDecoder(config.max_frame_size)
         max_unsent = config.max_unsent_bytes
-        capacity = handler.capacity
         receive = _receiver(self._stream)
         fed = 0  # bytes fed to the decoder so far
         consumed = 0  # bytes of whole frames taken out of it
         while True:
-            while True:
-                if self._unsent >= max_unsent:
-                    await self._space.park()
-                elif handler.saturated:
-                    await capacity.park()
-                else:
-                    break
+            await self._wait_for_room()
             data = await receive()
             if not data:
                 return
             decoder.feed(data)
             fed += len(data)
             while True:
+                # Checked per request, not per chunk: one chunk of small reads can ask for far
+                # more answer bytes than the limits allow.
+                if self._unsent >= max_unsent or handler.saturated:
+                    await self._wait_for_room()
                 try:
                     body = decoder.next_frame()
                 except FrameTooLargeError as exc:
