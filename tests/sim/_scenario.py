@@ -42,9 +42,11 @@ _FIELDS: Final = (
     ("entries", 64),  # 1..64
     ("appenders", 4),  # concurrent appending tasks: 1..4
     ("faults", 13),  # 0..12
-    ("recovery", 2),  # a second client opens with recovery during the run
+    ("recovery", 3),  # clients that open the ledger with recovery during the run: 0..2
+    ("latency", 4),  # every link: 0, 1, 5 or 20 ms, with as much jitter
 )
-_OFFSET: Final = {"spare": 0, "faults": 0, "recovery": 0}
+_OFFSET: Final = {"spare": 0, "faults": 0, "recovery": 0, "latency": 0}
+LATENCIES: Final = (0.0, 0.001, 0.005, 0.02)
 
 #: The writes of a schedule are spread over about this many simulated seconds; faults start
 #: within the first 3.
@@ -52,6 +54,8 @@ WRITE_SPAN: Final = 4.0
 
 #: A schedule that has not finished after this much simulated time is a liveness failure.
 DEADLINE: Final = 900.0
+
+WRITER: Final = "writer"
 
 CLIENT_OPTIONS: Final[dict[str, Any]] = {
     "add_timeout": 1.0,
@@ -70,6 +74,7 @@ class Scenario:
     appenders: int
     faults: int
     recovery: int
+    latency: int
     rng_seed: int
 
     def __attrs_post_init__(self) -> None:
@@ -107,7 +112,8 @@ class Scenario:
         return (
             f"E={self.ensemble} Qw={self.write_quorum} Qa={self.ack_quorum} "
             f"bookies={self.bookies} entries={self.entries} appenders={self.appenders} "
-            f"faults={self.faults} recovery={bool(self.recovery)} rng_seed={self.rng_seed}"
+            f"faults={self.faults} recoverers={self.recovery} "
+            f"latency={LATENCIES[self.latency] * 1000:g}ms rng_seed={self.rng_seed}"
         )
 
     def replay(self) -> str:
@@ -118,7 +124,9 @@ class Scenario:
 class Fault:
     at: float
     kind: str
-    #: Bookie indexes the fault is about (for "recover": none).
+    #: The client node the fault is about (writer or a recoverer), if any.
+    node: str
+    #: Bookie indexes the fault is about.
     targets: tuple[int, ...]
     duration: float
     reset: bool = False
@@ -127,38 +135,46 @@ class Fault:
     def __str__(self) -> str:
         extra = f" delay={self.delay:.3f}" if self.kind == "delay" else ""
         extra += " reset" if self.reset else ""
-        return f"t={self.at:.3f} {self.kind} {list(self.targets)} for {self.duration:.3f}s{extra}"
+        return (
+            f"t={self.at:.3f} {self.kind} {self.node} {list(self.targets)} "
+            f"for {self.duration:.3f}s{extra}"
+        )
 
 
-KINDS: Final = ("crash", "partition", "delay", "stall_out", "stall_in", "pause", "reset")
+#: Faults between a client node and bookies, and of bookies alone.
+LINK_KINDS: Final = ("partition", "delay", "stall_out", "stall_in", "reset")
+KINDS: Final = ("crash", "pause", *LINK_KINDS, "crash", "partition")
+#: Chance that a fault is instead the expiry of the writer's metadata session (rare: it ends
+#: the writer's ability to change its ensemble or close).
+EXPIRE_CHANCE: Final = 0.03
+
+
+def recoverers(sc: Scenario) -> list[str]:
+    return [f"recoverer-{i + 1}" for i in range(sc.recovery)]
 
 
 def fault_schedule(sc: Scenario) -> list[Fault]:
     """The faults of a scenario, in time order (drawn from its own generator, so dropping the
     last faults does not change the first ones)."""
     rng = derive_rng(sc.rng_seed, "faults")
+    clients = [WRITER, WRITER, *recoverers(sc)]
     faults: list[Fault] = []
     for _ in range(sc.faults):
-        kind = rng.choice(KINDS)
+        kind = "expire" if rng.random() < EXPIRE_CHANCE else rng.choice(KINDS)
         at = round(rng.uniform(0.0, 3.0), 4)
         duration = round(rng.choice((0.05, 0.3, 1.0, 2.5)) * rng.uniform(0.5, 1.5), 4)
+        node = rng.choice(clients) if kind in LINK_KINDS else WRITER
         if kind == "partition":
             size = rng.randint(1, sc.bookies)
             targets = tuple(sorted(rng.sample(range(sc.bookies), size)))
         else:
             targets = (rng.randrange(sc.bookies),)
-        faults.append(
-            Fault(
-                at,
-                kind,
-                targets,
-                duration,
-                reset=rng.random() < 0.5,
-                delay=round(rng.choice((0.002, 0.05, 0.4, 1.5)), 4),
-            )
-        )
-    if sc.recovery:
-        faults.append(Fault(round(rng.uniform(0.0, 3.0), 4), "recover", (), 0.0))
+        reset = rng.random() < 0.5
+        delay = round(rng.choice((0.002, 0.05, 0.4, 1.5)), 4)
+        faults.append(Fault(at, kind, node, targets, duration, reset=reset, delay=delay))
+    rec = derive_rng(sc.rng_seed, "recovery")
+    for name in recoverers(sc):
+        faults.append(Fault(round(rec.uniform(0.0, 3.0), 4), "recover", name, (), 0.0))
     return sorted(faults, key=lambda f: f.at)
 
 
@@ -175,9 +191,6 @@ class Outcome:
     closed_at: int | None = None
     fragments: int = 0
     inconclusive: str = ""
-
-
-WRITER = "writer"
 
 
 async def run_scenario(sc: Scenario) -> Outcome:
@@ -202,6 +215,9 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
     history = cluster.history
     net = cluster.network
     think = derive_rng(sc.rng_seed, "think")
+    latency = LATENCIES[sc.latency]
+    if latency:
+        net.set_delay(latency, jitter=latency)
     async with cluster.client(WRITER) as wclient:
         lw = await wclient.create_ledger(sc.ensemble, sc.write_quorum, sc.ack_quorum)
         lid = lw.id
@@ -250,23 +266,27 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
                         pass
                     await trio.sleep(0.05)
 
-        async def recover() -> None:
-            async with cluster.client("recoverer") as rc:
+        async def recover(name: str) -> None:
+            async with cluster.client(name) as rc:
                 handle = await _retry(lambda: rc.open_ledger(lid, recovery=True), attempts=20)
-                history.record_fence_completed("recoverer", lid)
+                history.record_fence_completed(name, lid)
                 md = handle.metadata
                 out.fenced = True
-                history.record_ledger_closed("recoverer", lid, md.last_entry_id)
+                history.record_ledger_closed(name, lid, md.last_entry_id)
                 last = handle.last_add_confirmed
                 if last >= 0:
                     with contextlib.suppress(WalkitError):  # a replica may be down right now
-                        await history.read("recoverer", handle, lid, 0, last)
+                        await history.read(name, handle, lid, 0, last)
+
+        def set_link_delay(a: str, b: str, seconds: float) -> None:
+            net.set_delay(seconds, jitter=seconds / 2 if seconds else latency, src=a, dst=b)
 
         async def inject(fault: Fault) -> None:
             await trio.sleep_until(start + fault.at)
             names = [cluster.bookie(i).name for i in fault.targets]
+            node = fault.node
             if fault.kind == "recover":
-                await recover()
+                await recover(node)
             elif fault.kind == "crash":
                 if cluster.bookie(fault.targets[0]).running:
                     await cluster.crash_bookie(fault.targets[0])
@@ -274,27 +294,29 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
                     if not cluster.bookie(fault.targets[0]).running:
                         await cluster.restart_bookie(fault.targets[0])
             elif fault.kind == "partition":
-                net.partition([WRITER], names, reset=fault.reset)
+                net.partition([node], names, reset=fault.reset)
                 await trio.sleep(fault.duration)
                 for name in names:
-                    net.heal(WRITER, name)
+                    net.heal(node, name)
             elif fault.kind == "delay":
-                net.set_delay(fault.delay, jitter=fault.delay / 2, src=WRITER, dst=names[0])
-                net.set_delay(fault.delay, jitter=fault.delay / 2, src=names[0], dst=WRITER)
+                set_link_delay(node, names[0], fault.delay)
+                set_link_delay(names[0], node, fault.delay)
                 await trio.sleep(fault.duration)
-                net.set_delay(0.0, src=WRITER, dst=names[0])
-                net.set_delay(0.0, src=names[0], dst=WRITER)
+                set_link_delay(node, names[0], latency)
+                set_link_delay(names[0], node, latency)
             elif fault.kind in ("stall_out", "stall_in"):
-                src, dst = (WRITER, names[0]) if fault.kind == "stall_out" else (names[0], WRITER)
+                src, dst = (node, names[0]) if fault.kind == "stall_out" else (names[0], node)
                 net.stall(src, dst)
                 await trio.sleep(fault.duration)
-                net.heal(src, dst)
+                net.unstall(src, dst)
             elif fault.kind == "pause":
                 cluster.pause_bookie(fault.targets[0])
                 await trio.sleep(fault.duration)
                 cluster.resume_bookie(fault.targets[0])
             elif fault.kind == "reset":
-                net.reset(WRITER, names[0])
+                net.reset(node, names[0])
+            elif fault.kind == "expire":
+                await cluster.expire_session(wclient)
 
         start = trio.current_time()
         async with trio.open_nursery() as nursery:

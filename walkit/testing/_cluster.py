@@ -222,7 +222,7 @@ class SimCluster:
     async def crash_bookie(self, which: int | str | BookieId) -> None:
         """Kill a bookie: its connections are reset and whatever it had not synced is lost."""
         sim = self.bookie(which)
-        self.network._record("crash bookie", sim.name, None)
+        self.network.note("crash bookie", sim.name)
         self.network.reset(sim.name)
         sim.storage.crash()
         await self.stop_bookie(sim.index)
@@ -321,6 +321,7 @@ class SimCluster:
         expire = getattr(store, "expire_session", None)
         if expire is None:
             raise InvalidArgumentError(f"{store!r} cannot expire its session")
+        self.network.note("expire metadata session", repr(client))
         await expire()
 
     # --- checking --------------------------------------------------------------------------

@@ -446,6 +446,10 @@ class SimNetwork:
             or self._cut(src, dst)
         )
 
+    def note(self, what: str, src: str | None = None, dst: str | None = None) -> None:
+        """Add an event of your own (say, "expire session") to :attr:`fault_log`."""
+        self._record(what, src, dst)
+
     @property
     def listening(self) -> list[BookieId]:
         """Addresses currently served."""
