@@ -521,15 +521,18 @@ class SimNetwork:
         listener = self._listeners.get(address)
         dst = listener.node if listener is not None else address.host
         deadline = trio.current_time() + self.connect_timeout
-        # A cut or stalled link: the handshake gets no answer until healed or timed out.
-        while self._cannot_reach(src, dst):
-            if trio.current_time() >= deadline:
-                raise BookieUnavailableError(f"connect to {address} from {src} timed out")
-            changed = self._changed
-            with trio.move_on_at(deadline):
-                await changed.wait()
-        out, back = self.link(src, dst), self.link(dst, src)
-        await trio.sleep(self._latency(out) + self._latency(back))  # one round trip
+        while True:
+            # A cut or stalled link: the handshake gets no answer until healed or timed out.
+            while self._cannot_reach(src, dst):
+                if trio.current_time() >= deadline:
+                    raise BookieUnavailableError(f"connect to {address} from {src} timed out")
+                changed = self._changed
+                with trio.move_on_at(deadline):
+                    await changed.wait()
+            out, back = self.link(src, dst), self.link(dst, src)
+            await trio.sleep(self._latency(out) + self._latency(back))  # one round trip
+            if not self._cannot_reach(src, dst):  # (a cut made during the handshake)
+                break
         listener = self._listeners.get(address)
         if listener is None:
             raise BookieUnavailableError(f"connect to {address} from {src}: connection refused")
