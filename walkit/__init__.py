@@ -7,6 +7,17 @@ from walkit._core.types import BookieId, Entry
 from walkit.client import Client
 from walkit.errors import *  # noqa: F403  (the error hierarchy is part of the top-level API)
 from walkit.ledger import ClientOptions, LedgerReader, LedgerWriter
+from walkit.log import (
+    Log,
+    LogMetadata,
+    LogOptions,
+    LogPosition,
+    LogReader,
+    LogRecord,
+    LogWriter,
+    NoSuchLogError,
+    Snapshot,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -20,6 +31,15 @@ __all__ = [
     "LedgerReader",
     "LedgerState",
     "LedgerWriter",
+    "Log",
+    "LogMetadata",
+    "LogOptions",
+    "LogPosition",
+    "LogReader",
+    "LogRecord",
+    "LogWriter",
+    "NoSuchLogError",
+    "Snapshot",
     "errors",
     *errors.__all__,
 ]

@@ -1,0 +1,399 @@
+"""Log metadata (one node per log under ``/logs``): the model, its transitions, and the
+decisions of takeover, roll and truncation. Pure and synchronous; the log layer reads the node,
+asks this module what the new value is, and writes it back with a compare-and-set.
+
+Serialized as readable JSON with a format version::
+
+    {"format": 1, "name": "orders",
+     "config": {"ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2, "digest": "crc32c"},
+     "next_seq": 5,
+     "ledgers": [{"seq": 3, "ledger_id": 14}, {"seq": 4, "ledger_id": 15}],
+     "truncated": "3:0",
+     "snapshots": [{"position": "3:17", "ledger_id": 20, "size": 1234, "crc32c": 99,
+                    "time_ms": 0}],
+     "ctime_ms": 0}
+
+Invariants (checked on every parse and every transition):
+
+- ledgers are ordered by ``seq``, which is strictly increasing, >= 1 and < ``next_seq``;
+- no ledger id appears twice (data or snapshot);
+- every listed ledger holds records at or after the truncation point (ledgers wholly before it
+  leave the list in the same CAS that moves it);
+- the last listed ledger is the only one a writer may append new records to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, final
+
+import attrs
+
+from walkit._core.digest import DigestType
+from walkit._core.ledger_metadata import validate_quorums
+from walkit._core.log_position import MAX_COMPONENT, LogPosition
+from walkit.errors import (
+    InvalidArgumentError,
+    InvalidMetadataError,
+    WalkitError,
+    WriterFencedError,
+)
+
+FORMAT_VERSION: Final = 1
+
+#: What a log name may look like (it is a metadata node name on every driver).
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+
+#: How many ledgers a takeover recovers (fences) from the end of the list: a writer that died
+#: in the middle of a roll (new ledger listed, old one not yet closed) leaves two open.
+RECOVER_LAST: Final = 2
+
+
+@final
+@attrs.frozen
+class LedgerConfig:
+    """How the log's ledgers are created."""
+
+    ensemble_size: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    digest: DigestType = DigestType.CRC32C
+
+    def __attrs_post_init__(self) -> None:
+        validate_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ensemble_size": self.ensemble_size,
+            "write_quorum": self.write_quorum,
+            "ack_quorum": self.ack_quorum,
+            "digest": self.digest.value,
+        }
+
+
+@final
+@attrs.frozen(order=True)
+class LogLedger:
+    """One ledger of the log: its sequence number (what positions carry) and its id."""
+
+    seq: int
+    ledger_id: int
+
+
+@final
+@attrs.frozen
+class SnapshotRecord:
+    """A saved snapshot: the state after applying every record up to ``position``
+    (inclusive), stored as the entries of the closed ledger ``ledger_id``."""
+
+    position: LogPosition
+    ledger_id: int
+    size: int
+    crc32c: int
+    time_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "position": str(self.position),
+            "ledger_id": self.ledger_id,
+            "size": self.size,
+            "crc32c": self.crc32c,
+            "time_ms": self.time_ms,
+        }
+
+
+@final
+@attrs.frozen
+class Truncation:
+    """The outcome of a truncation: the new metadata and the ledgers it dropped."""
+
+    metadata: LogMetadata
+    dropped: tuple[LogLedger, ...]
+
+
+@final
+@attrs.frozen
+class Takeover:
+    """The outcome of a takeover: the new metadata (with the writer's ledger last) and the
+    recovered ledgers that turned out empty and left the list (delete them after the CAS)."""
+
+    metadata: LogMetadata
+    ledger: LogLedger
+    dropped: tuple[LogLedger, ...]
+
+
+@final
+@attrs.frozen
+class LogMetadata:
+    """Everything the metadata store knows about one log. Immutable: transitions return a copy
+    for the caller to compare-and-set."""
+
+    name: str
+    config: LedgerConfig = attrs.field(factory=LedgerConfig)
+    next_seq: int = 1
+    ledgers: tuple[LogLedger, ...] = ()
+    truncated: LogPosition = LogPosition.EARLIEST
+    snapshots: tuple[SnapshotRecord, ...] = ()
+    ctime_ms: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        _validate(self)
+
+    # --- queries ---------------------------------------------------------------------------
+
+    @property
+    def last(self) -> LogLedger | None:
+        """The ledger new records go to (None before the first writer)."""
+        return self.ledgers[-1] if self.ledgers else None
+
+    def owned_by(self, ledger: LogLedger) -> bool:
+        """Whether a writer whose current ledger is ``ledger`` still owns the log."""
+        return self.last == ledger
+
+    def ledger_at_or_after(self, seq: int) -> LogLedger | None:
+        """The first listed ledger whose seq is >= ``seq``."""
+        for ledger in self.ledgers:
+            if ledger.seq >= seq:
+                return ledger
+        return None
+
+    def ledger_with_seq(self, seq: int) -> LogLedger | None:
+        for ledger in self.ledgers:
+            if ledger.seq == seq:
+                return ledger
+        return None
+
+    def start_position(self, start: LogPosition) -> LogPosition:
+        """Where a reader asked to start at ``start`` really starts: not before the
+        truncation point (LATEST is resolved by the reader against the ledgers' ends)."""
+        return max(start, self.truncated)
+
+    def to_recover(self) -> tuple[LogLedger, ...]:
+        """The ledgers a takeover fences and recovers: the last two."""
+        return self.ledgers[-RECOVER_LAST:]
+
+    @property
+    def latest_snapshot(self) -> SnapshotRecord | None:
+        return self.snapshots[-1] if self.snapshots else None
+
+    def ledger_ids(self) -> set[int]:
+        return {lg.ledger_id for lg in self.ledgers} | {s.ledger_id for s in self.snapshots}
+
+    # --- transitions -----------------------------------------------------------------------
+
+    def after_takeover(
+        self, recovered_last_entries: Mapping[int, int], new_ledger_id: int
+    ) -> Takeover:
+        """Append the new writer's ledger, dropping recovered ledgers that are empty.
+
+        ``recovered_last_entries`` maps the id of each ledger of :meth:`to_recover` to the last
+        entry id its recovery closed it at (-1: empty). Raises InvalidArgumentError if a ledger
+        to recover is missing from it (the caller must recover both before taking over).
+        """
+        for ledger in self.to_recover():
+            if ledger.ledger_id not in recovered_last_entries:
+                raise InvalidArgumentError(f"ledger {ledger.ledger_id} was not recovered")
+        dropped = tuple(lg for lg in self.to_recover() if recovered_last_entries[lg.ledger_id] < 0)
+        kept = tuple(lg for lg in self.ledgers if lg not in dropped)
+        new = LogLedger(self.next_seq, new_ledger_id)
+        md = attrs.evolve(self, ledgers=(*kept, new), next_seq=self.next_seq + 1)
+        return Takeover(md, new, dropped)
+
+    def after_roll(self, current: LogLedger, new_ledger_id: int) -> tuple[LogMetadata, LogLedger]:
+        """A roll by the owner of ``current``: the new ledger goes last. Raises
+        WriterFencedError when ``current`` is no longer last (another writer took over)."""
+        if not self.owned_by(current):
+            raise WriterFencedError(
+                f"log {self.name}: another writer took over (ledger {current.ledger_id} is no "
+                "longer the log's current ledger)"
+            )
+        new = LogLedger(self.next_seq, new_ledger_id)
+        return attrs.evolve(self, ledgers=(*self.ledgers, new), next_seq=self.next_seq + 1), new
+
+    def without_ledgers(self, ledgers: Iterable[LogLedger]) -> LogMetadata:
+        """Drop ledgers (empty ones found after a takeover); the last one is never dropped."""
+        gone = set(ledgers)
+        if self.last is not None and self.last in gone:
+            raise InvalidArgumentError("the log's current ledger cannot be dropped")
+        return attrs.evolve(self, ledgers=tuple(lg for lg in self.ledgers if lg not in gone))
+
+    def truncated_at(self, pos: LogPosition) -> Truncation:
+        """Move the truncation point to ``pos`` (never backwards) and drop the ledgers wholly
+        before it. ``pos`` may not be past the log's end (the current ledger's seq)."""
+        self.check_not_future(pos, "truncate at")
+        if pos <= self.truncated:
+            return Truncation(self, ())
+        dropped = tuple(lg for lg in self.ledgers if lg.seq < pos.ledger_seq)
+        kept = tuple(lg for lg in self.ledgers if lg.seq >= pos.ledger_seq)
+        return Truncation(attrs.evolve(self, ledgers=kept, truncated=pos), dropped)
+
+    def with_snapshot(
+        self, record: SnapshotRecord, keep: int
+    ) -> tuple[LogMetadata, tuple[SnapshotRecord, ...]]:
+        """Add a snapshot, keeping the ``keep`` latest by position; returns the dropped ones
+        (delete their ledgers after the CAS)."""
+        if keep < 1:
+            raise InvalidArgumentError(f"keep must be >= 1, not {keep}")
+        self.check_not_future(record.position, "snapshot at")
+        if record.ledger_id in self.ledger_ids():
+            raise InvalidArgumentError(f"ledger {record.ledger_id} already belongs to the log")
+        ordered = sorted(
+            (*self.snapshots, record), key=lambda s: (s.position, s.time_ms, s.ledger_id)
+        )
+        kept = tuple(ordered[-keep:])
+        dropped = tuple(s for s in ordered if s not in kept)
+        return attrs.evolve(self, snapshots=kept), dropped
+
+    def check_not_future(self, pos: LogPosition, what: str) -> None:
+        """Refuse LATEST and positions in ledgers that do not exist yet."""
+        if pos == LogPosition.LATEST:
+            raise InvalidArgumentError(f"cannot {what} LATEST: pass a record's position")
+        if pos != LogPosition.EARLIEST and pos.ledger_seq >= self.next_seq:
+            raise InvalidArgumentError(
+                f"cannot {what} {pos}: log {self.name} has no ledger {pos.ledger_seq} yet"
+            )
+
+    # --- serialization ---------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format": FORMAT_VERSION,
+            "name": self.name,
+            "config": self.config.to_json(),
+            "next_seq": self.next_seq,
+            "ledgers": [{"seq": lg.seq, "ledger_id": lg.ledger_id} for lg in self.ledgers],
+            "truncated": str(self.truncated),
+            "snapshots": [s.to_json() for s in self.snapshots],
+            "ctime_ms": self.ctime_ms,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict (for the CLI and for people)."""
+        doc: dict[str, Any] = json.loads(self.to_bytes())
+        return doc
+
+    @classmethod
+    def from_bytes(cls, name: str, data: bytes) -> LogMetadata:
+        """Parse a log's node; anything malformed raises InvalidMetadataError."""
+        try:
+            doc = json.loads(bytes(data).decode("utf-8"))
+            if not isinstance(doc, dict):
+                raise TypeError("not a JSON object")
+            if doc.get("format") != FORMAT_VERSION:
+                raise InvalidMetadataError(
+                    f"log {name}: unsupported metadata format {doc.get('format')!r}"
+                )
+            if doc.get("name") != name:
+                raise InvalidMetadataError(
+                    f"log {name}: the node names another log ({doc.get('name')!r})"
+                )
+            config = doc["config"]
+            if not isinstance(config, dict):
+                raise TypeError("config is not an object")
+            ledgers = doc["ledgers"]
+            snapshots = doc["snapshots"]
+            if not isinstance(ledgers, list) or not isinstance(snapshots, list):
+                raise TypeError("ledgers and snapshots must be lists")
+            return cls(
+                name=name,
+                config=LedgerConfig(
+                    ensemble_size=_int(config["ensemble_size"]),
+                    write_quorum=_int(config["write_quorum"]),
+                    ack_quorum=_int(config["ack_quorum"]),
+                    digest=DigestType(config["digest"]),
+                ),
+                next_seq=_int(doc["next_seq"]),
+                ledgers=tuple(
+                    LogLedger(_int(item["seq"]), _int(item["ledger_id"])) for item in ledgers
+                ),
+                truncated=LogPosition.parse(_str(doc["truncated"])),
+                snapshots=tuple(
+                    SnapshotRecord(
+                        position=LogPosition.parse(_str(s["position"])),
+                        ledger_id=_int(s["ledger_id"]),
+                        size=_int(s["size"]),
+                        crc32c=_int(s["crc32c"]),
+                        time_ms=_int(s.get("time_ms", 0)),
+                    )
+                    for s in snapshots
+                ),
+                ctime_ms=_int(doc.get("ctime_ms", 0)),
+            )
+        except InvalidMetadataError:
+            raise
+        except (WalkitError, ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+            raise InvalidMetadataError(f"log {name}: malformed metadata: {exc}") from exc
+
+
+def check_log_name(name: object) -> str:
+    """Return ``name`` if it is a valid log name: 1-200 of ``A-Z a-z 0-9 . _ -``, not starting
+    with ``.`` or ``-``. InvalidArgumentError otherwise."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"a log name must be a string, not {type(name).__name__}")
+    if not _NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            f"bad log name {name!r}: use 1-200 of A-Z a-z 0-9 . _ - (not starting with . or -)"
+        )
+    return name
+
+
+def should_roll(
+    entries: int, size: int, *, roll_entries: int | None, roll_bytes: int | None
+) -> bool:
+    """Whether the current ledger has passed a roll threshold."""
+    if roll_entries is not None and entries >= roll_entries:
+        return True
+    return roll_bytes is not None and size >= roll_bytes
+
+
+def _validate(md: LogMetadata) -> None:
+    name = md.name
+    try:
+        check_log_name(name)
+    except InvalidArgumentError as exc:
+        raise InvalidMetadataError(str(exc)) from None
+    if not isinstance(md.next_seq, int) or not 1 <= md.next_seq <= MAX_COMPONENT:
+        raise InvalidMetadataError(f"log {name}: bad next_seq {md.next_seq!r}")
+    previous = 0
+    seen: set[int] = set()
+    for lg in md.ledgers:
+        if lg.seq <= previous:
+            raise InvalidMetadataError(f"log {name}: ledger sequence numbers out of order")
+        if lg.seq >= md.next_seq:
+            raise InvalidMetadataError(f"log {name}: ledger seq {lg.seq} >= next_seq")
+        if not 0 <= lg.ledger_id <= MAX_COMPONENT or lg.ledger_id in seen:
+            raise InvalidMetadataError(f"log {name}: bad or repeated ledger id {lg.ledger_id}")
+        seen.add(lg.ledger_id)
+        previous = lg.seq
+    if md.truncated == LogPosition.LATEST:
+        raise InvalidMetadataError(f"log {name}: truncated at LATEST")
+    if md.ledgers and md.ledgers[0].seq < md.truncated.ledger_seq:
+        raise InvalidMetadataError(
+            f"log {name}: ledger {md.ledgers[0].ledger_id} lies wholly before the truncation "
+            f"point {md.truncated}"
+        )
+    previous_pos = LogPosition.EARLIEST
+    for snap in md.snapshots:
+        if snap.position == LogPosition.LATEST or snap.position < previous_pos:
+            raise InvalidMetadataError(f"log {name}: snapshots out of order")
+        if not 0 <= snap.ledger_id <= MAX_COMPONENT or snap.ledger_id in seen:
+            raise InvalidMetadataError(f"log {name}: bad or repeated ledger id {snap.ledger_id}")
+        if snap.size < 0 or not 0 <= snap.crc32c < 2**32 or snap.time_ms < 0:
+            raise InvalidMetadataError(f"log {name}: bad snapshot record {snap}")
+        seen.add(snap.ledger_id)
+        previous_pos = snap.position
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value

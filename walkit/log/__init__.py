@@ -1,0 +1,32 @@
+"""The log API: named, replicated, single-writer logs made of chains of ledgers.
+
+See docs/log.md. ``walkit.Log.open(client, name)`` is the entry point.
+"""
+
+from walkit._core.log_metadata import LedgerConfig, LogLedger, LogMetadata, SnapshotRecord
+from walkit._core.log_position import LogPosition
+from walkit.log._errors import NoSuchLogError
+from walkit.log._log import Log
+from walkit.log._options import LogOptions
+from walkit.log._reader import LogReader, LogRecord
+from walkit.log._snapshot import Snapshot
+from walkit.log._store import list_logs, log_path, read_log
+from walkit.log._writer import LogWriter
+
+__all__ = [
+    "LedgerConfig",
+    "Log",
+    "LogLedger",
+    "LogMetadata",
+    "LogOptions",
+    "LogPosition",
+    "LogReader",
+    "LogRecord",
+    "LogWriter",
+    "NoSuchLogError",
+    "Snapshot",
+    "SnapshotRecord",
+    "list_logs",
+    "log_path",
+    "read_log",
+]

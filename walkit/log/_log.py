@@ -1,0 +1,290 @@
+"""``walkit.Log``: a named, replicated, single-writer log made of a chain of ledgers.
+
+::
+
+    async with walkit.Log.open(client, "orders") as log:
+        async with log.writer() as w:
+            pos = await w.append(b"record")
+        async for rec in log.reader(start=walkit.LogPosition.EARLIEST):
+            ...
+
+A Log handle holds no background tasks: it is the client, the name and the options. Writers
+(:meth:`Log.writer`), readers (:meth:`Log.reader`) and snapshots all read the log's node again
+when they need it, and change it only by compare-and-set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterable, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, final
+
+import structlog
+import trio
+
+from walkit._core.digest import DigestType
+from walkit._core.log_metadata import LedgerConfig, LogMetadata, check_log_name
+from walkit._core.log_position import LogPosition, position
+from walkit.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    InvalidArgumentError,
+    NoSuchLedgerError,
+    WalkitError,
+)
+from walkit.ledger import LedgerWriter
+from walkit.log._options import LogOptions
+from walkit.log._reader import LogReader
+from walkit.log._snapshot import Snapshot, save_snapshot
+from walkit.log._store import create_or_read, read_log
+from walkit.log._writer import LogWriter, take_over
+
+if TYPE_CHECKING:
+    from walkit.client import Client
+
+log = structlog.get_logger()
+
+__all__ = ["Log"]
+
+#: Custom metadata keys on the log's ledgers (so an operator can tell whose they are).
+LOG_KEY = "walkit.log"
+KIND_KEY = "walkit.kind"
+
+
+@final
+class _Opener:
+    """What :meth:`Log.open` returns: ``async with`` it, or ``await`` it."""
+
+    def __init__(
+        self, client: Client, name: str, create: bool, config: dict[str, Any], options: LogOptions
+    ) -> None:
+        self._args = (client, name, create, config, options)
+        self._log: Log | None = None
+
+    async def _open(self) -> Log:
+        return await Log._open(*self._args)
+
+    def __await__(self) -> Generator[Any, None, Log]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Log:
+        self._log = await self._open()
+        return self._log
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._log is not None:
+            self._log.close()
+
+
+@final
+class _WriterOpener:
+    """What :meth:`Log.writer` returns: ``async with`` it (closes the writer at the end), or
+    ``await`` it (then close it yourself)."""
+
+    def __init__(self, owner: Log) -> None:
+        self._owner = owner
+        self._writer: LogWriter | None = None
+
+    def __await__(self) -> Generator[Any, None, LogWriter]:
+        return take_over(self._owner).__await__()
+
+    async def __aenter__(self) -> LogWriter:
+        self._writer = await take_over(self._owner)
+        return self._writer
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._writer is not None:
+            await self._writer.__aexit__(exc_type, exc, tb)
+
+
+@final
+class Log:
+    """A handle on one log (from :meth:`Log.open`)."""
+
+    def __init__(
+        self, client: Client, name: str, options: LogOptions, config: LedgerConfig
+    ) -> None:
+        self._client = client
+        self.name = name
+        self.options = options
+        self.config = config
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Log({self.name!r})"
+
+    @staticmethod
+    def open(
+        client: Client,
+        name: str,
+        *,
+        create: bool = True,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        digest: str | DigestType | None = None,
+        **options: Any,
+    ) -> _Opener:
+        """Open the log ``name`` (creating it unless ``create=False``); use as
+        ``async with Log.open(client, name) as log:`` or ``log = await Log.open(...)``.
+
+        ``ensemble_size``/``write_quorum``/``ack_quorum``/``digest`` say how the log's ledgers
+        are made; they are fixed when the log is created (defaults 3/2/2/crc32c), and giving
+        other values for an existing log raises ConfigurationError. ``options``: see
+        :class:`LogOptions` (roll thresholds, password, snapshots kept, ...).
+
+        Raises InvalidArgumentError (bad name), ConfigurationError (bad option),
+        NoSuchLogError (``create=False`` and no such log), InvalidMetadataError (the log's
+        node is malformed).
+        """
+        check_log_name(name)
+        opts = LogOptions.from_kwargs(options)
+        config: dict[str, Any] = {}
+        for key, value in (
+            ("ensemble_size", ensemble_size),
+            ("write_quorum", write_quorum),
+            ("ack_quorum", ack_quorum),
+        ):
+            if value is not None:
+                config[key] = value
+        if digest is not None:
+            config["digest"] = DigestType.parse(digest)
+        return _Opener(client, name, create, config, opts)
+
+    @classmethod
+    async def _open(
+        cls, client: Client, name: str, create: bool, config: dict[str, Any], options: LogOptions
+    ) -> Log:
+        core = client.core
+        if create:
+            try:
+                wanted = LedgerConfig(**config)
+            except InvalidArgumentError as exc:
+                raise ConfigurationError(f"log {name}: {exc}") from None
+            clock = core.options.wall_clock
+            fresh = LogMetadata(
+                name=name, config=wanted, ctime_ms=int(clock() * 1000) if clock else 0
+            )
+            md, _version, _created = await create_or_read(core, fresh)
+        else:
+            md, _version = await core.retry_metadata(lambda: read_log(core.store, name))
+        for key, value in config.items():
+            if getattr(md.config, key) != value:
+                raise ConfigurationError(
+                    f"log {name} exists with {key}={getattr(md.config, key)!r}, not {value!r}"
+                )
+        return cls(client, name, options, md.config)
+
+    # --- handles ---------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def writer(self) -> _WriterOpener:
+        """Take the log over for writing: fence and recover its last two ledgers (the previous
+        writer gets WriterFencedError from then on), start a new ledger, and list it last with
+        a compare-and-set. Use as ``async with log.writer() as w:``."""
+        self._check_open()
+        return _WriterOpener(self)
+
+    def reader(
+        self,
+        start: LogPosition | str = LogPosition.EARLIEST,
+        *,
+        end: LogPosition | str | None = None,
+        follow: bool = True,
+    ) -> LogReader:
+        """Records from ``start`` (inclusive; EARLIEST, LATEST, or a position) up to ``end``
+        (exclusive, if given). With ``follow`` (default) the reader waits for new records when
+        it reaches the end; without, iteration stops there."""
+        self._check_open()
+        return LogReader(
+            self, position(start), None if end is None else position(end), follow=follow
+        )
+
+    # --- metadata --------------------------------------------------------------------------
+
+    async def metadata(self) -> LogMetadata:
+        """The log's metadata as stored now (ledgers, truncation point, snapshots)."""
+        self._check_open()
+        md, _version = await self._client.core.retry_metadata(
+            lambda: read_log(self._client.core.store, self.name)
+        )
+        return md
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    async def save_snapshot(
+        self, pos: LogPosition | str, data: bytes | AsyncIterable[bytes]
+    ) -> Snapshot:
+        """Store a snapshot of the state after every record up to ``pos`` (inclusive): the
+        bytes go to a ledger of their own (closed), and the log's metadata records it. ``data``
+        is bytes or an async iterable of chunks."""
+        self._check_open()
+        return await save_snapshot(self, position(pos), data)
+
+    async def latest_snapshot(self) -> Snapshot | None:
+        """The snapshot with the highest position, or None."""
+        md = await self.metadata()
+        record = md.latest_snapshot
+        return None if record is None else Snapshot.from_record(self, record)
+
+    async def snapshots(self) -> list[Snapshot]:
+        """Every kept snapshot, oldest position first."""
+        md = await self.metadata()
+        return [Snapshot.from_record(self, record) for record in md.snapshots]
+
+    # --- internals -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Forget the handle (writers and readers made from it keep working)."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"the handle on log {self.name} is closed")
+
+    async def _create_ledger(self, kind: str) -> LedgerWriter:
+        cfg = self.config
+        return await self._client.create_ledger(
+            cfg.ensemble_size,
+            cfg.write_quorum,
+            cfg.ack_quorum,
+            digest=cfg.digest,
+            password=self.options.password,
+            custom_metadata={LOG_KEY: self.name.encode(), KIND_KEY: kind.encode()},
+        )
+
+    async def _discard_ledger(self, lw: LedgerWriter) -> None:
+        """Close and delete a ledger that never made it into the log (best effort)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            with contextlib.suppress(WalkitError):
+                await lw.close()
+            with contextlib.suppress(NoSuchLedgerError, WalkitError):
+                await self._client.delete_ledger(lw.id)
+
+    async def _delete_ledgers(self, ledger_ids: list[int], why: str) -> None:
+        """Delete ledgers that left the log's metadata (best effort: a failure leaves garbage,
+        never a hole)."""
+        for ledger_id in ledger_ids:
+            try:
+                await self._client.delete_ledger(ledger_id)
+                log.info("log_ledger_deleted", log=self.name, ledger_id=ledger_id, why=why)
+            except NoSuchLedgerError:
+                pass
+            except WalkitError as exc:
+                log.warning(
+                    "log_ledger_delete_failed", log=self.name, ledger_id=ledger_id, error=str(exc)
+                )

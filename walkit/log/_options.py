@@ -1,0 +1,67 @@
+"""Options of ``Log.open`` (how ledgers are rolled, snapshots kept, records read)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, final
+
+import attrs
+
+from walkit.errors import ConfigurationError
+
+__all__ = ["LogOptions"]
+
+
+def _positive_int(optional: bool) -> Any:
+    def check(_instance: Any, attribute: Any, value: Any) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(
+                f"log option {attribute.name} must be an int >= 1"
+                f"{' or None' if optional else ''}, not {value!r}"
+            )
+
+    return check
+
+
+def _password(value: Any) -> bytes:
+    if not isinstance(value, bytes | bytearray):
+        raise ConfigurationError(f"log option password must be bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
+@final
+@attrs.frozen
+class LogOptions:
+    """Every option of a log handle, with its default."""
+
+    #: Roll to a new ledger once the current one holds this many acknowledged records (None:
+    #: never by count).
+    roll_entries: int | None = attrs.field(default=1_000_000, validator=_positive_int(True))
+    #: Roll once the current ledger holds this many acknowledged payload bytes (None: never).
+    roll_bytes: int | None = attrs.field(default=64 * 1024 * 1024, validator=_positive_int(True))
+    #: The password of the log's ledgers (data and snapshots).
+    password: bytes = attrs.field(default=b"", converter=_password)
+    #: Snapshots kept in the metadata (the oldest's ledger is deleted when a new one is saved).
+    keep_snapshots: int = attrs.field(default=3, validator=_positive_int(False))
+    #: Snapshot bytes per ledger entry.
+    snapshot_chunk_size: int = attrs.field(default=1024 * 1024, validator=_positive_int(False))
+    #: Records a reader fetches from the bookies at once.
+    read_batch: int = attrs.field(default=256, validator=_positive_int(False))
+    #: Rounds of a writer takeover (each re-reads the log after losing a race to another
+    #: writer) before giving up with WriterFencedError.
+    takeover_attempts: int = attrs.field(default=10, validator=_positive_int(False))
+
+    @classmethod
+    def from_kwargs(cls, options: Mapping[str, Any]) -> LogOptions:
+        known = {a.name for a in attrs.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown log option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        try:
+            return cls(**options)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"bad log option: {exc}") from None

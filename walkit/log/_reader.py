@@ -1,0 +1,255 @@
+"""The log reader: every record from a start position, in order, across ledgers; tails.
+
+A reader reads a closed ledger to its end and an open one up to its LAC, then:
+
+- when its ledger is closed, it moves to the next listed ledger (the first with a higher
+  sequence number), waiting on a watch of the log's node until one is listed;
+- when its ledger is open, it long-polls (``wait_for_entry``) for the next entry.
+
+A roll lists the new ledger before closing the old one, and a takeover recovers (closes) the
+last two ledgers before listing its own, so a reader never skips a record and never needs more
+than "closed, and a later one exists". Ledgers that vanish under a reader (truncated, or
+dropped as empty) send it back to the log's node: it starts again at the first listed ledger at
+or after its position, and never before the truncation point.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+import structlog
+import trio
+
+from walkit._core.log_metadata import LogLedger, LogMetadata
+from walkit._core.log_position import LogPosition
+from walkit.errors import (
+    ClientClosedError,
+    LedgerClosedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    WalkitError,
+)
+from walkit.ledger import LedgerReader
+from walkit.log._store import log_path, read_log
+
+if TYPE_CHECKING:
+    from walkit.log._log import Log
+
+log = structlog.get_logger()
+
+__all__ = ["LogReader", "LogRecord"]
+
+#: Seconds one ``wait_for_entry`` round waits before the reader looks at the log again.
+TAIL_ROUND: Final = 5.0
+#: Transient read failures (all replicas unavailable ...) retried before raising.
+READ_RETRIES: Final = 5
+
+
+@final
+@attrs.frozen
+class LogRecord:
+    """One record: its position and payload."""
+
+    position: LogPosition
+    payload: bytes
+
+
+@final
+class LogReader:
+    """Async iterator over a log's records (from :meth:`walkit.Log.reader`).
+
+    ``async for rec in reader`` yields :class:`LogRecord` in position order; with
+    ``follow=True`` it waits for new records forever (cancel it, or ``break``), otherwise it
+    stops at the end of what is readable now. ``end`` (exclusive) stops it there in any case.
+    """
+
+    def __init__(
+        self, owner: Log, start: LogPosition, end: LogPosition | None, *, follow: bool
+    ) -> None:
+        self._log = owner
+        self._start = start
+        self._end = end
+        self._follow = follow
+        #: The position of the next record to return (before the first call: the start asked).
+        self._pos = start
+        self._resolved = False
+        self._ledger: LogLedger | None = None
+        self._reader: LedgerReader | None = None
+        self._buffer: collections.deque[LogRecord] = collections.deque()
+
+    def __repr__(self) -> str:
+        return f"LogReader(log={self._log.name!r}, position={self._pos})"
+
+    @property
+    def position(self) -> LogPosition:
+        """Where the next record will be looked for (every earlier record was returned or lies
+        before the start)."""
+        return self._buffer[0].position if self._buffer else self._pos
+
+    def __aiter__(self) -> LogReader:
+        return self
+
+    async def __anext__(self) -> LogRecord:
+        record = await self.next()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    async def next(self, *, timeout: float | None = None) -> LogRecord | None:
+        """The next record; None at ``end``, when not following and nothing more is readable
+        now, or after ``timeout`` seconds without a record."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            return await self._next()
+        return None
+
+    async def _next(self) -> LogRecord | None:
+        failures = 0
+        while True:
+            if self._buffer:
+                record = self._buffer[0]
+                if self._end is not None and record.position >= self._end:
+                    return None
+                self._buffer.popleft()
+                return record
+            if self._end is not None and self._pos >= self._end:
+                await trio.lowlevel.checkpoint()
+                return None
+            try:
+                more = await self._step()
+            except (NoSuchLedgerError, NoSuchEntryError):
+                # Fine if the ledger left the log (truncated, or dropped as empty): look again.
+                ledger = self._ledger
+                self._drop_ledger()
+                md = await self._read_metadata()
+                listed = ledger is not None and md.ledger_with_seq(ledger.seq) == ledger
+                if listed and self._pos >= md.truncated:
+                    raise
+                continue
+            except WalkitError as exc:
+                failures += 1
+                if not exc.retryable or failures > READ_RETRIES:
+                    raise
+                log.info("log_read_retry", log=self._log.name, error=str(exc))
+                self._drop_ledger()
+                await trio.sleep(0.05 * 2**failures)
+                continue
+            failures = 0
+            if not more:
+                return None
+
+    # --- steps -----------------------------------------------------------------------------
+
+    async def _step(self) -> bool:
+        """Fill the buffer or make progress; False when not following and nothing more is
+        readable now."""
+        if self._reader is None:
+            return await self._locate()
+        reader, ledger = self._reader, self._ledger
+        assert ledger is not None
+        entry_id = self._pos.entry_id
+        lac = reader.last_add_confirmed
+        if entry_id <= lac:
+            last = min(lac, entry_id + self._log.options.read_batch - 1)
+            entries = await reader.read(entry_id, last)
+            for got in entries:
+                self._buffer.append(LogRecord(LogPosition(ledger.seq, got.entry_id), got.payload))
+            self._pos = LogPosition(ledger.seq, last + 1)
+            return True
+        if reader.is_closed:
+            self._move_past(ledger)
+            return True
+        if not self._follow:
+            # Caught up with an open ledger: look once more (a fresh LAC and metadata).
+            fresh = await self._log.client.open_ledger(
+                ledger.ledger_id, password=self._log.options.password
+            )
+            self._reader = fresh
+            return fresh.is_closed or fresh.last_add_confirmed >= entry_id
+        try:
+            entry = await reader.wait_for_entry(entry_id, timeout=TAIL_ROUND)
+        except LedgerClosedError:
+            return True  # it ended before that entry: the next step moves on
+        if entry is not None:
+            self._buffer.append(LogRecord(LogPosition(ledger.seq, entry.entry_id), entry.payload))
+            self._pos = LogPosition(ledger.seq, entry.entry_id + 1)
+        else:
+            # A long quiet spell: check that the ledger is still the log's (truncation).
+            md = await self._read_metadata()
+            if md.ledger_with_seq(ledger.seq) != ledger:
+                self._drop_ledger()
+        return True
+
+    async def _locate(self) -> bool:
+        """Open the ledger holding the position (or the next one); False when there is none
+        yet and the reader does not follow."""
+        events = None
+        store = self._log.client.core.store
+        if self._follow:
+            events = store.watch(log_path(self._log.name))
+        try:
+            while True:
+                md = await self._read_metadata()
+                if not self._resolved:
+                    await self._resolve(md)
+                self._pos = max(self._pos, md.truncated)
+                ledger = md.ledger_at_or_after(self._pos.ledger_seq)
+                if ledger is not None:
+                    if ledger.seq > self._pos.ledger_seq:
+                        self._pos = LogPosition(ledger.seq, 0)
+                    try:
+                        self._reader = await self._log.client.open_ledger(
+                            ledger.ledger_id, password=self._log.options.password
+                        )
+                    except NoSuchLedgerError:
+                        continue  # removed since we read the list: read it again
+                    self._ledger = ledger
+                    return True
+                if events is None:
+                    return False
+                async for _event in events:  # wait for a new ledger to be listed
+                    break
+                else:
+                    raise ClientClosedError(f"log {self._log.name}: the metadata watch ended")
+        finally:
+            if events is not None:
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    with trio.CancelScope(shield=True):
+                        await aclose()
+
+    async def _resolve(self, md: LogMetadata) -> None:
+        """Turn LATEST into the position after the last readable record."""
+        self._resolved = True
+        if self._pos != LogPosition.LATEST:
+            return
+        last = md.last
+        if last is None:
+            self._pos = LogPosition(md.next_seq, 0)
+            return
+        try:
+            reader = await self._log.client.open_ledger(
+                last.ledger_id, password=self._log.options.password
+            )
+        except NoSuchLedgerError:
+            self._pos = LogPosition(md.next_seq, 0)
+            return
+        self._pos = LogPosition(last.seq, reader.last_add_confirmed + 1)
+
+    async def _read_metadata(self) -> LogMetadata:
+        core = self._log.client.core
+        md, _version = await core.retry_metadata(
+            functools.partial(read_log, core.store, self._log.name)
+        )
+        return md
+
+    def _move_past(self, ledger: LogLedger) -> None:
+        self._pos = LogPosition(ledger.seq + 1, 0)
+        self._drop_ledger()
+
+    def _drop_ledger(self) -> None:
+        self._reader = None
+        self._ledger = None

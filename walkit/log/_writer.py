@@ -1,0 +1,407 @@
+"""The log writer: takeover, appends, rolls, truncation, close.
+
+Takeover (DistributedLog / Pravega): read the log's ledger list, recover (fence) the last two
+ledgers, create a new ledger, and list it last with a compare-and-set. A lost CAS means
+someone else changed the list: start over (which fences whoever won), up to
+``takeover_attempts`` rounds. Recovered ledgers that turn out empty leave the list in the same
+CAS and are deleted after it.
+
+Roll: create the new ledger, CAS the list (only while ours is still last: otherwise we were
+taken over), switch new appends to it, then close the old one in the background. The next roll
+waits for that close, so at most two ledgers of a log are ever open, and only the last one
+takes new records.
+
+Order: appends get positions in the order of the calls, across rolls too. An append that has
+to wait (a roll is due or under way) queues on a FIFO lock; the lock is handed to the next
+waiter on release, and each caller enters the ledger's append (which assigns the entry id
+before its first checkpoint) right after releasing it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, final
+
+import structlog
+import trio
+
+from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
+from walkit._core.log_position import LogPosition, position
+from walkit.errors import (
+    InvalidArgumentError,
+    InvalidMetadataError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerInRecoveryError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+    WalkitError,
+    WriterFencedError,
+)
+from walkit.ledger import LedgerWriter
+from walkit.log._store import read_log, update_log, write_log
+
+if TYPE_CHECKING:
+    from walkit.log._log import Log
+
+log = structlog.get_logger()
+
+__all__ = ["LogWriter", "take_over"]
+
+#: After a failed roll (no bookies, store unreachable), appends go on in the current ledger
+#: and the roll is tried again this many seconds later.
+ROLL_RETRY_DELAY: Final = 1.0
+#: Attempts at recovering one ledger during a takeover (recovery is retryable).
+RECOVERY_ATTEMPTS: Final = 5
+#: Seconds a writer leaving ``async with`` on an error spends trying to close its ledger.
+CLOSE_ON_ERROR_TIMEOUT: Final = 5.0
+#: Attempts at closing the old ledger after a roll.
+CLOSE_ATTEMPTS: Final = 5
+
+
+def _fenced(name: str, why: str) -> WriterFencedError:
+    return WriterFencedError(f"log {name}: this writer was fenced ({why}); another writer owns it")
+
+
+def _copy(error: WalkitError) -> WalkitError:
+    return type(error)(*error.args)
+
+
+@final
+class LogWriter:
+    """The single writer of a log (from :meth:`walkit.Log.writer`).
+
+    ``append``/``append_batch`` return positions once the records are durable (acknowledged by
+    an ack quorum of bookies). After another writer takes the log over, appends raise
+    WriterFencedError (a LedgerFencedError); records acknowledged before are never lost.
+    """
+
+    def __init__(self, owner: Log, ledger: LogLedger, lw: LedgerWriter) -> None:
+        self._log = owner
+        self._ledger = ledger
+        self._lw = lw
+        #: Where this writer's records start: everything before it was written by earlier
+        #: writers and is closed (a standby catches up to here before applying its own).
+        self.first_position = LogPosition(ledger.seq, 0)
+        self._gate = trio.Lock()
+        self._old_closed = trio.Event()
+        self._old_closed.set()
+        self._roll_retry_at = -math.inf
+        self._error: WalkitError | None = None
+        self._closing = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"LogWriter(log={self._log.name!r}, ledger_seq={self._ledger.seq}, ledger_id={self._lw.id})"
+
+    # --- public ----------------------------------------------------------------------------
+
+    @property
+    def ledger_seq(self) -> int:
+        """The sequence number of the ledger new records go to."""
+        return self._ledger.seq
+
+    @property
+    def ledger_id(self) -> int:
+        return self._lw.id
+
+    @property
+    def end_position(self) -> LogPosition:
+        """The position just after the last acknowledged record of the current ledger."""
+        return LogPosition(self._ledger.seq, self._lw.last_add_confirmed + 1)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    async def append(self, payload: bytes) -> LogPosition:
+        """Append one record; returns its position once it is durable.
+
+        Raises WriterFencedError (another writer took over; the record *may* be written),
+        LedgerClosedError (after close), InvalidArgumentError (not bytes, too big), and the
+        ledger's errors (NotEnoughBookiesError ...).
+        """
+        self._check()
+        if self._gate.locked() or self._roll_due():
+            await self._through_gate()
+            self._check()
+        seq, lw = self._ledger.seq, self._lw
+        try:
+            entry_id = await lw.append(payload)
+        except LedgerFencedError as exc:
+            raise self._was_fenced(f"ledger {lw.id} was fenced") from exc
+        return LogPosition(seq, entry_id)
+
+    async def append_batch(self, payloads: Sequence[bytes]) -> list[LogPosition]:
+        """Append several records, pipelined, in one ledger; returns their positions once all
+        are durable."""
+        if isinstance(payloads, bytes | bytearray | memoryview | str):
+            raise InvalidArgumentError("append_batch takes a sequence of payloads")
+        payloads = list(payloads)
+        self._check()
+        if self._gate.locked() or self._roll_due():
+            await self._through_gate()
+            self._check()
+        seq, lw = self._ledger.seq, self._lw
+        try:
+            ids = await lw.append_batch(payloads)
+        except LedgerFencedError as exc:
+            raise self._was_fenced(f"ledger {lw.id} was fenced") from exc
+        return [LogPosition(seq, entry_id) for entry_id in ids]
+
+    async def truncate(self, pos: LogPosition | str) -> None:
+        """Records before ``pos`` may be reclaimed: the truncation point moves to ``pos``
+        (never back), readers starting before it start at it, and ledgers wholly before it are
+        deleted (never the one holding ``pos``). ``pos`` may not be past the log's end."""
+        pos = position(pos)
+        self._check()
+        if pos == LogPosition.LATEST:
+            raise InvalidArgumentError("cannot truncate at LATEST: pass a record's position")
+        if pos > self.end_position:
+            raise InvalidArgumentError(
+                f"cannot truncate log {self._log.name} at {pos}: its end is {self.end_position}"
+            )
+        ledger = self._ledger
+
+        def change(md: LogMetadata) -> tuple[LogMetadata, Truncation]:
+            if not md.owned_by(ledger):
+                raise _fenced(md.name, "another writer took over before the truncation")
+            result = md.truncated_at(pos)
+            return result.metadata, result
+
+        try:
+            _md, _version, result = await update_log(self._log.client.core, self._log.name, change)
+        except WriterFencedError as exc:
+            raise self._was_fenced(str(exc)) from None
+        if result.dropped:
+            log.info("log_truncated", log=self._log.name, at=str(pos), dropped=len(result.dropped))
+            await self._log._delete_ledgers([lg.ledger_id for lg in result.dropped], "truncated")
+
+    async def close(self) -> None:
+        """Wait for pending appends and close the current ledger (its last acknowledged record
+        is recorded). Raises WriterFencedError if another writer took over. Idempotent."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closing = True
+        async with self._gate:  # a roll under way finishes first
+            pass
+        await self._old_closed.wait()
+        try:
+            await self._lw.close()
+        except (LedgerFencedError, LedgerInRecoveryError) as exc:
+            self._closed = True
+            raise self._was_fenced(f"ledger {self._lw.id} was recovered by another writer") from exc
+        self._closed = True
+        log.debug("log_writer_closed", log=self._log.name, ledger_id=self._lw.id)
+
+    async def __aenter__(self) -> LogWriter:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            await self.close()
+            return
+        # The body failed or was cancelled: close if that can be done quickly (readers then
+        # move on at once); otherwise the next writer's takeover recovers the ledger.
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_ON_ERROR_TIMEOUT):
+            try:
+                await self.close()
+            except WalkitError as close_error:  # the body's error is the one to report
+                log.warning("log_writer_close_failed", log=self._log.name, error=str(close_error))
+        self._closing = self._closed = True
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise _copy(self._error)
+        if self._closing or self._closed:
+            raise LedgerClosedError(f"the writer of log {self._log.name} is closed")
+
+    def _was_fenced(self, why: str) -> WalkitError:
+        if self._error is None:
+            self._error = _fenced(self._log.name, why)
+            log.warning("log_writer_fenced", log=self._log.name, why=why)
+        return _copy(self._error)
+
+    def _roll_due(self) -> bool:
+        if self._error is not None or self._closing:
+            return False
+        if trio.current_time() < self._roll_retry_at:
+            return False
+        opts = self._log.options
+        lw = self._lw
+        return should_roll(
+            lw.last_add_confirmed + 1,
+            lw.length,
+            roll_entries=opts.roll_entries,
+            roll_bytes=opts.roll_bytes,
+        )
+
+    async def _through_gate(self) -> None:
+        # Acquire and release explicitly: the caller must enter the ledger's append right after
+        # the release, with no checkpoint in between, to keep positions in call order.
+        await self._gate.acquire()
+        try:
+            if self._roll_due():
+                await self._roll()
+        finally:
+            self._gate.release()
+
+    async def _roll(self) -> None:
+        await self._old_closed.wait()
+        owner = self._log
+        current = self._ledger
+        try:
+            new_lw = await owner._create_ledger("data")
+        except WalkitError as exc:
+            self._roll_failed(exc)
+            return
+
+        def change(md: LogMetadata) -> tuple[LogMetadata, LogLedger]:
+            last = md.last
+            if last is not None and last.ledger_id == new_lw.id:  # our earlier try got through
+                return md, last
+            return md.after_roll(current, new_lw.id)
+
+        try:
+            _md, _version, new_ledger = await update_log(owner.client.core, owner.name, change)
+        except WriterFencedError as exc:
+            await owner._discard_ledger(new_lw)
+            raise self._was_fenced(str(exc)) from None
+        except WalkitError as exc:
+            await owner._discard_ledger(new_lw)
+            self._roll_failed(exc)
+            return
+        old = self._lw
+        self._lw, self._ledger = new_lw, new_ledger
+        self._old_closed = trio.Event()
+        log.info(
+            "log_rolled",
+            log=owner.name,
+            old_ledger=old.id,
+            old_last_entry=old.last_add_confirmed,
+            new_ledger=new_lw.id,
+            seq=new_ledger.seq,
+        )
+        try:
+            owner.client.core.nursery.start_soon(self._close_old, old, self._old_closed)
+        except RuntimeError:  # the client is closing: close it here
+            await self._close_old(old, self._old_closed)
+
+    def _roll_failed(self, exc: WalkitError) -> None:
+        log.warning("log_roll_failed", log=self._log.name, error=str(exc))
+        self._roll_retry_at = trio.current_time() + ROLL_RETRY_DELAY
+
+    async def _close_old(self, old: LedgerWriter, done: trio.Event) -> None:
+        """Close the ledger a roll left (waits for its pending appends). Never raises."""
+        try:
+            for attempt in range(CLOSE_ATTEMPTS):
+                try:
+                    await old.close()
+                    return
+                except (LedgerFencedError, LedgerInRecoveryError):
+                    self._was_fenced(f"ledger {old.id} was recovered by another writer")
+                    return
+                except WalkitError as exc:
+                    if not exc.retryable or attempt == CLOSE_ATTEMPTS - 1:
+                        # The ledger stays open until the next takeover recovers it; this
+                        # writer stops so that a new one can take over.
+                        log.warning("log_old_ledger_close_failed", ledger_id=old.id, error=str(exc))
+                        if self._error is None:
+                            self._error = exc
+                        return
+                await trio.sleep(0.1 * 2**attempt)
+        except Exception:  # pragma: no cover - a bug must not take the client down
+            log.exception("log_old_ledger_close_crashed", ledger_id=old.id)
+        finally:
+            done.set()
+
+
+# --- takeover ------------------------------------------------------------------------------
+
+
+async def _recover(owner: Log, ledger_id: int) -> int:
+    """Fence and recover one ledger; its last entry id (-1: empty)."""
+    client = owner.client
+    for attempt in range(RECOVERY_ATTEMPTS):
+        try:
+            reader = await client.open_ledger(
+                ledger_id, password=owner.options.password, recovery=True
+            )
+            return reader.last_add_confirmed
+        except NoSuchLedgerError:
+            raise
+        except WalkitError as exc:
+            if not exc.retryable or attempt == RECOVERY_ATTEMPTS - 1:
+                raise
+            log.info("log_recovery_retry", log=owner.name, ledger_id=ledger_id, error=str(exc))
+            await trio.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def take_over(owner: Log) -> LogWriter:
+    """Become the log's writer (see the module docs)."""
+    owner._check_open()
+    core = owner.client.core
+    name = owner.name
+    for attempt in range(owner.options.takeover_attempts):
+        md, version = await core.retry_metadata(functools.partial(read_log, core.store, name))
+        recovered: dict[int, int] = {}
+        gone = False
+        for lg in md.to_recover():
+            try:
+                recovered[lg.ledger_id] = await _recover(owner, lg.ledger_id)
+            except NoSuchLedgerError:
+                again, _ = await core.retry_metadata(functools.partial(read_log, core.store, name))
+                if lg in again.ledgers:
+                    raise InvalidMetadataError(
+                        f"log {name} lists ledger {lg.ledger_id}, which does not exist"
+                    ) from None
+                gone = True  # truncated under us: look again
+                break
+        if gone:
+            continue
+        new_lw = await owner._create_ledger("data")
+        plan: Takeover | None = None
+        while True:
+            plan = md.after_takeover(recovered, new_lw.id)
+            try:
+                version = await write_log(core, plan.metadata, version)
+                break
+            except MetadataVersionError:
+                current, current_version = await core.retry_metadata(
+                    functools.partial(read_log, core.store, name)
+                )
+                if current.last is not None and current.last.ledger_id == new_lw.id:
+                    # Our CAS went through before the store reported a failure.
+                    plan = Takeover(current, current.last, plan.dropped)
+                    break
+                if current.last != md.last or any(
+                    lg.ledger_id not in recovered for lg in current.to_recover()
+                ):
+                    plan = None  # another writer moved the log on: take over again
+                    break
+                md, version = current, current_version  # a snapshot or truncation: redo
+        if plan is None:
+            await owner._discard_ledger(new_lw)
+            await trio.sleep(core.rng.uniform(0.0, 0.05 * (attempt + 1)))
+            continue
+        log.info(
+            "log_taken_over",
+            log=name,
+            ledger_id=new_lw.id,
+            seq=plan.ledger.seq,
+            recovered={str(k): v for k, v in recovered.items()},
+            dropped=[lg.ledger_id for lg in plan.dropped],
+        )
+        if plan.dropped:
+            await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
+        return LogWriter(owner, plan.ledger, new_lw)
+    raise WriterFencedError(
+        f"log {name}: could not take over: other writers kept taking it over "
+        f"({owner.options.takeover_attempts} rounds)"
+    )
