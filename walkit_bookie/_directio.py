@@ -35,10 +35,14 @@ class AlignedBuffer:
             self.view = memoryview(self._mm)
         return self.view
 
-    def pad(self, end: int) -> int:
-        """Zero-fill from ``end`` to the next block boundary; return that boundary."""
-        padded = _round_up(end)
-        self.view[end:padded] = _ZEROS[: padded - end]
+    def pad(self, end: int, *, at_least: int = 0) -> int:
+        """Zero-fill from ``end`` to the first block boundary at or after ``end + at_least``;
+        return that boundary."""
+        padded = _round_up(end + at_least)
+        while end < padded:
+            n = min(padded - end, BLOCK)
+            self.view[end : end + n] = _ZEROS[:n]
+            end += n
         return padded
 
 

@@ -74,23 +74,27 @@ class EntryLogger:
         log_id = self._id
         try:
             for ledger_id, entry_id, packet in entries:
-                if fill + _REC.size > _CHUNK:
-                    fill = self._flush_chunk(file, at - fill, fill)
-                pack_into(view, fill, len(packet), ledger_id, entry_id)
-                fill += _REC.size
-                at += _REC.size
+                size = len(packet)
                 locations.append(
-                    (entry_key(ledger_id, entry_id), LOCATION.pack(log_id, at, len(packet)))
+                    (entry_key(ledger_id, entry_id), LOCATION.pack(log_id, at + _REC.size, size))
                 )
-                data = memoryview(packet)
-                while data:
-                    n = min(len(data), _CHUNK - fill)
-                    view[fill : fill + n] = data[:n]
-                    fill += n
-                    at += n
-                    data = data[n:]
-                    if fill == _CHUNK:
-                        fill = self._flush_chunk(file, at - fill, fill)
+                if fill + _REC.size + size <= _CHUNK:  # the usual case: it fits the chunk
+                    pack_into(view, fill, size, ledger_id, entry_id)
+                    view[fill + _REC.size : fill + _REC.size + size] = packet
+                    fill += _REC.size + size
+                    at += _REC.size + size
+                    continue
+                for part in (_REC.pack(size, ledger_id, entry_id), packet):
+                    data = memoryview(part)
+                    while data:
+                        n = min(len(data), _CHUNK - fill)
+                        view[fill : fill + n] = data[:n]
+                        fill += n
+                        at += n
+                        data = data[n:]
+                        if fill == _CHUNK:  # full chunks keep every write aligned
+                            file.write_at(view[:fill], at - fill)
+                            fill = 0
             if fill:
                 end = self._buffer.pad(fill)
                 file.write_at(view[:end], at - fill)
@@ -103,10 +107,6 @@ class EntryLogger:
             raise
         self._offset = at
         return locations
-
-    def _flush_chunk(self, file: AlignedFile, offset: int, fill: int) -> int:
-        file.write_at(self._buffer.view[:fill], offset)
-        return 0
 
     def read(self, location: bytes, ledger_id: int, entry_id: int) -> bytes | None:
         log_id, offset, length = LOCATION.unpack(location)

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 _REC = struct.Struct(">II")
+_LENGTH = struct.Struct(">I")
+_CRC = struct.Struct(">I")
+_PAD_MARK = _LENGTH.size  # padding opens with a zero length field
 _SUFFIX = ".jnl"
 
 
@@ -77,8 +80,9 @@ def _path(directory: Path, file_id: int) -> Path:
 def replay(directory: Path, mark: LogMark) -> Iterator[tuple[bytes, LogMark]]:
     """Yield (record body, position after it) from ``mark`` on, in journal order.
 
-    Each group commit ends on a ``BLOCK`` boundary; the padding before it (zeros, or fewer
-    bytes than a record header) is skipped. Reading a file stops at its first bad record.
+    Each group ends with padding to a ``BLOCK`` boundary that starts with a zero length field
+    (at least ``_PAD_MARK`` bytes); replay skips it. Reading a file stops at its first record
+    that is cut short or fails its CRC (a torn write at the end).
     """
     files = journal_files(directory)
     for file_id in sorted(f for f in files if f >= mark.file_id):
@@ -87,37 +91,24 @@ def replay(directory: Path, mark: LogMark) -> Iterator[tuple[bytes, LogMark]]:
         at = start
         count = 0
         size = len(data)
-        while at < size:
-            boundary = at + (-at) % BLOCK
-            if boundary != at and boundary - at < _REC.size:
-                at = boundary  # padding too short to hold a record header
-                continue
-            if at + _REC.size > size:
-                break
-            length, crc = _REC.unpack_from(data, at)
-            if length == 0:
-                if boundary == at:
-                    break  # zeros where a record should start: nothing more was written
-                at = boundary
+        while at + _PAD_MARK <= size:
+            (length,) = _LENGTH.unpack_from(data, at)
+            if length == 0:  # padding: the group ended; the next starts at the boundary
+                at += _PAD_MARK + (-(at + _PAD_MARK)) % BLOCK
                 continue
             end = at + _REC.size + length
             if end > size:
                 break
+            (crc,) = _CRC.unpack_from(data, at + _LENGTH.size)
             body = data[at + _REC.size : end]
             if crc32c.crc32c(body) != crc:
                 break
             at = end
             count += 1
             yield body, LogMark(file_id, at)
-        if at < size and not _only_padding(data, at):
+        if at < size and any(data[at:]):
             log.warning("journal_torn_tail", file=str(files[file_id]), valid_bytes=at, size=size)
         log.info("journal_replayed_file", file=str(files[file_id]), records=count)
-
-
-def _only_padding(data: bytes, at: int) -> bool:
-    """True if ``data[at:]`` up to the next block boundary is padding and ends there or at EOF."""
-    boundary = min(len(data), at + (-at) % BLOCK)
-    return not any(data[at:boundary])
 
 
 @final
@@ -155,7 +146,7 @@ class JournalWriter:
         pack_into = _REC.pack_into
         crc = crc32c.crc32c
         size = sum(len(b) for b in bodies) + _REC.size * len(bodies)
-        view = buf.reserve(size + BLOCK)
+        view = buf.reserve(size + _PAD_MARK + BLOCK)
         at = 0
         for body in bodies:
             n = len(body)
@@ -163,7 +154,9 @@ class JournalWriter:
             at += _REC.size
             view[at : at + n] = body
             at += n
-        end = buf.pad(at)
+        # The padding starts with a zero length field (4 bytes at least, so the padding may
+        # run into the next block): replay knows a group ended and skips to the boundary.
+        end = buf.pad(at, at_least=_PAD_MARK)
         try:
             self._file.write_at(view[:end], self.offset)
             self.syncs += 1

@@ -181,13 +181,17 @@ async def connect(bookie_id: BookieId, network: Network | None = None) -> AsyncI
     else:
         stream = await network.connect(bookie_id)
     client = Client(stream)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(client._reader)
-        try:
-            yield client
-        finally:
-            nursery.cancel_scope.cancel()
-            await trio.aclose_forcefully(stream)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._reader)
+            try:
+                yield client
+            finally:
+                # No await here: a checkpoint in this cancelled scope would raise Cancelled,
+                # which the nursery absorbs, swallowing the body's own exception.
+                nursery.cancel_scope.cancel()
+    finally:
+        await trio.aclose_forcefully(stream)
 
 
 def config(dirs: Sequence[Path], **kw: Any) -> BookieConfig:

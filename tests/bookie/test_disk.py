@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.bookie._helpers import config, connect, packet, payload_for, running_bookie
 from walkit._core.wire import StatusCode
@@ -38,6 +41,74 @@ def test_journal_replay_skips_padding_and_stops_at_a_torn_tail(tmp_path: Path) -
     writer.write([b"after restart"])
     writer.close()
     assert [b for b, _ in replay(tmp_path, LogMark(0, 0))][-1] == b"after restart"
+
+
+@given(
+    st.lists(
+        st.lists(
+            # Sizes that make a record end 0-9 bytes before a block boundary are the risky ones.
+            st.one_of(st.integers(1, 9000), st.sampled_from([BLOCK - 8 - g for g in range(10)])),
+            min_size=1,
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(0, 3),
+)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_journal_round_trips_any_group_sizes(
+    tmp_path: Path, groups: list[list[int]], torn: int
+) -> None:
+    """Records of any size, ending anywhere in a block (right before a boundary too)."""
+    directory = tmp_path / f"j{uuid.uuid4().hex}"
+    directory.mkdir()
+    writer = JournalWriter(directory, 1, max_size=1 << 30)
+    bodies = [[bytes([i % 251 + 1]) * n for i, n in enumerate(g)] for g in groups]
+    # Sizes that end a group 0-8 bytes before a block boundary are the interesting ones.
+    marks = [writer.write(g) for g in bodies]
+    writer.close()
+    flat = [b for g in bodies for b in g]
+    assert [b for b, _ in replay(directory, LogMark(0, 0))] == flat
+    assert [b for b, _ in replay(directory, marks[0])] == flat[len(bodies[0]) :]
+    # Every position replay reports is a valid place to resume from.
+    positions = [m for _, m in replay(directory, LogMark(0, 0))]
+    for i, mark in enumerate(positions):
+        assert [b for b, _ in replay(directory, mark)] == flat[i + 1 :]
+    if torn:  # a torn write after the last group: cut garbage, then zeros
+        with next(directory.glob("*.jnl")).open("ab") as f:
+            f.write(b"\x00\x00\x01\x00" + b"\x99" * 7 * torn + bytes(torn * 100))
+        assert [b for b, _ in replay(directory, LogMark(0, 0))] == flat
+
+
+def test_journal_records_ending_just_before_a_block_boundary(tmp_path: Path) -> None:
+    for gap in range(10):  # a record ends ``gap`` bytes before a boundary, inside a group
+        directory = tmp_path / f"gap{gap}"
+        directory.mkdir()
+        writer = JournalWriter(directory, 1, max_size=1 << 30)
+        first = b"a" * (BLOCK - 8 - gap)
+        writer.write([first, b"same group"])
+        writer.write([first])  # and at a group's end
+        writer.write([b"next group"])
+        writer.close()
+        expected = [first, b"same group", first, b"next group"]
+        assert [b for b, _ in replay(directory, LogMark(0, 0))] == expected
+
+
+def test_entry_log_round_trips_entries_larger_than_a_write_chunk(tmp_path: Path) -> None:
+    from walkit_bookie._entrylog import ENTRYLOG_DIR, EntryLogger
+
+    (tmp_path / ENTRYLOG_DIR).mkdir()
+    logger = EntryLogger([tmp_path], max_size=1 << 30)
+    sizes = [10, 4 << 20, 3, (4 << 20) - 19, 5 << 20, 1, 4096]
+    entries = [(7, i, bytes([i + 1]) * n) for i, n in enumerate(sizes)]
+    locations = logger.append(entries[:4]) + logger.append(entries[4:])
+    for (ledger, entry, packet_bytes), (_, location) in zip(entries, locations, strict=True):
+        assert logger.read(location, ledger, entry) == packet_bytes
+    assert logger.read(locations[0][1], 7, 99) is None  # a location for another entry
+    logger.close()
 
 
 async def test_checkpoint_moves_entries_to_entry_logs_and_reads_come_from_disk(
