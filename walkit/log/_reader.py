@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final, final
 
 import attrs
@@ -26,6 +27,7 @@ import trio
 
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
+from walkit._core.types import Entry
 from walkit.errors import (
     ClientClosedError,
     LedgerClosedError,
@@ -35,6 +37,7 @@ from walkit.errors import (
 )
 from walkit.ledger import LedgerReader
 from walkit.log._store import log_path, read_log
+from walkit.metadata import WatchEvent
 
 if TYPE_CHECKING:
     from walkit.log._log import Log
@@ -164,24 +167,61 @@ class LogReader:
             return True
         if not self._follow:
             # Caught up with an open ledger: look once more (a fresh LAC and metadata).
-            fresh = await self._log.client.open_ledger(
-                ledger.ledger_id, password=self._log.options.password
-            )
-            self._reader = fresh
-            return fresh.is_closed or fresh.last_add_confirmed >= entry_id
+            await self._reopen(ledger)
+            assert self._reader is not None
+            return self._reader.is_closed or self._reader.last_add_confirmed >= entry_id
+        return await self._tail(reader, ledger, entry_id)
+
+    async def _tail(self, reader: LedgerReader, ledger: LogLedger, entry_id: int) -> bool:
+        """Wait for ``entry_id`` of an open ledger, or for the ledger to change (closed).
+
+        The ledger's metadata is watched here too, armed before a fresh read of it: a close
+        that happened just before the wait began (a roll, or the writer's last close) is seen
+        at once instead of after a long-poll round.
+        """
+        core = self._log.client.core
+        events = core.ledgers.watch(ledger.ledger_id)
         try:
-            entry = await reader.wait_for_entry(entry_id, timeout=TAIL_ROUND)
-        except LedgerClosedError:
-            return True  # it ended before that entry: the next step moves on
+            md, _version = await core.read_metadata(ledger.ledger_id)
+            if md != reader.metadata:  # closed, or a new fragment: start from a fresh look
+                await self._reopen(ledger)
+                return True
+            scope = trio.CancelScope()
+            entry: Entry | None = None
+            error: BaseException | None = None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_event, events, scope)
+                try:
+                    with scope:
+                        entry = await reader.wait_for_entry(entry_id, timeout=TAIL_ROUND)
+                except BaseException as exc:  # re-raised outside the nursery, unwrapped
+                    error = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+            if error is not None:
+                if isinstance(error, LedgerClosedError):
+                    return True  # it ended before that entry: the next step moves on
+                raise error
+        finally:
+            with trio.CancelScope(shield=True):
+                await _close_watch(events)
         if entry is not None:
             self._buffer.append(LogRecord(LogPosition(ledger.seq, entry.entry_id), entry.payload))
             self._pos = LogPosition(ledger.seq, entry.entry_id + 1)
-        else:
-            # A long quiet spell: check that the ledger is still the log's (truncation).
-            md = await self._read_metadata()
-            if md.ledger_with_seq(ledger.seq) != ledger:
-                self._drop_ledger()
+            return True
+        if scope.cancelled_caught:  # the ledger's metadata changed
+            await self._reopen(ledger)
+            return True
+        # A long quiet spell: check that the ledger is still the log's (truncation).
+        log_md = await self._read_metadata()
+        if log_md.ledger_with_seq(ledger.seq) != ledger:
+            self._drop_ledger()
         return True
+
+    async def _reopen(self, ledger: LogLedger) -> None:
+        self._reader = await self._log.client.open_ledger(
+            ledger.ledger_id, password=self._log.options.password
+        )
 
     async def _locate(self) -> bool:
         """Open the ledger holding the position (or the next one); False when there is none
@@ -216,10 +256,8 @@ class LogReader:
                     raise ClientClosedError(f"log {self._log.name}: the metadata watch ended")
         finally:
             if events is not None:
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    with trio.CancelScope(shield=True):
-                        await aclose()
+                with trio.CancelScope(shield=True):
+                    await _close_watch(events)
 
     async def _resolve(self, md: LogMetadata) -> None:
         """Turn LATEST into the position after the last readable record."""
@@ -253,3 +291,22 @@ class LogReader:
     def _drop_ledger(self) -> None:
         self._reader = None
         self._ledger = None
+
+
+async def _cancel_on_event(events: AsyncIterator[WatchEvent], scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` at the first event (never raises)."""
+    try:
+        async for _event in events:
+            scope.cancel()
+            return
+    except WalkitError as exc:
+        log.debug("log_reader_watch_ended", error=str(exc))
+
+
+async def _close_watch(events: AsyncIterator[WatchEvent]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except WalkitError:
+            pass

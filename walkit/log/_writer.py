@@ -19,6 +19,7 @@ before its first checkpoint) right after releasing it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Sequence
@@ -189,6 +190,12 @@ class LogWriter:
         async with self._gate:  # a roll under way finishes first
             pass
         await self._old_closed.wait()
+        if self._error is not None:
+            # Fenced or failed: the ledger is another writer's to recover; just stop ours.
+            with contextlib.suppress(WalkitError):
+                await self._lw.close()
+            self._closed = True
+            raise _copy(self._error)
         try:
             await self._lw.close()
         except (LedgerFencedError, LedgerInRecoveryError) as exc:
