@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import struct
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, final
@@ -40,6 +41,7 @@ class Index:
     """LMDB errors come out as OSError (ENOSPC or EIO), like the other storage files'."""
 
     def __init__(self, path: Path, *, map_size: int = 1 << 36) -> None:
+        self._lock = threading.Lock()  # readers (worker threads) vs. growing the map
         try:
             self._env: Any = lmdb.open(
                 str(path), map_size=map_size, max_dbs=4, sync=True, metasync=True, readahead=False
@@ -77,8 +79,10 @@ class Index:
             except lmdb.MapFullError as exc:
                 if attempt:
                     raise _io_error(exc) from exc
-                # The map is a size limit, not an allocation: raise it and try again.
-                self._env.set_mapsize(self._env.info()["map_size"] * 2)
+                # The map is a size limit, not an allocation: raise it and try again (LMDB
+                # wants no other transaction open meanwhile, hence the lock).
+                with self._lock:
+                    self._env.set_mapsize(self._env.info()["map_size"] * 2)
             except lmdb.Error as exc:
                 raise _io_error(exc) from exc
 
@@ -97,7 +101,7 @@ class Index:
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         try:
-            with self._env.begin(db=self._entries) as txn:
+            with self._lock, self._env.begin(db=self._entries) as txn:
                 return [txn.get(k) for k in keys]
         except lmdb.Error as exc:
             raise _io_error(exc) from exc
