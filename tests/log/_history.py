@@ -29,7 +29,7 @@ class LogHistory:
     async def append(self, writer: str, w: LogWriter, payload: bytes) -> LogPosition:
         try:
             pos = await w.append(payload)
-        except walkit.WalkitError as exc:
+        except walkit.errors.WalkitError as exc:
             self.failed.append((writer, payload, type(exc).__name__))
             raise
         except trio.Cancelled:

@@ -13,15 +13,12 @@ import trio
 import walkit
 from tests.client.conftest import cluster, connect
 from tests.log._history import LogHistory
-from walkit import (
+from walkit import Log, LogPosition, LogRecord, NoSuchLogError
+from walkit.errors import (
     ConfigurationError,
     InvalidArgumentError,
     InvalidMetadataError,
     LedgerClosedError,
-    Log,
-    LogPosition,
-    LogRecord,
-    NoSuchLogError,
     WriterFencedError,
 )
 from walkit.log import log_path
@@ -183,7 +180,7 @@ async def test_second_writer_fences_the_first_and_nothing_acknowledged_is_lost(
                 for i in range(30):
                     await history.append("w2", w2, b"w2-%d" % i)
         assert len(w1_errors) == 4  # every old appender was fenced
-        assert isinstance(w1_errors[0], walkit.LedgerFencedError)
+        assert isinstance(w1_errors[0], walkit.errors.LedgerFencedError)
         with pytest.raises(WriterFencedError):  # and stays fenced
             await w1.append(b"late")
         with pytest.raises(WriterFencedError):
@@ -293,7 +290,7 @@ async def test_snapshots_save_restore_and_keep(memory_url: str, tmp_path: Path) 
         assert [s.ledger_id for s in await log.snapshots()] == [s2.ledger_id, s3.ledger_id]
         assert s1.ledger_id not in await client.list_ledgers()
         assert await s3.read() == b""
-        with pytest.raises(walkit.NoSuchLedgerError):
+        with pytest.raises(walkit.errors.NoSuchLedgerError):
             await s1.read()
         # Bad input.
         with pytest.raises(InvalidArgumentError):
@@ -330,7 +327,7 @@ async def test_snapshot_bytes_are_checked_against_the_recorded_crc(
         await store.set(log_path("crc"), bad.to_bytes(), node.version)
         latest = await log.latest_snapshot()
         assert latest is not None
-        with pytest.raises(walkit.DigestMismatchError):
+        with pytest.raises(walkit.errors.DigestMismatchError):
             await latest.read()
 
 
@@ -430,7 +427,7 @@ async def test_bad_input_and_options(memory_url: str, tmp_path: Path) -> None:
             Log.open(client, "x", password="text")
         with pytest.raises(NoSuchLogError):
             await Log.open(client, "missing", create=False)
-        with pytest.raises(walkit.NoSuchNodeError):  # NoSuchLogError is one
+        with pytest.raises(walkit.errors.NoSuchNodeError):  # NoSuchLogError is one
             await Log.open(client, "missing", create=False)
         with pytest.raises(ConfigurationError):
             await Log.open(client, "quorums", ensemble_size=2, write_quorum=3)
@@ -446,13 +443,13 @@ async def test_bad_input_and_options(memory_url: str, tmp_path: Path) -> None:
             with pytest.raises(InvalidArgumentError):
                 await w.append("text")  # type: ignore[arg-type]
             with pytest.raises(InvalidArgumentError):
-                await w.append_batch(b"not a list")
+                await w.append_batch(b"not a list")  # type: ignore[arg-type]
             await w.append(b"fine")
         with pytest.raises(LedgerClosedError):
             await w.append(b"after close")
         await w.close()  # twice is fine
         log.close()
-        with pytest.raises(walkit.ClientClosedError):
+        with pytest.raises(walkit.errors.ClientClosedError):
             log.writer()
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from walkit import InvalidArgumentError, InvalidMetadataError, LogPosition, WriterFencedError
+from walkit import LogPosition
 from walkit._core.digest import DigestType
 from walkit._core.log_metadata import (
     LedgerConfig,
@@ -20,6 +20,7 @@ from walkit._core.log_metadata import (
     check_log_name,
     should_roll,
 )
+from walkit.errors import InvalidArgumentError, InvalidMetadataError, WriterFencedError
 
 P = LogPosition.parse
 
