@@ -12,6 +12,7 @@ from typing import Any, final
 
 import structlog
 import trio
+from prometheus_client import CollectorRegistry
 
 from walkit._core.digest import HEADER_SIZE, read_header
 from walkit._core.types import BookieId
@@ -38,6 +39,7 @@ from walkit._core.wire import (
 from walkit.errors import BookieIOError, WalkitError
 from walkit.metadata import MetadataStore
 from walkit.net import Network, TcpNetwork
+from walkit_bookie._admin import BookieCollector, serve_admin
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._journal import GroupCommit
 from walkit_bookie._ledger import LedgerInfo, apply_request, packet_lac
@@ -64,7 +66,9 @@ class Bookie:
     storage is recovered and connections are answered; on cancellation it flushes and closes
     its storage. ``network`` defaults to TCP, ``storage`` to :class:`DiskStorage` on the
     configured data dirs. With ``metadata`` the bookie takes its cluster instance id from the
-    store, checks its cookie there and registers itself (read-only when it is).
+    store, checks its cookie there and registers itself (read-only when it is). With
+    ``config.http_port`` set it serves ``/metrics`` (from ``registry``, a fresh
+    ``CollectorRegistry`` by default) and ``/health`` over HTTP.
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class Bookie:
         storage: BookieStorage | None = None,
         metadata: MetadataStore | None = None,
         rng: random.Random | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
         self.storage: BookieStorage = storage if storage is not None else DiskStorage(config)
@@ -85,6 +90,15 @@ class Bookie:
         self.capacity = trio.lowlevel.ParkingLot()
         #: Requests taken off the wire so far, and those accepted but not yet answered.
         self.requests = 0
+        self.adds_answered = 0
+        self.reads_answered = 0
+        self.connections = 0
+        self.connections_opened = 0
+        #: Where the HTTP admin endpoint listens (with ``config.http_port`` set), once started.
+        self.admin_address: tuple[str, int] | None = None
+        #: The prometheus registry the bookie's metrics are collected into.
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(BookieCollector(self))
         self.adds_in_flight = 0
         self.reads_in_flight = 0
         self._ledgers: dict[int, LedgerInfo] = {}
@@ -115,6 +129,10 @@ class Bookie:
             self.adds_in_flight >= self.config.max_inflight_adds
             or self.reads_in_flight >= self.config.max_inflight_reads
         )
+
+    @property
+    def ledger_count(self) -> int:
+        return len(self._ledgers)
 
     def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
         """A copy of what this bookie knows of a ledger (None if nothing)."""
@@ -190,7 +208,13 @@ class Bookie:
         nursery.start_soon(self._disk_check_loop)
         for _ in range(_DISK_READERS):
             nursery.start_soon(self._disk_reader)
+        if config.http_port is not None:
+            self.admin_address = await nursery.start(
+                serve_admin, self, config.http_host or config.host, config.http_port, self.registry
+            )
         if self._registration is not None:
+            if self.admin_address is not None:
+                self._registration.info["http_port"] = self.admin_address[1]
             await nursery.start(self._registration.run, bookie_id, self._mode_source)
         self._ready.set()
         log.info(
@@ -279,6 +303,7 @@ class Bookie:
     def _add_done(self, conn: Connection, frame: bytes) -> None:
         conn.outstanding -= 1
         conn.send(frame)
+        self.adds_answered += 1
         self.adds_in_flight -= 1
         if self.capacity and self.adds_in_flight < self.config.max_inflight_adds:
             self.capacity.unpark_all()
@@ -287,6 +312,7 @@ class Bookie:
         conn.outstanding -= 1
         if frame is not None:
             conn.send(frame)
+            self.reads_answered += 1
         self.reads_in_flight -= 1
         if self.capacity and self.reads_in_flight < self.config.max_inflight_reads:
             self.capacity.unpark_all()

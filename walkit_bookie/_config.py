@@ -65,6 +65,11 @@ class BookieConfig:
     port: int = attrs.field(default=0, validator=_port)
     network_location: str = attrs.field(default="/default-region/default-rack", validator=_location)
 
+    #: Port of the HTTP admin endpoint (/metrics, /health); None: no endpoint, 0: any free.
+    http_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(_port))
+    #: Address of the HTTP admin endpoint (default: ``host``).
+    http_host: str | None = None
+
     #: Frames larger than this are refused (answered with an error, then the connection closes).
     max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_positive)
     #: Adds accepted but not yet answered, over all connections; beyond it sockets are not read.

@@ -36,6 +36,8 @@ class Registration:
         self._stored: dict[str, Any] | None = None
         self._bookie_id: BookieId | None = None
         self._read_only = False
+        #: Extra JSON fields for the registration (the HTTP admin port, ...).
+        self.info: dict[str, Any] = {}
 
     async def cluster_instance_id(self) -> str:
         self._instance_id = await ensure_cluster(self._store)
@@ -96,6 +98,7 @@ class Registration:
             bookie_id,
             network_location=self._config.network_location,
             read_only=read_only,
+            info=self.info,
         )
         self._read_only = read_only
         task_status.started()

@@ -40,6 +40,8 @@ class RequestHandler(Protocol):
 
     config: BookieConfig
     capacity: trio.lowlevel.ParkingLot
+    connections: int
+    connections_opened: int
 
     @property
     def saturated(self) -> bool: ...
@@ -192,6 +194,8 @@ class Connection:
         self.send(encode_frame(ErrorResponse(request_id, status, str(exc))))
 
     async def serve(self) -> None:
+        self._handler.connections += 1
+        self._handler.connections_opened += 1
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
@@ -204,6 +208,7 @@ class Connection:
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
+            self._handler.connections -= 1
 
 
 def _receiver(stream: trio.abc.Stream) -> Callable[[], Awaitable[bytes | bytearray | memoryview]]:

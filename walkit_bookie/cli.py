@@ -1,7 +1,7 @@
 """``walkit-bookie``: run one bookie until SIGTERM or Ctrl-C.
 
     walkit-bookie --data-dir DIR [--data-dir DIR2 ...] [--host 127.0.0.1] [--port 3181]
-                  [--network-location /region/rack] [--metadata URL]
+                  [--network-location /region/rack] [--metadata URL] [--http-port PORT]
 
 Prints ``walkit-bookie listening on HOST:PORT`` on stdout once it serves. Exit codes: 0 after a
 clean shutdown, 1 when the bookie cannot start or fails (the message says why), 2 for bad
@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="metadata store (zk://host:port/root, sqlite:///abs/path.db): register there and "
         "take the cluster instance id from it",
     )
+    p.add_argument(
+        "--http-port",
+        type=_port,
+        metavar="PORT",
+        help="serve /metrics (prometheus) and /health over HTTP on this port (0: any free)",
+    )
     p.add_argument("--max-frame-size", type=_size, help="largest frame accepted (default 5MiB)")
     p.add_argument("--journal-max-size", type=_size, help="journal file roll size")
     p.add_argument("--entrylog-max-size", type=_size, help="entry log roll size")
@@ -146,6 +152,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         "network_location": args.network_location,
     }
     for arg, field in (
+        ("http_port", "http_port"),
         ("max_frame_size", "max_frame_size"),
         ("journal_max_size", "journal_max_size"),
         ("entrylog_max_size", "entrylog_max_size"),
@@ -201,6 +208,9 @@ async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
                 bookie = Bookie(config, metadata=store)
                 bookie_id = await nursery.start(bookie.run)
                 print(f"walkit-bookie listening on {bookie_id}", flush=True)
+                if bookie.admin_address is not None:
+                    host, port = bookie.admin_address
+                    print(f"walkit-bookie admin on http://{host}:{port}/metrics", flush=True)
     finally:
         if store is not None:
             with trio.CancelScope(shield=True):

@@ -20,6 +20,7 @@ from walkit.metadata import (
     list_bookies,
     open_metadata_store,
     read_cookie,
+    registration_path,
 )
 from walkit_bookie import Bookie
 
@@ -42,8 +43,11 @@ async def _wait_for(predicate: object) -> None:
 async def test_registers_with_location_and_stores_its_cookie(
     tmp_path: Path, store: MetadataStore
 ) -> None:
-    cfg = config([tmp_path / "j", tmp_path / "l"], network_location="/eu/rack7")
-    async with running_bookie(cfg, metadata=store) as (_, bid):
+    cfg = config([tmp_path / "j", tmp_path / "l"], network_location="/eu/rack7", http_port=0)
+    async with running_bookie(cfg, metadata=store) as (bookie, bid):
+        registration = json.loads((await store.get(registration_path(bid))).value)
+        assert bookie.admin_address is not None
+        assert registration["http_port"] == bookie.admin_address[1]
         bookies = await list_bookies(store)
         assert list(bookies.writable) == [bid]
         assert bookies.writable[bid].network_location == "/eu/rack7"
