@@ -487,3 +487,32 @@ async def test_errors_in_the_writer_block_come_out_unwrapped(
         # The writer closed its ledger on the way out.
         assert (await client.ledger_metadata(w.ledger_id)).is_closed
         assert [r.payload for r in await read_all(log)] == [b"x"]
+
+
+async def test_a_writer_rolls_away_from_a_failed_ledger(memory_url: str, tmp_path: Path) -> None:
+    async with (
+        cluster(memory_url, tmp_path, 3) as bookies,
+        connect(memory_url, add_timeout=1.0, read_timeout=1.0) as client,
+    ):
+        log = await Log.open(client, "heal")
+        async with log.writer() as w:
+            before = [await w.append(b"before-%d" % i) for i in range(5)]
+            failed_ledger = w.ledger_id
+            await bookies.stop(0)  # E=3 on 3 bookies: no replacement for it
+            with pytest.raises(walkit.errors.NotEnoughBookiesError):
+                for i in range(100):
+                    await w.append(b"lost-%d" % i)
+            await bookies.start(0)
+            with trio.fail_after(30):
+                while True:  # the roll is retried a second after a failed one
+                    try:
+                        after = await w.append(b"after")
+                        break
+                    except walkit.errors.NotEnoughBookiesError:
+                        await trio.sleep(0.2)
+            assert w.ledger_id != failed_ledger and after.ledger_seq > before[0].ledger_seq
+        md = await client.ledger_metadata(failed_ledger)
+        assert md.is_closed and md.last_entry_id >= 4
+        got = [r.payload for r in await read_all(log)]
+        assert got[:5] == [b"before-%d" % i for i in range(5)] and got[-1] == b"after"
+        assert all(p.startswith(b"lost-") for p in got[5:-1])

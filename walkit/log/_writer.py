@@ -91,6 +91,8 @@ class LogWriter:
         self._old_closed.set()
         self._roll_retry_at = -math.inf
         self._error: WalkitError | None = None
+        #: The current ledger failed (its appends all fail now): roll at the next append.
+        self._broken = False
         self._closing = False
         self._closed = False
 
@@ -128,11 +130,13 @@ class LogWriter:
         if self._gate.locked() or self._roll_due():
             await self._through_gate()
             self._check()
+        elif self._broken:
+            await self._check_owner()  # the ledger failed and a roll must wait: still ours?
         seq, lw = self._ledger.seq, self._lw
         try:
             entry_id = await lw.append(payload)
-        except LedgerFencedError as exc:
-            raise self._was_fenced(f"ledger {lw.id} was fenced") from exc
+        except WalkitError as exc:
+            raise self._append_failed(lw, exc) from exc
         return LogPosition(seq, entry_id)
 
     async def append_batch(self, payloads: Sequence[bytes]) -> list[LogPosition]:
@@ -145,11 +149,13 @@ class LogWriter:
         if self._gate.locked() or self._roll_due():
             await self._through_gate()
             self._check()
+        elif self._broken:
+            await self._check_owner()  # the ledger failed and a roll must wait: still ours?
         seq, lw = self._ledger.seq, self._lw
         try:
             ids = await lw.append_batch(payloads)
-        except LedgerFencedError as exc:
-            raise self._was_fenced(f"ledger {lw.id} was fenced") from exc
+        except WalkitError as exc:
+            raise self._append_failed(lw, exc) from exc
         return [LogPosition(seq, entry_id) for entry_id in ids]
 
     async def truncate(self, pos: LogPosition | str) -> None:
@@ -234,11 +240,35 @@ class LogWriter:
             log.warning("log_writer_fenced", log=self._log.name, why=why)
         return _copy(self._error)
 
+    def _append_failed(self, lw: LedgerWriter, exc: WalkitError) -> WalkitError:
+        """The error an append that failed with ``exc`` raises. A ledger that failed for good
+        (no bookies to replace a failed one ...) is rolled away from at the next append."""
+        if isinstance(exc, LedgerFencedError):
+            return self._was_fenced(f"ledger {lw.id} was fenced")
+        if (
+            not isinstance(exc, InvalidArgumentError | LedgerClosedError)
+            and lw is self._lw
+            and not self._broken
+        ):
+            self._broken = True
+            log.warning("log_ledger_failed", log=self._log.name, ledger_id=lw.id, error=str(exc))
+        return exc
+
+    async def _check_owner(self) -> None:
+        core = self._log.client.core
+        md, _version = await core.retry_metadata(
+            functools.partial(read_log, core.store, self._log.name)
+        )
+        if not md.owned_by(self._ledger):
+            raise self._was_fenced("another writer took over")
+
     def _roll_due(self) -> bool:
         if self._error is not None or self._closing:
             return False
         if trio.current_time() < self._roll_retry_at:
             return False
+        if self._broken:
+            return True
         opts = self._log.options
         lw = self._lw
         return should_roll(
@@ -285,6 +315,7 @@ class LogWriter:
             return
         old = self._lw
         self._lw, self._ledger = new_lw, new_ledger
+        self._broken = False
         self._old_closed = trio.Event()
         log.info(
             "log_rolled",
