@@ -131,10 +131,17 @@ class JournalWriter:
         self._open(first_file_id)
 
     def _open(self, file_id: int) -> None:
+        path = _path(self._dir, file_id)
+        file = AlignedFile(path, sync=True)
+        try:
+            fsync_dir(self._dir)
+        except OSError:
+            file.close()
+            path.unlink(missing_ok=True)
+            raise
         self.file_id = file_id
-        self._file = AlignedFile(_path(self._dir, file_id), sync=True)
-        self.offset = self._file.size
-        fsync_dir(self._dir)
+        self._file = file
+        self.offset = file.size
 
     @property
     def mark(self) -> LogMark:
@@ -169,9 +176,17 @@ class JournalWriter:
         self.offset += end
         self.bytes_written += end
         if self.offset >= self._max_size:
-            self._file.close()
-            self._open(self.file_id + 1)
+            self._roll()
         return LogMark(self.file_id, self.offset)
+
+    def _roll(self) -> None:
+        old = self._file
+        try:
+            self._open(self.file_id + 1)
+        except OSError as exc:  # e.g. ENOSPC: the group is durable; roll at a later write
+            log.warning("journal_roll_failed", file_id=self.file_id, error=str(exc))
+            return
+        old.close()
 
     def delete_before(self, file_id: int) -> int:
         """Remove journal files older than ``file_id``; return how many."""

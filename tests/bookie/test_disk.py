@@ -239,7 +239,12 @@ def small_filesystem(path: Path, size: str) -> Iterator[Path]:
 
 async def test_disk_full_while_running_turns_read_only_and_keeps_serving(tmp_path: Path) -> None:
     with small_filesystem(tmp_path / "small", "3m") as small:
-        cfg = config([small / "j", small / "l"], disk_usage_threshold=1.0, checkpoint_interval=3600)
+        cfg = config(
+            [small / "j", small / "l"],
+            disk_usage_threshold=1.0,
+            checkpoint_interval=3600,
+            journal_max_size=64 * 1024,  # rolls (new files) while the disk fills, too
+        )
         async with running_bookie(cfg) as (bookie, bid), connect(bid) as c:
             acked = []
             status = StatusCode.OK
