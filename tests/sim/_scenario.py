@@ -10,6 +10,7 @@ ledger, and the seed of the generators that pick each fault and its timing are p
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import itertools
 from collections.abc import Awaitable, Callable
@@ -44,8 +45,10 @@ _FIELDS: Final = (
     ("faults", 13),  # 0..12
     ("recovery", 3),  # clients that open the ledger with recovery during the run: 0..2
     ("latency", 4),  # every link: 0, 1, 5 or 20 ms, with as much jitter
+    ("mode", 2),  # the writer's ensemble change: immediate, or when_ack_quorum_lost
 )
-_OFFSET: Final = {"spare": 0, "faults": 0, "recovery": 0, "latency": 0}
+_OFFSET: Final = {"spare": 0, "faults": 0, "recovery": 0, "latency": 0, "mode": 0}
+MODES: Final = ("immediate", "when_ack_quorum_lost")
 LATENCIES: Final = (0.0, 0.001, 0.005, 0.02)
 
 #: The writes of a schedule are spread over about this many simulated seconds; faults start
@@ -75,6 +78,7 @@ class Scenario:
     faults: int
     recovery: int
     latency: int
+    mode: int
     rng_seed: int
 
     def __attrs_post_init__(self) -> None:
@@ -113,7 +117,8 @@ class Scenario:
             f"E={self.ensemble} Qw={self.write_quorum} Qa={self.ack_quorum} "
             f"bookies={self.bookies} entries={self.entries} appenders={self.appenders} "
             f"faults={self.faults} recoverers={self.recovery} "
-            f"latency={LATENCIES[self.latency] * 1000:g}ms rng_seed={self.rng_seed}"
+            f"latency={LATENCIES[self.latency] * 1000:g}ms mode={MODES[self.mode]} "
+            f"rng_seed={self.rng_seed}"
         )
 
     def replay(self) -> str:
@@ -143,7 +148,7 @@ class Fault:
 
 #: Faults between a client node and bookies, and of bookies alone.
 LINK_KINDS: Final = ("partition", "delay", "stall_out", "stall_in", "reset")
-KINDS: Final = ("crash", "pause", *LINK_KINDS, "crash", "partition")
+KINDS: Final = ("crash", "pause", *LINK_KINDS, "crash", "partition", "io_error", "disk_full")
 #: Chance that a fault is instead the expiry of the writer's metadata session (rare: it ends
 #: the writer's ability to change its ensemble or close).
 EXPIRE_CHANCE: Final = 0.03
@@ -218,7 +223,7 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
     latency = LATENCIES[sc.latency]
     if latency:
         net.set_delay(latency, jitter=latency)
-    async with cluster.client(WRITER) as wclient:
+    async with cluster.client(WRITER, ensemble_change=MODES[sc.mode]) as wclient:
         lw = await wclient.create_ledger(sc.ensemble, sc.write_quorum, sc.ack_quorum)
         lid = lw.id
         counter = itertools.count()
@@ -315,6 +320,13 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
                 cluster.resume_bookie(fault.targets[0])
             elif fault.kind == "reset":
                 net.reset(node, names[0])
+            elif fault.kind in ("io_error", "disk_full"):
+                storage = cluster.bookie(fault.targets[0]).storage
+                code = errno.EIO if fault.kind == "io_error" else errno.ENOSPC
+                net.note(fault.kind, names[0])
+                storage.fail_writes = OSError(code, f"simulated {fault.kind}")
+                await trio.sleep(fault.duration)
+                storage.fail_writes = None
             elif fault.kind == "expire":
                 await cluster.expire_session(wclient)
 

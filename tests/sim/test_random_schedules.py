@@ -50,6 +50,7 @@ def scenarios(draw: st.DrawFn, *, recovery: bool) -> Scenario:
         faults=draw(st.integers(1, 12)),
         recovery=draw(st.integers(1, 2)) if recovery else 0,
         latency=draw(st.sampled_from((1, 2, 0, 3))),
+        mode=draw(st.integers(0, 1)),
         rng_seed=draw(st.integers(0, 2**32 - 1)),
     )
 
@@ -89,9 +90,9 @@ def test_replay_seed(seed: int) -> None:
 
 
 def test_seed_packs_every_field() -> None:
-    sc = Scenario(4, 3, 2, 1, 17, 3, 5, 2, 3, 123456789)
+    sc = Scenario(4, 3, 2, 1, 17, 3, 5, 2, 3, 1, 123456789)
     assert Scenario.from_seed(sc.seed) == sc
-    assert Scenario.from_seed(0) == Scenario(1, 1, 1, 0, 1, 1, 0, 0, 0, 0)
+    assert Scenario.from_seed(0) == Scenario(1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0)
     # Any integer is a valid scenario (quorums are clamped into E >= Qw >= Qa).
     for seed in (1, 7, 10**6, 2**70):
         s = Scenario.from_seed(seed)
