@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from walkit.errors import NoSuchNodeError
+from walkit.errors import NoSuchEntryError, NoSuchNodeError
 
 
 class NoSuchLogError(NoSuchNodeError):
     """The log does not exist (``Log.open(..., create=False)``, ``walkit log show``)."""
 
 
-__all__ = ["NoSuchLogError"]
+class LogTruncatedError(NoSuchEntryError):
+    """Records a reader needs lie before the log's truncation point (``reader(...,
+    skip_truncated=False)``; a replica whose snapshot is older than the truncation point)."""
+
+
+__all__ = ["LogTruncatedError", "NoSuchLogError"]

@@ -205,13 +205,19 @@ class Log:
         *,
         end: LogPosition | str | None = None,
         follow: bool = True,
+        skip_truncated: bool = True,
     ) -> LogReader:
         """Records from ``start`` (inclusive; EARLIEST, LATEST, or a position) up to ``end``
         (exclusive, if given). With ``follow`` (default) the reader waits for new records when
-        it reaches the end; without, iteration stops there."""
+        it reaches the end; without, iteration stops there. Records before the truncation
+        point are skipped, or raise LogTruncatedError with ``skip_truncated=False``."""
         self._check_open()
         return LogReader(
-            self, position(start), None if end is None else position(end), follow=follow
+            self,
+            position(start),
+            None if end is None else position(end),
+            follow=follow,
+            skip_truncated=skip_truncated,
         )
 
     # --- metadata --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger import LedgerReader
+from walkit.log._errors import LogTruncatedError
 from walkit.log._store import log_path, read_log
 from walkit.metadata import WatchEvent
 
@@ -68,12 +69,22 @@ class LogReader:
     ``async for rec in reader`` yields :class:`LogRecord` in position order; with
     ``follow=True`` it waits for new records forever (cancel it, or ``break``), otherwise it
     stops at the end of what is readable now. ``end`` (exclusive) stops it there in any case.
+    Records before the log's truncation point are skipped (the reader goes on at the point),
+    or with ``skip_truncated=False`` raise LogTruncatedError: for readers that must not miss
+    a record, such as a replica rebuilding its state.
     """
 
     def __init__(
-        self, owner: Log, start: LogPosition, end: LogPosition | None, *, follow: bool
+        self,
+        owner: Log,
+        start: LogPosition,
+        end: LogPosition | None,
+        *,
+        follow: bool,
+        skip_truncated: bool = True,
     ) -> None:
         self._log = owner
+        self._skip_truncated = skip_truncated
         self._start = start
         self._end = end
         self._follow = follow
@@ -123,6 +134,8 @@ class LogReader:
                 return None
             try:
                 more = await self._step()
+            except LogTruncatedError:
+                raise
             except (NoSuchLedgerError, NoSuchEntryError):
                 # Fine if the ledger left the log (truncated, or dropped as empty): look again.
                 ledger = self._ledger
@@ -235,7 +248,13 @@ class LogReader:
                 md = await self._read_metadata()
                 if not self._resolved:
                     await self._resolve(md)
-                self._pos = max(self._pos, md.truncated)
+                if self._pos < md.truncated:
+                    if not self._skip_truncated:
+                        raise LogTruncatedError(
+                            f"log {self._log.name} is truncated at {md.truncated}: the records "
+                            f"from {self._pos} up to it are gone"
+                        )
+                    self._pos = md.truncated
                 ledger = md.ledger_at_or_after(self._pos.ledger_seq)
                 if ledger is not None:
                     if ledger.seq > self._pos.ledger_seq:

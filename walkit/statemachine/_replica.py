@@ -1,0 +1,351 @@
+"""Replicated state machines on a log: apply records in order, snapshot, restore, take over.
+
+::
+
+    replica = Replica(log, machine, snapshot_every=10_000)
+    await replica.recover()                  # latest snapshot, then the log after it
+    async with replica.lead() as leader:     # take the log over, catch up, then submit
+        result = await leader.submit(b"command")
+
+A standby runs ``await replica.follow()`` (apply records as they come) and, to take over,
+cancels it and enters ``replica.lead()``: the takeover fences the old leader, and the standby
+applies every record before its own first position before it accepts a command.
+
+Commands are applied in log order, exactly once per replica: a submitted command is applied
+after every command appended before it (by this leader or an earlier one), and only once it is
+durable. If an append fails (fenced, no bookies ...), that command *may* still be in the log,
+so this leader stops applying: it and every later submit raise, and the replica's state stays
+at the last record it applied. Entering ``lead()`` or ``follow()`` again continues from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, final
+
+import structlog
+import trio
+
+from walkit._core.log_position import LogPosition
+from walkit.errors import ConfigurationError, InvalidArgumentError, WalkitError
+from walkit.log import Log, LogRecord, LogTruncatedError, LogWriter
+
+log = structlog.get_logger()
+
+__all__ = ["Leader", "Replica", "StateMachine"]
+
+
+class StateMachine(Protocol):
+    """What a replica drives. ``apply`` must be deterministic: every replica applies the same
+    commands in the same order and must end in the same state."""
+
+    def apply(self, command: bytes, position: LogPosition) -> Any:
+        """Apply one command; the return value goes back to whoever submitted it."""
+
+    def snapshot(self) -> bytes:
+        """The whole state, as bytes (called between two applies)."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with a snapshot's bytes."""
+
+
+@final
+class Replica:
+    """One copy of a state machine, kept up to date from a log (see the module docs).
+
+    ``snapshot_every``: a leader saves a snapshot after this many applied records (None:
+    never by itself; :meth:`Leader.snapshot` saves one on demand). ``truncate``: after a
+    snapshot, the leader truncates the log at the oldest snapshot still kept, so the log always
+    covers every kept snapshot.
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        machine: StateMachine,
+        *,
+        snapshot_every: int | None = 10_000,
+        truncate: bool = True,
+    ) -> None:
+        if snapshot_every is not None and (
+            isinstance(snapshot_every, bool)
+            or not isinstance(snapshot_every, int)
+            or snapshot_every < 1
+        ):
+            raise ConfigurationError(
+                f"snapshot_every must be an int >= 1 or None, not {snapshot_every!r}"
+            )
+        self.log = log
+        self.machine = machine
+        self.snapshot_every = snapshot_every
+        self.truncate = truncate
+        #: The position of the last record applied (EARLIEST before any).
+        self.applied_position = LogPosition.EARLIEST
+        #: Records applied by this replica (replayed ones included; a restore does not count).
+        self.applied_count = 0
+        self._since_snapshot = 0
+        self._recovered = False
+        self._busy = False
+        self._progress = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"Replica(log={self.log.name!r}, applied={self.applied_position})"
+
+    @property
+    def next_position(self) -> LogPosition:
+        """Where the next record to apply is looked for."""
+        if self.applied_position == LogPosition.EARLIEST:
+            return LogPosition.EARLIEST
+        return self.applied_position.next()
+
+    async def wait_applied(self, position: LogPosition) -> None:
+        """Return once this replica has applied the record at ``position`` (or a later one):
+        read-your-writes on a follower, given the position a leader's write got."""
+        while self.applied_position < position:
+            await self._progress.wait()
+
+    # --- catching up -----------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Restore the latest snapshot, then apply the records after it that are readable now.
+        Raises LogTruncatedError if the log was truncated past the latest snapshot."""
+        with self._exclusive():
+            await self._restore()
+            await self._catch_up(end=None, follow=False)
+
+    async def follow(self) -> None:
+        """Apply new records as they are appended, until cancelled (a standby)."""
+        with self._exclusive():
+            if not self._recovered:
+                await self._restore()
+            await self._catch_up(end=None, follow=True)
+
+    @contextlib.asynccontextmanager
+    async def lead(self) -> AsyncIterator[Leader]:
+        """Take the log over (fencing the previous leader), apply every record before this
+        writer's first position, then yield a :class:`Leader`. Leaving the block closes the
+        writer (after a snapshot being saved has finished)."""
+        with self._exclusive():
+            if not self._recovered:
+                await self._restore()
+            writer = await self.log.writer()
+            body_error: BaseException | None = None
+            leader: Leader | None = None
+            try:
+                await self._catch_up(end=writer.first_position, follow=True)
+                async with trio.open_nursery() as nursery:
+                    leader = Leader(self, writer, nursery)
+                    try:
+                        yield leader
+                    except BaseException as exc:  # re-raised below, unwrapped
+                        body_error = exc
+                        nursery.cancel_scope.cancel()
+                    finally:
+                        leader._stopped = True
+            except BaseException as exc:
+                body_error = exc
+            if body_error is not None:
+                await writer.__aexit__(type(body_error), body_error, body_error.__traceback__)
+                raise body_error
+            try:
+                await writer.close()
+            except WalkitError as exc:
+                if leader is None or leader._error is None:
+                    raise
+                # Already reported to a submit (fenced, say): leaving the block is fine.
+                log.info("leader_close_failed", log=self.log.name, error=str(exc))
+
+    # --- internals -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Any:
+        if self._busy:
+            raise InvalidArgumentError(
+                "this replica is already following or leading: stop that first"
+            )
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+
+    async def _restore(self, *, force: bool = False) -> None:
+        if self._recovered and not force:
+            return
+        snap = await self.log.latest_snapshot()
+        if snap is not None:
+            self.machine.restore(await snap.read())
+            self.applied_position = snap.position
+            self._progress.set()
+            self._progress = trio.Event()
+            log.info("replica_restored", log=self.log.name, position=str(snap.position))
+        elif force:
+            raise LogTruncatedError(
+                f"log {self.log.name} was truncated past this replica and has no snapshot"
+            )
+        self._since_snapshot = 0
+        self._recovered = True
+
+    async def _catch_up(self, *, end: LogPosition | None, follow: bool) -> None:
+        for _attempt in range(3):
+            try:
+                await self._replay(end=end, follow=follow)
+                return
+            except LogTruncatedError as exc:
+                # We fell behind the truncation point: start again from the latest snapshot.
+                log.warning("replica_fell_behind", log=self.log.name, error=str(exc))
+                await self._restore(force=True)
+        raise LogTruncatedError(f"log {self.log.name}: kept falling behind its truncation point")
+
+    async def _replay(self, *, end: LogPosition | None, follow: bool) -> None:
+        reader = self.log.reader(self.next_position, end=end, follow=follow, skip_truncated=False)
+        async for record in reader:
+            self._apply(record)
+
+    def _apply(self, record: LogRecord) -> Any:
+        result = self.machine.apply(record.payload, record.position)
+        self.applied_position = record.position
+        self.applied_count += 1
+        self._since_snapshot += 1
+        self._progress.set()
+        self._progress = trio.Event()
+        return result
+
+
+@final
+class Leader:
+    """The replica's handle while it owns the log (from :meth:`Replica.lead`)."""
+
+    def __init__(self, replica: Replica, writer: LogWriter, nursery: trio.Nursery) -> None:
+        self._replica = replica
+        self._writer = writer
+        self._nursery = nursery
+        self._issued = 0
+        self._turn = 0
+        self._waiting: dict[int, trio.Event] = {}
+        self._finished: set[int] = set()
+        self._error: WalkitError | None = None
+        self._snapshotting = False
+        self._stopped = False
+
+    @property
+    def writer(self) -> LogWriter:
+        return self._writer
+
+    async def submit(self, command: bytes) -> Any:
+        """Append ``command`` and, once it is durable and every earlier command is applied,
+        apply it; returns what the machine's ``apply`` returned."""
+        return (await self._submit([command], batch=False))[0]
+
+    async def submit_batch(self, commands: Sequence[bytes]) -> list[Any]:
+        """Several commands, appended together (pipelined) and applied in order."""
+        return await self._submit(list(commands), batch=True)
+
+    async def snapshot(self) -> None:
+        """Save a snapshot of the current state now (and truncate, if the replica does)."""
+        self._check()
+        replica = self._replica
+        await self._save(replica.applied_position, replica.machine.snapshot())
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise type(self._error)(*self._error.args)
+        if self._stopped:
+            raise InvalidArgumentError("the leader's block was left")
+
+    async def _submit(self, commands: list[Any], *, batch: bool) -> list[Any]:
+        self._check()
+        ticket = self._issued
+        self._issued += 1
+        # No checkpoint between taking the ticket and entering the append: tickets follow
+        # positions.
+        try:
+            if batch:
+                positions = await self._writer.append_batch(commands)
+            else:
+                positions = [await self._writer.append(commands[0])]
+        except InvalidArgumentError:
+            self._done(ticket)  # nothing was written
+            raise
+        except BaseException as exc:
+            self._fail(exc)
+            self._done(ticket)
+            raise
+        try:
+            await self._wait_turn(ticket)
+        except BaseException as exc:  # durable but not applied: later ones must not be either
+            self._fail(exc)
+            self._done(ticket)
+            raise
+        try:
+            self._check()
+            replica = self._replica
+            results = [
+                replica._apply(LogRecord(pos, bytes(cmd)))
+                for pos, cmd in zip(positions, commands, strict=True)
+            ]
+            self._maybe_snapshot()
+            return results
+        finally:
+            self._done(ticket)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop applying: the log may hold a command this replica did not apply."""
+        if self._error is None:
+            self._error = (
+                exc
+                if isinstance(exc, WalkitError)
+                else WalkitError(f"a command was interrupted ({type(exc).__name__})")
+            )
+            log.warning("leader_failed", log=self._replica.log.name, error=repr(exc))
+
+    async def _wait_turn(self, ticket: int) -> None:
+        if self._turn == ticket:
+            await trio.lowlevel.checkpoint()
+            return
+        event = self._waiting.setdefault(ticket, trio.Event())
+        await event.wait()
+
+    def _done(self, ticket: int) -> None:
+        """``ticket`` is finished (applied, refused or failed): let the next one go."""
+        self._finished.add(ticket)
+        while self._turn in self._finished:
+            self._finished.discard(self._turn)
+            self._turn += 1
+        event = self._waiting.pop(self._turn, None)
+        if event is not None:
+            event.set()
+
+    def _maybe_snapshot(self) -> None:
+        replica = self._replica
+        every = replica.snapshot_every
+        if every is None or replica._since_snapshot < every or self._snapshotting:
+            return
+        data = replica.machine.snapshot()  # the state exactly at applied_position
+        try:
+            self._nursery.start_soon(self._save_quietly, replica.applied_position, data)
+        except RuntimeError:  # the leader's block is ending
+            return
+        self._snapshotting = True
+
+    async def _save_quietly(self, pos: LogPosition, data: bytes) -> None:
+        try:
+            await self._save(pos, data)
+        except WalkitError as exc:
+            log.warning("replica_snapshot_failed", log=self._replica.log.name, error=str(exc))
+        finally:
+            self._snapshotting = False
+
+    async def _save(self, pos: LogPosition, data: bytes) -> None:
+        replica = self._replica
+        replica._since_snapshot = 0
+        owner = replica.log
+        await owner.save_snapshot(pos, data)
+        if replica.truncate:
+            kept = await owner.snapshots()
+            if kept:
+                await self._writer.truncate(kept[0].position)
+        log.info("replica_snapshot_saved", log=owner.name, position=str(pos))
