@@ -1,0 +1,236 @@
+"""A replicated key-value store on a walkit log (``walkit.statemachine``).
+
+Every change is a JSON command appended to the log before it is applied; a snapshot of the
+whole map is saved every N changes (and the log truncated behind it); a replica starts from
+the latest snapshot and replays the log after it; a standby follows the log and takes over
+when the primary goes away, fencing it.
+
+    python examples/kv_store.py URL                  # a short demo: failover included
+    python examples/kv_store.py URL set KEY VALUE
+    python examples/kv_store.py URL get KEY          # exit status 1 if KEY is not set
+    python examples/kv_store.py URL delete KEY
+    python examples/kv_store.py URL dump             # the whole map, as JSON
+
+URL is a metadata URL of a running cluster (``walkit sandbox`` prints one), or set
+WALKIT_METADATA. ``--log NAME`` picks the log (default ``kv``; the demo uses ``kv-demo``).
+Each ``set``/``delete`` run takes the log over as primary, so run one at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import Any, final
+
+import structlog
+import trio
+
+import walkit
+from walkit.statemachine import Leader, Replica
+
+
+@final
+class KVState:
+    """The state machine: a dict of str -> str. ``apply`` is deterministic."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def apply(self, command: bytes, position: walkit.LogPosition) -> Any:
+        op = json.loads(command)
+        if op["op"] == "set":
+            previous = self.data.get(op["key"])
+            self.data[op["key"]] = op["value"]
+            return previous
+        if op["op"] == "delete":
+            return self.data.pop(op["key"], None)
+        raise ValueError(f"unknown operation at {position}: {op!r}")
+
+    def snapshot(self) -> bytes:
+        return json.dumps(self.data, sort_keys=True).encode()
+
+    def restore(self, data: bytes) -> None:
+        self.data = json.loads(data)
+
+
+def _command(**op: str) -> bytes:
+    return json.dumps(op, sort_keys=True).encode()
+
+
+@final
+class Primary:
+    """Writes go through the log (durable before they are applied); reads are local."""
+
+    def __init__(self, store: KVStore, leader: Leader) -> None:
+        self._store = store
+        self._leader = leader
+
+    async def set(self, key: str, value: str) -> str | None:
+        """Set ``key``; returns the previous value."""
+        previous: str | None = await self._leader.submit(_command(op="set", key=key, value=value))
+        return previous
+
+    async def delete(self, key: str) -> str | None:
+        previous: str | None = await self._leader.submit(_command(op="delete", key=key))
+        return previous
+
+    def get(self, key: str) -> str | None:
+        return self._store.get(key)
+
+    @property
+    def position(self) -> walkit.LogPosition:
+        """The position of the last change applied here (for read-your-writes elsewhere)."""
+        return self._store.replica.applied_position
+
+
+@final
+class KVStore:
+    """One replica of the store."""
+
+    def __init__(self, log: walkit.Log, *, snapshot_every: int = 100) -> None:
+        self.state = KVState()
+        self.replica = Replica(log, self.state, snapshot_every=snapshot_every)
+
+    def get(self, key: str) -> str | None:
+        return self.state.data.get(key)
+
+    def dump(self) -> dict[str, str]:
+        return dict(self.state.data)
+
+    async def recover(self) -> None:
+        """Latest snapshot, then the log after it."""
+        await self.replica.recover()
+
+    async def follow(self) -> None:
+        """Stay up to date as a standby (until cancelled)."""
+        await self.replica.follow()
+
+    @contextlib.asynccontextmanager
+    async def primary(self) -> AsyncIterator[Primary]:
+        """Take the log over (the previous primary is fenced), catch up, then serve writes."""
+        async with self.replica.lead() as leader:
+            yield Primary(self, leader)
+
+
+# --- the demo ------------------------------------------------------------------------------
+
+
+async def demo(url: str, name: str) -> None:
+    async with (
+        walkit.Client.connect(url) as node_a,
+        walkit.Client.connect(url) as node_b,
+        walkit.Client.connect(url) as node_c,
+    ):
+        store_a = KVStore(await walkit.Log.open(node_a, name, roll_entries=50), snapshot_every=20)
+        store_b = KVStore(await walkit.Log.open(node_b, name, roll_entries=50), snapshot_every=20)
+        async with store_a.primary() as primary_a:
+            print(f"node A is primary (log {name!r}, {len(store_a.dump())} keys restored)")
+            for i in range(60):
+                await primary_a.set(f"user:{i}", f"name-{i}")
+            for i in range(0, 60, 10):
+                await primary_a.delete(f"user:{i}")
+            print(f"node A: wrote 66 changes, {len(store_a.dump())} keys, at {primary_a.position}")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store_b.follow)
+                with trio.fail_after(30):
+                    await store_b.replica.wait_applied(primary_a.position)
+                print(f"node B follows as a standby: {len(store_b.dump())} keys, same as A")
+                nursery.cancel_scope.cancel()
+
+            print("node A stops answering; node B takes over")
+            async with store_b.primary() as primary_b:
+                await primary_b.set("failover", "done by B")
+                print(f"node B is primary: failover={primary_b.get('failover')!r}")
+                try:
+                    await primary_a.set("late", "from A")
+                    print("node A could still write: that should not happen")
+                except walkit.errors.WriterFencedError:
+                    print("node A tried to write and was fenced (WriterFencedError)")
+        snapshots = await store_b.replica.log.snapshots()
+        md = await store_b.replica.log.metadata()
+        print(
+            f"log: {len(md.ledgers)} ledger(s), truncated at {md.truncated}, "
+            f"{len(snapshots)} snapshot(s), latest at {snapshots[-1].position if snapshots else '-'}"
+        )
+        store_c = KVStore(await walkit.Log.open(node_c, name))
+        await store_c.recover()
+        same = store_c.dump() == store_b.dump()
+        print(
+            f"node C recovered from the latest snapshot and the log: {len(store_c.dump())} keys, "
+            f"{'identical to' if same else 'DIFFERENT FROM'} node B"
+        )
+        if not same:
+            raise SystemExit(1)
+        print("the demo worked.")
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+async def command(url: str, name: str, args: argparse.Namespace) -> int:
+    async with walkit.Client.connect(url) as client:
+        store = KVStore(await walkit.Log.open(client, name), snapshot_every=args.snapshot_every)
+        if args.action in ("get", "dump"):
+            await store.recover()
+            if args.action == "dump":
+                print(json.dumps(store.dump(), indent=2, sort_keys=True))
+                return 0
+            value = store.get(args.key)
+            if value is None:
+                print(f"{args.key}: not set", file=sys.stderr)
+                return 1
+            print(value)
+            return 0
+        async with store.primary() as primary:
+            if args.action == "set":
+                previous = await primary.set(args.key, args.value)
+            else:
+                previous = await primary.delete(args.key)
+            print(f"{args.action} {args.key} at {primary.position} (was {previous!r})")
+        return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The URL comes first (or from WALKIT_METADATA); argparse cannot mix an optional
+    # positional with subcommands.
+    url = argv.pop(0) if argv and "://" in argv[0] else os.environ.get("WALKIT_METADATA")
+    parser = argparse.ArgumentParser(
+        prog="kv_store.py",
+        usage="%(prog)s URL [--log NAME] [--snapshot-every N] [set K V | get K | delete K | dump]",
+        description="a replicated key-value store on walkit",
+    )
+    parser.add_argument("--log", default=None, help="log name (default kv; the demo: kv-demo)")
+    parser.add_argument("--snapshot-every", type=int, default=100)
+    sub = parser.add_subparsers(dest="action")
+    set_ = sub.add_parser("set")
+    set_.add_argument("key")
+    set_.add_argument("value")
+    sub.add_parser("get").add_argument("key")
+    sub.add_parser("delete").add_argument("key")
+    sub.add_parser("dump")
+    args = parser.parse_args(argv)
+    if not url:
+        parser.error("give a metadata URL first (or set WALKIT_METADATA)")
+    # Libraries log through structlog; the application decides what to show.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    try:
+        if args.action is None:
+            trio.run(demo, url, args.log or "kv-demo")
+            code = 0
+        else:
+            code = trio.run(command, url, args.log or "kv", args)
+    except walkit.errors.WalkitError as exc:
+        print(f"kv_store: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = 1
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""examples/kv_store.py, run as a program against in-process bookies (sqlite metadata, so the
+program's own process can reach the cluster): the demo (failover included), then commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from tests.client.conftest import cluster
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kv_store.py"
+
+
+async def kv(url: str, *args: str) -> trio.CompletedProcess[bytes]:
+    with trio.fail_after(120):
+        return await trio.run_process(
+            [sys.executable, str(EXAMPLE), url, *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+
+
+async def test_kv_store_demo_and_commands(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'metadata.db'}"
+    async with cluster(url, tmp_path, 3):
+        demo = await kv(url)
+        out = demo.stdout.decode()
+        assert demo.returncode == 0, out + demo.stderr.decode()
+        assert "node A tried to write and was fenced (WriterFencedError)" in out
+        assert "identical to node B" in out
+        assert "the demo worked." in out
+        # Snapshots were saved and the log truncated behind them.
+        assert "0 snapshot(s)" not in out and "truncated at earliest" not in out
+
+        for args in (("set", "a", "1"), ("set", "b", "2"), ("delete", "a")):
+            done = await kv(url, *args)
+            assert done.returncode == 0, done.stderr.decode()
+        got = await kv(url, "get", "b")
+        assert (got.returncode, got.stdout.decode().strip()) == (0, "2")
+        missing = await kv(url, "get", "a")
+        assert missing.returncode == 1 and b"not set" in missing.stderr
+        dump = await kv(url, "dump")
+        assert json.loads(dump.stdout) == {"b": "2"}
