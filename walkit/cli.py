@@ -4,6 +4,7 @@
     walkit bookies | ledgers [--metadata URL] [--json]
     walkit ledger show ID | ledger read ID [--first N] [--last N] [--password PW]
     walkit simpletest [--entries N] [--ensemble E] [--write-quorum QW] [--ack-quorum QA]
+    walkit log list | log show NAME | log tail NAME [--from POS] [--follow]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
 """
@@ -100,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--last", type=int, default=None, help="default: the last readable entry")
     read.add_argument("--password", default="", help="the ledger's password")
 
+    from walkit._cli import log as log_cli
+
+    log_cli.add_parsers(sub, with_metadata)
+
     simple = with_metadata(
         sub.add_parser("simpletest", help="write, read back and delete a test ledger")
     )
@@ -133,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             handler: Callable[..., Awaitable[int]] = (
                 admin.ledger_show if args.ledger_command == "show" else admin.ledger_read
             )
+        elif args.command == "log":
+            from walkit._cli import log as log_cli
+
+            handler = log_cli.handler(args)
         else:
             handler = handlers[args.command]
         command = functools.partial(handler, url, args, sys.stdout)
