@@ -261,3 +261,57 @@ def test_should_roll() -> None:
     assert should_roll(10, 100, roll_entries=10, roll_bytes=None)
     assert not should_roll(9, 100, roll_entries=10, roll_bytes=101)
     assert should_roll(9, 101, roll_entries=10, roll_bytes=101)
+
+
+@st.composite
+def operations(draw: st.DrawFn) -> list[tuple[str, int, int]]:
+    kinds = st.sampled_from(["takeover", "roll", "truncate", "snapshot"])
+    return draw(
+        st.lists(st.tuples(kinds, st.integers(-1, 30), st.integers(0, 9)), min_size=1, max_size=40)
+    )
+
+
+@given(operations())
+def test_any_sequence_of_transitions_keeps_the_invariants(ops: list[tuple[str, int, int]]) -> None:
+    """Takeovers (with recovered ledgers empty or not), rolls by the owner, truncations and
+    snapshots in any order: the metadata stays valid, nothing at or after the truncation point
+    is ever dropped, the current ledger is never dropped, and sequence numbers only grow."""
+    md = LogMetadata(name="prop")
+    ids = iter(range(1, 10_000))
+    # The last entry of each listed ledger (what a recovery would close it at).
+    ends: dict[int, int] = {}
+    for kind, a, b in ops:
+        before = md
+        if kind == "takeover":
+            recovered = {
+                lg.ledger_id: (a if a < 0 else ends[lg.ledger_id]) for lg in md.to_recover()
+            }
+            plan = md.after_takeover(recovered, next(ids))
+            assert all(recovered[lg.ledger_id] < 0 for lg in plan.dropped)
+            assert plan.metadata.last == plan.ledger
+            md = plan.metadata
+            ends[plan.ledger.ledger_id] = -1
+        elif kind == "roll" and md.last is not None:
+            md, new = md.after_roll(md.last, next(ids))
+            ends[new.ledger_id] = -1
+        elif md.last is not None:
+            # A real position: an existing ledger's, entry within what it holds.
+            lg = md.ledgers[a % len(md.ledgers)]
+            ends[md.last.ledger_id] = max(ends[md.last.ledger_id], b)
+            pos = LogPosition(lg.seq, min(b, max(ends[lg.ledger_id], 0)))
+            if kind == "truncate":
+                result = md.truncated_at(pos)
+                assert all(d.seq < pos.ledger_seq for d in result.dropped)
+                assert before.last not in result.dropped
+                md = result.metadata
+                assert md.truncated == max(pos, before.truncated)
+            else:
+                md, _dropped = md.with_snapshot(SnapshotRecord(pos, next(ids), 1, 1), keep=2)
+                assert len(md.snapshots) <= 2
+        # Invariants the model checks itself, and a round trip through bytes.
+        assert LogMetadata.from_bytes("prop", md.to_bytes()) == md
+        assert md.next_seq >= before.next_seq
+        kept_after_point = [lg for lg in before.ledgers if lg.seq >= md.truncated.ledger_seq]
+        dropped_now = set(before.ledgers) - set(md.ledgers)
+        for lg in dropped_now:  # only empty recovered ledgers or ledgers before the point
+            assert lg not in kept_after_point or ends[lg.ledger_id] < 0
