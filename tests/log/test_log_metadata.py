@@ -283,9 +283,9 @@ def test_any_sequence_of_transitions_keeps_the_invariants(ops: list[tuple[str, i
     for kind, a, b in ops:
         before = md
         if kind == "takeover":
-            recovered = {
-                lg.ledger_id: (a if a < 0 else ends[lg.ledger_id]) for lg in md.to_recover()
-            }
+            if a >= 0 and md.last is not None:  # the old writer wrote some records
+                ends[md.last.ledger_id] = max(ends[md.last.ledger_id], b)
+            recovered = {lg.ledger_id: ends[lg.ledger_id] for lg in md.to_recover()}
             plan = md.after_takeover(recovered, next(ids))
             assert all(recovered[lg.ledger_id] < 0 for lg in plan.dropped)
             assert plan.metadata.last == plan.ledger
@@ -315,3 +315,4 @@ def test_any_sequence_of_transitions_keeps_the_invariants(ops: list[tuple[str, i
         dropped_now = set(before.ledgers) - set(md.ledgers)
         for lg in dropped_now:  # only empty recovered ledgers or ledgers before the point
             assert lg not in kept_after_point or ends[lg.ledger_id] < 0
+            assert lg != before.last or kind == "takeover"
