@@ -34,6 +34,7 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     tail.add_argument(
         "--from",
         dest="start",
+        metavar="POS",
         type=position_arg,
         default=LogPosition.EARLIEST,
         help="first position: SEQ:ENTRY, earliest (default) or latest",
