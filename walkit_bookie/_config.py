@@ -38,6 +38,16 @@ def _fraction(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ConfigurationError(f"{attribute.name} must be in (0, 1], not {value!r}")
 
 
+def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"{attribute.name} must be 0 or more, not {value!r}")
+
+
+def _threshold(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ConfigurationError(f"{attribute.name} must be in [0, 1], not {value!r}")
+
+
 def _port(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 65536:
         raise ConfigurationError(f"port must be in 0..65535, not {value!r}")
@@ -107,6 +117,24 @@ class BookieConfig:
     )
     disk_check_interval: float = attrs.field(default=10.0, validator=_positive)
 
+    #: Seconds between garbage collection rounds: ledgers deleted in the metadata store are
+    #: forgotten (only with a metadata store) and entry logs with nothing live are removed.
+    gc_interval: float = attrs.field(default=300.0, validator=_positive)
+    #: Minor compaction: entry logs whose live fraction is below the threshold are compacted,
+    #: every interval (seconds). A threshold or interval of 0 disables it.
+    minor_compaction_threshold: float = attrs.field(default=0.2, validator=_threshold)
+    minor_compaction_interval: float = attrs.field(default=3600.0, validator=_non_negative)
+    #: Major compaction: the same with a higher threshold, less often.
+    major_compaction_threshold: float = attrs.field(default=0.8, validator=_threshold)
+    major_compaction_interval: float = attrs.field(default=86400.0, validator=_non_negative)
+    #: Compaction copies at most this many bytes per second (0: as fast as it can).
+    compaction_max_rate: float = attrs.field(default=0, validator=_non_negative)
+    #: Live entries are copied, and the index updated, this many bytes at a time.
+    compaction_batch_bytes: int = attrs.field(default=4 * MiB, validator=_positive)
+    #: After the metadata session is lost, the bookie registers again through a new store,
+    #: retrying with exponential backoff up to this many seconds between attempts.
+    metadata_retry_max: float = attrs.field(default=10.0, validator=_positive)
+
     @property
     def journal_dir(self) -> Path:
         return Path(self.data_dirs[0])
@@ -115,6 +143,14 @@ class BookieConfig:
     def ledger_dirs(self) -> tuple[Path, ...]:
         dirs = self.data_dirs[1:] or self.data_dirs
         return tuple(Path(d) for d in dirs)
+
+    @property
+    def minor_compaction_enabled(self) -> bool:
+        return self.minor_compaction_threshold > 0 and self.minor_compaction_interval > 0
+
+    @property
+    def major_compaction_enabled(self) -> bool:
+        return self.major_compaction_threshold > 0 and self.major_compaction_interval > 0
 
     @property
     def writable_again_below(self) -> float:
@@ -129,4 +165,13 @@ class BookieConfig:
             raise ConfigurationError(
                 f"disk_usage_lwm ({self.disk_usage_lwm}) must not be above "
                 f"disk_usage_threshold ({self.disk_usage_threshold})"
+            )
+        if (
+            self.minor_compaction_enabled
+            and self.major_compaction_enabled
+            and self.minor_compaction_threshold > self.major_compaction_threshold
+        ):
+            raise ConfigurationError(
+                f"minor_compaction_threshold ({self.minor_compaction_threshold}) must not be "
+                f"above major_compaction_threshold ({self.major_compaction_threshold})"
             )

@@ -3,8 +3,9 @@
 A record is ``u32 length | u64 ledger | i64 entry | packet``. Entries reach entry logs only at
 checkpoints (from the write cache), sorted by (ledger, entry) so that one ledger's entries sit
 together, written in aligned chunks (O_DIRECT where possible) and padded with zeros to a block
-boundary at the end of each checkpoint's write. The index maps (ledger, entry) to (log id, offset of the packet, length). Everything in
-here runs in a worker thread.
+boundary at the end of each checkpoint's write. The index maps (ledger, entry) to (log id,
+offset of the packet, length). Compaction appends the live entries of old logs the same way,
+then removes the old logs. Everything in here runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -17,13 +18,29 @@ from typing import final
 
 from walkit_bookie._cookie import fsync_dir
 from walkit_bookie._directio import BLOCK, AlignedBuffer, AlignedFile
-from walkit_bookie._index import entry_key
+from walkit_bookie._index import LOCATION, RECORD_HEADER, entry_key
 
 ENTRYLOG_DIR = "entrylogs"
 _REC = struct.Struct(">IQq")
+assert _REC.size == RECORD_HEADER
 _SUFFIX = ".log"
-LOCATION = struct.Struct(">QQI")  # log id, offset of the packet, packet length
 _CHUNK = 4 << 20  # bytes per write (a multiple of BLOCK)
+
+__all__ = ["ENTRYLOG_DIR", "LOCATION", "Appended", "EntryLogger"]
+
+
+@final
+class Appended:
+    """What one append wrote: (index key, location) pairs, the log, the bytes per ledger."""
+
+    __slots__ = ("locations", "log_id", "usage")
+
+    def __init__(
+        self, locations: list[tuple[bytes, bytes]], log_id: int, usage: dict[int, int]
+    ) -> None:
+        self.locations = locations
+        self.log_id = log_id
+        self.usage = usage
 
 
 @final
@@ -32,13 +49,17 @@ class EntryLogger:
         self._dirs = [d / ENTRYLOG_DIR for d in dirs]
         self._max_size = max_size
         self._paths: dict[int, Path] = {}
+        #: Bytes in each log file (padding and unindexed tails included).
+        self.sizes: dict[int, int] = {}
         for d in self._dirs:
             for p in d.iterdir():
                 if p.suffix == _SUFFIX:
                     try:
-                        self._paths[int(p.stem, 16)] = p
+                        log_id = int(p.stem, 16)
                     except ValueError:
                         continue
+                    self._paths[log_id] = p
+                    self.sizes[log_id] = p.stat().st_size
         self._readers: dict[int, int] = {}
         # A new log per start: the tail of the last one may hold a partial, unindexed write.
         self._next_id = max(self._paths, default=0) + 1
@@ -57,16 +78,48 @@ class EntryLogger:
         self._file = AlignedFile(path, sync=False)
         self._offset = self._file.size
         self._paths[self._id] = path
+        self.sizes[self._id] = self._offset
         fsync_dir(directory)
         return self._file
 
+    @property
+    def current_id(self) -> int | None:
+        """The log appends go to now (None before the first append of this run)."""
+        return self._id if self._file is not None else None
+
+    def log_ids(self) -> list[int]:
+        return sorted(self._paths)
+
+    def remove(self, log_id: int) -> int:
+        """Delete a log file (not the current one); return its size. Readers must be done."""
+        if log_id == self.current_id:
+            raise ValueError(f"entry log {log_id} is being written")
+        fd = self._readers.pop(log_id, None)
+        if fd is not None:
+            os.close(fd)
+        path = self._paths.pop(log_id, None)
+        size = self.sizes.pop(log_id, 0)
+        if path is not None:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            fsync_dir(path.parent)
+        return size
+
     def append(self, entries: Sequence[tuple[int, int, bytes]]) -> list[tuple[bytes, bytes]]:
         """Write entries durably (aligned chunks, one fdatasync); return (key, location) pairs."""
+        return self.write(entries).locations
+
+    def write(self, entries: Sequence[tuple[int, int, bytes]]) -> Appended:
+        """Write entries durably (aligned chunks, one fdatasync): locations and usage."""
         file = self._file
         if file is None or self._offset >= self._max_size:
             file = self._roll()
         view = self._buffer.view
         locations: list[tuple[bytes, bytes]] = []
+        usage: dict[int, int] = {}
+        run_ledger, run_bytes = -1, 0  # entries come sorted by ledger: sum runs
         start = self._offset  # aligned: every append ends padded to a block
         at = start  # file offset of the next byte
         fill = 0  # bytes in the buffer
@@ -75,6 +128,11 @@ class EntryLogger:
         try:
             for ledger_id, entry_id, packet in entries:
                 size = len(packet)
+                if ledger_id != run_ledger:
+                    if run_bytes:
+                        usage[run_ledger] = usage.get(run_ledger, 0) + run_bytes
+                    run_ledger, run_bytes = ledger_id, 0
+                run_bytes += _REC.size + size
                 locations.append(
                     (entry_key(ledger_id, entry_id), LOCATION.pack(log_id, at + _REC.size, size))
                 )
@@ -104,9 +162,13 @@ class EntryLogger:
             # Leave no half-written record in the middle of the file: start a fresh log next time.
             file.close()
             self._file = None
+            self.sizes[log_id] = file.size
             raise
+        if run_bytes:
+            usage[run_ledger] = usage.get(run_ledger, 0) + run_bytes
         self._offset = at
-        return locations
+        self.sizes[log_id] = at
+        return Appended(locations, log_id, usage)
 
     def read(self, location: bytes, ledger_id: int, entry_id: int) -> bytes | None:
         log_id, offset, length = LOCATION.unpack(location)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import errno
 import shutil
+import struct
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,16 +31,18 @@ from walkit._core.wire import (
     decode_message,
 )
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
+from walkit_bookie._compaction import CompactionResult, EntryLogUsage, batches, choose
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._cookie import check_or_create, recorded_cookie
 from walkit_bookie._entrylog import ENTRYLOG_DIR, EntryLogger
-from walkit_bookie._index import INDEX_DIR, Index, entry_key
+from walkit_bookie._index import INDEX_DIR, Index, entry_key, location_bytes
 from walkit_bookie._journal import JournalWriter, LogMark, journal_files, replay
 from walkit_bookie._ledger import LedgerInfo, apply_request
 
 log = structlog.get_logger()
 
 JOURNAL_DIR = "journal"
+_KEY = struct.Struct(">QQ")
 
 
 @attrs.define
@@ -53,6 +56,21 @@ class StorageStats:
     checkpoints: int = 0
     entries_flushed: int = 0
     replayed_records: int = 0
+    #: Compaction passes run (any threshold), and what they did in total.
+    compactions: int = 0
+    entry_logs_compacted: int = 0
+    entry_logs_removed: int = 0
+    compaction_entries_moved: int = 0
+    compaction_bytes_moved: int = 0
+    compaction_bytes_reclaimed: int = 0
+
+    def add(self, result: CompactionResult) -> None:
+        self.compactions += 1
+        self.entry_logs_compacted += result.logs_compacted
+        self.entry_logs_removed += result.logs_removed
+        self.compaction_entries_moved += result.entries_moved
+        self.compaction_bytes_moved += result.bytes_moved
+        self.compaction_bytes_reclaimed += result.bytes_reclaimed
 
 
 class BookieStorage(abc.ABC):
@@ -111,6 +129,21 @@ class BookieStorage(abc.ABC):
     async def delete_ledger(self, ledger_id: int) -> None:
         """Forget a ledger: its index entries and state (garbage collection's hook)."""
 
+    async def delete_ledgers(self, ledger_ids: Sequence[int]) -> None:
+        """Forget several ledgers (a storage may do it at once)."""
+        for ledger_id in ledger_ids:
+            await self.delete_ledger(ledger_id)
+
+    def entry_log_usage(self) -> list[EntryLogUsage]:
+        """Size and live bytes of every entry log (none for a storage without them)."""
+        return []
+
+    async def compact(self, threshold: float) -> CompactionResult:
+        """Remove entry logs with nothing live, and compact those whose live fraction is below
+        ``threshold`` (0: only the removal). A storage without entry logs does nothing."""
+        await trio.lowlevel.checkpoint()
+        return CompactionResult(threshold)
+
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Flush what can be flushed and close files."""
@@ -145,7 +178,10 @@ class DiskStorage(BookieStorage):
         self._room = trio.Event()
         self._checkpoint_lock = trio.Lock()
         self._checkpoint_failed = False
+        # Held by a read from an index lookup to the end of its file reads, and by the removal
+        # of an entry log: a reader never finds the log it was pointed at gone.
         self._read_lock = threading.Lock()
+        self._compaction_lock = trio.Lock()
 
     # --- start -------------------------------------------------------------------------------
 
@@ -298,8 +334,8 @@ class DiskStorage(BookieStorage):
         index, entrylog = self._index, self._entrylog
         if index is None or entrylog is None:
             raise OSError(errno.EBADF, "bookie storage is closed")
-        locations = index.get_many([entry_key(lid, eid) for lid, eid in keys])
         with self._read_lock:
+            locations = index.get_many([entry_key(lid, eid) for lid, eid in keys])
             return [
                 None if loc is None else entrylog.read(loc, lid, eid)
                 for loc, (lid, eid) in zip(locations, keys, strict=True)
@@ -359,8 +395,11 @@ class DiskStorage(BookieStorage):
         if index is None or entrylog is None or journal is None:
             raise OSError(errno.EBADF, "bookie storage is closed")
         entries = [(lid, eid, packet) for (lid, eid), packet in sorted(flushing.items())]
-        locations = entrylog.append(entries) if entries else []
-        index.commit(locations, dirty, mark)
+        if entries:
+            appended = entrylog.write(entries)
+            index.commit(appended.locations, dirty, mark, {appended.log_id: appended.usage})
+        else:
+            index.commit([], dirty, mark)
         return journal.delete_before(mark.file_id)
 
     def disk_usage(self) -> float:
@@ -375,19 +414,159 @@ class DiskStorage(BookieStorage):
         return worst
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        # Checkpoint first: the LastLogMark then lies past every journal record of the ledger,
-        # so a restart cannot replay it back (unless someone writes to it again).
+        await self.delete_ledgers([ledger_id])
+
+    async def delete_ledgers(self, ledger_ids: Sequence[int]) -> None:
+        # Checkpoint first: the LastLogMark then lies past every journal record of the ledgers,
+        # so a restart cannot replay them back (unless someone writes to them again).
         await self.checkpoint()
         index = self._index
         if index is None:
             return
         async with self._checkpoint_lock:
-            for key in [k for k in self._cache if k[0] == ledger_id]:
-                self._cache_bytes -= len(self._cache.pop(key))
-            self._ledgers.pop(ledger_id, None)
-            self._dirty.discard(ledger_id)
-            removed = await trio.to_thread.run_sync(index.delete_ledger, ledger_id)
-        log.info("ledger_deleted", ledger_id=ledger_id, index_entries=removed)
+            for ledger_id in ledger_ids:
+                for key in [k for k in self._cache if k[0] == ledger_id]:
+                    self._cache_bytes -= len(self._cache.pop(key))
+                self._ledgers.pop(ledger_id, None)
+                self._dirty.discard(ledger_id)
+                removed = await trio.to_thread.run_sync(index.delete_ledger, ledger_id)
+                log.info("ledger_deleted", ledger_id=ledger_id, index_entries=removed)
+
+    # --- compaction --------------------------------------------------------------------------
+
+    def entry_log_usage(self) -> list[EntryLogUsage]:
+        index, entrylog = self._index, self._entrylog
+        if index is None or entrylog is None:
+            return []
+        usage = index.usage
+        sizes = entrylog.sizes
+        out = []
+        for log_id in entrylog.log_ids():
+            per_ledger = usage.get(log_id, {})
+            out.append(
+                EntryLogUsage(
+                    log_id, sizes.get(log_id, 0), sum(per_ledger.values()), len(per_ledger)
+                )
+            )
+        return out
+
+    async def compact(self, threshold: float) -> CompactionResult:
+        result = CompactionResult(threshold)
+        async with self._compaction_lock:
+            index, entrylog = self._index, self._entrylog
+            if index is None or entrylog is None:
+                return result
+            empty, low = choose(self.entry_log_usage(), threshold, entrylog.current_id)
+            for log_id in empty:
+                size = await self._remove_log(log_id)
+                if size is not None:
+                    result.logs_removed += 1
+                    result.bytes_reclaimed += size
+            if low:
+                log.info(
+                    "compaction_started",
+                    threshold=threshold,
+                    entry_logs=len(low),
+                    live_bytes=sum(sum(index.usage.get(i, {}).values()) for i in low),
+                )
+                ledgers = {lid for log_id in low for lid in index.usage.get(log_id, {})}
+                found = await trio.to_thread.run_sync(index.entries_in_logs, low, ledgers)
+                for log_id in low:
+                    await self._compact_log(log_id, found.pop(log_id, []), result)
+            self.stats.add(result)
+        if low or empty:
+            log.info("compaction_done", **result.to_dict())
+        return result
+
+    async def _compact_log(
+        self, log_id: int, entries: list[tuple[bytes, bytes]], result: CompactionResult
+    ) -> None:
+        rate = self._config.compaction_max_rate
+        moved_bytes = 0
+        unreadable = 0
+        for batch in batches(entries, self._config.compaction_batch_bytes, location_bytes):
+            records, bad = await trio.to_thread.run_sync(self._read_for_compaction, batch)
+            unreadable += bad
+            async with self._checkpoint_lock:
+                if self._index is None:
+                    return  # closing
+                moved, copied = await trio.to_thread.run_sync(self._move_sync, records)
+            result.entries_moved += moved
+            result.bytes_moved += copied
+            moved_bytes += copied
+            log.info("compaction_batch_moved", entry_log=log_id, entries=moved, bytes=copied)
+            if rate:
+                await trio.sleep(copied / rate)
+        index = self._index
+        if index is None:
+            return
+        left = sum(index.usage.get(log_id, {}).values())
+        if left or unreadable:
+            result.logs_kept += 1
+            log.error(
+                "compaction_left_entry_log",
+                entry_log=log_id,
+                live_bytes=left,
+                unreadable_entries=unreadable,
+            )
+            return
+        size = await self._remove_log(log_id)
+        if size is not None:
+            result.logs_compacted += 1
+            result.bytes_reclaimed += max(0, size - moved_bytes)
+            log.info("entry_log_compacted", entry_log=log_id, size=size, moved_bytes=moved_bytes)
+
+    def _read_for_compaction(
+        self, batch: list[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[int, int, bytes, bytes, bytes]], int]:
+        """(ledger, entry, packet, key, old location) of a batch; and how many failed."""
+        entrylog = self._entrylog
+        if entrylog is None:
+            raise OSError(errno.EBADF, "bookie storage is closed")
+        records = []
+        bad = 0
+        with self._read_lock:
+            for key, location in batch:
+                lid, eid = _unkey(key)
+                packet = entrylog.read(location, lid, eid)
+                if packet is None:
+                    bad += 1
+                    log.error("compaction_unreadable_entry", ledger_id=lid, entry_id=eid)
+                    continue
+                records.append((lid, eid, packet, key, location))
+        return records, bad
+
+    def _move_sync(self, records: list[tuple[int, int, bytes, bytes, bytes]]) -> tuple[int, int]:
+        index, entrylog = self._index, self._entrylog
+        if index is None or entrylog is None:
+            raise OSError(errno.EBADF, "bookie storage is closed")
+        if not records:
+            return 0, 0
+        # 1. the copies, durable; 2. the index, in one synced transaction (see _compaction).
+        appended = entrylog.write([(lid, eid, packet) for lid, eid, packet, _, _ in records])
+        moves = [
+            (key, old, new)
+            for (_, _, _, key, old), (_, new) in zip(records, appended.locations, strict=True)
+        ]
+        return index.move(moves)
+
+    async def _remove_log(self, log_id: int) -> int | None:
+        """Remove an entry log once nothing in it is live; its size (None if it was kept)."""
+        async with self._checkpoint_lock:
+            index, entrylog = self._index, self._entrylog
+            if index is None or entrylog is None:
+                return None
+            if index.usage.get(log_id) or log_id == entrylog.current_id:
+                return None
+            return await trio.to_thread.run_sync(self._remove_log_sync, log_id)
+
+    def _remove_log_sync(self, log_id: int) -> int:
+        entrylog = self._entrylog
+        assert entrylog is not None
+        with self._read_lock:  # no read is between its index lookup and its file read
+            size = entrylog.remove(log_id)
+        log.info("entry_log_removed", entry_log=log_id, size=size)
+        return size
 
     async def aclose(self) -> None:
         if self._journal is None:
@@ -409,3 +588,10 @@ class DiskStorage(BookieStorage):
         self._journal = None
         self._entrylog = None
         self._index = None
+
+
+def _unkey(key: bytes) -> tuple[int, int]:
+    ledger_id, entry_id = _KEY.unpack(key)
+    if entry_id >= 1 << 63:
+        entry_id -= 1 << 64
+    return int(ledger_id), int(entry_id)
