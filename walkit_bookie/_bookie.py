@@ -7,7 +7,7 @@ import functools
 import random
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 import structlog
@@ -41,6 +41,7 @@ from walkit.metadata import MetadataStore
 from walkit.net import Network, TcpNetwork
 from walkit_bookie._admin import BookieCollector, serve_admin
 from walkit_bookie._config import BookieConfig
+from walkit_bookie._gc import GarbageCollector, GcReport
 from walkit_bookie._journal import GroupCommit
 from walkit_bookie._ledger import LedgerInfo, apply_request, packet_lac
 from walkit_bookie._registration import Registration
@@ -66,9 +67,11 @@ class Bookie:
     storage is recovered and connections are answered; on cancellation it flushes and closes
     its storage. ``network`` defaults to TCP, ``storage`` to :class:`DiskStorage` on the
     configured data dirs. With ``metadata`` the bookie takes its cluster instance id from the
-    store, checks its cookie there and registers itself (read-only when it is). With
+    store, checks its cookie there, registers itself (read-only when it is), registers again
+    through a new store (``reopen_metadata()``, default ``open_metadata_store(metadata.url)``)
+    when the session is lost, and garbage-collects the ledgers deleted there. With
     ``config.http_port`` set it serves ``/metrics`` (from ``registry``, a fresh
-    ``CollectorRegistry`` by default) and ``/health`` over HTTP.
+    ``CollectorRegistry`` by default), ``/health`` and ``/admin/gc`` over HTTP.
     """
 
     def __init__(
@@ -80,11 +83,13 @@ class Bookie:
         metadata: MetadataStore | None = None,
         rng: random.Random | None = None,
         registry: CollectorRegistry | None = None,
+        reopen_metadata: Callable[[], Awaitable[MetadataStore]] | None = None,
     ) -> None:
         self.config = config
         self.storage: BookieStorage = storage if storage is not None else DiskStorage(config)
         self._network: Network = network if network is not None else TcpNetwork()
         self._metadata = metadata
+        self._reopen_metadata = reopen_metadata
         self._rng = rng if rng is not None else random.Random()
         self.bookie_id: BookieId | None = None
         self.capacity = trio.lowlevel.ParkingLot()
@@ -109,6 +114,12 @@ class Bookie:
         self._mode_changed = trio.Event()
         self._ready = trio.Event()
         self._registration: Registration | None = None
+        #: Garbage collection and compaction (rounds on a schedule, or ``collect_garbage()``).
+        self.gc = GarbageCollector(
+            self,
+            lambda: None if self._registration is None else self._registration.store,
+            lambda: None if self._registration is None else self._registration.instance_id,
+        )
         self._started = False
         self.group_commit = GroupCommit(
             self.storage,
@@ -133,6 +144,15 @@ class Bookie:
     @property
     def ledger_count(self) -> int:
         return len(self._ledgers)
+
+    def ledger_ids(self) -> list[int]:
+        """The ledgers this bookie holds state for."""
+        return list(self._ledgers)
+
+    @property
+    def registration(self) -> Registration | None:
+        """The metadata session (None without a metadata store)."""
+        return self._registration
 
     def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
         """A copy of what this bookie knows of a ledger (None if nothing)."""
@@ -179,7 +199,9 @@ class Bookie:
         instance_id = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
         known = False
         if self._metadata is not None:
-            self._registration = Registration(self._metadata, config)
+            self._registration = Registration(
+                self._metadata, config, reopen=self._reopen_metadata, rng=self._rng
+            )
             instance_id = await self._registration.cluster_instance_id()
             known = True
         port = config.port
@@ -206,6 +228,7 @@ class Bookie:
         nursery.start_soon(self.group_commit.run)
         nursery.start_soon(self._checkpoint_loop)
         nursery.start_soon(self._disk_check_loop)
+        nursery.start_soon(self.gc.run)
         for _ in range(_DISK_READERS):
             nursery.start_soon(self._disk_reader)
         if config.http_port is not None:
@@ -267,8 +290,21 @@ class Bookie:
 
     async def forget_ledger(self, ledger_id: int) -> None:
         """Remove a ledger's entries from the index and its state (garbage collection's hook)."""
-        self._ledgers.pop(ledger_id, None)
-        await self.storage.delete_ledger(ledger_id)
+        await self.forget_ledgers([ledger_id])
+
+    async def forget_ledgers(self, ledger_ids: Iterable[int]) -> None:
+        """Forget several ledgers (one checkpoint for all). Their entry logs are reclaimed by
+        the next garbage collection round or compaction."""
+        ids = list(ledger_ids)
+        for ledger_id in ids:
+            self._ledgers.pop(ledger_id, None)
+        await self.storage.delete_ledgers(ids)
+
+    async def collect_garbage(self, compaction: str | None = None) -> GcReport:
+        """Run a garbage collection round now: forget ledgers deleted in the metadata store
+        (with a store), remove entry logs with nothing live, and with ``compaction``
+        ("minor" or "major") compact entry logs below that threshold."""
+        return await self.gc.collect(compaction)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -460,12 +496,15 @@ class Bookie:
 
     def _read_lac_now(self, conn: Connection, req: ReadLacRequest) -> None:
         info = self._ledgers.get(req.ledger_id)
-        if info is None:
+        if info is None and not req.flags & ReadLacFlag.LONG_POLL:
+            # A long poll waits for a ledger this bookie has not seen yet (a tailing reader
+            # may ask before the first entry arrives); anything else answers at once.
             return self._answer_lac(conn, req, StatusCode.NO_SUCH_LEDGER)
         if req.flags & (ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY):
             if not conn.spawn(self._lac_task, conn, req):
                 self._read_done(conn, None)
             return None
+        assert info is not None  # no LONG_POLL: an unknown ledger was answered above
         return self._answer_lac(conn, req, StatusCode.OK, info.last_add_confirmed)
 
     async def _lac_task(self, conn: Connection, req: ReadLacRequest) -> None:
@@ -473,17 +512,15 @@ class Bookie:
         try:
             lid = req.ledger_id
             info = self._ledgers.get(lid)
-            if (
-                req.flags & ReadLacFlag.LONG_POLL
-                and info is not None
-                and info.last_add_confirmed <= req.previous_lac
+            if req.flags & ReadLacFlag.LONG_POLL and (
+                info is None or info.last_add_confirmed <= req.previous_lac
             ):
                 lot = self._lac_waiters.setdefault(lid, trio.lowlevel.ParkingLot())
                 try:
                     with trio.move_on_after(req.timeout_ms / 1000):
                         while True:
                             info = self._ledgers.get(lid)
-                            if info is None or info.last_add_confirmed > req.previous_lac:
+                            if info is not None and info.last_add_confirmed > req.previous_lac:
                                 break
                             await lot.park()
                 finally:

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, final
 
 import structlog
 import trio
 
 from walkit._core.types import BookieId
-from walkit.errors import CookieError, MetadataStoreError, NodeExistsError, NoSuchNodeError
+from walkit.errors import (
+    ClientClosedError,
+    CookieError,
+    MetadataStoreError,
+    NodeExistsError,
+    NoSuchNodeError,
+    SessionExpiredError,
+    WalkitError,
+)
 from walkit.metadata import (
+    INSTANCE_ID_PATH,
     MetadataStore,
+    WatchEvent,
+    WatchEventKind,
     ensure_cluster,
+    open_metadata_store,
     read_cookie,
     register_bookie,
     registration_path,
@@ -25,12 +39,38 @@ from walkit_bookie._cookie import LAYOUT_VERSION
 log = structlog.get_logger()
 
 ModeSource = Callable[[], tuple[bool, trio.Event]]
+StoreOpener = Callable[[], Awaitable[MetadataStore]]
+
+_BACKOFF_MIN = 0.1
 
 
 @final
 class Registration:
-    def __init__(self, store: MetadataStore, config: BookieConfig) -> None:
-        self._store = store
+    """The bookie's session with the metadata store.
+
+    ``store`` is the store in use now: the one given, or after its session was lost, one that
+    ``reopen`` opened (default: ``open_metadata_store(store.url)``). Stores opened here are
+    closed here; the one given stays the caller's.
+    """
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        config: BookieConfig,
+        *,
+        reopen: StoreOpener | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self._reopen: StoreOpener = reopen or functools.partial(open_metadata_store, store.url)
+        self._rng = rng if rng is not None else random.Random()
+        self._opened: list[MetadataStore] = []
+        self._started = False
+        #: Whether the current session holds the registration.
+        self.registered = False
+        #: Stores used so far (1 + the sessions opened after losing one), registrations redone.
+        self.sessions = 1
+        self.reregistrations = 0
         self._config = config
         self._instance_id = ""
         self._stored: dict[str, Any] | None = None
@@ -40,12 +80,12 @@ class Registration:
         self.info: dict[str, Any] = {}
 
     async def cluster_instance_id(self) -> str:
-        self._instance_id = await ensure_cluster(self._store)
+        self._instance_id = await ensure_cluster(self.store)
         return self._instance_id
 
     async def check_cookie(self, bookie_id: BookieId, local: BookieId | None) -> None:
         """Compare the store's cookie for this bookie with the local storage (before opening)."""
-        found = await read_cookie(self._store, bookie_id)
+        found = await read_cookie(self.store, bookie_id)
         self._stored = None if found is None else found[0]
         if self._stored is None:
             return
@@ -79,9 +119,13 @@ class Registration:
             "data_dirs": list(config.data_dirs),
         }
         try:
-            await write_cookie(self._store, bookie_id, cookie)
+            await write_cookie(self.store, bookie_id, cookie)
         except NodeExistsError:
             pass
+
+    @property
+    def instance_id(self) -> str | None:
+        return self._instance_id or None
 
     async def run(
         self,
@@ -90,41 +134,180 @@ class Registration:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Register, then follow the bookie's mode (writable / read-only) until cancelled."""
+        """Register, then follow the bookie's mode (writable / read-only) until cancelled.
+
+        When the store's session is lost (SESSION_EXPIRED, SessionExpiredError), open a new
+        store and register again (in the mode of the moment), retrying with exponential
+        backoff. Errors of the first registration are the caller's (the bookie cannot start).
+        """
         self._bookie_id = bookie_id
-        read_only, changed = mode()
-        await register_bookie(
-            self._store,
-            bookie_id,
-            network_location=self._config.network_location,
-            read_only=read_only,
-            info=self.info,
-        )
-        self._read_only = read_only
-        task_status.started()
+        error = await self._session(mode, task_status)
+        delay = _BACKOFF_MIN
+        while True:
+            self.registered = False
+            log.warning(
+                "metadata_session_lost",
+                bookie_id=str(bookie_id),
+                url=self.store.url,
+                error=None if error is None else str(error),
+            )
+            while True:
+                try:
+                    await self._replace_store()
+                    error = await self._session(mode, None if self._started else task_status)
+                except (WalkitError, OSError) as exc:  # a store we could not open or use
+                    error = exc
+                if self.registered:
+                    delay = _BACKOFF_MIN
+                    break  # a session that registered, then ended: start over
+                wait = delay * (0.5 + self._rng.random() / 2)
+                log.warning(
+                    "metadata_reregistration_failed",
+                    bookie_id=str(bookie_id),
+                    error=None if error is None else str(error),
+                    retry_in=round(wait, 3),
+                )
+                await trio.sleep(wait)
+                delay = min(delay * 2, self._config.metadata_retry_max)
+
+    async def _replace_store(self) -> None:
+        store = await self._reopen()
+        try:
+            instance_id = await ensure_cluster(store)
+            if instance_id != self._instance_id:
+                raise CookieError(
+                    f"the metadata store {store.url} is now cluster {instance_id}, not "
+                    f"{self._instance_id}: not registering there"
+                )
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await _close_quietly(store)
+            raise
+        old, self.store = self.store, store
+        if old in self._opened:
+            self._opened.remove(old)
+            await _close_quietly(old)
+        self._opened.append(store)
+        self.sessions += 1
+
+    async def _session(
+        self, mode: ModeSource, task_status: trio.TaskStatus[None] | None
+    ) -> BaseException | None:
+        """Register through the current store and follow the mode until its session is lost;
+        return the error that ended it (None: an expiry event)."""
+        assert self._bookie_id is not None
+        store = self.store
+        bookie_id = self._bookie_id
+        error: BaseException | None = None
+        # Armed before registering: any watch ends with SESSION_EXPIRED when the session goes.
+        events = store.watch(INSTANCE_ID_PATH)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_until_session_lost, events, nursery.cancel_scope)
+                try:
+                    read_only, changed = mode()
+                    await register_bookie(
+                        store,
+                        bookie_id,
+                        network_location=self._config.network_location,
+                        read_only=read_only,
+                        info=self.info,
+                    )
+                    self._read_only = read_only
+                    self.registered = True
+                    if self._started:
+                        self.reregistrations += 1
+                        log.info(
+                            "bookie_reregistered", bookie_id=str(bookie_id), read_only=read_only
+                        )
+                    if task_status is not None:
+                        self._started = True
+                        task_status.started()
+                    await self._follow_mode(store, mode, changed)
+                except SessionExpiredError as exc:
+                    error = exc
+                except (WalkitError, OSError) as exc:
+                    if not self._started:
+                        raise
+                    error = exc
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        finally:
+            with trio.CancelScope(shield=True):
+                await _close_events(events)
+        return error
+
+    async def _follow_mode(
+        self, store: MetadataStore, mode: ModeSource, changed: trio.Event
+    ) -> None:
+        assert self._bookie_id is not None
+        delay = _BACKOFF_MIN
         while True:
             await changed.wait()
             read_only, changed = mode()
-            if read_only == self._read_only:
-                continue
-            try:
-                await set_bookie_read_only(
-                    self._store,
-                    bookie_id,
-                    read_only,
-                    network_location=self._config.network_location,
-                )
-                self._read_only = read_only
-            except MetadataStoreError as exc:
-                log.error("bookie_mode_not_registered", read_only=read_only, error=str(exc))
+            while read_only != self._read_only:
+                try:
+                    await set_bookie_read_only(
+                        store,
+                        self._bookie_id,
+                        read_only,
+                        network_location=self._config.network_location,
+                    )
+                    self._read_only = read_only
+                    delay = _BACKOFF_MIN
+                except SessionExpiredError:
+                    raise
+                except MetadataStoreError as exc:  # disconnected: try again, with backoff
+                    log.error(
+                        "bookie_mode_not_registered",
+                        read_only=read_only,
+                        error=str(exc),
+                        retry_in=delay,
+                    )
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, self._config.metadata_retry_max)
+                    read_only, changed = mode()
 
     async def aclose(self) -> None:
-        """Remove the registration now (it would also vanish with the store's session)."""
-        if self._bookie_id is None:
-            return
-        path = registration_path(self._bookie_id, read_only=self._read_only)
+        """Remove the registration now (it would also vanish with the store's session), and
+        close the stores this object opened."""
+        if self._bookie_id is not None and self.registered:
+            path = registration_path(self._bookie_id, read_only=self._read_only)
+            try:
+                with trio.move_on_after(2):
+                    await self.store.delete(path)
+            except (NoSuchNodeError, MetadataStoreError, ClientClosedError) as exc:
+                log.debug("unregister_failed", path=path, error=str(exc))
+        for store in self._opened:
+            await _close_quietly(store)
+        self._opened.clear()
+
+
+async def _until_session_lost(events: AsyncIterator[WatchEvent], scope: trio.CancelScope) -> None:
+    try:
+        async for event in events:
+            if event.kind is WatchEventKind.SESSION_EXPIRED:
+                break
+    except WalkitError:
+        pass
+    # The session expired, or the store was closed under us: either way this session is over.
+    scope.cancel()
+
+
+async def _close_events(events: AsyncIterator[WatchEvent]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
         try:
-            with trio.move_on_after(2):
-                await self._store.delete(path)
-        except (NoSuchNodeError, MetadataStoreError) as exc:
-            log.debug("unregister_failed", path=path, error=str(exc))
+            await aclose()
+        except WalkitError:
+            pass
+
+
+async def _close_quietly(store: MetadataStore) -> None:
+    try:
+        await store.aclose()
+    except (WalkitError, OSError) as exc:
+        log.debug("metadata_store_close_failed", url=store.url, error=str(exc))
