@@ -1,15 +1,19 @@
-"""The bookie's HTTP admin endpoint: ``/metrics`` (prometheus text format) and ``/health``.
+"""The bookie's HTTP admin endpoint: ``/metrics`` (prometheus text format), ``/health`` and
+``/admin/gc`` (status; POST runs a garbage collection round).
 
 Metrics are read from the bookie's own counters when scraped (a custom collector), so the
 request path pays nothing for them. The registry is injected (a fresh one per bookie by
-default). The HTTP side is deliberately tiny: GET only, one request per connection, bounded
-request size and time; anything else gets a 4xx and the bookie goes on.
+default). The HTTP side is deliberately tiny: one request per connection, bounded head and
+body sizes, bounded time to send them, bounded connections; anything else gets a clear 4xx
+(or 5xx) and the bookie goes on.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
+import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, final
 
@@ -19,13 +23,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from walkit.errors import BookieIOError
+
 if TYPE_CHECKING:
     from walkit_bookie._bookie import Bookie
 
 log = structlog.get_logger()
 
-_MAX_REQUEST = 8192
-_REQUEST_TIMEOUT = 5.0
+_MAX_HEAD = 8192  # request line and headers
+_MAX_BODY = 4096
+_REQUEST_TIMEOUT = 5.0  # to send the whole request
+_MAX_CONNECTIONS = 32
+_LINGER = 1.0
+_LINGER_BYTES = 1 << 20
+_METHOD = re.compile(r"[A-Z]{1,20}")
 
 
 @final
@@ -38,6 +49,7 @@ class BookieCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         b = self._bookie
         s = b.storage.stats
+        usage = b.storage.entry_log_usage()
         counters = [
             ("requests", "Requests taken off the wire", b.requests),
             ("adds_answered", "Adds answered (any status)", b.adds_answered),
@@ -49,6 +61,45 @@ class BookieCollector(Collector):
             ("checkpoints", "Completed checkpoints", s.checkpoints),
             ("entries_flushed", "Entries written to entry logs at checkpoints", s.entries_flushed),
             ("connections_opened", "Client connections accepted", b.connections_opened),
+            ("gc_rounds", "Garbage collection rounds", b.gc.rounds),
+            (
+                "gc_skipped",
+                "Rounds whose ledger part was skipped (metadata store error)",
+                b.gc.skipped,
+            ),
+            (
+                "gc_ledgers_deleted",
+                "Ledgers forgotten because the metadata store no longer has them",
+                b.gc.ledgers_deleted,
+            ),
+            ("minor_compactions", "Minor compaction passes", b.gc.minor_compactions),
+            ("major_compactions", "Major compaction passes", b.gc.major_compactions),
+            (
+                "entry_logs_compacted",
+                "Entry logs whose live entries were copied out, then removed",
+                s.entry_logs_compacted,
+            ),
+            (
+                "entry_logs_removed",
+                "Entry logs removed because nothing in them was live",
+                s.entry_logs_removed,
+            ),
+            (
+                "compaction_entries_moved",
+                "Entries copied by compaction",
+                s.compaction_entries_moved,
+            ),
+            ("compaction_bytes_moved", "Bytes copied by compaction", s.compaction_bytes_moved),
+            (
+                "compaction_bytes_reclaimed",
+                "Disk bytes given back by removing entry logs (minus what was copied out)",
+                s.compaction_bytes_reclaimed,
+            ),
+            (
+                "metadata_reregistrations",
+                "Registrations redone after the metadata session was lost",
+                0 if b.registration is None else b.registration.reregistrations,
+            ),
         ]
         for name, text, value in counters:
             yield CounterMetricFamily(f"walkit_bookie_{name}", text, value=value)
@@ -71,63 +122,233 @@ class BookieCollector(Collector):
                 "Highest used fraction of the data dirs' disks",
                 b.storage.disk_usage(),
             ),
+            ("entry_logs", "Entry log files", len(usage)),
+            ("entry_log_bytes", "Bytes in entry log files", sum(u.size for u in usage)),
+            (
+                "entry_log_live_bytes",
+                "Bytes of entry logs the index still points at",
+                sum(u.live for u in usage),
+            ),
+            (
+                "metadata_registered",
+                "1 while the bookie is registered in the metadata store",
+                1 if b.registration is not None and b.registration.registered else 0,
+            ),
         ]
         for gauge, text, level in gauges:
             yield GaugeMetricFamily(f"walkit_bookie_{gauge}", text, value=float(level))
 
 
-def _response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
+@final
+class _HttpError(Exception):
+    def __init__(self, status: str, message: str, headers: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+
+def _response(
+    status: str,
+    body: bytes,
+    content_type: str = "text/plain; charset=utf-8",
+    headers: tuple[str, ...] = (),
+) -> bytes:
+    extra = "".join(f"{h}\r\n" for h in headers)
     head = (
         f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
 
 
-async def _read_request_line(stream: trio.abc.Stream) -> str | None:
-    data = b""
-    with trio.move_on_after(_REQUEST_TIMEOUT):
-        while b"\r\n\r\n" not in data and b"\n\n" not in data:
+def _json(status: str, doc: Any) -> bytes:
+    return _response(status, json.dumps(doc).encode() + b"\n", "application/json")
+
+
+@final
+class _Request:
+    def __init__(self, method: str, path: str, query: dict[str, list[str]]) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+
+
+async def _read_request(stream: trio.abc.Stream) -> _Request | None:
+    """Read one request (head and body); None when the peer closed without sending any."""
+    data = bytearray()
+    with trio.move_on_after(_REQUEST_TIMEOUT) as timer:
+        while True:
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                head, rest = bytes(data[:end]), len(data) - end - 4
+                break
+            end = data.find(b"\n\n")
+            if end >= 0:
+                head, rest = bytes(data[:end]), len(data) - end - 2
+                break
+            if len(data) > _MAX_HEAD:
+                raise _HttpError("431 Request Header Fields Too Large", "request head too large")
             chunk = await stream.receive_some(4096)
             if not chunk:
-                break
+                if not data:
+                    return None
+                raise _HttpError("400 Bad Request", "incomplete request")
             data += chunk
-            if len(data) > _MAX_REQUEST:
-                return None
-    line = data.split(b"\n", 1)[0].strip()
+    if timer.cancelled_caught:
+        raise _HttpError("408 Request Timeout", "request not received in time")
+    if len(head) > _MAX_HEAD:
+        raise _HttpError("431 Request Header Fields Too Large", "request head too large")
     try:
-        return line.decode("ascii")
+        text = head.decode("ascii")
     except UnicodeDecodeError:
-        return None
-
-
-async def _handle(bookie: Bookie, registry: CollectorRegistry, stream: trio.abc.Stream) -> None:
+        raise _HttpError("400 Bad Request", "request head is not ASCII") from None
+    lines = text.replace("\r\n", "\n").split("\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _METHOD.fullmatch(parts[0]) or not parts[1].startswith("/"):
+        raise _HttpError("400 Bad Request", "malformed request line")
+    method, target, version = parts
+    if version not in ("HTTP/1.0", "HTTP/1.1"):
+        raise _HttpError("505 HTTP Version Not Supported", f"{version} not supported")
+    length = 0
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise _HttpError("400 Bad Request", "malformed header line")
+        name = name.lower()
+        if name == "transfer-encoding":
+            raise _HttpError("501 Not Implemented", "chunked bodies are not accepted")
+        if name == "content-length":
+            if not value.strip().isdigit():
+                raise _HttpError("400 Bad Request", "bad Content-Length")
+            length = int(value.strip())
+            if length > _MAX_BODY:
+                raise _HttpError("413 Content Too Large", f"body above {_MAX_BODY} bytes")
+    remaining = length - rest  # the body is not used: read it so the peer sees our answer
+    with trio.move_on_after(_REQUEST_TIMEOUT):
+        while remaining > 0:
+            chunk = await stream.receive_some(min(remaining, 4096))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+    path, _, query = target.partition("?")
     try:
-        line = await _read_request_line(stream)
-        parts = line.split() if line else []
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            answer = _response("400 Bad Request", b"bad request\n")
-        elif parts[0] != "GET":
-            answer = _response("405 Method Not Allowed", b"only GET\n")
-        else:
-            path = parts[1].split("?", 1)[0]
-            if path == "/metrics":
-                body = await trio.to_thread.run_sync(generate_latest, registry)
-                answer = _response("200 OK", body, CONTENT_TYPE_LATEST)
-            elif path in ("/health", "/healthz"):
-                doc: dict[str, Any] = {
-                    "status": "ok",
-                    "bookie_id": str(bookie.bookie_id),
-                    "read_only": bookie.read_only,
-                }
-                answer = _response("200 OK", json.dumps(doc).encode(), "application/json")
-            else:
-                answer = _response("404 Not Found", b"try /metrics or /health\n")
-        await stream.send_all(answer)
+        params = urllib.parse.parse_qs(query, strict_parsing=bool(query), max_num_fields=10)
+    except ValueError:
+        raise _HttpError("400 Bad Request", "malformed query string") from None
+    return _Request(method, urllib.parse.unquote(path), params)
+
+
+def _allow(request: _Request, *methods: str) -> None:
+    if request.method not in methods:
+        raise _HttpError(
+            "405 Method Not Allowed",
+            f"{request.path} takes {' or '.join(methods)}",
+            (f"Allow: {', '.join(methods)}",),
+        )
+
+
+def gc_status(bookie: Bookie) -> dict[str, Any]:
+    """What ``GET /admin/gc`` answers: garbage collection and compaction, so far."""
+    gc = bookie.gc
+    config = bookie.config
+    stats = bookie.storage.stats
+    usage = bookie.storage.entry_log_usage()
+    return {
+        "ledger_gc": bookie.registration is not None,
+        "rounds": gc.rounds,
+        "skipped": gc.skipped,
+        "ledgers_deleted": gc.ledgers_deleted,
+        "minor_compactions": gc.minor_compactions,
+        "major_compactions": gc.major_compactions,
+        "entry_logs": len(usage),
+        "entry_log_bytes": sum(u.size for u in usage),
+        "entry_log_live_bytes": sum(u.live for u in usage),
+        "entry_logs_compacted": stats.entry_logs_compacted,
+        "entry_logs_removed": stats.entry_logs_removed,
+        "compaction_entries_moved": stats.compaction_entries_moved,
+        "compaction_bytes_moved": stats.compaction_bytes_moved,
+        "compaction_bytes_reclaimed": stats.compaction_bytes_reclaimed,
+        "last_round": None if gc.last_report is None else gc.last_report.to_dict(),
+        "config": {
+            "gc_interval": config.gc_interval,
+            "minor_compaction_threshold": config.minor_compaction_threshold,
+            "minor_compaction_interval": config.minor_compaction_interval,
+            "major_compaction_threshold": config.major_compaction_threshold,
+            "major_compaction_interval": config.major_compaction_interval,
+            "compaction_max_rate": config.compaction_max_rate,
+        },
+    }
+
+
+async def _route(bookie: Bookie, registry: CollectorRegistry, request: _Request) -> bytes:
+    path = request.path
+    if path == "/metrics":
+        _allow(request, "GET")
+        body = await trio.to_thread.run_sync(generate_latest, registry)
+        return _response("200 OK", body, CONTENT_TYPE_LATEST)
+    if path in ("/health", "/healthz"):
+        _allow(request, "GET")
+        doc: dict[str, Any] = {
+            "status": "ok",
+            "bookie_id": str(bookie.bookie_id),
+            "read_only": bookie.read_only,
+        }
+        return _json("200 OK", doc)
+    if path == "/admin/gc":
+        _allow(request, "GET", "POST")
+        if request.method == "GET":
+            return _json("200 OK", gc_status(bookie))
+        compaction = request.query.get("compact", ["none"])
+        if len(compaction) != 1 or compaction[0] not in ("none", "minor", "major"):
+            raise _HttpError("400 Bad Request", "compact must be none, minor or major")
+        report = await bookie.collect_garbage(None if compaction[0] == "none" else compaction[0])
+        return _json("200 OK", report.to_dict())
+    raise _HttpError("404 Not Found", "try /metrics, /health or /admin/gc")
+
+
+async def _handle(
+    bookie: Bookie, registry: CollectorRegistry, slots: trio.Semaphore, stream: trio.abc.Stream
+) -> None:
+    try:
+        if slots.value == 0:  # over the limit: answer at once and close
+            with trio.move_on_after(1.0):
+                await stream.send_all(
+                    _response("503 Service Unavailable", b"too many admin connections\n")
+                )
+            return
+        async with slots:
+            try:
+                request = await _read_request(stream)
+                if request is None:
+                    return
+                answer = await _route(bookie, registry, request)
+            except _HttpError as exc:
+                answer = _response(exc.status, f"{exc}\n".encode(), headers=exc.headers)
+            except Exception as exc:  # never let a bad request or a bug stop the bookie
+                log.exception("admin_request_failed", error=str(exc))
+                answer = _response("500 Internal Server Error", f"{exc}\n".encode())
+            with trio.move_on_after(_REQUEST_TIMEOUT):
+                await stream.send_all(answer)
+            await _linger(stream)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         log.debug("admin_connection_broken", error=str(exc))
     finally:
         await trio.aclose_forcefully(stream)
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """Half-close, then drain what the peer still sends (briefly, boundedly): closing with
+    unread input resets the connection, which can destroy the answer before it is read."""
+    if not isinstance(stream, trio.abc.HalfCloseableStream):
+        return
+    await stream.send_eof()
+    drained = 0
+    with trio.move_on_after(_LINGER):
+        while drained < _LINGER_BYTES:
+            chunk = await stream.receive_some(16384)
+            if not chunk:
+                return
+            drained += len(chunk)
 
 
 async def serve_admin(
@@ -142,12 +363,10 @@ async def serve_admin(
     try:
         listeners = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
-        from walkit.errors import BookieIOError
-
         raise BookieIOError(f"cannot listen for HTTP on {host}:{port}: {exc}") from exc
     bound = listeners[0].socket.getsockname()[:2]
     async with trio.open_nursery() as nursery:
-        handler = functools.partial(_handle, bookie, registry)
+        handler = functools.partial(_handle, bookie, registry, trio.Semaphore(_MAX_CONNECTIONS))
         await nursery.start(functools.partial(trio.serve_listeners, handler, listeners))
         log.info("admin_listening", host=bound[0], port=bound[1])
         task_status.started((str(bound[0]), int(bound[1])))

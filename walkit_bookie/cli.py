@@ -2,6 +2,7 @@
 
     walkit-bookie --data-dir DIR [--data-dir DIR2 ...] [--host 127.0.0.1] [--port 3181]
                   [--network-location /region/rack] [--metadata URL] [--http-port PORT]
+                  [--gc-interval S] [--minor-compaction-threshold F] ...
 
 Prints ``walkit-bookie listening on HOST:PORT`` on stdout once it serves. Exit codes: 0 after a
 clean shutdown, 1 when the bookie cannot start or fails (the message says why), 2 for bad
@@ -65,6 +66,29 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
+def _threshold(text: str) -> float:
+    value = _non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1]: {text!r}")
+    return value
+
+
+def _rate(text: str) -> int:
+    if text.strip() == "0":
+        return 0
+    return _size(text.strip().lower().removesuffix("/s"))
+
+
 def _fraction(text: str) -> float:
     value = _positive_float(text)
     if value > 1:
@@ -101,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metadata",
         metavar="URL",
-        help="metadata store (zk://host:port/root, sqlite:///abs/path.db): register there and "
-        "take the cluster instance id from it",
+        help="metadata store (zk://host:port/root, sqlite:///abs/path.db): register there, "
+        "take the cluster instance id from it and garbage-collect the ledgers deleted there",
     )
     p.add_argument(
         "--http-port",
@@ -135,6 +159,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between disk usage checks (default 10)",
     )
     p.add_argument(
+        "--gc-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="seconds between garbage collection rounds (default 300)",
+    )
+    for kind, threshold, interval in (("minor", "0.2", "3600"), ("major", "0.8", "86400")):
+        p.add_argument(
+            f"--{kind}-compaction-threshold",
+            type=_threshold,
+            metavar="FRACTION",
+            help=f"compact entry logs with less than this live fraction (default {threshold}; "
+            "0 disables)",
+        )
+        p.add_argument(
+            f"--{kind}-compaction-interval",
+            type=_non_negative_float,
+            metavar="SECONDS",
+            help=f"seconds between {kind} compactions (default {interval}; 0 disables)",
+        )
+    p.add_argument(
+        "--compaction-max-rate",
+        type=_rate,
+        metavar="SIZE/s",
+        help="copy at most this many bytes per second when compacting (default 0: no limit)",
+    )
+    p.add_argument(
+        "--compaction-batch-size",
+        type=_size,
+        metavar="SIZE",
+        help="compaction copies and re-indexes this much at a time (default 4MiB)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -160,6 +216,13 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("checkpoint_interval", "checkpoint_interval"),
         ("disk_usage_threshold", "disk_usage_threshold"),
         ("disk_check_interval", "disk_check_interval"),
+        ("gc_interval", "gc_interval"),
+        ("minor_compaction_threshold", "minor_compaction_threshold"),
+        ("minor_compaction_interval", "minor_compaction_interval"),
+        ("major_compaction_threshold", "major_compaction_threshold"),
+        ("major_compaction_interval", "major_compaction_interval"),
+        ("compaction_max_rate", "compaction_max_rate"),
+        ("compaction_batch_size", "compaction_batch_bytes"),
     ):
         value = getattr(args, arg)
         if value is not None:
