@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -268,3 +269,32 @@ class BookieProcess:
         """Run and wait for it to exit (for refusals); returns (code, stdout, stderr)."""
         done = subprocess.run(self.args, capture_output=True, text=True, timeout=timeout)
         return done.returncode, done.stdout, done.stderr
+
+
+async def http_raw(address: tuple[str, int], raw: bytes, *, half_close: bool = True) -> bytes:
+    """Send ``raw`` (then EOF), return everything the server answers before it closes."""
+    stream = await trio.open_tcp_stream(*address)
+    async with stream:
+        data = b""
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def send() -> None:
+                    # The server may answer before it read everything (431, 413): keep going.
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        await stream.send_all(raw)
+                        if half_close:
+                            await stream.send_eof()
+
+                nursery.start_soon(send)
+                while chunk := await stream.receive_some(65536):
+                    data += chunk
+    return data
+
+
+async def http_request(
+    address: tuple[str, int], raw: bytes, *, half_close: bool = False
+) -> tuple[int, bytes]:
+    data = await http_raw(address, raw, half_close=half_close)
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body

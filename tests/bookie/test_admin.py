@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import trio
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
-from tests.bookie._helpers import config, connect, running_bookie
+from tests.bookie._helpers import config, connect, http_raw, http_request, running_bookie
 from walkit._core.wire import StatusCode
 
 
-async def _http(address: tuple[str, int], raw: bytes) -> tuple[int, bytes]:
-    stream = await trio.open_tcp_stream(*address)
-    async with stream:
-        await stream.send_all(raw)
-        data = b""
-        with trio.fail_after(10):
-            while chunk := await stream.receive_some(65536):
-                data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body
-
-
 async def _get(address: tuple[str, int], path: str) -> tuple[int, bytes]:
-    return await _http(address, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return await http_request(address, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
 
 
 async def test_metrics_and_health(tmp_path: Path) -> None:
@@ -47,18 +40,100 @@ async def test_metrics_and_health(tmp_path: Path) -> None:
         assert json.loads(body) == {"status": "ok", "bookie_id": str(bid), "read_only": False}
 
 
-async def test_bad_http_requests_get_4xx_and_the_bookie_goes_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+        (b"GET /metrics/../etc/passwd HTTP/1.1\r\n\r\n", 404),
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405),
+        (b"HEAD /health HTTP/1.1\r\n\r\n", 405),
+        (b"DELETE /admin/gc HTTP/1.1\r\n\r\n", 405),
+        (b"\xff\xfe garbage\r\n\r\n", 400),
+        (b"\x00\x01\x02\x03\n\n", 400),
+        (b"GET\r\n\r\n", 400),
+        (b"get /health HTTP/1.1\r\n\r\n", 400),
+        (b"GET  /health HTTP/1.1\r\n\r\n", 400),
+        (b"GET health HTTP/1.1\r\n\r\n", 400),
+        (b"GET /health HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+        (b"GET /health HTTP/1.1\r\nHost: \xe9\r\n\r\n", 400),
+        (b"GET /health HTTP/2.0\r\n\r\n", 505),
+        (b"GET /health SMTP/1.0\r\n\r\n", 505),
+        (b"POST /admin/gc HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
+        (b"POST /admin/gc HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
+        (b"POST /admin/gc HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+        (b"POST /admin/gc?compact=everything HTTP/1.1\r\n\r\n", 400),
+        (b"POST /admin/gc?compact=minor&compact=major HTTP/1.1\r\n\r\n", 400),
+        (b"POST /admin/gc?=&&= HTTP/1.1\r\n\r\n", 400),
+        (b"GET /health HTTP/1.1\r\nX: " + b"A" * 20_000 + b"\r\n\r\n", 431),
+        (b"A" * 100_000, 431),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\n", 400),  # then EOF: incomplete
+    ],
+)
+async def test_bad_http_requests_get_a_clear_4xx_and_the_bookie_goes_on(
+    tmp_path: Path, raw: bytes, status: int
+) -> None:
     async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, bid):
         address = bookie.admin_address
         assert address is not None
-        assert (await _get(address, "/nope"))[0] == 404
-        assert (await _http(address, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
-        assert (await _http(address, b"\xff\xfe garbage\r\n\r\n"))[0] == 400
-        try:  # an oversized request: a 400, or a reset if the server closed while we sent
-            assert (await _http(address, b"A" * 20_000))[0] == 400
-        except trio.BrokenResourceError:
-            pass
+        got, body = await http_request(address, raw, half_close=True)
+        assert got == status, body
+        assert body  # says why
         assert (await _get(address, "/health"))[0] == 200
+        async with connect(bid) as c:
+            assert (await c.add(1, 0, b"still serving")).status is StatusCode.OK
+
+
+async def test_wrong_method_names_the_allowed_ones(tmp_path: Path) -> None:
+    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
+        assert bookie.admin_address is not None
+        head = await http_raw(bookie.admin_address, b"PUT /metrics HTTP/1.1\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 405 ")
+        assert b"\r\nAllow: GET\r\n" in head
+
+
+async def test_a_connection_that_sends_nothing_gets_no_answer_and_costs_nothing(
+    tmp_path: Path,
+) -> None:
+    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
+        assert bookie.admin_address is not None
+        assert await http_raw(bookie.admin_address, b"") == b""
+        assert (await _get(bookie.admin_address, "/health"))[0] == 200
+
+
+async def test_too_many_admin_connections_get_503_and_the_rest_go_on(tmp_path: Path) -> None:
+    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
+        address = bookie.admin_address
+        assert address is not None
+        idle = [await trio.open_tcp_stream(*address) for _ in range(40)]  # each holds a slot
+        try:
+            with trio.fail_after(10):
+                while True:  # the bookie accepts the idle ones asynchronously
+                    status, body = await _get(address, "/health")
+                    if status == 503:
+                        break
+                    assert status == 200
+            assert b"too many" in body
+        finally:
+            for stream in idle:
+                await stream.aclose()
+        with trio.fail_after(10):
+            while (await _get(address, "/health"))[0] != 200:  # noqa: ASYNC110 (polls HTTP)
+                await trio.sleep(0.01)
+
+
+async def test_a_failing_collector_gives_500_and_the_bookie_goes_on(tmp_path: Path) -> None:
+    class Broken(Collector):
+        def collect(self) -> Iterator[Metric]:
+            raise RuntimeError("collector bug")
+
+    registry = CollectorRegistry()
+    registry.register(Broken())
+    cfg = config([tmp_path / "d"], http_port=0)
+    async with running_bookie(cfg, registry=registry) as (bookie, bid):
+        assert bookie.admin_address is not None
+        status, body = await _get(bookie.admin_address, "/metrics")
+        assert status == 500 and b"collector bug" in body
+        assert (await _get(bookie.admin_address, "/health"))[0] == 200
         async with connect(bid) as c:
             assert (await c.add(1, 0, b"still serving")).status is StatusCode.OK
 

@@ -12,7 +12,7 @@ import trio
 
 from tests.bookie._helpers import config, running_bookie
 from walkit._core.types import BookieId
-from walkit.errors import CookieError
+from walkit.errors import CookieError, MetadataStoreError
 from walkit.metadata import (
     MetadataStore,
     ensure_cluster,
@@ -108,3 +108,69 @@ async def test_dirs_of_another_cluster_are_refused(tmp_path: Path, store: Metada
         pass
     with pytest.raises(CookieError, match="another cluster"):
         await Bookie(config(dirs, port=bid.port), metadata=store).run()
+
+
+async def test_session_expiry_registers_again_through_a_new_store(
+    tmp_path: Path, store: MetadataStore
+) -> None:
+    observer = await open_metadata_store(store.url)  # the test's own view of the tree
+    try:
+        async with running_bookie(config([tmp_path / "d"]), metadata=store) as (bookie, bid):
+            registration = bookie.registration
+            assert registration is not None and registration.store is store
+            bookie._set_read_only("test", "made read-only by the test")
+            await _wait_for(lambda: _is_readonly(observer, bid))
+            await store.expire_session()  # the ephemeral registration goes with the session
+            await _wait_for(lambda: _registered_again(registration))
+            assert registration.store is not store and registration.sessions == 2
+            # Registered again in the mode of the moment, and it follows mode changes.
+            assert bid in (await list_bookies(observer)).readonly
+            bookie._clear_read_only("test")
+            await _wait_for(lambda: _is_writable(observer, bid))
+            # Garbage collection goes through the new store too.
+            report = await bookie.collect_garbage()
+            assert report.skipped is None
+            # Twice: a second expiry is handled the same way.
+            await registration.store.expire_session()
+            await _wait_for(lambda: _reregistered(registration, 2))
+            assert bid in (await list_bookies(observer)).writable
+        # A clean stop removes the registration made through the new store.
+        assert (await list_bookies(observer)).writable == {}
+    finally:
+        await observer.aclose()
+
+
+async def test_reregistration_retries_with_backoff_until_a_store_opens(
+    tmp_path: Path, store: MetadataStore
+) -> None:
+    attempts: list[float] = []
+
+    async def reopen() -> MetadataStore:
+        attempts.append(trio.current_time())
+        if len(attempts) <= 3:
+            raise MetadataStoreError("connection refused (the test says so)")
+        return await open_metadata_store(store.url)
+
+    observer = await open_metadata_store(store.url)
+    try:
+        async with running_bookie(
+            config([tmp_path / "d"], metadata_retry_max=0.2), metadata=store, reopen_metadata=reopen
+        ) as (bookie, bid):
+            await store.expire_session()
+            assert bookie.registration is not None
+            await _wait_for(lambda: _registered_again(bookie.registration))
+            assert len(attempts) == 4
+            assert bid in (await list_bookies(observer)).writable
+            gc = await bookie.collect_garbage()  # while disconnected it would be skipped
+            assert gc.skipped is None
+    finally:
+        await observer.aclose()
+
+
+async def _registered_again(registration: object) -> bool:
+    return await _reregistered(registration, 1)
+
+
+async def _reregistered(registration: object, times: int) -> bool:
+    await trio.lowlevel.checkpoint()
+    return bool(registration.registered and registration.reregistrations >= times)  # type: ignore[attr-defined]

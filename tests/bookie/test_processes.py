@@ -191,6 +191,11 @@ async def test_sigterm_shuts_down_cleanly_with_adds_in_flight(tmp_path: Path) ->
         (["--data-dir", "x", "--disk-usage-threshold", "2"], "must be in (0, 1]"),
         (["--data-dir", "x", "--max-frame-size", "lots"], "not a size"),
         (["--data-dir", "x", "--metadata", "foo://bar"], "bad metadata URL"),
+        (["--data-dir", "x", "--major-compaction-threshold", "1.5"], "must be in [0, 1]"),
+        (
+            ["--data-dir", "x", "--minor-compaction-threshold", "0.9"],
+            "must not be above major_compaction_threshold",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:

@@ -223,3 +223,51 @@ async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> Non
             assert bookie.requests - before - 2 < 400
         finally:
             await trio.aclose_forcefully(stream)
+
+
+async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Path) -> None:
+    async with (
+        running_bookie(config([tmp_path / "d"])) as (bookie, bid),
+        connect(bid) as poller,
+        connect(bid) as writer,
+    ):
+        # Without LONG_POLL an unknown ledger is answered at once, as before.
+        assert (await poller.read_lac(7)).status is StatusCode.NO_SUCH_LEDGER
+        piggyback = await poller.read_lac(7, flags=ReadLacFlag.PIGGYBACK_ENTRY)
+        assert piggyback.status is StatusCode.NO_SUCH_LEDGER
+        flags = ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY
+        result: dict[str, object] = {}
+
+        async def poll() -> None:
+            result["answer"] = await poller.read_lac(
+                7, flags=flags, previous_lac=-1, timeout_ms=60_000
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            with trio.fail_after(10):
+                while bookie.reads_in_flight == 0:  # noqa: ASYNC110 (the bookie holds the poll)
+                    await trio.sleep(0.005)
+            assert bookie.ledger_info(7) is None
+            await writer.add(7, 0, b"zero")  # the ledger exists now, its LAC is still -1
+            assert "answer" not in result
+            await writer.add(7, 1, b"one", lac=0)
+        answer = result["answer"]
+        assert answer.status is StatusCode.OK  # type: ignore[attr-defined]
+        assert answer.lac == 0  # type: ignore[attr-defined]
+        assert answer.packet == packet(7, 0, b"zero")  # type: ignore[attr-defined]
+        # Still unknown when the poll times out: NO_SUCH_LEDGER then.
+        timed = await poller.read_lac(8, flags=flags, previous_lac=-1, timeout_ms=50)
+        assert timed.status is StatusCode.NO_SUCH_LEDGER
+        assert bookie.reads_in_flight == 0
+
+
+async def test_fencing_an_unknown_ledger_with_a_long_poll_still_fences_at_once(
+    tmp_path: Path,
+) -> None:
+    async with running_bookie(config([tmp_path / "d"])) as (_, bid), connect(bid) as c:
+        fenced = await c.read_lac(
+            9, flags=ReadLacFlag.FENCE | ReadLacFlag.LONG_POLL, previous_lac=-2, timeout_ms=60_000
+        )
+        assert (fenced.status, fenced.lac) == (StatusCode.OK, -1)
+        assert (await c.add(9, 0, b"late writer")).status is StatusCode.LEDGER_FENCED
