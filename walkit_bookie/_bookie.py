@@ -562,15 +562,15 @@ class Bookie:
                 else:
                     sink(error)
             return
-        woken: list[int] = []
+        woken: set[int] = set()
         ok_frame = _ADD_OK.pack
         for req, sink in zip(requests, sinks, strict=True):
             lid = req.ledger_id
             if waiters and lid in waiters:
-                before = ledgers[lid].last_add_confirmed if lid in ledgers else -2
-                info = apply_request(ledgers, req)
-                if info is not None and info.last_add_confirmed > before:
-                    woken.append(lid)
+                # Waiters re-check their own condition (a poll on a ledger not seen before
+                # may wait for it to exist, not for its LAC to grow).
+                apply_request(ledgers, req)
+                woken.add(lid)
             elif type(req) is AddRequest and lid in ledgers:
                 # apply_request inlined: this runs once per add.
                 info = ledgers[lid]

@@ -256,6 +256,15 @@ async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Pa
         assert answer.status is StatusCode.OK  # type: ignore[attr-defined]
         assert answer.lac == 0  # type: ignore[attr-defined]
         assert answer.packet == packet(7, 0, b"zero")  # type: ignore[attr-defined]
+        # previous_lac below -1: the ledger's first entry (LAC -1) is news already.
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_poll_unknown, poller, result)
+                while bookie.reads_in_flight == 0:  # noqa: ASYNC110 (the bookie holds the poll)
+                    await trio.sleep(0.005)
+                await writer.add(10, 0, b"zero")
+        first = result["first"]
+        assert (first.status, first.lac) == (StatusCode.OK, -1)  # type: ignore[attr-defined]
         # Still unknown when the poll times out: NO_SUCH_LEDGER then.
         timed = await poller.read_lac(8, flags=flags, previous_lac=-1, timeout_ms=50)
         assert timed.status is StatusCode.NO_SUCH_LEDGER
@@ -271,3 +280,9 @@ async def test_fencing_an_unknown_ledger_with_a_long_poll_still_fences_at_once(
         )
         assert (fenced.status, fenced.lac) == (StatusCode.OK, -1)
         assert (await c.add(9, 0, b"late writer")).status is StatusCode.LEDGER_FENCED
+
+
+async def _poll_unknown(poller: Client, result: dict[str, object]) -> None:
+    result["first"] = await poller.read_lac(
+        10, flags=ReadLacFlag.LONG_POLL, previous_lac=-2, timeout_ms=60_000
+    )
