@@ -6,6 +6,7 @@ fenced. Seeds replay (``WALKIT_SIM_SEED=<seed>``)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 
@@ -13,8 +14,8 @@ import pytest
 import trio
 
 from tests.log._history import LogHistory
-from walkit import Log, LogPosition, LogRecord
-from walkit.errors import WalkitError, WriterFencedError
+from walkit import LedgerState, Log, LogPosition, LogRecord
+from walkit.errors import NoSuchLedgerError, WalkitError, WriterFencedError
 from walkit.testing import SEED_ENV, SimCluster, replay_hint, run
 
 OPTIONS = {"add_timeout": 1.0, "read_timeout": 1.0, "connect_timeout": 1.0}
@@ -30,6 +31,7 @@ async def scenario(seed: int, bookies: int) -> dict[str, object]:
         history = LogHistory()
         tailed: list[LogRecord] = []
         errors: list[str] = []
+        checks = {"one_writer": 0}
         async with (
             cluster.client("old") as old_client,
             cluster.client("new") as new_client,
@@ -48,6 +50,24 @@ async def scenario(seed: int, bookies: int) -> dict[str, object]:
                     if rec.payload == last_new:
                         return
 
+            async def one_writer() -> None:
+                """At most the last two listed ledgers are OPEN (a roll closes the previous
+                one in the background; a takeover recovers both before listing its own), and
+                only the last takes new records."""
+                while True:
+                    md = await reader_log.metadata()
+                    states = []
+                    for lg in md.ledgers:
+                        with contextlib.suppress(NoSuchLedgerError):  # dropped meanwhile
+                            lmd = await reader_client.ledger_metadata(lg.ledger_id)
+                            states.append((lg.seq, lmd.state))
+                    open_seqs = [seq for seq, state in states if state is LedgerState.OPEN]
+                    assert open_seqs == [lg.seq for lg in md.ledgers[-2:]][-len(open_seqs) :] or (
+                        not open_seqs
+                    ), (md.ledgers, states)
+                    checks["one_writer"] += 1
+                    await trio.sleep(0.02)
+
             async def old_appender(task: int) -> None:
                 for n in itertools.count():
                     try:
@@ -62,6 +82,13 @@ async def scenario(seed: int, bookies: int) -> dict[str, object]:
             with trio.fail_after(600):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(tail)
+                    monitor = trio.CancelScope()
+
+                    async def watch_writers() -> None:
+                        with monitor:
+                            await one_writer()
+
+                    nursery.start_soon(watch_writers)
                     for task in range(3):
                         nursery.start_soon(old_appender, task)
                     await enough.wait()
@@ -74,6 +101,7 @@ async def scenario(seed: int, bookies: int) -> dict[str, object]:
                         with pytest.raises(WriterFencedError):  # the old writer is fenced
                             await old.append(b"old-after-heal")
                         await new.append(b"new-after-heal")
+                    monitor.cancel()
                 # The nursery ends when the appenders gave up and the tail saw the new writer.
             final = [rec async for rec in reader_log.reader(follow=False)]
         history.check(final, tailed)
@@ -82,6 +110,7 @@ async def scenario(seed: int, bookies: int) -> dict[str, object]:
         # failed one (its ledger is then rolled away from at the next append, which after the
         # takeover means fenced, as checked above).
         assert errors and set(errors) <= {"WriterFencedError", "NotEnoughBookiesError"}, errors
+        assert checks["one_writer"] > 0
         return {"acked": len(history.acked), "failed": len(history.failed)}
 
 
