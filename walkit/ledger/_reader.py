@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import final
 
 import structlog
@@ -21,6 +22,7 @@ from walkit.errors import (
 from walkit.ledger._core import ClientCore
 from walkit.ledger._reads import long_poll_lac, read_entries, read_lac
 from walkit.ledger._writer import _check_range
+from walkit.metadata import WatchEvent
 
 log = structlog.get_logger()
 
@@ -103,23 +105,31 @@ class LedgerReader:
             raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
         if entry_id <= self._lac:
             return (await self.read(entry_id, entry_id))[0]
-        if trio.current_time() - self._md_read_at >= self._core.options.long_poll_round:
-            await self._refresh_metadata()  # it may have been closed while nobody looked
+        # Arm the metadata watch first, then re-read: a close (or ensemble change) that lands
+        # before the watch is in place is then seen by the read, never left to the timeout.
+        events = self._core.ledgers.watch(self.id)
+        try:
+            await self._refresh_metadata()
             if entry_id <= self._lac:
                 return (await self.read(entry_id, entry_id))[0]
-        self._check_not_past_end(entry_id)
-        watch = _MetadataWatch()
-        result: Entry | None = None
-        error: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_metadata, watch)
-            try:
-                with trio.move_on_after(timeout):
-                    result = await self._tail(entry_id, watch)
-            except BaseException as exc:  # re-raised outside the nursery, unwrapped
-                error = exc
-            finally:
-                nursery.cancel_scope.cancel()
+            self._check_not_past_end(entry_id)
+            watch = _MetadataWatch()
+            result: Entry | None = None
+            error: BaseException | None = None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_metadata, watch, events)
+                try:
+                    with trio.move_on_after(timeout):
+                        result = await self._tail(entry_id, watch)
+                except BaseException as exc:  # re-raised outside the nursery, unwrapped
+                    error = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
         if error is not None:
             raise error
         return result
@@ -158,20 +168,16 @@ class LedgerReader:
             backoff = min(max(backoff * 2, 0.002), round_time / 10)
             await trio.sleep(backoff)
 
-    async def _watch_metadata(self, watch: _MetadataWatch) -> None:
+    async def _watch_metadata(
+        self, watch: _MetadataWatch, events: AsyncIterator[WatchEvent]
+    ) -> None:
         """Wake the tailing loop when the ledger's metadata changes (closed, new fragment)."""
-        events = self._core.ledgers.watch(self.id)
         try:
             async for _event in events:
                 watch.changed = True
                 watch.wake.set()
         except WalkitError as exc:
             log.debug("ledger_watch_ended", ledger_id=self.id, error=str(exc))
-        finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                with trio.CancelScope(shield=True):
-                    await aclose()
 
     # --- internals -------------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ import trio
 
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
-from walkit._core.types import Entry
 from walkit.errors import (
     ClientClosedError,
     LedgerClosedError,
@@ -186,44 +185,18 @@ class LogReader:
         return await self._tail(reader, ledger, entry_id)
 
     async def _tail(self, reader: LedgerReader, ledger: LogLedger, entry_id: int) -> bool:
-        """Wait for ``entry_id`` of an open ledger, or for the ledger to change (closed).
+        """Wait for ``entry_id`` of an open ledger, or for the ledger to end before it.
 
-        The ledger's metadata is watched here too, armed before a fresh read of it: a close
-        that happened just before the wait began (a roll, or the writer's last close) is seen
-        at once instead of after a long-poll round.
+        ``wait_for_entry`` watches the ledger's metadata (armed before a fresh read), so a close
+        by a roll or a takeover is seen at once and the reader's metadata is current after it.
         """
-        core = self._log.client.core
-        events = core.ledgers.watch(ledger.ledger_id)
         try:
-            md, _version = await core.read_metadata(ledger.ledger_id)
-            if md != reader.metadata:  # closed, or a new fragment: start from a fresh look
-                await self._reopen(ledger)
-                return True
-            scope = trio.CancelScope()
-            entry: Entry | None = None
-            error: BaseException | None = None
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_event, events, scope)
-                try:
-                    with scope:
-                        entry = await reader.wait_for_entry(entry_id, timeout=TAIL_ROUND)
-                except BaseException as exc:  # re-raised outside the nursery, unwrapped
-                    error = exc
-                finally:
-                    nursery.cancel_scope.cancel()
-            if error is not None:
-                if isinstance(error, LedgerClosedError):
-                    return True  # it ended before that entry: the next step moves on
-                raise error
-        finally:
-            with trio.CancelScope(shield=True):
-                await _close_watch(events)
+            entry = await reader.wait_for_entry(entry_id, timeout=TAIL_ROUND)
+        except LedgerClosedError:
+            return True  # it ended before that entry: the next step moves on
         if entry is not None:
             self._buffer.append(LogRecord(LogPosition(ledger.seq, entry.entry_id), entry.payload))
             self._pos = LogPosition(ledger.seq, entry.entry_id + 1)
-            return True
-        if scope.cancelled_caught:  # the ledger's metadata changed
-            await self._reopen(ledger)
             return True
         # A long quiet spell: check that the ledger is still the log's (truncation).
         log_md = await self._read_metadata()
@@ -310,16 +283,6 @@ class LogReader:
     def _drop_ledger(self) -> None:
         self._reader = None
         self._ledger = None
-
-
-async def _cancel_on_event(events: AsyncIterator[WatchEvent], scope: trio.CancelScope) -> None:
-    """Cancel ``scope`` at the first event (never raises)."""
-    try:
-        async for _event in events:
-            scope.cancel()
-            return
-    except WalkitError as exc:
-        log.debug("log_reader_watch_ended", error=str(exc))
 
 
 async def _close_watch(events: AsyncIterator[WatchEvent]) -> None:
