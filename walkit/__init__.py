@@ -14,9 +14,7 @@ from walkit.log import (
     LogPosition,
     LogReader,
     LogRecord,
-    LogTruncatedError,
     LogWriter,
-    NoSuchLogError,
     Snapshot,
 )
 
@@ -38,9 +36,7 @@ __all__ = [
     "LogPosition",
     "LogReader",
     "LogRecord",
-    "LogTruncatedError",
     "LogWriter",
-    "NoSuchLogError",
     "Snapshot",
     "errors",
     *errors.__all__,

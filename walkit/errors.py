@@ -219,6 +219,14 @@ class ClientClosedError(WalkitError):
     code = 24
 
 
+class NoSuchLogError(NoSuchNodeError):
+    """The log does not exist (``Log.open(..., create=False)``, ``walkit log show``)."""
+
+
+class LogTruncatedError(NoSuchEntryError):
+    """Records a reader needs lie before the log's truncation point."""
+
+
 def _by_code() -> dict[int, type[WalkitError]]:
     table: dict[int, type[WalkitError]] = {}
     stack: list[type[WalkitError]] = [WalkitError]

@@ -5,7 +5,7 @@ See docs/log.md. ``walkit.Log.open(client, name)`` is the entry point.
 
 from walkit._core.log_metadata import LedgerConfig, LogLedger, LogMetadata, SnapshotRecord
 from walkit._core.log_position import LogPosition
-from walkit.log._errors import LogTruncatedError, NoSuchLogError
+from walkit.errors import LogTruncatedError, NoSuchLogError
 from walkit.log._log import Log
 from walkit.log._options import LogOptions
 from walkit.log._reader import LogReader, LogRecord

@@ -30,12 +30,12 @@ from walkit._core.log_position import LogPosition
 from walkit.errors import (
     ClientClosedError,
     LedgerClosedError,
+    LogTruncatedError,
     NoSuchEntryError,
     NoSuchLedgerError,
     WalkitError,
 )
 from walkit.ledger import LedgerReader
-from walkit.log._errors import LogTruncatedError
 from walkit.log._store import log_path, read_log
 from walkit.metadata import WatchEvent
 

@@ -14,9 +14,8 @@ import structlog
 import trio
 
 from walkit._core.log_metadata import LogMetadata, check_log_name
-from walkit.errors import MetadataVersionError, NodeExistsError, NoSuchNodeError
+from walkit.errors import MetadataVersionError, NodeExistsError, NoSuchLogError, NoSuchNodeError
 from walkit.ledger import ClientCore
-from walkit.log._errors import NoSuchLogError
 from walkit.metadata import LOGS_PATH, MetadataStore
 
 log = structlog.get_logger()
