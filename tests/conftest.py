@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests check logic, not speed: no per-example deadline, so a loaded 2-core CI machine
+# cannot turn a slow example into a failure. HYPOTHESIS_PROFILE=thorough runs many more examples.
+settings.register_profile(
+    "walkit",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("thorough", parent=settings.get_profile("walkit"), max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "walkit"))
 
 # `from tests._zookeeper import ...` works whichever way pytest was started.
 _REPO = str(Path(__file__).resolve().parent.parent)
