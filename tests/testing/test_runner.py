@@ -5,9 +5,19 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from walkit.errors import InvalidArgumentError
-from walkit.testing import SEED_ENV, deterministic_scheduling, replay_hint, run, seed_from_env
+from walkit.testing import (
+    SEED_ENV,
+    SimCluster,
+    SimulationStalled,
+    StallGuard,
+    deterministic_scheduling,
+    replay_hint,
+    run,
+    seed_from_env,
+)
 
 
 async def _race() -> list[int]:
@@ -58,3 +68,31 @@ def test_seed_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InvalidArgumentError):
         seed_from_env()
     assert "WALKIT_SIM_SEED=42" in replay_hint(42, "E=3")
+
+
+async def _ticking() -> None:
+    for _ in range(100):
+        await trio.sleep(0.001)
+
+
+async def _spin() -> None:
+    # Retries forever without letting simulated time move: a livelock.
+    while True:
+        await trio.lowlevel.checkpoint()
+
+
+def test_a_livelock_is_reported_not_hung() -> None:
+    with pytest.raises(SimulationStalled, match="WALKIT_SIM_SEED=3") as info:
+        run(_spin, seed=3, announce=False, stall_steps=1000)
+    assert "stood still at t=0" in str(info.value)
+    # Time that moves is no stall, however many steps it takes.
+    run(_ticking, seed=3, announce=False, stall_steps=5)
+
+
+async def test_a_livelock_in_a_cluster(autojump_clock: trio.testing.MockClock) -> None:
+    with pytest.raises(SimulationStalled, match="WALKIT_SIM_SEED=9"):
+        async with SimCluster(bookies=1, seed=9, announce=False, stall_steps=1000):
+            await trio.sleep(1)
+            await _spin()
+    with pytest.raises(InvalidArgumentError):
+        StallGuard(0)

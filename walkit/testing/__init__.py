@@ -36,6 +36,9 @@ from walkit.testing._history import (
 from walkit.testing._network import LinkFaults, SimNetwork, SimNode, SimStream
 from walkit.testing._runner import (
     SEED_ENV,
+    STALL_STEPS,
+    SimulationStalled,
+    StallGuard,
     deterministic_scheduling,
     replay_hint,
     run,
@@ -45,6 +48,7 @@ from walkit.testing._runner import (
 __all__ = [
     "BOOKIE_PORT",
     "SEED_ENV",
+    "STALL_STEPS",
     "AddAcked",
     "AddFailed",
     "AddInvoked",
@@ -61,6 +65,8 @@ __all__ = [
     "SimNetwork",
     "SimNode",
     "SimStream",
+    "SimulationStalled",
+    "StallGuard",
     "StoredCopies",
     "assert_ok",
     "check_all",

@@ -38,7 +38,13 @@ from walkit.metadata import forget_memory_tree, open_metadata_store
 from walkit.testing._checkers import CheckResult, assert_ok, check_all
 from walkit.testing._history import History
 from walkit.testing._network import SimNetwork
-from walkit.testing._runner import deterministic_scheduling, replay_hint, seed_from_env
+from walkit.testing._runner import (
+    STALL_STEPS,
+    StallGuard,
+    deterministic_scheduling,
+    replay_hint,
+    seed_from_env,
+)
 from walkit_bookie import Bookie, BookieConfig, MemoryStorage
 
 log = structlog.get_logger()
@@ -87,6 +93,10 @@ class SimCluster:
     ``seed`` (default: ``WALKIT_SIM_SEED``, else random) seeds the network, the bookies, the
     clients' generators and placement, and trio's scheduler (``deterministic``). It is printed
     on entry with the options, and is part of every failure message of :meth:`assert_ok`.
+
+    If simulated time stands still for more than ``stall_steps`` task steps (a livelock), the
+    cluster and the body of its ``async with`` are cancelled and :class:`SimulationStalled` is
+    raised on exit.
     """
 
     def __init__(
@@ -100,6 +110,7 @@ class SimCluster:
         client_options: Mapping[str, Any] | None = None,
         deterministic: bool = True,
         announce: bool = True,
+        stall_steps: int | None = STALL_STEPS,
     ) -> None:
         if not isinstance(bookies, int) or bookies < 0:
             raise InvalidArgumentError(f"bookies must be an int >= 0, not {bookies!r}")
@@ -122,6 +133,7 @@ class SimCluster:
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._clients: dict[str, int] = {}
+        self._guard = StallGuard(stall_steps) if stall_steps is not None else None
 
     # --- description -----------------------------------------------------------------------
 
@@ -149,6 +161,11 @@ class SimCluster:
             stack.callback(forget_memory_tree, self.metadata_name)
             self._nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(self._nursery.cancel_scope.cancel)
+            if self._guard is not None:
+                # A livelock (simulated time standing still) cancels the cluster and its body.
+                self._guard.scope = self._nursery.cancel_scope
+                trio.lowlevel.add_instrument(self._guard)
+                stack.callback(trio.lowlevel.remove_instrument, self._guard)
             self._stack = stack
             for _ in range(self._initial_bookies):
                 await self.add_bookie()
@@ -167,12 +184,19 @@ class SimCluster:
         stack, self._stack = self._stack, None
         if stack is None:  # pragma: no cover
             return None
+        guard = self._guard
         try:
-            return await stack.__aexit__(exc_type, exc, tb)
-        except BaseExceptionGroup as group:
-            # A bookie failed on its own: that is a bug worth the seed.
-            group.add_note(self.describe())
+            suppress = await stack.__aexit__(exc_type, exc, tb)
+        except BaseException as error:
+            if guard is not None and guard.stalled_at is not None:
+                raise guard.error(self.failure_context()) from error
+            if isinstance(error, BaseExceptionGroup):
+                # A bookie failed on its own: that is a bug worth the seed.
+                error.add_note(self.describe())
             raise
+        if guard is not None and guard.stalled_at is not None:
+            raise guard.error(self.failure_context())
+        return suppress
 
     def _check_running(self) -> trio.Nursery:
         if self._nursery is None or self._stack is None:

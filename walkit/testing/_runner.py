@@ -22,7 +22,7 @@ import random
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 import trio
 import trio.testing
@@ -75,6 +75,51 @@ def deterministic_scheduling(seed: int) -> Iterator[bool]:
         rng.setstate(saved_state)
 
 
+#: Task steps at one instant of simulated time after which a run counts as stalled.
+STALL_STEPS = 100_000
+
+
+class SimulationStalled(AssertionError):
+    """Simulated time stood still while tasks kept running: a livelock (for example a retry
+    loop without a pause). On a MockClock such a loop would spin forever."""
+
+
+@final
+class StallGuard(trio.abc.Instrument):
+    """Counts task steps at one clock reading; past ``limit`` it cancels ``scope`` once.
+
+    Deterministic (it counts steps, not real time), so a stall replays with its seed.
+    """
+
+    def __init__(self, limit: int = STALL_STEPS) -> None:
+        if limit < 1:
+            raise InvalidArgumentError("the stall limit must be >= 1 task step")
+        self.limit = limit
+        self.scope: trio.CancelScope | None = None
+        #: The simulated time at which the run stalled (None: it did not).
+        self.stalled_at: float | None = None
+        self._at = -1.0
+        self._steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        now = trio.current_time()
+        if now != self._at:
+            self._at, self._steps = now, 0
+            return
+        self._steps += 1
+        if self._steps > self.limit and self.stalled_at is None:
+            self.stalled_at = now
+            if self.scope is not None:
+                self.scope.cancel()
+
+    def error(self, context: str = "") -> SimulationStalled:
+        extra = f"; {context}" if context else ""
+        return SimulationStalled(
+            f"simulated time stood still at t={self.stalled_at} for more than {self.limit} "
+            f"task steps: a livelock (a loop that retries without waiting?){extra}"
+        )
+
+
 def seed_from_env(default: int | None = None) -> int:
     """The seed in ``WALKIT_SIM_SEED`` if set, else ``default``, else a fresh random one."""
     text = os.environ.get(SEED_ENV, "").strip()
@@ -100,15 +145,34 @@ def run(
     seed: int,
     clock: trio.abc.Clock | None = None,
     announce: bool = True,
+    stall_steps: int | None = STALL_STEPS,
 ) -> T:
     """``trio.run`` on a ``MockClock(autojump_threshold=0)`` with the scheduler seeded by ``seed``.
 
     Prints the seed first (``announce``), so that the output of a failing test says how to
-    replay it.
+    replay it. A run in which simulated time stands still for more than ``stall_steps`` task
+    steps (a livelock) is cancelled and raises :class:`SimulationStalled` (None: no limit).
     """
     if announce:
         print(replay_hint(seed), file=sys.stderr)
     if clock is None:
         clock = trio.testing.MockClock(autojump_threshold=0)
+    guard = StallGuard(stall_steps) if stall_steps is not None else None
+
+    async def main() -> T:
+        if guard is None:
+            return await async_fn(*args)
+        with trio.CancelScope() as scope:
+            guard.scope = scope
+            try:
+                result = await async_fn(*args)
+            except BaseException as exc:
+                if guard.stalled_at is not None:  # whatever the unwinding raised
+                    raise guard.error(replay_hint(seed)) from exc
+                raise
+            if guard.stalled_at is None:
+                return result
+        raise guard.error(replay_hint(seed))
+
     with deterministic_scheduling(seed):
-        return trio.run(async_fn, *args, clock=clock)
+        return trio.run(main, clock=clock, instruments=[guard] if guard is not None else [])
