@@ -273,7 +273,9 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
 
         async def recover(name: str) -> None:
             async with cluster.client(name) as rc:
-                handle = await _retry(lambda: rc.open_ledger(lid, recovery=True), attempts=20)
+                handle = await _retry(
+                    lambda: rc.open_ledger(lid, recovery=True), attempts=40, pause=1.0
+                )
                 history.record_fence_completed(name, lid)
                 md = handle.metadata
                 out.fenced = True
@@ -361,7 +363,7 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
 
         async with cluster.client("checker") as checker:
             if RECOVERY:
-                md = await _retry(lambda: cluster.read_back(checker, lid), attempts=20)
+                md = await _retry(lambda: cluster.read_back(checker, lid), attempts=40, pause=1.0)
             else:
                 md = await _retry(lambda: cluster.read_back(checker, lid, recovery=False))
                 if not md.is_closed:

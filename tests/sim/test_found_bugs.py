@@ -1,0 +1,50 @@
+"""Bugs the simulation found in other parts of walkit, pinned as small deterministic tests.
+
+Each is marked ``xfail(strict=True)`` while the bug is open (today it ends in
+``SimulationStalled``): when it is fixed the test passes, pytest reports the XPASS as a
+failure, and the mark should go.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+import trio
+import trio.testing
+
+from walkit.errors import WalkitError
+from walkit.testing import SimCluster
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="writer livelock: with every replacement bookie answering IO_ERROR, the writer "
+    "changes its ensemble back and forth without pausing (one metadata CAS each time); "
+    "found by tests/sim, e.g. WALKIT_SIM_SEED=14563139416777314",
+)
+async def test_writer_does_not_spin_while_replacements_fail(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        SimCluster(bookies=2, seed=1, stall_steps=50_000) as cluster,
+        cluster.client("writer", add_timeout=1.0) as client,
+    ):
+        lw = await client.create_ledger(1, 1, 1)
+        await lw.append(b"before")
+        for b in cluster.bookies:  # both disks fail for one second
+            b.storage.fail_writes = OSError(errno.EIO, "simulated disk error")
+        outcome: list[object] = []
+
+        async def append() -> None:
+            try:
+                outcome.append(await lw.append(b"during"))
+            except WalkitError as exc:  # failing the append is a fine answer too
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append)
+            await trio.sleep(1.0)
+            for b in cluster.bookies:
+                b.storage.fail_writes = None
+        assert len(outcome) == 1
