@@ -134,6 +134,13 @@ async def measure(
         elapsed = time.perf_counter() - t0
         times1 = os.times()
         bookies1 = [_cpu_seconds(p) for p in bookie_pids]
+        # Half load: open loop at half the rate just measured; each entry's latency runs from
+        # when it was due, so a stall also counts for the entries queued behind it.
+        half_rate = count / elapsed / 2
+        half_lat = await _open_loop(lw, data, half_rate, min(seconds, 2.0))
+        out["half_rate"] = half_rate
+        out["half_p50_ms"] = _percentile(half_lat, 0.5) * 1e3
+        out["half_p99_ms"] = _percentile(half_lat, 0.99) * 1e3
         await lw.close()
         await client.delete_ledger(lw.id)
     out["entries_per_s"] = count / elapsed
@@ -147,6 +154,30 @@ async def measure(
     )
     out["in_flight"] = tasks * batch
     return out
+
+
+async def _open_loop(lw: Any, data: bytes, rate: float, seconds: float) -> list[float]:
+    """Entries due at ``rate`` per second for ``seconds``; every 1 ms tick appends the entries
+    that fell due as one batch (as an application with a steady stream would). Returns each
+    entry's latency from the moment it was due."""
+    lat: list[float] = []
+
+    async def batch(dues: list[float]) -> None:
+        await lw.append_batch([data] * len(dues))
+        done = time.perf_counter()
+        lat.extend(done - due for due in dues)
+
+    tick = 0.001
+    start = time.perf_counter()
+    sent = 0
+    async with trio.open_nursery() as nursery:
+        while (now := time.perf_counter()) < start + seconds:
+            due_count = int((now - start) * rate)
+            if due_count > sent:
+                nursery.start_soon(batch, [start + k / rate for k in range(sent, due_count)])
+                sent = due_count
+            await trio.sleep(tick)
+    return lat
 
 
 def run_once(root: Path, seconds: float, sizes: tuple[int, ...]) -> dict[tuple[Any, ...], Any]:
@@ -188,7 +219,9 @@ def report(
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
         "sqlite metadata; medians of the runs. One writer task at low load; at full load "
         "4 tasks looping `append_batch` (256 entries, 16 for 64 KiB). Full-load latency is "
-        "that of a whole batch. Client CPU is this process's user+system time per entry; "
+        "that of a whole batch. Half load: appends started open-loop at half the full-load "
+        "rate (the entries due in each 1 ms tick go as one `append_batch`), each timed from "
+        "when it was due. Client CPU is this process's user+system time per entry; "
         "bookies' CPU is the sum over the 3 processes (100% = one core).",
         "",
     ]
@@ -205,8 +238,8 @@ def report(
         ]
     lines += [
         "| E/Qw/Qa | entry | entries/s | MiB/s | low p50 ms | low p99 ms | full p50 ms "
-        "| full p99 ms | client µs/entry (user+sys) | bookies CPU % |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| full p99 ms | half-load p50 / p99 ms | client µs/entry (user+sys) | bookies CPU % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (quorum, size), m in med.items():
         label = f"{size // 1024} KiB" if size >= 1024 else f"{size} B"
@@ -214,6 +247,7 @@ def report(
             f"| {quorum[0]}/{quorum[1]}/{quorum[2]} | {label} | {m['entries_per_s']:,.0f} "
             f"| {m['mib_per_s']:.1f} | {m['low_p50_ms']:.2f} | {m['low_p99_ms']:.2f} "
             f"| {m['full_p50_ms']:.1f} | {m['full_p99_ms']:.1f} "
+            f"| {m['half_p50_ms']:.2f} / {m['half_p99_ms']:.2f} "
             f"| {m['client_user_us']:.1f}+{m['client_sys_us']:.1f} | {m['bookies_cpu_pct']:.0f} |"
         )
     if limits:
