@@ -55,6 +55,11 @@ LATENCIES: Final = (0.0, 0.001, 0.005, 0.02)
 #: within the first 3.
 WRITE_SPAN: Final = 4.0
 
+#: Task steps at one simulated instant that count as a livelock. Busy instants of these
+#: schedules take a few hundred (at most 448 over 300 random schedules); a livelock is caught
+#: in well under a second.
+STALL_STEPS: Final = 20_000
+
 #: A schedule that has not finished after this much simulated time is a liveness failure.
 DEADLINE: Final = 900.0
 
@@ -203,7 +208,11 @@ async def run_scenario(sc: Scenario) -> Outcome:
     or of the code under test, with the replay line attached)."""
     schedule = fault_schedule(sc)
     async with SimCluster(
-        bookies=sc.bookies, seed=sc.seed, client_options=CLIENT_OPTIONS, announce=False
+        bookies=sc.bookies,
+        seed=sc.seed,
+        client_options=CLIENT_OPTIONS,
+        announce=False,
+        stall_steps=STALL_STEPS,
     ) as cluster:
         history = cluster.history
         outcome = Outcome(sc, [], history)
@@ -394,7 +403,7 @@ def check_scenario(sc: Scenario) -> Outcome:
     SCHEDULES_RUN["total"] += 1
     SCHEDULES_RUN["failed"] += 1  # until it passes
     try:
-        outcome = run(run_scenario, sc, seed=sc.seed, announce=False)
+        outcome = run(run_scenario, sc, seed=sc.seed, announce=False, stall_steps=STALL_STEPS)
     except trio.TooSlowError:
         raise AssertionError(
             f"the schedule did not finish within {DEADLINE} simulated seconds\n" + _context(sc)
