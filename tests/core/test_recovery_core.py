@@ -235,3 +235,19 @@ def test_confirmed_and_absent_are_exclusive(e: int, data: st.DataObject) -> None
         if tracker.decision is EntryDecision.ABSENT:
             # Absent means fewer than Qa bookies can hold it: it was never acknowledged.
             assert qw - missing < qa
+
+
+def test_ensemble_changes_back_off_only_without_progress() -> None:
+    from walkit._core.ensemble_change import (
+        CHANGE_BACKOFF_CAP,
+        CHANGE_BACKOFF_FIRST,
+        change_backoff,
+    )
+
+    assert change_backoff(0.0, progressed=True) == 0.0
+    pause = change_backoff(0.0, progressed=False)
+    assert pause == CHANGE_BACKOFF_FIRST
+    for _ in range(20):
+        pause = change_backoff(pause, progressed=False)
+    assert pause == CHANGE_BACKOFF_CAP
+    assert change_backoff(pause, progressed=True) == 0.0

@@ -20,7 +20,10 @@ from walkit.errors import (
 )
 
 __all__ = [
+    "CHANGE_BACKOFF_CAP",
+    "CHANGE_BACKOFF_FIRST",
     "CloseDecision",
+    "change_backoff",
     "check_still_ours",
     "decide_close",
     "ensemble_with_replacements",
@@ -114,3 +117,21 @@ def decide_close(current: LedgerMetadata, last_entry_id: int, length: int) -> Cl
             f"{current.last_entry_id}, but this writer acknowledged up to {last_entry_id}"
         )
     )
+
+
+#: First pause between ensemble changes that make no progress, and the longest.
+CHANGE_BACKOFF_FIRST = 0.01
+CHANGE_BACKOFF_CAP = 2.0
+
+
+def change_backoff(previous: float, progressed: bool) -> float:
+    """How long to wait before the next ensemble change (before jitter).
+
+    None after progress (an entry was acknowledged since the last change): a failure then is a
+    new failure. Without progress the replacements are failing too (every bookie's disk is
+    bad, say): doubling pauses up to a cap keep the writer from spinning through metadata
+    compare-and-sets, while it still finds a healthy bookie within the cap once one is back.
+    """
+    if progressed:
+        return 0.0
+    return min(CHANGE_BACKOFF_CAP, CHANGE_BACKOFF_FIRST if previous <= 0 else previous * 2)

@@ -19,7 +19,7 @@ import trio
 
 from walkit._core.add_tracker import AddTracker, PendingAdd
 from walkit._core.digest import DigestManager
-from walkit._core.ensemble_change import decide_close, new_fragment
+from walkit._core.ensemble_change import change_backoff, decide_close, new_fragment
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import BookieId, Entry
 from walkit._core.wire import Response, StatusCode, WriteLacRequest, encode_frame
@@ -154,6 +154,9 @@ class LedgerWriter:
         self._changing = False
         self._change_done = trio.Event()
         self._change_done.set()
+        #: LAC when the last ensemble change committed (None: none yet), and the last pause.
+        self._lac_at_last_change: int | None = None
+        self._change_pause = 0.0
         self._scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
 
@@ -422,6 +425,9 @@ class LedgerWriter:
     async def _change_ensemble(self) -> None:
         try:
             while self._error is None and self._tracker.needs_change():
+                await self._pause_before_change()
+                if self._error is not None or not self._tracker.needs_change():
+                    break
                 first_entry, slots = self._tracker.start_ensemble_change()
                 try:
                     await self._commit_new_fragment(first_entry, slots)
@@ -434,12 +440,23 @@ class LedgerWriter:
                     for slot in targets:
                         per_slot[slot].append((pa.entry_id, pa.packet))
                 self._queue(per_slot)
+                self._lac_at_last_change = self.last_add_confirmed
         except Exception as exc:  # a bug must not take the client down
             log.exception("ensemble_change_crashed", ledger_id=self.id)
             self._fail(WalkitError(f"ledger {self.id}: ensemble change failed: {exc!r}"))
         finally:
             self._changing = False
             self._change_done.set()
+
+    async def _pause_before_change(self) -> None:
+        """Back off when changes follow each other without an entry acknowledged in between."""
+        last = self._lac_at_last_change
+        progressed = last is None or self.last_add_confirmed > last
+        self._change_pause = change_backoff(self._change_pause, progressed)
+        if self._change_pause > 0:
+            pause = self._change_pause * (0.5 + self._core.rng.random())
+            log.info("ensemble_change_backoff", ledger_id=self.id, seconds=round(pause, 3))
+            await trio.sleep(pause)
 
     def _choose_replacements(
         self, current: tuple[BookieId, ...], slots: frozenset[int], *, avoid_recent: bool
