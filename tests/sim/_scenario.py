@@ -201,6 +201,7 @@ class Outcome:
     closed_at: int | None = None
     fragments: int = 0
     inconclusive: str = ""
+    read_back_error: str = ""
 
 
 async def run_scenario(sc: Scenario) -> Outcome:
@@ -221,6 +222,10 @@ async def run_scenario(sc: Scenario) -> Outcome:
         results = check_all(history)
         if outcome.inconclusive:
             results = [r for r in results if r.name != "no_lost_acks"]
+        if outcome.read_back_error:
+            results.append(
+                CheckResult("read_back", False, {"attempts": 40}, (outcome.read_back_error,))
+            )
         outcome.results = results
         return outcome
 
@@ -371,12 +376,19 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
             nursery.cancel_scope.cancel()
 
         async with cluster.client("checker") as checker:
-            if RECOVERY:
-                md = await _retry(lambda: cluster.read_back(checker, lid), attempts=40, pause=1.0)
-            else:
-                md = await _retry(lambda: cluster.read_back(checker, lid, recovery=False))
-                if not md.is_closed:
-                    out.inconclusive = "ledger left open and recovery is not available"
+            try:
+                if RECOVERY:
+                    md = await _retry(
+                        lambda: cluster.read_back(checker, lid), attempts=40, pause=1.0
+                    )
+                else:
+                    md = await _retry(lambda: cluster.read_back(checker, lid, recovery=False))
+                    if not md.is_closed:
+                        out.inconclusive = "ledger left open and recovery is not available"
+            except WalkitError as exc:
+                # Everything healed, and still the ledger cannot be recovered and read back.
+                out.read_back_error = f"{type(exc).__name__}: {exc}"
+                return
             out.closed_at = md.last_entry_id if md.is_closed else None
             out.fragments = len(md.fragments)
 

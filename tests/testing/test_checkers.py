@@ -152,8 +152,10 @@ def test_closed_ledgers_replicated_from_history() -> None:
     h.record_stored_copies(closed_metadata(0), {B[0]: {0: b"a"}, B[1]: {0: b"a"}})
     assert check_closed_ledgers_replicated(h).ok
     h.record_stored_copies(closed_metadata(0), {B[0]: {0: b"a"}})
+    h.record_stored_copies(closed_metadata(0), {B[0]: {0: b"a"}})  # counted once
     result = check_closed_ledgers_replicated(h)
     assert not result.ok and result.counts["ledgers"] == 2
+    assert result.counts["under_replicated"] == 1
 
 
 def test_readers_agree_good() -> None:

@@ -390,15 +390,15 @@ class SimCluster:
         """Open the ledger (with recovery by default), read every entry, and record it all in
         the history as the final read-back: entries, the closed end, the bookies' copies."""
         handle = await client.open_ledger(ledger_id, password=password, recovery=recovery)
+        metadata = handle.metadata
+        if metadata.is_closed:  # recorded first: they stand even if reading then fails
+            self.history.record_ledger_closed(reader, ledger_id, metadata.last_entry_id)
+            self.history.record_stored_copies(metadata, self.stored_copies(metadata, password))
         last = handle.last_add_confirmed
         entries = await handle.read(0, last) if last >= 0 else []
         self.history.record_read(
             reader, ledger_id, 0, [(e.entry_id, e.payload) for e in entries], final=True
         )
-        metadata = handle.metadata
-        if metadata.is_closed:
-            self.history.record_ledger_closed(reader, ledger_id, metadata.last_entry_id)
-            self.history.record_stored_copies(metadata, self.stored_copies(metadata, password))
         return metadata
 
     def check(self) -> list[CheckResult]:
