@@ -159,6 +159,18 @@ KINDS: Final = ("crash", "pause", *LINK_KINDS, "crash", "partition", "io_error",
 EXPIRE_CHANCE: Final = 0.03
 
 
+def writer_options(sc: Scenario) -> dict[str, Any]:
+    """The writer's client options: its ensemble change mode, and timings drawn from the
+    scenario's generator (a rare explicit LAC leaves the bookies' LAC behind, so recovery has
+    more entries to decide)."""
+    rng = derive_rng(sc.rng_seed, "writer-options")
+    return {
+        "ensemble_change": MODES[sc.mode],
+        "explicit_lac_interval": rng.choice((0.005, 0.05, None)),
+        "add_timeout": rng.choice((0.25, 1.0, 3.0)),
+    }
+
+
 def recoverers(sc: Scenario) -> list[str]:
     return [f"recoverer-{i + 1}" for i in range(sc.recovery)]
 
@@ -237,7 +249,7 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
     latency = LATENCIES[sc.latency]
     if latency:
         net.set_delay(latency, jitter=latency)
-    async with cluster.client(WRITER, ensemble_change=MODES[sc.mode]) as wclient:
+    async with cluster.client(WRITER, **writer_options(sc)) as wclient:
         lw = await wclient.create_ledger(sc.ensemble, sc.write_quorum, sc.ack_quorum)
         lid = lw.id
         counter = itertools.count()
@@ -433,6 +445,6 @@ def check_scenario(sc: Scenario) -> Outcome:
 
 
 def _context(sc: Scenario) -> str:
-    lines = [sc.replay(), "schedule:"]
+    lines = [sc.replay(), f"writer options: {writer_options(sc)}", "schedule:"]
     lines += [f"  {f}" for f in fault_schedule(sc)]
     return "\n".join(lines)
