@@ -1,10 +1,11 @@
 """Randomized fault schedules on the real client and bookies (walkit.testing.SimCluster).
 
 A :class:`Scenario` is a function of one integer, its *seed*: the quorum sizes, the number of
-spare bookies, entries, appenders and faults, whether a second client recovers (fences) the
-ledger, and the seed of the generators that pick each fault and its timing are packed into it
-(mixed radix). So ``WALKIT_SIM_SEED=<seed>`` replays a schedule exactly, and Hypothesis can draw
-(and shrink) each field on its own.
+spare bookies, entries, appenders and faults, how many clients recover (fence) the ledger
+during the run, the links' latency, the writer's ensemble change mode, and the seed of the
+generators that pick each fault, its timing and the writer's timeouts are packed into it (mixed
+radix). So ``WALKIT_SIM_SEED=<seed>`` replays a schedule exactly, and Hypothesis can draw (and
+shrink) each field on its own.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from walkit.testing import (
     run,
 )
 
-#: Whether ``open_ledger(recovery=True)`` exists yet (the lead is writing it).
+#: Whether ``open_ledger(recovery=True)`` exists (schedules without it only write and read).
 RECOVERY: Final = importlib.util.find_spec("walkit.ledger._recovery") is not None
 
 #: (field, number of values) from the least significant digit up; the generator seed is the rest.
