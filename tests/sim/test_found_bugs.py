@@ -1,8 +1,7 @@
 """Bugs the simulation found in other parts of walkit, pinned as small deterministic tests.
 
-Each is marked ``xfail(strict=True)`` while the bug is open (today it ends in
-``SimulationStalled``): when it is fixed the test passes, pytest reports the XPASS as a
-failure, and the mark should go.
+Each is marked ``xfail(strict=True)`` while its bug is open; once fixed, it stays as a
+regression test. Their seeds are also in ``REGRESSION_SEEDS`` of test_random_schedules.py.
 """
 
 from __future__ import annotations

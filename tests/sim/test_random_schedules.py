@@ -19,7 +19,17 @@ RUNS = int(os.environ.get("WALKIT_SIM_RUNS", "200"))
 REPLAY = os.environ.get(SEED_ENV, "").strip()
 
 #: Seeds worth keeping (each once exposed a bug, or covers a rare path); always run.
-REGRESSION_SEEDS: list[int] = []
+REGRESSION_SEEDS: list[int] = [
+    # The writer flipped its ensemble between two bookies that both answered IO_ERROR, a
+    # metadata CAS each time, without pausing (fixed in 575e5be).
+    14563139416777314,
+    41186071000,
+    50416216711936769,
+    71075950825079156,
+    2222926648676537,
+    # A single bookie stays read-only until its next disk check: recovery must wait for it.
+    81407657607183750,
+]
 
 SETTINGS = settings(
     max_examples=RUNS,
