@@ -126,18 +126,22 @@ class LogWriter:
         LedgerClosedError (after close), InvalidArgumentError (not bytes, too big), and the
         ledger's errors (NotEnoughBookiesError ...).
         """
+        seq, lw = await self._current_ledger()
+        try:
+            entry_id = await lw.append(payload)
+        except WalkitError as exc:
+            raise self._append_failed(lw, exc) from exc
+        return LogPosition(seq, entry_id)
+
+    async def _current_ledger(self) -> tuple[int, LedgerWriter]:
+        """The ledger the next append goes to, after any roll that is due or under way."""
         self._check()
         if self._gate.locked() or self._roll_due():
             await self._through_gate()
             self._check()
         elif self._broken:
             await self._check_owner()  # the ledger failed and a roll must wait: still ours?
-        seq, lw = self._ledger.seq, self._lw
-        try:
-            entry_id = await lw.append(payload)
-        except WalkitError as exc:
-            raise self._append_failed(lw, exc) from exc
-        return LogPosition(seq, entry_id)
+        return self._ledger.seq, self._lw
 
     async def append_batch(self, payloads: Sequence[bytes]) -> list[LogPosition]:
         """Append several records, pipelined, in one ledger; returns their positions once all
@@ -145,13 +149,7 @@ class LogWriter:
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
         payloads = list(payloads)
-        self._check()
-        if self._gate.locked() or self._roll_due():
-            await self._through_gate()
-            self._check()
-        elif self._broken:
-            await self._check_owner()  # the ledger failed and a roll must wait: still ours?
-        seq, lw = self._ledger.seq, self._lw
+        seq, lw = await self._current_ledger()
         try:
             ids = await lw.append_batch(payloads)
         except WalkitError as exc:
