@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-import structlog
 import trio
 
+from walkit._logging import configure_cli_logging
 from walkit.errors import WalkitError
 
 
 def _configure_logging(verbose: bool) -> None:
-    level = logging.DEBUG if verbose else logging.WARNING
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
+    configure_cli_logging("debug" if verbose else "warning")
 
 
 def _metadata_url(args: argparse.Namespace) -> str:

@@ -22,12 +22,12 @@ from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, final
 
-import structlog
 import trio
 
 from walkit._core.digest import DigestType
 from walkit._core.ledger_metadata import LedgerMetadata, password_hash, validate_quorums
 from walkit._core.types import BookieId
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -58,7 +58,7 @@ from walkit.placement import (
     load_policy,
 )
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["Client"]
 

@@ -17,18 +17,18 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, final
 
-import structlog
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from walkit._logging import get_logger
 from walkit.errors import BookieIOError
 
 if TYPE_CHECKING:
     from walkit_bookie._bookie import Bookie
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 _MAX_HEAD = 8192  # request line and headers
 _MAX_BODY = 4096

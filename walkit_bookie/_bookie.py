@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
-import structlog
 import trio
 from prometheus_client import CollectorRegistry
 
@@ -36,6 +35,7 @@ from walkit._core.wire import (
     WriteLacResponse,
     encode_frame,
 )
+from walkit._logging import get_logger
 from walkit.errors import BookieIOError, WalkitError
 from walkit.metadata import MetadataStore
 from walkit.net import Network, TcpNetwork
@@ -48,7 +48,7 @@ from walkit_bookie._registration import Registration
 from walkit_bookie._server import Connection, handle_stream
 from walkit_bookie._storage import BookieStorage, DiskStorage
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 _DISK_READERS = 2
 _DISK_READ_BATCH = 256

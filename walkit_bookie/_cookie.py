@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import final
 
 import attrs
-import structlog
 
+from walkit._logging import get_logger
 from walkit.errors import BookieIOError, CookieError
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 COOKIE_FILE = "COOKIE"
 LAYOUT_VERSION = 1

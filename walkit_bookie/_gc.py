@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
-import structlog
 import trio
 
+from walkit._logging import get_logger
 from walkit.errors import WalkitError
 from walkit.metadata import INSTANCE_ID_PATH, LedgerManager, MetadataStore
 from walkit_bookie._compaction import CompactionResult
@@ -30,7 +30,7 @@ from walkit_bookie._compaction import CompactionResult
 if TYPE_CHECKING:
     from walkit_bookie._bookie import Bookie
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 COMPACTIONS = ("minor", "major")
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, final
 
 import lmdb
-import structlog
 
+from walkit._logging import get_logger
 from walkit_bookie._journal import LogMark
 from walkit_bookie._ledger import LedgerInfo
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 INDEX_DIR = "index"
 _KEY = struct.Struct(">QQ")

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import crc32c
-import structlog
 import trio
 
 from walkit._core.wire import Request
+from walkit._logging import get_logger
 from walkit_bookie._cookie import fsync_dir
 from walkit_bookie._directio import BLOCK, AlignedBuffer, AlignedFile
 
 if TYPE_CHECKING:
     from walkit_bookie._storage import BookieStorage
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 _REC = struct.Struct(">II")
 _LENGTH = struct.Struct(">I")

@@ -7,10 +7,10 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, final
 
-import structlog
 import trio
 
 from walkit._core.types import BookieId
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     CookieError,
@@ -36,7 +36,7 @@ from walkit.metadata import (
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._cookie import LAYOUT_VERSION
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 ModeSource = Callable[[], tuple[bool, trio.Event]]
 StoreOpener = Callable[[], Awaitable[MetadataStore]]

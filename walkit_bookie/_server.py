@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, final
 
-import structlog
 import trio
 
 from walkit._core.wire import (
@@ -23,12 +22,13 @@ from walkit._core.wire import (
     encode_frame,
     peek_request_id,
 )
+from walkit._logging import get_logger
 from walkit.errors import FrameTooLargeError, RemoteProtocolError, UnsupportedVersionError
 
 if TYPE_CHECKING:
     from walkit_bookie._config import BookieConfig
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 RECEIVE_SIZE = 1024 * 1024
 _HEADER_END = 4 + 10  # length prefix + version, type, request id

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import final
 
 import attrs
-import structlog
 import trio
 
 from walkit._core.types import BookieId
@@ -30,6 +29,7 @@ from walkit._core.wire import (
     WriteLacRequest,
     decode_message,
 )
+from walkit._logging import get_logger
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
 from walkit_bookie._compaction import CompactionResult, EntryLogUsage, batches, choose
 from walkit_bookie._config import BookieConfig
@@ -39,7 +39,7 @@ from walkit_bookie._index import INDEX_DIR, Index, entry_key, location_bytes
 from walkit_bookie._journal import JournalWriter, LogMark, journal_files, replay
 from walkit_bookie._ledger import LedgerInfo, apply_request
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 JOURNAL_DIR = "journal"
 _KEY = struct.Struct(">QQ")

@@ -12,20 +12,19 @@ arguments.
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
 import trio
 
+from walkit._logging import configure_cli_logging, get_logger
 from walkit.errors import ConfigurationError, WalkitError
 from walkit_bookie._bookie import Bookie
 from walkit_bookie._config import BookieConfig
 
-log = structlog.get_logger()
+log = get_logger("walkit_bookie.cli")
 
 SWITCH_INTERVAL = 0.0005
 
@@ -231,24 +230,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
 
 
 def configure_logging(level: str, json_lines: bool) -> None:
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if json_lines
-        else structlog.processors.KeyValueRenderer(
-            key_order=["timestamp", "level", "event"], drop_missing=True
-        )
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    configure_cli_logging(level.lower(), "json" if json_lines else "console")
 
 
 async def _serve(config: BookieConfig, metadata_url: str | None) -> None:

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TextIO, final
 
 import attrs
-import structlog
 import trio
 
+from walkit._logging import get_logger
 from walkit.errors import ConfigurationError
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 STATE_FILE = "sandbox.json"
 READY_MARKER = "listening on"

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import final
 
-import structlog
 import trio
 
 from walkit._core.digest import DigestManager
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import Entry
+from walkit._logging import get_logger
 from walkit.errors import (
     BookieTimeoutError,
     BookieUnavailableError,
@@ -24,7 +24,7 @@ from walkit.ledger._reads import long_poll_lac, read_entries, read_lac
 from walkit.ledger._writer import _check_range
 from walkit.metadata import WatchEvent
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["LedgerReader"]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 from typing import final
 
-import structlog
 import trio
 
 from walkit._core.digest import DigestManager
@@ -27,11 +26,12 @@ from walkit._core.wire import (
     StatusCode,
     encode_frame,
 )
+from walkit._logging import get_logger
 from walkit.errors import DigestMismatchError, RemoteProtocolError, WalkitError
 from walkit.ledger._core import ClientCore, status_error
 from walkit.net._connection import encode_read_request
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["long_poll_lac", "read_entries", "read_lac", "unreachable"]
 

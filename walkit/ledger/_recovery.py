@@ -21,7 +21,6 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Final
 
-import structlog
 import trio
 
 from walkit._core.digest import DigestManager, read_header
@@ -53,6 +52,7 @@ from walkit._core.wire import (
     StatusCode,
     encode_frame,
 )
+from walkit._logging import get_logger
 from walkit.errors import (
     DigestMismatchError,
     LedgerRecoveryError,
@@ -63,7 +63,7 @@ from walkit.errors import (
 )
 from walkit.ledger._core import ClientCore, check_password
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["recover_ledger"]
 

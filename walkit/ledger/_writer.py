@@ -14,7 +14,6 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, final
 
-import structlog
 import trio
 
 from walkit._core.add_tracker import AddTracker, PendingAdd
@@ -23,6 +22,7 @@ from walkit._core.ensemble_change import change_backoff, decide_close, new_fragm
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import BookieId, Entry
 from walkit._core.wire import Response, StatusCode, WriteLacRequest, encode_frame
+from walkit._logging import get_logger
 from walkit.errors import (
     BookieTimeoutError,
     ClientClosedError,
@@ -40,7 +40,7 @@ from walkit.ledger._core import ClientCore, status_error
 from walkit.ledger._reads import read_entries
 from walkit.net._connection import BookieConnection
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["LedgerWriter"]
 

@@ -20,12 +20,12 @@ from collections.abc import AsyncIterable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
-import structlog
 import trio
 
 from walkit._core.digest import DigestType
 from walkit._core.log_metadata import LedgerConfig, LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition, position
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -43,7 +43,7 @@ from walkit.log._writer import LogWriter, take_over
 if TYPE_CHECKING:
     from walkit.client import Client
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["Log"]
 

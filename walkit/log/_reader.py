@@ -22,11 +22,11 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final, final
 
 import attrs
-import structlog
 import trio
 
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     LedgerClosedError,
@@ -42,7 +42,7 @@ from walkit.metadata import WatchEvent
 if TYPE_CHECKING:
     from walkit.log._log import Log
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["LogReader", "LogRecord"]
 

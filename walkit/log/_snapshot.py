@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 import crc32c
-import structlog
 import trio
 
 from walkit._core.log_metadata import LogMetadata, SnapshotRecord
 from walkit._core.log_position import LogPosition
+from walkit._logging import get_logger
 from walkit.errors import DigestMismatchError, InvalidArgumentError, WalkitError
 from walkit.ledger import LedgerWriter
 from walkit.log._store import update_log
@@ -26,7 +26,7 @@ from walkit.log._store import update_log
 if TYPE_CHECKING:
     from walkit.log._log import Log
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["Snapshot", "save_snapshot"]
 

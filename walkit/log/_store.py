@@ -10,15 +10,15 @@ import functools
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-import structlog
 import trio
 
 from walkit._core.log_metadata import LogMetadata, check_log_name
+from walkit._logging import get_logger
 from walkit.errors import MetadataVersionError, NodeExistsError, NoSuchLogError, NoSuchNodeError
 from walkit.ledger import ClientCore
 from walkit.metadata import LOGS_PATH, MetadataStore
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

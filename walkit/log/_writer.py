@@ -25,11 +25,11 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, final
 
-import structlog
 import trio
 
 from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
 from walkit._core.log_position import LogPosition, position
+from walkit._logging import get_logger
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -47,7 +47,7 @@ from walkit.log._store import read_log, update_log, write_log
 if TYPE_CHECKING:
     from walkit.log._log import Log
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["LogWriter", "take_over"]
 

@@ -19,10 +19,10 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, final
 
 import attrs
-import structlog
 import trio
 
 from walkit._core.types import BookieId
+from walkit._logging import get_logger
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -38,7 +38,7 @@ from walkit.metadata._cluster import (
 from walkit.metadata._store import MetadataStore, WatchEvent, WatchEventKind
 from walkit.placement._policy import BookieInfo
 
-logger = structlog.get_logger()
+logger = get_logger(__name__)
 
 REGISTRATION_FORMAT = 1
 _RESERVED = frozenset({"format", "bookie_id", "network_location", "read_only"})

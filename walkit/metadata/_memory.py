@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from typing import final
 
 import attrs
-import structlog
 import trio
 
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -37,7 +37,7 @@ from walkit.metadata._paths import (
 from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
 from walkit.metadata._watch import ChangeKind, WatchStream, event_for
 
-logger = structlog.get_logger()
+logger = get_logger(__name__)
 
 _MAX_ID = 2**63 - 1
 

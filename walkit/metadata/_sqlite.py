@@ -23,9 +23,9 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, final
 
-import structlog
 import trio
 
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -43,7 +43,7 @@ from walkit.metadata._sqlite_db import SqliteDb
 from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
 from walkit.metadata._watch import WatchStream, catch_up_event, event_for
 
-logger = structlog.get_logger()
+logger = get_logger(__name__)
 
 T = TypeVar("T")
 

@@ -12,8 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 
-import structlog
-
+from walkit._logging import get_logger
 from walkit.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -28,7 +27,7 @@ from walkit.metadata._paths import join, parent_of
 from walkit.metadata._store import Versioned
 from walkit.metadata._watch import ChangeKind
 
-logger = structlog.get_logger()
+logger = get_logger(__name__)
 
 SCHEMA_VERSION = 1
 _MAX_ID = 2**63 - 1

@@ -21,7 +21,6 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, final
 
-import structlog
 import trio
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
@@ -29,6 +28,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
 
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -51,7 +51,7 @@ from walkit.metadata._paths import (
 from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
 from walkit.metadata._watch import WatchStream, catch_up_event
 
-logger = structlog.get_logger()
+logger = get_logger(__name__)
 
 T = TypeVar("T")
 

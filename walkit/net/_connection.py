@@ -17,7 +17,6 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol, final
 
-import structlog
 import trio
 
 from walkit._core.types import BookieId
@@ -37,6 +36,7 @@ from walkit._core.wire import (
     decode_message,
     encode_frame,
 )
+from walkit._logging import get_logger
 from walkit.errors import (
     BookieTimeoutError,
     BookieUnavailableError,
@@ -46,7 +46,7 @@ from walkit.errors import (
 )
 from walkit.net._transport import Network
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["BookieConnection", "ResponseHandler", "encode_add_prefix", "encode_read_request"]
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import final
 
-import structlog
 import trio
 
 from walkit._core.types import BookieId
 from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
+from walkit._logging import get_logger
 from walkit.errors import ClientClosedError
 from walkit.net._connection import BookieConnection
 from walkit.net._transport import Network
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["ConnectionPool"]
 

@@ -24,9 +24,9 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 
-import structlog
+from walkit._logging import get_logger
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 Score = tuple[int, ...]
 

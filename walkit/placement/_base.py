@@ -8,11 +8,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any, ClassVar
 
-import structlog
 import trio
 
 from walkit._core.ledger_metadata import validate_quorums
 from walkit._core.types import BookieId
+from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -31,7 +31,7 @@ from walkit.placement._resolvers import (
 )
 from walkit.placement._topology import NetworkTopology, normalize_location, region_of
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 #: Read-order classes, best first (seed 004).
 WRITABLE, READ_ONLY, DEPARTING, GONE = 0, 1, 2, 3

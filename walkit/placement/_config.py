@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from typing import Any, final
 
 import attrs
-import structlog
 
+from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, InvalidArgumentError
 from walkit.placement._topology import DEFAULT_RACK, normalize_location
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
+from walkit._logging import get_logger
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 class PlacementMetrics:

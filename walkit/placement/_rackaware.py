@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 
-import structlog
-
 from walkit._core.types import BookieId
+from walkit._logging import get_logger
 from walkit.placement._arrange import (
     Score,
     arrange,
@@ -16,7 +15,7 @@ from walkit.placement._arrange import (
 )
 from walkit.placement._base import BasePlacementPolicy
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 class RackawareEnsemblePlacementPolicy(BasePlacementPolicy):

@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, final, runtime_checkable
 
-import structlog
-
+from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, InvalidArgumentError
 from walkit.placement._topology import normalize_location
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 @runtime_checkable

@@ -24,14 +24,14 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, final
 
-import structlog
 import trio
 
 from walkit._core.log_position import LogPosition
+from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, InvalidArgumentError, WalkitError
 from walkit.log import Log, LogRecord, LogTruncatedError, LogWriter
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 __all__ = ["Leader", "Replica", "StateMachine"]
 

@@ -26,12 +26,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, final
 
-import structlog
 import trio
 
 from walkit._core.digest import DigestManager
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import BookieId
+from walkit._logging import get_logger
 from walkit.client import Client
 from walkit.errors import DigestMismatchError, InvalidArgumentError, WalkitError
 from walkit.metadata import forget_memory_tree, open_metadata_store
@@ -47,7 +47,7 @@ from walkit.testing._runner import (
 )
 from walkit_bookie import Bookie, BookieConfig, MemoryStorage
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 #: Port every simulated bookie listens on (each has its own host name).
 BOOKIE_PORT = 3181

@@ -26,14 +26,14 @@ from collections.abc import Iterable
 from typing import Final, final
 
 import attrs
-import structlog
 import trio
 
 from walkit._core.types import BookieId
+from walkit._logging import get_logger
 from walkit.errors import BookieUnavailableError, InvalidArgumentError
 from walkit.net import StreamHandler
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 #: First port handed out to a ``serve(host, 0, ...)`` on each host.
 FIRST_PORT: Final = 3181
