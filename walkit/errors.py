@@ -200,6 +200,12 @@ class CookieError(WalkitError):
     code = 22
 
 
+class EntryExistsError(WalkitError):
+    """A bookie already stores this entry with other bytes and refused to replace them."""
+
+    code = 26
+
+
 class NodeNotEmptyError(WalkitError):
     """A metadata node to be deleted still has children."""
 

@@ -53,6 +53,16 @@ class BookieCollector(Collector):
         counters = [
             ("requests", "Requests taken off the wire", b.requests),
             ("adds_answered", "Adds answered (any status)", b.adds_answered),
+            (
+                "adds_idempotent",
+                "Adds of an entry already stored with the same bytes (answered OK, not rewritten)",
+                b.adds_idempotent,
+            ),
+            (
+                "adds_refused_rewrite",
+                "Adds refused with ENTRY_EXISTS: other bytes for an entry already stored",
+                b.adds_refused_rewrite,
+            ),
             ("reads_answered", "Reads and LAC reads answered (any status)", b.reads_answered),
             ("journal_syncs", "Durable journal writes (one per group commit)", s.journal_syncs),
             ("journal_records", "Records written to the journal", s.journal_records),

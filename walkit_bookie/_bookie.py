@@ -43,7 +43,13 @@ from walkit_bookie._admin import BookieCollector, serve_admin
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._gc import GarbageCollector, GcReport
 from walkit_bookie._journal import GroupCommit
-from walkit_bookie._ledger import LedgerInfo, apply_request, packet_lac
+from walkit_bookie._ledger import (
+    LedgerInfo,
+    StoredEntry,
+    apply_request,
+    packet_lac,
+    stored_entry_decision,
+)
 from walkit_bookie._registration import Registration
 from walkit_bookie._server import Connection, handle_stream
 from walkit_bookie._storage import BookieStorage, DiskStorage
@@ -109,6 +115,14 @@ class Bookie:
         self._ledgers: dict[int, LedgerInfo] = {}
         self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
         self._disk_queue: list[tuple[Connection, ReadRequest]] = []
+        #: Packets of adds on their way to the journal, by (ledger, entry).
+        self._adds_pending: dict[tuple[int, int], bytes] = {}
+        #: Adds waiting for a disk lookup of the entry they would rewrite.
+        self._add_checks: list[tuple[Connection, bytes, AddRequest]] = []
+        self._add_check_wake = trio.Event()
+        #: Adds answered from the stored entry (same bytes), and adds refused (other bytes).
+        self.adds_idempotent = 0
+        self.adds_refused_rewrite = 0
         self._disk_wake = trio.Event()
         self._read_only_reasons: set[str] = set()
         self._mode_changed = trio.Event()
@@ -231,6 +245,7 @@ class Bookie:
         nursery.start_soon(self.gc.run)
         for _ in range(_DISK_READERS):
             nursery.start_soon(self._disk_reader)
+        nursery.start_soon(self._stored_add_checker)
         if config.http_port is not None:
             self.admin_address = await nursery.start(
                 serve_admin, self, config.http_host or config.host, config.http_port, self.registry
@@ -374,8 +389,62 @@ class Bookie:
             return self._answer_add(conn, req, StatusCode.UNAUTHORIZED_ACCESS)
         elif info.fenced and not req.flags & AddFlag.RECOVERY:
             return self._answer_add(conn, req, StatusCode.LEDGER_FENCED)
+        elif req.entry_id <= info.last_entry or (req.ledger_id, req.entry_id) in self._adds_pending:
+            # The entry may be here already (a re-send after an ensemble change, a recovery
+            # write-back, or a forgery): stored bytes are never replaced by other bytes.
+            key = (req.ledger_id, req.entry_id)
+            stored = self._adds_pending.get(key) or self.storage.cached_entry(*key)
+            if stored is None:
+                self._add_checks.append((conn, body, req))
+                self._add_check_wake.set()
+                return None
+            return self._add_stored(conn, body, req, stored, pending=key in self._adds_pending)
+        self._adds_pending[(req.ledger_id, req.entry_id)] = req.packet
         self.group_commit.submit(body, req, conn)
         return None
+
+    def _add_stored(
+        self, conn: Connection, body: bytes, req: AddRequest, stored: bytes | None, *, pending: bool
+    ) -> None:
+        """Answer an add of an entry that may be stored (``stored``: its bytes, or None)."""
+        decision = stored_entry_decision(stored, req.packet)
+        if decision is StoredEntry.ABSENT or (decision is StoredEntry.SAME and pending):
+            # Absent, or the same bytes still on their way to the journal: store (idempotent).
+            self._adds_pending[(req.ledger_id, req.entry_id)] = req.packet
+            self.group_commit.submit(body, req, conn)
+        elif decision is StoredEntry.SAME:
+            self.adds_idempotent += 1
+            self._answer_add(conn, req, StatusCode.OK)
+        else:
+            self.adds_refused_rewrite += 1
+            log.warning(
+                "entry_rewrite_refused",
+                ledger_id=req.ledger_id,
+                entry_id=req.entry_id,
+                bookie_id=str(self.bookie_id),
+                recovery=bool(req.flags & AddFlag.RECOVERY),
+            )
+            self._answer_add(conn, req, StatusCode.ENTRY_EXISTS)
+
+    async def _stored_add_checker(self) -> None:
+        """Looks up on disk the entries that adds may rewrite (rare: re-sends, recovery)."""
+        while True:
+            if not self._add_checks:
+                await self._add_check_wake.wait()
+                self._add_check_wake = trio.Event()
+                continue
+            conn, body, req = self._add_checks.pop(0)
+            key = (req.ledger_id, req.entry_id)
+            try:
+                (stored,) = await self.storage.read_entries([key])
+            except OSError as exc:
+                log.error("read_failed", ledger_id=key[0], entry_id=key[1], error=str(exc))
+                self._answer_add(conn, req, _io_status(exc))
+                continue
+            pending = self._adds_pending.get(key)
+            self._add_stored(
+                conn, body, req, stored if pending is None else pending, pending=pending is not None
+            )
 
     def _write_lac(self, conn: Connection, body: bytes, req: WriteLacRequest) -> None:
         def answer(status: StatusCode) -> None:
@@ -558,14 +627,18 @@ class Bookie:
                 self._set_read_only("disk_full", str(error))
             for req, sink in zip(requests, sinks, strict=True):
                 if type(req) is AddRequest:
+                    self._adds_pending.pop((req.ledger_id, req.entry_id), None)
                     self._answer_add(sink, req, status)
                 else:
                     sink(error)
             return
         woken: set[int] = set()
         ok_frame = _ADD_OK.pack
+        pending = self._adds_pending
         for req, sink in zip(requests, sinks, strict=True):
             lid = req.ledger_id
+            if type(req) is AddRequest:
+                pending.pop((lid, req.entry_id), None)
             if waiters and lid in waiters:
                 # Waiters re-check their own condition (a poll on a ledger not seen before
                 # may wait for it to exist, not for its LAC to grow).

@@ -6,6 +6,7 @@ LACs), so applying a record at run time and replaying it after a crash is the sa
 
 from __future__ import annotations
 
+import enum
 import struct
 from typing import final
 
@@ -78,6 +79,26 @@ class LedgerInfo:
         if len(key) != key_len:
             raise InvalidMetadataError("corrupt ledger state: truncated master key")
         return cls(key, bool(flags & 1), lac, explicit, last)
+
+
+class StoredEntry(enum.Enum):
+    """What an add meets where the entry may already be stored."""
+
+    ABSENT = "absent"  #: not stored: store it
+    SAME = "same"  #: stored with the same bytes: an idempotent success, nothing to write
+    OTHER = "other"  #: stored with other bytes: refused, acknowledged data is never rewritten
+
+
+def stored_entry_decision(stored: bytes | None, packet: bytes) -> StoredEntry:
+    """Decide an add of ``packet`` where ``stored`` (None: absent) may hold the entry.
+
+    Writers encode an entry once and re-send those bytes after an ensemble change; recovery
+    writes back the bytes it read. So a legitimate add never brings other bytes, and one that
+    does would replace what a writer may have been acknowledged.
+    """
+    if stored is None:
+        return StoredEntry.ABSENT
+    return StoredEntry.SAME if stored == packet else StoredEntry.OTHER
 
 
 def is_fence(request: Request) -> bool:

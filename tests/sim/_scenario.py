@@ -235,6 +235,15 @@ async def run_scenario(sc: Scenario) -> Outcome:
         results = check_all(history)
         if outcome.inconclusive:
             results = [r for r in results if r.name != "no_lost_acks"]
+        refused = {b.name: b.refused_rewrites for b in cluster.bookies if b.refused_rewrites}
+        results.append(
+            CheckResult(
+                "no_rewrites_refused",
+                not refused,
+                {"bookies": len(cluster.bookies), "refused": sum(refused.values())},
+                tuple(f"{name} refused {n} rewrites" for name, n in refused.items()),
+            )
+        )
         if outcome.read_back_error:
             results.append(
                 CheckResult("read_back", False, {"attempts": 40}, (outcome.read_back_error,))

@@ -46,6 +46,9 @@ class StatusCode(enum.IntEnum):
     BAD_REQUEST = 7
     IO_ERROR = 8
     BAD_VERSION = 9
+    #: An add that would replace a stored entry with other bytes (BookKeeper's
+    #: DuplicateEntryIdException); the same bytes are an idempotent success.
+    ENTRY_EXISTS = 26
 
 
 class MessageType(enum.IntEnum):

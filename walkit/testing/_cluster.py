@@ -73,6 +73,8 @@ class SimBookie:
         #: The running incarnation (None while stopped or crashed).
         self.bookie: Bookie | None = None
         self.incarnations = 0
+        #: Adds refused by earlier incarnations because they would rewrite a stored entry.
+        self.past_refused_rewrites = 0
         self._scope: trio.CancelScope | None = None
         self._stopped = trio.Event()
         self._stopped.set()
@@ -80,6 +82,13 @@ class SimBookie:
     @property
     def running(self) -> bool:
         return self.bookie is not None
+
+    @property
+    def refused_rewrites(self) -> int:
+        """Adds this bookie refused, over all its incarnations, because they carried other
+        bytes for a stored entry: a legitimate writer or recovery never sends those."""
+        current = 0 if self.bookie is None else self.bookie.adds_refused_rewrite
+        return self.past_refused_rewrites + current
 
     def __repr__(self) -> str:
         state = "running" if self.running else "down"
@@ -281,6 +290,8 @@ class SimCluster:
                 sim.bookie = bookie
                 await bookie.run(task_status=task_status)
         finally:
+            if sim.bookie is not None:
+                sim.past_refused_rewrites += sim.bookie.adds_refused_rewrite
             sim.bookie = None
             sim._scope = None
             with trio.CancelScope(shield=True), contextlib.suppress(WalkitError):
