@@ -92,7 +92,9 @@ def test_the_status_maps_to_its_error() -> None:
 @pytest.mark.processes
 async def test_a_stranger_cannot_rewrite_an_acknowledged_log_record(tmp_path: Path) -> None:
     """The probe's attack, replayed on real bookie processes: a RECOVERY add of a forged entry,
-    with a valid CRC32C and the log's master key, sent to every bookie of the ledger."""
+    with a valid CRC32C, sent to every bookie of the entry's write set. Logs now get a random
+    password, so a stranger with the old public (empty) password is refused outright; even one
+    who learnt the log's password cannot replace the acknowledged entry."""
     url = f"sqlite:///{tmp_path / 'metadata.db'}"
     with process_cluster(url, tmp_path, 3):
         async with walkit.Client.connect(url) as client:
@@ -104,26 +106,27 @@ async def test_a_stranger_cannot_rewrite_an_acknowledged_log_record(tmp_path: Pa
                 ll.ledger_id for ll in (await log.metadata()).ledgers if ll.seq == pos.ledger_seq
             )
             md = await client.ledger_metadata(ledger_id)
-            forged = DigestManager(ledger_id, md.digest, b"").encode(
+            password = log.options.password
+            assert password != b""
+            forged = DigestManager(ledger_id, md.digest, password).encode(
                 pos.entry_id, -1, 20, b"pay mallory 9999 EUR"
             )
             ensemble = md.ensemble_for(pos.entry_id)
             slots = write_set(pos.entry_id, md.ensemble_size, md.write_quorum)
             for bookie in (ensemble[slot] for slot in slots):
                 async with connect(bookie) as raw:
-                    for flags in (AddFlag.NONE, RECOVERY):
-                        answer = await raw.call(
-                            AddRequest(
-                                raw.next_id(),
-                                ledger_id,
-                                pos.entry_id,
-                                master_key(b""),
-                                forged,
-                                flags,
+                    for key, status in (
+                        (master_key(b""), StatusCode.UNAUTHORIZED_ACCESS),
+                        (master_key(password), StatusCode.ENTRY_EXISTS),
+                    ):
+                        for flags in (AddFlag.NONE, RECOVERY):
+                            answer = await raw.call(
+                                AddRequest(
+                                    raw.next_id(), ledger_id, pos.entry_id, key, forged, flags
+                                )
                             )
-                        )
-                        assert isinstance(answer, AddResponse)
-                        assert answer.status is StatusCode.ENTRY_EXISTS, bookie
+                            assert isinstance(answer, AddResponse)
+                            assert answer.status is status, (bookie, key, flags)
             with trio.fail_after(30):
                 records = [r async for r in _read_all(log, 2)]
             assert [r.payload for r in records] == [b"pay alice 20 EUR", b"pay bob 5 EUR"]

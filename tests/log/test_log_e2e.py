@@ -516,3 +516,35 @@ async def test_a_writer_rolls_away_from_a_failed_ledger(memory_url: str, tmp_pat
         got = [r.payload for r in await read_all(log)]
         assert got[:5] == [b"before-%d" % i for i in range(5)] and got[-1] == b"after"
         assert all(p.startswith(b"lost-") for p in got[5:-1])
+
+
+async def test_a_log_created_without_a_password_gets_a_random_one(
+    memory_url: str, tmp_path: Path
+) -> None:
+    """The ledgers' master key is no longer public: a log created without a password gets a
+    random one, kept in its metadata, which every client of the log picks up."""
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "secret")
+        async with log.writer() as w:
+            pos = await w.append(b"one")
+        assert len(log.options.password) == 32
+        md = await log.metadata()
+        assert md.config.password == log.options.password
+        ledger_id = next(ll.ledger_id for ll in md.ledgers if ll.seq == pos.ledger_seq)
+        with pytest.raises(walkit.UnauthorizedAccessError):
+            await client.open_ledger(ledger_id, password=b"")
+        async with connect(memory_url) as other:
+            again = await Log.open(other, "secret")
+            assert again.options.password == log.options.password
+            assert [r.payload for r in await read_all(again)] == [b"one"]
+        other_log = await Log.open(client, "another")
+        assert other_log.options.password != log.options.password
+        # A password given at creation is the ledgers' password, and is not stored.
+        chosen = await Log.open(client, "chosen", password=b"pw")
+        assert chosen.options.password == b"pw"
+        assert (await chosen.metadata()).config.password == b""
+        async with chosen.writer() as w:
+            await w.append(b"x")
+        assert [
+            r.payload for r in await read_all(await Log.open(client, "chosen", password=b"pw"))
+        ] == [b"x"]

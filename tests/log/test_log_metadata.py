@@ -316,3 +316,17 @@ def test_any_sequence_of_transitions_keeps_the_invariants(ops: list[tuple[str, i
         for lg in dropped_now:  # only empty recovered ledgers or ledgers before the point
             assert lg not in kept_after_point or ends[lg.ledger_id] < 0
             assert lg != before.last or kind == "takeover"
+
+
+def test_the_generated_password_round_trips_and_old_logs_have_none() -> None:
+    md = LogMetadata(name="l", config=LedgerConfig(password_hex="ab" * 32))
+    doc = json.loads(md.to_bytes())
+    assert doc["config"]["password"] == "ab" * 32
+    back = LogMetadata.from_bytes("l", md.to_bytes())
+    assert back.config.password == b"\xab" * 32
+    del doc["config"]["password"]  # a log written before passwords were generated
+    old = LogMetadata.from_bytes("l", json.dumps(doc).encode())
+    assert old.config.password == b""
+    doc["config"]["password"] = "not hex"
+    with pytest.raises(InvalidMetadataError):
+        LogMetadata.from_bytes("l", json.dumps(doc).encode())

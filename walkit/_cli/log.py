@@ -42,7 +42,11 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     tail.add_argument(
         "--follow", "-f", action="store_true", help="keep printing new records (Ctrl-C stops)"
     )
-    tail.add_argument("--password", default="", help="the log's ledger password")
+    tail.add_argument(
+        "--password",
+        default=None,
+        help="the log's ledger password (default: the one stored with the log)",
+    )
 
 
 def handler(args: argparse.Namespace) -> Any:
@@ -137,7 +141,8 @@ async def log_tail(url: str, args: argparse.Namespace, out: TextIO) -> int:
     from walkit.log import Log
 
     async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
-        log = await Log.open(client, args.name, create=False, password=args.password.encode())
+        secret = {} if args.password is None else {"password": args.password.encode()}
+        log = await Log.open(client, args.name, create=False, **secret)
         if not args.json:
             out.write(f"{'POSITION':<14}  {'SIZE':>8}  PAYLOAD\n")
             out.flush()

@@ -60,17 +60,32 @@ class LedgerConfig:
     write_quorum: int = 2
     ack_quorum: int = 2
     digest: DigestType = DigestType.CRC32C
+    #: The ledgers' password, generated when the log was created without one (hex; "" for logs
+    #: created with an explicit password, or before passwords were generated). It keeps the
+    #: ledgers' master key away from whoever can reach the bookies but not the metadata store.
+    password_hex: str = attrs.field(default="", repr=False)
 
     def __attrs_post_init__(self) -> None:
         validate_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        try:
+            bytes.fromhex(self.password_hex)
+        except ValueError:
+            raise InvalidArgumentError("the log's stored password is not hex") from None
+
+    @property
+    def password(self) -> bytes:
+        return bytes.fromhex(self.password_hex)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "ensemble_size": self.ensemble_size,
             "write_quorum": self.write_quorum,
             "ack_quorum": self.ack_quorum,
             "digest": self.digest.value,
         }
+        if self.password_hex:
+            doc["password"] = self.password_hex
+        return doc
 
 
 @final
@@ -304,6 +319,7 @@ class LogMetadata:
                     write_quorum=_int(config["write_quorum"]),
                     ack_quorum=_int(config["ack_quorum"]),
                     digest=DigestType(config["digest"]),
+                    password_hex=_str(config.get("password", "")),
                 ),
                 next_seq=_int(doc["next_seq"]),
                 ledgers=tuple(

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
+import attrs
 import trio
 
 from walkit._core.digest import DigestType
@@ -57,9 +58,15 @@ class _Opener:
     """What :meth:`Log.open` returns: ``async with`` it, or ``await`` it."""
 
     def __init__(
-        self, client: Client, name: str, create: bool, config: dict[str, Any], options: LogOptions
+        self,
+        client: Client,
+        name: str,
+        create: bool,
+        config: dict[str, Any],
+        options: LogOptions,
+        explicit_password: bool,
     ) -> None:
-        self._args = (client, name, create, config, options)
+        self._args = (client, name, create, config, options, explicit_password)
         self._log: Log | None = None
 
     async def _open(self) -> Log:
@@ -160,11 +167,17 @@ class Log:
                 config[key] = value
         if digest is not None:
             config["digest"] = DigestType.parse(digest)
-        return _Opener(client, name, create, config, opts)
+        return _Opener(client, name, create, config, opts, "password" in options)
 
     @classmethod
     async def _open(
-        cls, client: Client, name: str, create: bool, config: dict[str, Any], options: LogOptions
+        cls,
+        client: Client,
+        name: str,
+        create: bool,
+        config: dict[str, Any],
+        options: LogOptions,
+        explicit_password: bool,
     ) -> Log:
         core = client.core
         if create:
@@ -172,6 +185,10 @@ class Log:
                 wanted = LedgerConfig(**config)
             except InvalidArgumentError as exc:
                 raise ConfigurationError(f"log {name}: {exc}") from None
+            if not explicit_password:
+                # A password nobody chose: random, kept in the log's metadata (see LedgerConfig).
+                secret = core.rng.getrandbits(256).to_bytes(32, "big").hex()
+                wanted = attrs.evolve(wanted, password_hex=secret)
             clock = core.options.wall_clock
             fresh = LogMetadata(
                 name=name, config=wanted, ctime_ms=int(clock() * 1000) if clock else 0
@@ -184,6 +201,8 @@ class Log:
                 raise ConfigurationError(
                     f"log {name} exists with {key}={getattr(md.config, key)!r}, not {value!r}"
                 )
+        if not explicit_password:
+            options = attrs.evolve(options, password=md.config.password)
         return cls(client, name, options, md.config)
 
     # --- handles ---------------------------------------------------------------------------
