@@ -4,6 +4,7 @@
     walkit bookies | ledgers [--metadata URL] [--json]
     walkit ledger show ID | ledger read ID [--first N] [--last N] [--password PW]
     walkit simpletest [--entries N] [--ensemble E] [--write-quorum QW] [--ack-quorum QA]
+    walkit bench [--entries N] [--size B] [--in-flight K] [--batch B] [--log NAME]
     walkit log list | log show NAME | log tail NAME [--from POS] [--follow]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
@@ -108,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     simple.add_argument("--ensemble", type=_positive, default=3)
     simple.add_argument("--write-quorum", type=_positive, default=2)
     simple.add_argument("--ack-quorum", type=_positive, default=2)
+
+    from walkit._cli import bench as bench_cli
+
+    bench_cli.add_parser(sub, with_metadata, _positive)
     return parser
 
 
@@ -116,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     from walkit._cli import admin, sandbox
+    from walkit._cli import bench as bench_cli
 
     command: Callable[[], Awaitable[int]]
     if args.command == "sandbox":
@@ -128,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "bookies": admin.bookies,
             "ledgers": admin.ledgers,
             "simpletest": admin.simpletest,
+            "bench": bench_cli.bench,
         }
         if args.command == "ledger":
             handler: Callable[..., Awaitable[int]] = (
