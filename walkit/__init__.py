@@ -4,6 +4,7 @@ from walkit import errors
 from walkit._core.digest import DigestType
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
 from walkit._core.types import BookieId, Entry
+from walkit._version import __version__ as __version__
 from walkit.client import Client
 from walkit.errors import *  # noqa: F403  (the error hierarchy is part of the top-level API)
 from walkit.ledger import ClientOptions, LedgerReader, LedgerWriter
@@ -17,8 +18,6 @@ from walkit.log import (
     LogWriter,
     Snapshot,
 )
-
-__version__ = "0.1.0.dev0"
 
 __all__ = [
     "BookieId",

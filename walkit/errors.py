@@ -11,6 +11,7 @@ our side; :class:`RemoteProtocolError` is a peer that sent something we cannot a
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 
@@ -233,6 +234,7 @@ class LogTruncatedError(NoSuchEntryError):
     """Records a reader needs lie before the log's truncation point."""
 
 
+@functools.cache
 def _by_code() -> dict[int, type[WalkitError]]:
     table: dict[int, type[WalkitError]] = {}
     stack: list[type[WalkitError]] = [WalkitError]

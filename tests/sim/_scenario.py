@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.util
 import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -33,7 +32,6 @@ from walkit.testing import (
 )
 
 #: Whether ``open_ledger(recovery=True)`` exists (schedules without it only write and read).
-RECOVERY: Final = importlib.util.find_spec("walkit.ledger._recovery") is not None
 
 #: (field, number of values) from the least significant digit up; the generator seed is the rest.
 _FIELDS: Final = (
@@ -399,14 +397,7 @@ async def _drive(cluster: SimCluster, sc: Scenario, schedule: list[Fault], out: 
 
         async with cluster.client("checker") as checker:
             try:
-                if RECOVERY:
-                    md = await _retry(
-                        lambda: cluster.read_back(checker, lid), attempts=40, pause=1.0
-                    )
-                else:
-                    md = await _retry(lambda: cluster.read_back(checker, lid, recovery=False))
-                    if not md.is_closed:
-                        out.inconclusive = "ledger left open and recovery is not available"
+                md = await _retry(lambda: cluster.read_back(checker, lid), attempts=40, pause=1.0)
             except WalkitError as exc:
                 # Everything healed, and still the ledger cannot be recovered and read back.
                 out.read_back_error = f"{type(exc).__name__}: {exc}"

@@ -9,11 +9,9 @@ entry 2 on Qa bookies (confirmed) and entry 3 missing on QC = (Qw - Qa) + 1 = 2 
 
 from __future__ import annotations
 
-import pytest
 import trio
 import trio.testing
 
-from tests.sim._scenario import RECOVERY
 from walkit import LedgerState
 from walkit.errors import WalkitError
 from walkit.testing import SimBookie, SimCluster
@@ -69,10 +67,7 @@ async def test_figure_10(autojump_clock: trio.testing.MockClock) -> None:
     async with SimCluster(bookies=3, seed=10) as cluster:
         lid, bookies = await arrange(cluster)
         assert [stored(b, lid) for b in bookies] == [[0, 1, 2, 3], [0, 1, 2], [0, 1]]
-        if RECOVERY:
-            await recover_and_check(cluster, lid, bookies)
-    if not RECOVERY:
-        pytest.skip("the arrangement holds; open_ledger(recovery=True) is not available yet")
+        await recover_and_check(cluster, lid, bookies)
 
 
 async def recover_and_check(cluster: SimCluster, lid: int, bookies: list[SimBookie]) -> None:

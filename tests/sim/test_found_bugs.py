@@ -1,6 +1,6 @@
 """Bugs the simulation found in other parts of walkit, pinned as small deterministic tests.
 
-Each is marked ``xfail(strict=True)`` while its bug is open; once fixed, it stays as a
+Each was first written to fail (pinned as ``xfail(strict=True)``) and stays, now fixed, as a
 regression test. Their seeds are also in ``REGRESSION_SEEDS`` of test_random_schedules.py.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from tests.sim._scenario import RECOVERY, Scenario, check_scenario
+from tests.sim._scenario import Scenario, check_scenario
 from walkit.testing import SEED_ENV
 
 RUNS = int(os.environ.get("WALKIT_SIM_RUNS", "200"))
@@ -79,7 +79,6 @@ def test_writes_ensemble_changes_and_reads(sc: Scenario) -> None:
 
 @skip_when_replaying
 @budget
-@pytest.mark.skipif(not RECOVERY, reason="open_ledger(recovery=True) is not available yet")
 @SETTINGS
 @given(scenarios(recovery=True))
 def test_recovery_fences_a_live_writer(sc: Scenario) -> None:
@@ -94,8 +93,6 @@ def test_recovery_fences_a_live_writer(sc: Scenario) -> None:
 def test_replay_seed(seed: int) -> None:
     """One schedule by its seed (WALKIT_SIM_SEED, or the regression seeds)."""
     sc = Scenario.from_seed(seed)
-    if sc.recovery and not RECOVERY:
-        pytest.skip("open_ledger(recovery=True) is not available yet")
     print(sc.replay())
     check_scenario(sc)
 

@@ -23,6 +23,7 @@ import trio
 
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
+from walkit._version import __version__
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -79,9 +80,7 @@ def cookie_path(bookie_id: BookieId | str) -> str:
 def _registration(
     bookie_id: BookieId, location: str | None, read_only: bool, info: Mapping[str, Any]
 ) -> bytes:
-    import walkit
-
-    doc: dict[str, Any] = {"walkit_version": walkit.__version__}
+    doc: dict[str, Any] = {"walkit_version": __version__}
     doc.update({k: v for k, v in info.items() if k not in _RESERVED})
     doc.update(
         format=REGISTRATION_FORMAT,
