@@ -286,8 +286,9 @@ async def read_lac(core: ClientCore, metadata: LedgerMetadata) -> int:
         LacRead(metadata.ensemble_size, metadata.ack_quorum),
         f"ledger {metadata.ledger_id} LAC read",
     )
-    for bookie in ensemble:
-        conn = core.pool.get(bookie)
+    # Every bookie is asked; the placement policy's LAC order says which first.
+    for index in core.read_lac_order(ensemble, range(len(ensemble))):
+        conn = core.pool.get(ensemble[index])
         rid = conn.new_request_id()
         frame = encode_frame(ReadLacRequest(rid, metadata.ledger_id))
         conn.send((frame,), rid, handler, 0, core.options.read_timeout)
@@ -374,8 +375,8 @@ async def long_poll_lac(
     )
     timeout_ms = max(1, int(wait * 1000))
     flags = ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY
-    for bookie in ensemble:
-        conn = core.pool.get(bookie)
+    for index in core.read_lac_order(ensemble, range(len(ensemble))):
+        conn = core.pool.get(ensemble[index])
         rid = conn.new_request_id()
         frame = encode_frame(
             ReadLacRequest(rid, metadata.ledger_id, flags, previous_lac, timeout_ms)
