@@ -9,6 +9,7 @@ from typing import Any, final
 
 import trio
 
+from walkit._core.backoff import Backoff, Jitter
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
 from walkit.errors import (
@@ -64,6 +65,12 @@ class Registration:
         self.store = store
         self._reopen: StoreOpener = reopen or functools.partial(open_metadata_store, store.url)
         self._rng = rng if rng is not None else random.Random()
+        #: Pauses while the store cannot be reached (equal jitter: some wait, never none).
+        self._backoff = Backoff(
+            first=min(_BACKOFF_MIN, config.metadata_retry_max),
+            cap=config.metadata_retry_max,
+            jitter=Jitter.EQUAL,
+        )
         self._opened: list[MetadataStore] = []
         self._started = False
         #: Whether the current session holds the registration.
@@ -142,7 +149,6 @@ class Registration:
         """
         self._bookie_id = bookie_id
         error = await self._session(mode, task_status)
-        delay = _BACKOFF_MIN
         while True:
             self.registered = False
             log.warning(
@@ -151,6 +157,7 @@ class Registration:
                 url=self.store.url,
                 error=None if error is None else str(error),
             )
+            attempt = 0
             while True:
                 try:
                     await self._replace_store()
@@ -158,9 +165,9 @@ class Registration:
                 except (WalkitError, OSError) as exc:  # a store we could not open or use
                     error = exc
                 if self.registered:
-                    delay = _BACKOFF_MIN
                     break  # a session that registered, then ended: start over
-                wait = delay * (0.5 + self._rng.random() / 2)
+                wait = self._backoff.delay(attempt, self._rng)
+                attempt += 1
                 log.warning(
                     "metadata_reregistration_failed",
                     bookie_id=str(bookie_id),
@@ -168,7 +175,6 @@ class Registration:
                     retry_in=round(wait, 3),
                 )
                 await trio.sleep(wait)
-                delay = min(delay * 2, self._config.metadata_retry_max)
 
     async def _replace_store(self) -> None:
         store = await self._reopen()
@@ -244,7 +250,7 @@ class Registration:
         self, store: MetadataStore, mode: ModeSource, changed: trio.Event
     ) -> None:
         assert self._bookie_id is not None
-        delay = _BACKOFF_MIN
+        attempt = 0
         while True:
             await changed.wait()
             read_only, changed = mode()
@@ -257,18 +263,19 @@ class Registration:
                         network_location=self._config.network_location,
                     )
                     self._read_only = read_only
-                    delay = _BACKOFF_MIN
+                    attempt = 0
                 except SessionExpiredError:
                     raise
                 except MetadataStoreError as exc:  # disconnected: try again, with backoff
+                    wait = self._backoff.delay(attempt, self._rng)
+                    attempt += 1
                     log.error(
                         "bookie_mode_not_registered",
                         read_only=read_only,
                         error=str(exc),
-                        retry_in=delay,
+                        retry_in=round(wait, 3),
                     )
-                    await trio.sleep(delay)
-                    delay = min(delay * 2, self._config.metadata_retry_max)
+                    await trio.sleep(wait)
                     read_only, changed = mode()
 
     async def aclose(self) -> None:

@@ -14,10 +14,12 @@ from typing import TypeVar, final
 import attrs
 import trio
 
+from walkit._core.backoff import Backoff
 from walkit._core.digest import DigestManager, master_key
 from walkit._core.ledger_metadata import LedgerMetadata, password_hash
 from walkit._core.types import BookieId
 from walkit._core.wire import Request, Response, StatusCode
+from walkit._retry import retry
 from walkit.errors import (
     MetadataStoreError,
     UnauthorizedAccessError,
@@ -32,6 +34,10 @@ from walkit.placement import EnsemblePlacementPolicy
 __all__ = ["ClientCore", "check_password", "status_error"]
 
 T = TypeVar("T")
+
+
+#: Pauses while the metadata store is unreachable.
+METADATA_BACKOFF = Backoff(first=0.05, cap=1.0)
 
 
 def status_error(status: int, what: str) -> WalkitError:
@@ -84,16 +90,13 @@ class ClientCore:
 
     async def retry_metadata(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run a metadata operation, retrying while the store is unreachable."""
-        delay = 0.05
-        for attempt in range(self.options.metadata_retries + 1):
-            try:
-                return await op()
-            except MetadataStoreError as exc:
-                if not exc.retryable or attempt == self.options.metadata_retries:
-                    raise
-            await trio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await retry(
+            op,
+            attempts=self.options.metadata_retries + 1,
+            backoff=METADATA_BACKOFF,
+            rng=self.rng,
+            retry_on=lambda exc: isinstance(exc, MetadataStoreError) and exc.retryable,
+        )
 
     # --- entries ---------------------------------------------------------------------------
 

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 import trio
 
+from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
 from walkit._logging import get_logger
+from walkit._retry import pause
 from walkit.errors import (
     ClientClosedError,
     LedgerClosedError,
@@ -50,6 +52,8 @@ __all__ = ["LogReader", "LogRecord"]
 TAIL_ROUND: Final = 5.0
 #: Transient read failures (all replicas unavailable ...) retried before raising.
 READ_RETRIES: Final = 5
+#: Pauses between tries of a failed read.
+READ_BACKOFF: Final = Backoff(first=0.1, cap=2.0)
 
 
 @final
@@ -150,7 +154,7 @@ class LogReader:
                     raise
                 log.info("log_read_retry", log=self._log.name, error=str(exc))
                 self._drop_ledger()
-                await trio.sleep(0.05 * 2**failures)
+                await pause(READ_BACKOFF, failures - 1, self._log.client.core.rng)
                 continue
             failures = 0
             if not more:

@@ -10,10 +10,10 @@ import functools
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-import trio
-
+from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._logging import get_logger
+from walkit._retry import pause
 from walkit.errors import MetadataVersionError, NodeExistsError, NoSuchLogError, NoSuchNodeError
 from walkit.ledger import ClientCore
 from walkit.metadata import LOGS_PATH, MetadataStore
@@ -23,6 +23,8 @@ log = get_logger(__name__)
 T = TypeVar("T")
 
 #: Lost CAS rounds in a row before an update gives up (each re-read the node).
+#: Pauses after losing a compare-and-set race on the log's node.
+CAS_BACKOFF: Final = Backoff(first=0.005, cap=0.2)
 MAX_CAS_ROUNDS: Final = 100
 
 
@@ -73,7 +75,7 @@ async def update_log(
     unchanged writes nothing."""
     store = core.store
     path = log_path(name)
-    for _ in range(MAX_CAS_ROUNDS):
+    for round_ in range(MAX_CAS_ROUNDS):
         md, version = await core.retry_metadata(functools.partial(read_log, store, name))
         new, result = change(md)
         if new == md:
@@ -83,7 +85,7 @@ async def update_log(
                 functools.partial(store.set, path, new.to_bytes(), version)
             )
         except MetadataVersionError:
-            await trio.sleep(core.rng.uniform(0.0, 0.01))  # let the other writer finish
+            await pause(CAS_BACKOFF, round_, core.rng)  # let the other writer finish
             continue
         except NoSuchNodeError:
             raise NoSuchLogError(f"log {name!r} was deleted") from None

@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Final, final
 
 import trio
 
+from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
 from walkit._core.log_position import LogPosition, position
 from walkit._logging import get_logger
+from walkit._retry import pause, retry
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -60,6 +62,10 @@ RECOVERY_ATTEMPTS: Final = 5
 CLOSE_ON_ERROR_TIMEOUT: Final = 5.0
 #: Attempts at closing the old ledger after a roll.
 CLOSE_ATTEMPTS: Final = 5
+#: Pauses between tries of closing an old ledger or recovering one.
+LOG_BACKOFF: Final = Backoff(first=0.1, cap=2.0)
+#: Pauses between takeover rounds lost to another writer (full jitter breaks the tie).
+TAKEOVER_BACKOFF: Final = Backoff(first=0.05, cap=1.0)
 
 
 def _fenced(name: str, why: str) -> WriterFencedError:
@@ -350,7 +356,7 @@ class LogWriter:
                         if self._error is None:
                             self._error = exc
                         return
-                await trio.sleep(0.1 * 2**attempt)
+                await pause(LOG_BACKOFF, attempt, self._log.client.core.rng)
         except Exception:  # pragma: no cover - a bug must not take the client down
             log.exception("log_old_ledger_close_crashed", ledger_id=old.id)
         finally:
@@ -363,20 +369,35 @@ class LogWriter:
 async def _recover(owner: Log, ledger_id: int) -> int:
     """Fence and recover one ledger; its last entry id (-1: empty)."""
     client = owner.client
-    for attempt in range(RECOVERY_ATTEMPTS):
-        try:
-            reader = await client.open_ledger(
-                ledger_id, password=owner.options.password, recovery=True
-            )
-            return reader.last_add_confirmed
-        except NoSuchLedgerError:
-            raise
-        except WalkitError as exc:
-            if not exc.retryable or attempt == RECOVERY_ATTEMPTS - 1:
-                raise
-            log.info("log_recovery_retry", log=owner.name, ledger_id=ledger_id, error=str(exc))
-            await trio.sleep(0.1 * 2**attempt)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    async def recover() -> int:
+        reader = await client.open_ledger(ledger_id, password=owner.options.password, recovery=True)
+        return reader.last_add_confirmed
+
+    def retry_on(exc: Exception) -> bool:
+        return (
+            isinstance(exc, WalkitError)
+            and not isinstance(exc, NoSuchLedgerError)
+            and (exc.retryable)
+        )
+
+    def logged(exc: Exception, attempt: int, seconds: float) -> None:
+        log.info(
+            "log_recovery_retry",
+            log=owner.name,
+            ledger_id=ledger_id,
+            error=str(exc),
+            retry_in=round(seconds, 3),
+        )
+
+    return await retry(
+        recover,
+        attempts=RECOVERY_ATTEMPTS,
+        backoff=LOG_BACKOFF,
+        rng=client.core.rng,
+        retry_on=retry_on,
+        on_retry=logged,
+    )
 
 
 async def take_over(owner: Log) -> LogWriter:
@@ -424,7 +445,7 @@ async def take_over(owner: Log) -> LogWriter:
                 md, version = current, current_version  # a snapshot or truncation: redo
         if plan is None:
             await owner._discard_ledger(new_lw)
-            await trio.sleep(core.rng.uniform(0.0, 0.05 * (attempt + 1)))
+            await pause(TAKEOVER_BACKOFF, attempt, core.rng)
             continue
         log.info(
             "log_taken_over",
