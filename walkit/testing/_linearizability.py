@@ -21,8 +21,8 @@ effect; a read without an answer is left out.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Final, Literal, final, get_args
 
 import attrs
@@ -84,10 +84,70 @@ def describe(op: KVOperation) -> str:
 
 @final
 class RegisterModel:
-    """The sequential specification of one key (a :class:`walkit.testing.Model`)."""
+    """The sequential specification of one key (a :class:`walkit.testing.Model`).
 
-    def __init__(self, initial: bytes | None = None) -> None:
+    Given the key's history it also prepares two shortcuts for unanswered operations, which
+    otherwise may take effect at any later point or never, and make the search exponential:
+
+    - :meth:`deadline`: an unanswered write (or cas) of a value that nothing else writes, and
+      that an answered read returned (or a successful cas expected), took effect before that
+      answer: it is searched as if answered then.
+    - :meth:`interchangeable`: unanswered deletes, and unanswered writes (cas with one expected
+      value) of values nothing observes, have the same effect as each other: such writes all
+      write one stand-in value (nothing can tell their values apart), and the search counts
+      how many took effect instead of which.
+    """
+
+    def __init__(self, initial: bytes | None = None, history: Sequence[KVOperation] = ()) -> None:
         self.initial = initial
+        values: set[bytes | None] = {initial}
+        writers: Counter[bytes | None] = Counter()
+        #: Values some operation compares the state with: answered reads, every cas.
+        self.observed: set[bytes | None] = set()
+        #: value -> the earliest answer of an operation that saw the key hold it.
+        self.seen_by: dict[bytes | None, float] = {}
+        for op in history:
+            values.update((op.value, op.expected))
+            if op.kind in ("write", "cas"):
+                writers[op.value] += 1
+            if op.kind == "cas":
+                self.observed.add(op.expected)
+            elif op.kind == "read" and op.completed is not None:
+                self.observed.add(op.value)
+            seen = op.value if op.kind == "read" else op.expected if op.found else None
+            if op.completed is not None and op.kind in ("read", "cas") and seen is not None:
+                self.seen_by[seen] = min(self.seen_by.get(seen, op.completed), op.completed)
+        self.unique = {v for v, n in writers.items() if n == 1 and v != initial}
+        anonymous = b"\0unanswered write"
+        while anonymous in values:
+            anonymous += b"\0"
+        self.anonymous = anonymous
+
+    def deadline(self, op: KVOperation) -> float | None:
+        """When an unanswered op must have taken effect, if an answer shows it did."""
+        if (
+            op.completed is not None
+            or op.kind not in ("write", "cas")
+            or op.value not in self.unique
+        ):
+            return None
+        seen = self.seen_by.get(op.value)
+        return None if seen is None else max(seen, op.invoked)
+
+    def _anonymous(self, op: KVOperation) -> bool:
+        return op.completed is None and op.value not in self.observed
+
+    def interchangeable(self, op: KVOperation) -> Hashable | None:
+        """The class of an unanswered op with the same effect as the others of it, or None."""
+        if op.completed is not None:
+            return None
+        if op.kind == "delete":
+            return "delete"
+        if op.kind == "write" and self._anonymous(op):
+            return "write"
+        if op.kind == "cas" and self._anonymous(op):
+            return ("cas", op.expected)
+        return None
 
     def init(self) -> bytes | None:
         return self.initial
@@ -96,8 +156,9 @@ class RegisterModel:
         answered = op.completed is not None
         if op.kind == "read":
             return (not answered or op.value == state), state
+        value = self.anonymous if self._anonymous(op) else op.value
         if op.kind == "write":
-            return True, op.value
+            return True, value
         if op.kind == "delete":
             if not answered or op.found is None:
                 return True, None
@@ -105,15 +166,17 @@ class RegisterModel:
         # cas
         matches = state == op.expected
         if not answered or op.found is None:
-            return True, (op.value if matches else state)
+            return True, (value if matches else state)
         if op.found:
-            return matches, op.value
+            return matches, value
         return not matches, state
 
     def describe_operation(self, op: KVOperation) -> str:
         return describe(op)
 
     def describe_state(self, state: bytes | None) -> str:
+        if state == self.anonymous:
+            return "<the value of an unanswered write that nobody read>"
         return _show(state)
 
 
@@ -157,7 +220,11 @@ def check_kv_linearizable(
         by_key[op.key].append(op)
     budget = Budget(time_budget, max_steps)
     for key in sorted(by_key, key=lambda k: (len(by_key[k]), k)):
-        ok, explanation = search(by_key[key], RegisterModel(initial.get(key)), budget)
+        ops = by_key[key]
+        model = RegisterModel(initial.get(key), ops)
+        classes = [model.interchangeable(op) for op in ops]
+        deadlines = [model.deadline(op) for op in ops]
+        ok, explanation = search(ops, model, budget, classes, deadlines)
         if ok is not True:
             return LinearizabilityResult(ok, key, f"key {key!r}: {explanation}")
     n = sum(len(ops) for ops in by_key.values())

@@ -24,7 +24,7 @@ optional count of search steps (deterministic). When either runs out the answer 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Final, Protocol, TypeVar, final
 
 import attrs
@@ -141,16 +141,16 @@ class _Entry:
         self.next: _Entry | None = None
 
 
-def _build_list(ops: Sequence[TimedOperation]) -> _Entry:
+def _build_list(ops: Sequence[TimedOperation], ends: Sequence[float | None]) -> _Entry:
     """The sentinel head of the call/return list, sorted by time, calls first on ties."""
     keyed: list[tuple[float, int, int, _Entry]] = []
-    for i, op in enumerate(ops):
+    for i, (op, end) in enumerate(zip(ops, ends, strict=True)):
         call = _Entry(i, True)
         keyed.append((op.invoked, 0, i, call))
-        if op.completed is not None:
+        if end is not None:
             ret = _Entry(i, False)
             call.match = ret
-            keyed.append((op.completed, 1, i, ret))
+            keyed.append((end, 1, i, ret))
     keyed.sort(key=lambda k: k[:3])
     head = _Entry(-1, False)
     prev = head
@@ -200,14 +200,29 @@ def search(
     ops: Sequence[Op],
     model: Model[S, Op],
     budget: Budget,
+    classes: Sequence[Hashable | None] | None = None,
+    deadlines: Sequence[float | None] | None = None,
 ) -> tuple[bool | None, str]:
-    """Run the search over ``ops`` (one partition); ``(ok, explanation)``."""
+    """Run the search over ``ops`` (one partition); ``(ok, explanation)``.
+
+    ``classes`` (optional, one per operation) names sets of interchangeable operations: ops of
+    one class must all be unanswered and have the same effect from every state. The cache then
+    records how many of a class took effect instead of which ones, which turns the 2**n
+    subsets of n such operations into n + 1 counts.
+
+    ``deadlines`` (optional, one per operation) gives an unanswered operation a time by which it
+    must have taken effect (say, the answer of a read that returned what only it wrote): it
+    then counts as answered at that time.
+    """
     _validate(ops)
-    head = _build_list(ops)
-    remaining = sum(1 for op in ops if op.completed is not None)
+    ends = _ends(ops, deadlines)
+    head = _build_list(ops, ends)
+    remaining = sum(1 for end in ends if end is not None)
+    class_of = _class_indexes(ends, classes)
+    counts = [0] * (max(class_of, default=-1) + 1)
     state = model.init()
-    linearized = 0
-    cache: set[tuple[int, S]] = {(0, state)}
+    key_bits = 0  # the linearized ops without a class
+    cache: set[tuple[int, S, tuple[int, ...]]] = {(0, state, tuple(counts))}
     stack: list[tuple[_Entry, S]] = []
     best: tuple[int, list[int], S, int] | None = None  # (depth, order, state, blocking op)
     entry = head.next
@@ -218,12 +233,22 @@ def search(
         if entry.is_call:
             legal, new_state = model.step(state, ops[entry.id])
             if legal:
-                new_linearized = linearized | (1 << entry.id)
-                if (new_linearized, new_state) not in cache:
-                    cache.add((new_linearized, new_state))
+                cls = class_of[entry.id]
+                if cls < 0:
+                    new_bits = key_bits | (1 << entry.id)
+                    key = (new_bits, new_state, tuple(counts))
+                else:
+                    new_bits = key_bits
+                    counts[cls] += 1
+                    key = (new_bits, new_state, tuple(counts))
+                    counts[cls] -= 1
+                if key not in cache:
+                    cache.add(key)
                     stack.append((entry, state))
                     state = new_state
-                    linearized = new_linearized
+                    key_bits = new_bits
+                    if cls >= 0:
+                        counts[cls] += 1
                     if entry.match is not None:
                         remaining -= 1
                     _lift(entry)
@@ -238,7 +263,10 @@ def search(
         if not stack:
             break
         popped, state = stack.pop()
-        linearized &= ~(1 << popped.id)
+        if class_of[popped.id] < 0:
+            key_bits &= ~(1 << popped.id)
+        else:
+            counts[class_of[popped.id]] -= 1
         if popped.match is not None:
             remaining += 1
         _unlift(popped)
@@ -246,10 +274,51 @@ def search(
     else:
         return True, ""
     assert best is not None
-    return False, _explain(ops, model, best)
+    return False, _explain(ops, ends, model, best)
 
 
-def _explain(ops: Sequence[Op], model: Model[S, Op], best: tuple[int, list[int], S, int]) -> str:
+def _ends(
+    ops: Sequence[TimedOperation], deadlines: Sequence[float | None] | None
+) -> list[float | None]:
+    """When each operation must have taken effect: its answer, else its deadline, else never."""
+    if deadlines is None:
+        return [op.completed for op in ops]
+    if len(deadlines) != len(ops):
+        raise ValueError(f"{len(deadlines)} deadlines for {len(ops)} operations")
+    ends = []
+    for op, deadline in zip(ops, deadlines, strict=True):
+        if deadline is not None and (op.completed is not None or deadline < op.invoked):
+            raise ValueError(f"a deadline is for an unanswered operation, after it: {op!r}")
+        ends.append(op.completed if deadline is None else deadline)
+    return ends
+
+
+def _class_indexes(
+    ends: Sequence[float | None], classes: Sequence[Hashable | None] | None
+) -> list[int]:
+    """A small index per class, -1 for none."""
+    if classes is None:
+        return [-1] * len(ends)
+    if len(classes) != len(ends):
+        raise ValueError(f"{len(classes)} classes for {len(ends)} operations")
+    index: dict[Hashable, int] = {}
+    out = []
+    for i, (end, cls) in enumerate(zip(ends, classes, strict=True)):
+        if cls is None:
+            out.append(-1)
+            continue
+        if end is not None:
+            raise ValueError(f"operation {i} has an end and cannot be interchangeable")
+        out.append(index.setdefault(cls, len(index)))
+    return out
+
+
+def _explain(
+    ops: Sequence[Op],
+    ends: Sequence[float | None],
+    model: Model[S, Op],
+    best: tuple[int, list[int], S, int],
+) -> str:
     depth, order, state, blocking = best
     done = set(order)
     answered = [i for i, op in enumerate(ops) if op.completed is not None]
@@ -264,9 +333,10 @@ def _explain(ops: Sequence[Op], model: Model[S, Op], best: tuple[int, list[int],
     lines.append(
         f"then the state is {model.describe_state(state)}, and this must take effect next:"
     )
-    lines.append(f"  {model.describe_operation(ops[blocking])}")
-    blocked_at = ops[blocking].completed
-    assert blocked_at is not None  # only answered operations have a return entry
+    blocked_at = ends[blocking]
+    assert blocked_at is not None  # only operations with an end have a return entry
+    note = "" if ops[blocking].completed is not None else f" (observed by {blocked_at:.6f})"
+    lines.append(f"  {model.describe_operation(ops[blocking])}{note}")
     rivals = [
         i
         for i, op in enumerate(ops)
