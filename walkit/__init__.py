@@ -17,6 +17,7 @@ from walkit.log import (
     LogWriter,
     Snapshot,
 )
+from walkit.net import TLSConfig
 
 __version__ = "0.1.0.dev0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "LogRecord",
     "LogWriter",
     "Snapshot",
+    "TLSConfig",
     "errors",
     *errors.__all__,
 ]

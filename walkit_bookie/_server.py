@@ -24,6 +24,7 @@ from walkit._core.wire import (
 )
 from walkit._logging import get_logger
 from walkit.errors import FrameTooLargeError, RemoteProtocolError, UnsupportedVersionError
+from walkit.net import principal_of
 
 if TYPE_CHECKING:
     from walkit_bookie._config import BookieConfig
@@ -68,10 +69,13 @@ class Connection:
         "nursery",
         "outstanding",
         "peer",
+        "principal",
     )
 
     def __init__(self, handler: RequestHandler, stream: trio.abc.Stream, peer: str) -> None:
         self._handler = handler
+        #: Who the client is: the subject of its verified TLS certificate, else None.
+        self.principal = principal_of(stream)
         self._stream = stream
         self._out: list[bytes] = []
         self._unsent = 0
@@ -238,6 +242,8 @@ def _receiver(stream: trio.abc.Stream) -> Callable[[], Awaitable[bytes | bytearr
 
 
 def peer_name(stream: trio.abc.Stream) -> str:
+    while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):
+        stream = stream.transport_stream  # TLS: the TCP stream under it
     socket = getattr(stream, "socket", None)
     if socket is None:
         return type(stream).__name__

@@ -46,6 +46,8 @@ class StatusCode(enum.IntEnum):
     BAD_REQUEST = 7
     IO_ERROR = 8
     BAD_VERSION = 9
+    #: Sent (with request id 0) to a plain TCP client by a bookie that serves only TLS.
+    TLS_REQUIRED = 30
 
 
 class MessageType(enum.IntEnum):
