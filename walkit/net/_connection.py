@@ -470,9 +470,12 @@ class BookieConnection:
 
     async def _receive_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         buffer = bytearray()
+        # TLS: trio sizes each read to the records (<= 16 KiB); a fixed large size would
+        # allocate that much per record.
+        size = None if isinstance(stream, trio.SSLStream) else _RECEIVE_SIZE
         try:
             while True:
-                data = await stream.receive_some(_RECEIVE_SIZE)
+                data = await stream.receive_some(size)
                 if not data:
                     raise BookieUnavailableError(f"bookie {self.bookie} closed the connection")
                 buffer += data

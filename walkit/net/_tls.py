@@ -282,7 +282,11 @@ class TlsNetwork:
         context = self.server_context
 
         async def handle(raw: trio.abc.Stream) -> None:
-            stream = await self._accept(raw, context)
+            try:
+                stream = await self._accept(raw, context)
+            except Exception:  # one bad connection must not stop the server
+                log.exception("tls_accept_failed", peer=peer_name(raw))
+                stream = None
             if stream is None:
                 await trio.aclose_forcefully(raw)
                 return
