@@ -119,6 +119,26 @@ async def test_client_without_certificate_is_refused(tls_cluster: ProcessCluster
     assert not caught.value.retryable
 
 
+async def test_reads_and_recovery_without_certificate_fail_with_tls_error(
+    tls_cluster: ProcessCluster, pki: Pki
+) -> None:
+    url = tls_cluster.metadata_url
+    with trio.fail_after(NO_HANG):
+        async with walkit.Client.connect(url, tls=pki.client()) as client:
+            lw = await client.create_ledger(3, 2, 2)
+            await lw.append(b"kept")
+        for tls in (pki.client(cert=False), None):
+            async with walkit.Client.connect(url, tls=tls) as client:
+                with pytest.raises(TLSError):
+                    lr = await client.open_ledger(lw.id)
+                    await lr.read(0, 0)
+                with pytest.raises(TLSError, match="cannot fence"):
+                    await client.open_ledger(lw.id, recovery=True)
+        async with walkit.Client.connect(url, tls=pki.client()) as client:
+            lr = await client.open_ledger(lw.id, recovery=True)
+            assert [e.payload for e in await lr.read(0, lr.last_add_confirmed)] == [b"kept"]
+
+
 async def test_client_certificate_from_another_ca_is_refused(
     tls_cluster: ProcessCluster, pki: Pki
 ) -> None:
