@@ -6,8 +6,11 @@ The disk and loopback limits are measured in the same run (``bench/_limits.py``)
 figure is also given as a ratio of them. Figures are medians of ``--runs`` runs.
 
     python bench/bookie.py [--runs 3] [--seconds 4] [--dir DIR] [--no-append]
+    python bench/bookie.py --tls [--runs 1] ...   # the same with and without TLS, side by side
 
-Appends a dated section to docs/benchmarks.md unless ``--no-append``.
+With ``--tls`` each run starts a plain bookie and a TLS one (certificates from ``trustme``,
+client certificates required) and the report compares them. Appends a dated section to
+docs/benchmarks.md unless ``--no-append``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import datetime
 import os
 import platform
 import signal
+import ssl
 import statistics
 import struct
 import subprocess
@@ -45,7 +49,9 @@ SIZES = (100, 1024, 64 * 1024)
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
-def start_bookie(data: Path) -> tuple[subprocess.Popen[str], BookieId]:
+def start_bookie(
+    data: Path, extra: list[str] | None = None
+) -> tuple[subprocess.Popen[str], BookieId]:
     args = [
         sys.executable,
         "-m",
@@ -56,6 +62,7 @@ def start_bookie(data: Path) -> tuple[subprocess.Popen[str], BookieId]:
         str(data / "ledgers"),
         "--log-level",
         "warning",
+        *(extra or []),
     ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -99,7 +106,17 @@ def _check_answers(buf: bytearray) -> int:
     return n
 
 
-async def _receive_answers(stream: trio.SocketStream, count: int, on_answers: Any = None) -> None:
+async def open_stream(bookie: BookieId, tls: ssl.SSLContext | None) -> trio.abc.Stream:
+    """A connection to the bookie: TCP, or TLS over it (handshake done)."""
+    raw = await trio.open_tcp_stream(bookie.host, bookie.port)
+    if tls is None:
+        return raw
+    stream = trio.SSLStream(raw, tls, server_hostname=bookie.host)
+    await stream.do_handshake()
+    return stream
+
+
+async def _receive_answers(stream: trio.abc.Stream, count: int, on_answers: Any = None) -> None:
     buf = bytearray()
     got = 0
     while got < count:
@@ -114,14 +131,14 @@ async def _receive_answers(stream: trio.SocketStream, count: int, on_answers: An
 
 
 async def throughput(
-    bookie: BookieId, ledger_id: int, size: int, seconds: float
+    bookie: BookieId, ledger_id: int, size: int, seconds: float, tls: ssl.SSLContext | None = None
 ) -> dict[str, float]:
     """Many adds in flight on one connection for about ``seconds``."""
     window = max(16, min(4000, (16 << 20) // (size + 64)))
     # Enough frames for the run, within ~1 GiB (the run ends early if they run out).
     count = min(int(seconds * 100_000), (1 << 30) // (size + 100))
     frames = frames_for(ledger_id, size, count)  # built before the clock starts
-    stream = await trio.open_tcp_stream(bookie.host, bookie.port)
+    stream = await open_stream(bookie, tls)
     in_flight = 0
     done = 0
     room = trio.Event()
@@ -168,10 +185,12 @@ async def throughput(
     }
 
 
-async def latency(bookie: BookieId, ledger_id: int, size: int, count: int) -> float:
+async def latency(
+    bookie: BookieId, ledger_id: int, size: int, count: int, tls: ssl.SSLContext | None = None
+) -> float:
     """p50 of one add at a time (low load), in ms."""
     frames = frames_for(ledger_id, size, count)
-    stream = await trio.open_tcp_stream(bookie.host, bookie.port)
+    stream = await open_stream(bookie, tls)
     lat = []
     for frame in frames:
         t0 = time.perf_counter()
@@ -188,19 +207,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_once(tmp: Path, seconds: float) -> dict[str, Any]:
+def run_once(
+    tmp: Path, seconds: float, tls: tuple[list[str], ssl.SSLContext] | None = None
+) -> dict[str, Any]:
+    """One bookie, every size; ``tls``: the bookie's TLS arguments and the client context."""
     data = tmp / "bookie"
-    proc, bookie = start_bookie(data)
+    proc, bookie = start_bookie(data, tls[0] if tls else None)
+    context = tls[1] if tls else None
     try:
         out: dict[str, Any] = {}
 
         async def main() -> None:
             for i, size in enumerate(SIZES):
                 before = _cpu_seconds(proc.pid)
-                out[size] = await throughput(bookie, 100 + i, size, seconds)
+                out[size] = await throughput(bookie, 100 + i, size, seconds, context)
                 used = _cpu_seconds(proc.pid) - before
                 out[size]["bookie_cpu_us"] = used / out[size]["adds"] * 1e6
-            out["p50_ms"] = await latency(bookie, 200, 1024, 2000)
+            out["p50_ms"] = await latency(bookie, 200, 1024, 2000, context)
 
         trio.run(main)
         return out
@@ -215,7 +238,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--dir", default=None, help="where the bookie's data goes")
     parser.add_argument("--no-append", action="store_true")
+    parser.add_argument("--tls", action="store_true", help="compare with and without TLS")
     args = parser.parse_args()
+    if args.tls:
+        compare_tls(args)
+        return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)
         print("measuring the machine's limits ...", flush=True)
@@ -237,6 +264,83 @@ def main() -> None:
     }
     p50 = statistics.median(run["p50_ms"] for run in runs)
     report(limits, med, p50, args, os.getloadavg()[0])
+
+
+def make_pki(directory: Path) -> tuple[list[str], ssl.SSLContext]:
+    """A CA, a bookie certificate for 127.0.0.1 and a client one: the bookie's arguments (client
+    certificates required) and the client's context."""
+    import trustme
+
+    from walkit.net import TLSConfig
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    for name, cert in {
+        "bookie": ca.issue_cert("127.0.0.1"),
+        "client": ca.issue_cert("bench.walkit.test", common_name="bench"),
+    }.items():
+        (directory / f"{name}.pem").write_bytes(b"".join(b.bytes() for b in cert.cert_chain_pems))
+        cert.private_key_pem.write_to_path(str(directory / f"{name}.key"))
+    args = ["--tls-cert", str(directory / "bookie.pem"), "--tls-key", str(directory / "bookie.key")]
+    args += ["--tls-ca", str(directory / "ca.pem"), "--tls-client-auth", "require"]
+    client = TLSConfig(
+        cert=directory / "client.pem", key=directory / "client.key", ca=directory / "ca.pem"
+    )
+    return args, client.client_context()
+
+
+def compare_tls(args: Any) -> None:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
+        tmp = Path(tmp_name)
+        tls = make_pki(tmp)
+        plain_runs, tls_runs = [], []
+        for r in range(args.runs):
+            print(f"run {r + 1}/{args.runs}: plain, then TLS ...", flush=True)
+            plain_runs.append(run_once(tmp / f"plain{r}", args.seconds))
+            tls_runs.append(run_once(tmp / f"tls{r}", args.seconds, tls))
+    cipher = "TLS 1.3 (the ssl module's default suite)"
+
+    def med(runs: list[dict[str, Any]], size: int, key: str) -> float:
+        return statistics.median(run[size][key] for run in runs)
+
+    rows = [
+        "| entry size | plain adds/s | TLS adds/s | TLS ÷ plain | plain MiB/s | TLS MiB/s | "
+        "bookie CPU µs/add plain | TLS |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for size in SIZES:
+        label = f"{size} B" if size < 1024 else f"{size // 1024} KiB"
+        p, t = med(plain_runs, size, "adds_per_s"), med(tls_runs, size, "adds_per_s")
+        rows.append(
+            f"| {label} | {p:,.0f} | {t:,.0f} | {t / p:.2f} | "
+            f"{med(plain_runs, size, 'mib_per_s'):,.1f} | {med(tls_runs, size, 'mib_per_s'):,.1f} | "
+            f"{med(plain_runs, size, 'bookie_cpu_us'):.1f} | {med(tls_runs, size, 'bookie_cpu_us'):.1f} |"
+        )
+    p50_plain = statistics.median(run["p50_ms"] for run in plain_runs)
+    p50_tls = statistics.median(run["p50_ms"] for run in tls_runs)
+    rows += [
+        "",
+        "| add p50 at low load (1 KiB, one at a time) | plain | TLS |",
+        "| --- | ---: | ---: |",
+        f"| | {p50_plain:.3f} ms | {p50_tls:.3f} ms |",
+    ]
+    text = "\n".join(rows)
+    print(text)
+    if args.no_append:
+        return
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        f"\n## Bookie: the cost of TLS ({now})\n\n"
+        f"`python bench/bookie.py --tls --runs {args.runs} --seconds {args.seconds:g}`; "
+        f"medians of {args.runs} run(s); machine: {os.cpu_count()} cores, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}; one "
+        "bookie process, one connection with many adds in flight, as in the section above; "
+        f"the TLS bookie requires client certificates; {cipher}; load average "
+        f"{os.getloadavg()[0]:.1f} at the end (other work shares the 2 cores).\n\n" + text + "\n"
+    )
+    with DOCS.open("a") as f:
+        f.write(section)
+    print(f"appended to {DOCS}")
 
 
 def report(

@@ -33,9 +33,15 @@ class BookieProcess:
     """One `walkit-bookie` subprocess."""
 
     def __init__(
-        self, metadata_url: str, data_dir: Path, port: int, network_location: str | None = None
+        self,
+        metadata_url: str,
+        data_dir: Path,
+        port: int,
+        network_location: str | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.metadata_url = metadata_url
+        self.extra_args = list(extra_args or [])
         self.data_dir = data_dir
         self.port = port
         self.network_location = network_location
@@ -63,7 +69,7 @@ class BookieProcess:
         ]
         if self.network_location:
             cmd += ["--network-location", self.network_location]
-        return cmd
+        return cmd + self.extra_args
 
     def start(self, timeout: float = 30.0) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
@@ -139,13 +145,22 @@ class ProcessCluster:
     """N bookie processes sharing one metadata URL."""
 
     def __init__(
-        self, metadata_url: str, root: Path, count: int, locations: list[str] | None = None
+        self,
+        metadata_url: str,
+        root: Path,
+        count: int,
+        locations: list[str] | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.metadata_url = metadata_url
         self.bookies = [
             BookieProcess(
-                metadata_url, root / f"bookie-{i}", free_port(), (locations or [None] * count)[i]
-            )  # type: ignore[list-item]
+                metadata_url,
+                root / f"bookie-{i}",
+                free_port(),
+                (locations or [None] * count)[i],  # type: ignore[list-item]
+                extra_args,
+            )
             for i in range(count)
         ]
 
@@ -171,9 +186,14 @@ class ProcessCluster:
 
 @contextmanager
 def process_cluster(
-    metadata_url: str, root: Path, count: int, locations: list[str] | None = None
+    metadata_url: str,
+    root: Path,
+    count: int,
+    locations: list[str] | None = None,
+    extra_args: list[str] | None = None,
 ) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(metadata_url, root, count, locations)
+    """``extra_args``: more ``walkit-bookie`` arguments for every bookie (e.g. TLS files)."""
+    cluster = ProcessCluster(metadata_url, root, count, locations, extra_args)
     try:
         cluster.start()
         yield cluster

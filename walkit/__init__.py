@@ -18,6 +18,7 @@ from walkit.log import (
     LogWriter,
     Snapshot,
 )
+from walkit.net import TLSConfig
 
 __all__ = [
     "BookieId",
@@ -37,6 +38,7 @@ __all__ = [
     "LogRecord",
     "LogWriter",
     "Snapshot",
+    "TLSConfig",
     "errors",
     *errors.__all__,
 ]

@@ -32,6 +32,7 @@ from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
     NotEnoughBookiesError,
+    TLSError,
     WalkitError,
 )
 from walkit.ledger._core import ClientCore, check_password
@@ -49,7 +50,7 @@ from walkit.metadata import (
     open_metadata_store,
     watch_bookies,
 )
-from walkit.net import Network, TcpNetwork
+from walkit.net import Network, TcpNetwork, TLSConfig, TlsNetwork
 from walkit.net._pool import ConnectionPool
 from walkit.placement import (
     EnsemblePlacementPolicy,
@@ -89,6 +90,17 @@ def _check_custom(custom: object) -> dict[str, bytes]:
             )
         out[key] = bytes(value)
     return out
+
+
+def _unreachable_error(wanted: int, dead: Mapping[BookieId, WalkitError]) -> WalkitError:
+    """Why no ensemble could be formed: a TLSError first (a configuration problem, not an
+    outage), else NotEnoughBookiesError naming each unreachable bookie and its error."""
+    failures = sorted(dead.items(), key=lambda item: str(item[0]))
+    for _bookie, error in failures:
+        if isinstance(error, TLSError):
+            return TLSError(f"cannot create a ledger: {error}")
+    reasons = "; ".join(f"{bookie}: {error}" for bookie, error in failures)
+    return NotEnoughBookiesError(f"cannot find {wanted} reachable bookies ({reasons})")
 
 
 def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -165,6 +177,7 @@ class Client:
         placement: str | EnsemblePlacementPolicy = "default",
         network: Network | None = None,
         rng: random.Random | None = None,
+        tls: TLSConfig | None = None,
         **options: Any,
     ) -> _Connector:
         """Connect to the cluster whose metadata is at ``url`` (``zk://``, ``sqlite:///``,
@@ -173,11 +186,13 @@ class Client:
         ``placement``: "default", "rackaware", "regionaware", "pkg.mod:Class", or a policy
         object. ``network``: the transport (TCP by default; a ``walkit.testing.SimNetwork`` in
         simulations). ``rng``: the random generator for everything random in the client.
+        ``tls``: a :class:`walkit.TLSConfig` to talk TLS to the bookies (every bookie of the
+        cluster must then serve TLS; see ``docs/security.md``).
         ``options``: see :class:`walkit.ledger.ClientOptions` (timeouts, ensemble change mode,
-        ...). Raises ConfigurationError (bad URL or option), MetadataStoreError (store
-        unreachable).
+        ...). Raises ConfigurationError (bad URL or option, unreadable TLS files),
+        MetadataStoreError (store unreachable).
         """
-        return _Connector(_open_client(url, placement, network, rng, options))
+        return _Connector(_open_client(url, placement, network, rng, options, tls))
 
     # --- internals (for the recovery driver and the log layer) ----------------------------
 
@@ -224,19 +239,23 @@ class Client:
         ledger_id = await core.retry_metadata(core.ledgers.new_ledger_id)
         # A bookie can stay registered for a while after it died (until its session expires):
         # check that the chosen ones answer, and choose again without those that do not.
-        dead: set[BookieId] = set()
+        dead: dict[BookieId, WalkitError] = {}
         for _attempt in range(3):
-            ensemble = self._new_ensemble(ensemble_size, write_quorum, ack_quorum, custom, dead)
+            try:
+                ensemble = self._new_ensemble(
+                    ensemble_size, write_quorum, ack_quorum, custom, set(dead)
+                )
+            except NotEnoughBookiesError as exc:
+                if not dead:
+                    raise
+                raise _unreachable_error(ensemble_size, dead) from exc
             silent = await unreachable(core, ensemble, ledger_id)
             if not silent:
                 break
             log.info("ledger_create_skips_bookies", bookies=sorted(str(b) for b in silent))
-            dead |= silent
+            dead.update(silent)
         else:
-            raise NotEnoughBookiesError(
-                f"cannot find {ensemble_size} reachable bookies "
-                f"(unreachable: {', '.join(sorted(str(b) for b in dead))})"
-            )
+            raise _unreachable_error(ensemble_size, dead)
         clock = core.options.wall_clock
         md = LedgerMetadata(
             ledger_id=ledger_id,
@@ -380,10 +399,17 @@ async def _open_client(
     network: Network | None,
     rng: random.Random | None,
     options: Mapping[str, Any],
+    tls: TLSConfig | None = None,
 ) -> AsyncIterator[Client]:
     opts = ClientOptions.from_kwargs(options)
     if rng is not None and not isinstance(rng, random.Random):
         raise InvalidArgumentError(f"rng must be a random.Random, not {type(rng).__name__}")
+    if tls is not None and not isinstance(tls, TLSConfig):
+        raise InvalidArgumentError(f"tls must be a walkit.TLSConfig, not {type(tls).__name__}")
+    if network is None:
+        network = TcpNetwork()
+    if tls is not None:
+        network = TlsNetwork(network, client_context=tls.client_context())
     rng = rng if rng is not None else random.Random()
     policy = _load_policy(placement, opts, rng)
     store = await open_metadata_store(url, **opts.metadata_options)
@@ -393,7 +419,7 @@ async def _open_client(
         events = watch_bookies(store)
         await _apply_bookies(store, policy)
         pool = ConnectionPool(
-            network if network is not None else TcpNetwork(),
+            network,
             connect_timeout=opts.connect_timeout,
             timeout_check_interval=opts.timeout_check_interval,
             max_frame_size=opts.max_frame_size,

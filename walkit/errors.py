@@ -226,6 +226,17 @@ class ClientClosedError(WalkitError):
     code = 24
 
 
+class TLSError(BookieUnavailableError):
+    """TLS between a client and a bookie failed: a failed handshake, a certificate the other
+    side does not trust, a client certificate the bookie requires, or TLS on one side only.
+
+    A configuration problem (see ``docs/security.md``): trying again does not help.
+    """
+
+    code = 30
+    retryable = False
+
+
 class NoSuchLogError(NoSuchNodeError):
     """The log does not exist (``Log.open(..., create=False)``, ``walkit log show``)."""
 

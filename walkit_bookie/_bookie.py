@@ -38,7 +38,7 @@ from walkit._core.wire import (
 from walkit._logging import get_logger
 from walkit.errors import BookieIOError, WalkitError
 from walkit.metadata import MetadataStore
-from walkit.net import Network, TcpNetwork
+from walkit.net import Network, TcpNetwork, TlsNetwork
 from walkit_bookie._admin import BookieCollector, serve_admin
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._gc import GarbageCollector, GcReport
@@ -94,6 +94,9 @@ class Bookie:
         self.config = config
         self.storage: BookieStorage = storage if storage is not None else DiskStorage(config)
         self._network: Network = network if network is not None else TcpNetwork()
+        tls = config.tls_server_context()
+        if tls is not None:  # every connection is TLS; a plain client gets TLS_REQUIRED
+            self._network = TlsNetwork(self._network, server_context=tls)
         self._metadata = metadata
         self._reopen_metadata = reopen_metadata
         self._rng = rng if rng is not None else random.Random()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, final
@@ -11,6 +12,8 @@ import attrs
 
 from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
 from walkit.errors import ConfigurationError
+from walkit.net import TLSConfig
+from walkit.net._tls import CLIENT_AUTH_MODES
 
 MiB = 1024 * 1024
 
@@ -26,6 +29,14 @@ def _dirs(value: Any) -> tuple[str, ...]:
     if len(set(dirs)) != len(dirs):
         raise ConfigurationError(f"data directories are listed twice: {list(dirs)}")
     return dirs
+
+
+def _optional_path(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise ConfigurationError(f"a TLS file must be a path, not {value!r}")
+    return os.path.abspath(os.fspath(value))
 
 
 def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -135,6 +146,42 @@ class BookieConfig:
     #: retrying with exponential backoff up to this many seconds between attempts.
     metadata_retry_max: float = attrs.field(default=10.0, validator=_positive)
 
+    #: TLS: the bookie's certificate chain and private key (PEM). Set: clients must use TLS.
+    tls_cert: str | None = attrs.field(default=None, converter=_optional_path)
+    tls_key: str | None = attrs.field(default=None, converter=_optional_path)
+    #: CA bundle that signs client certificates (needed to check them).
+    tls_ca: str | None = attrs.field(default=None, converter=_optional_path)
+    #: Ask clients for a certificate: "none", "optional" (checked if given) or "require".
+    tls_client_auth: str = "none"
+
+    def tls_server_context(self) -> ssl.SSLContext | None:
+        """The TLS context to serve with (None: plain TCP). Reads the files: raises
+        ConfigurationError when one is missing or unreadable."""
+        if self.tls_cert is None:
+            return None
+        tls = TLSConfig(cert=self.tls_cert, key=self.tls_key, ca=self.tls_ca)
+        return tls.server_context(self.tls_client_auth)  # type: ignore[arg-type]
+
+    def _check_tls(self) -> None:
+        if self.tls_client_auth not in CLIENT_AUTH_MODES:
+            raise ConfigurationError(
+                f"tls_client_auth must be one of {', '.join(CLIENT_AUTH_MODES)}, "
+                f"not {self.tls_client_auth!r}"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigurationError(
+                "TLS needs both a certificate and its key (--tls-cert, --tls-key)"
+            )
+        if self.tls_cert is None and (self.tls_ca is not None or self.tls_client_auth != "none"):
+            raise ConfigurationError(
+                "--tls-ca and --tls-client-auth need TLS: give --tls-cert and --tls-key"
+            )
+        if self.tls_client_auth != "none" and self.tls_ca is None:
+            raise ConfigurationError(
+                f"--tls-client-auth {self.tls_client_auth} needs --tls-ca to check client "
+                "certificates"
+            )
+
     @property
     def journal_dir(self) -> Path:
         return Path(self.data_dirs[0])
@@ -161,6 +208,7 @@ class BookieConfig:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
             raise ConfigurationError(f"host must be a non-empty string, not {self.host!r}")
+        self._check_tls()
         if self.disk_usage_lwm is not None and self.disk_usage_lwm > self.disk_usage_threshold:
             raise ConfigurationError(
                 f"disk_usage_lwm ({self.disk_usage_lwm}) must not be above "

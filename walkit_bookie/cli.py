@@ -189,6 +189,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="compaction copies and re-indexes this much at a time (default 4MiB)",
     )
+    p.add_argument("--tls-cert", metavar="PEM", help="serve TLS only, with this certificate chain")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument("--tls-ca", metavar="PEM", help="CA bundle that signs client certificates")
+    p.add_argument(
+        "--tls-client-auth",
+        choices=["none", "optional", "require"],
+        help="ask clients for a certificate signed by --tls-ca: none (default), optional "
+        "(checked when given), require",
+    )
     p.add_argument(
         "--log-level",
         default="info",
@@ -222,6 +231,10 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("major_compaction_interval", "major_compaction_interval"),
         ("compaction_max_rate", "compaction_max_rate"),
         ("compaction_batch_size", "compaction_batch_bytes"),
+        ("tls_cert", "tls_cert"),
+        ("tls_key", "tls_key"),
+        ("tls_ca", "tls_ca"),
+        ("tls_client_auth", "tls_client_auth"),
     ):
         value = getattr(args, arg)
         if value is not None:
@@ -267,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
+        config.tls_server_context()  # unreadable TLS files: a usage error, before anything
     except ConfigurationError as bad:
         parser.error(str(bad))  # exits 2
     configure_logging(args.log_level, args.log_json)

@@ -49,6 +49,8 @@ class StatusCode(enum.IntEnum):
     #: An add that would replace a stored entry with other bytes (BookKeeper's
     #: DuplicateEntryIdException); the same bytes are an idempotent success.
     ENTRY_EXISTS = 26
+    #: Sent (with request id 0) to a plain TCP client by a bookie that serves only TLS.
+    TLS_REQUIRED = 30
 
 
 class MessageType(enum.IntEnum):

@@ -397,14 +397,14 @@ class _Probe:
 
     def __init__(self, count: int) -> None:
         self.left = count
-        self.silent: set[int] = set()
+        self.silent: dict[int, WalkitError] = {}
         self.done = trio.Event()
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         self._count()
 
     def on_error(self, tag: int, error: WalkitError) -> None:
-        self.silent.add(tag)
+        self.silent[tag] = error
         self._count()
 
     def _count(self) -> None:
@@ -413,8 +413,11 @@ class _Probe:
             self.done.set()
 
 
-async def unreachable(core: ClientCore, bookies: list[BookieId], ledger_id: int) -> set[BookieId]:
-    """The bookies among ``bookies`` that do not answer a (harmless) LAC read in time."""
+async def unreachable(
+    core: ClientCore, bookies: list[BookieId], ledger_id: int
+) -> dict[BookieId, WalkitError]:
+    """The bookies among ``bookies`` that do not answer a (harmless) LAC read in time, each
+    with the error it gave."""
     probe = _Probe(len(bookies))
     timeout = min(core.options.connect_timeout, core.options.read_timeout)
     for index, bookie in enumerate(bookies):
@@ -422,4 +425,4 @@ async def unreachable(core: ClientCore, bookies: list[BookieId], ledger_id: int)
         rid = conn.new_request_id()
         conn.send((encode_frame(ReadLacRequest(rid, ledger_id)),), rid, probe, index, timeout)
     await probe.done.wait()
-    return {bookies[i] for i in probe.silent}
+    return {bookies[i]: error for i, error in probe.silent.items()}

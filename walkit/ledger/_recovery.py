@@ -58,6 +58,7 @@ from walkit.errors import (
     LedgerRecoveryError,
     MetadataVersionError,
     NotEnoughBookiesError,
+    TLSError,
     UnauthorizedAccessError,
     WalkitError,
 )
@@ -215,15 +216,20 @@ class _Recovery:
                 index,
                 timeout,
             )
+        last_error: WalkitError | None = None
         while not tracker.done:
             if tracker.failed:
+                if isinstance(last_error, TLSError):  # a configuration problem: say so
+                    raise TLSError(f"ledger {self.ledger_id}: cannot fence: {last_error}")
                 raise LedgerRecoveryError(
                     f"ledger {self.ledger_id}: could not fence enough bookies "
-                    f"({tracker.fenced} of {self.e} answered, {tracker.needed} needed)"
+                    f"({tracker.fenced} of {self.e} answered, {tracker.needed} needed"
+                    + (f"; last error: {last_error})" if last_error is not None else ")")
                 )
             for index, status, msg, error in await inbox.drain():
                 bookie = self.ensemble[index]
                 if error is not None or status == StatusCode.IO_ERROR:
+                    last_error = error or last_error
                     self._fail(bookie)
                     tracker.on_answer(index, Answer.ERROR)
                 elif status == StatusCode.UNAUTHORIZED_ACCESS:

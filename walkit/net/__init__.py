@@ -4,6 +4,15 @@ Everything above this seam talks to a :class:`Network`; TCP is the real one and
 ``walkit.testing`` provides a simulated one with faults.
 """
 
+from walkit.net._tls import ClientAuth, TLSConfig, TlsNetwork, principal_of
 from walkit.net._transport import Network, StreamHandler, TcpNetwork
 
-__all__ = ["Network", "StreamHandler", "TcpNetwork"]
+__all__ = [
+    "ClientAuth",
+    "Network",
+    "StreamHandler",
+    "TLSConfig",
+    "TcpNetwork",
+    "TlsNetwork",
+    "principal_of",
+]

@@ -42,8 +42,10 @@ from walkit.errors import (
     BookieUnavailableError,
     ClientClosedError,
     RemoteProtocolError,
+    TLSError,
     WalkitError,
 )
+from walkit.net._tls import tls_failure
 from walkit.net._transport import Network
 
 log = get_logger(__name__)
@@ -415,6 +417,13 @@ class BookieConnection:
             nursery.start_soon(self._send_loop, stream, nursery.cancel_scope)
             nursery.start_soon(self._receive_loop, stream, nursery.cancel_scope)
 
+    def _lost(self, exc: BaseException) -> WalkitError:
+        """The error for a broken stream: a TLSError when TLS broke it (a client certificate
+        the bookie requires or refuses shows only here, after the handshake)."""
+        return tls_failure(self.bookie, exc, handshaken=True) or BookieUnavailableError(
+            f"lost connection to bookie {self.bookie}: {exc!r}"
+        )
+
     def _broken(self, error: WalkitError, scope: trio.CancelScope) -> None:
         if self._error is None:
             self._error = error
@@ -453,9 +462,7 @@ class BookieConnection:
                     await stream.send_all(b"".join(out[start:end]))
                     start = end
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._broken(
-                BookieUnavailableError(f"lost connection to bookie {self.bookie}: {exc!r}"), scope
-            )
+            self._broken(self._lost(exc), scope)
         except WalkitError as exc:
             self._broken(
                 BookieUnavailableError(f"lost connection to bookie {self.bookie}: {exc}"), scope
@@ -463,9 +470,12 @@ class BookieConnection:
 
     async def _receive_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         buffer = bytearray()
+        # TLS: trio sizes each read to the records (<= 16 KiB); a fixed large size would
+        # allocate that much per record.
+        size = None if isinstance(stream, trio.SSLStream) else _RECEIVE_SIZE
         try:
             while True:
-                data = await stream.receive_some(_RECEIVE_SIZE)
+                data = await stream.receive_some(size)
                 if not data:
                     raise BookieUnavailableError(f"bookie {self.bookie} closed the connection")
                 buffer += data
@@ -473,9 +483,7 @@ class BookieConnection:
                 if used:
                     del buffer[:used]
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._broken(
-                BookieUnavailableError(f"lost connection to bookie {self.bookie}: {exc!r}"), scope
-            )
+            self._broken(self._lost(exc), scope)
         except RemoteProtocolError as exc:
             self._broken(
                 BookieUnavailableError(f"bookie {self.bookie} broke the protocol: {exc}"), scope
@@ -519,6 +527,15 @@ class BookieConnection:
             decoded = decode_message(bytes(buffer[pos + 4 : end]))
             if not isinstance(decoded, _RESPONSES):
                 raise RemoteProtocolError(f"got a {type(decoded).__name__} from a bookie")
+            if (
+                rec is None
+                and isinstance(decoded, ErrorResponse)
+                and decoded.status == StatusCode.TLS_REQUIRED
+            ):
+                raise TLSError(
+                    f"bookie {self.bookie} serves TLS only ({decoded.message}); connect with "
+                    "walkit.Client.connect(url, tls=walkit.TLSConfig(...))"
+                )
             if rec is not None:
                 try:
                     rec[0].on_response(rec[1], int(decoded.status), decoded)
