@@ -76,7 +76,7 @@ class LeaderElection:
         self.lease_timeout = float(lease_timeout)
         self._rng = rng
         self._store_options = dict(store_options or {})
-        self._state = LeaseState(self._new_claim())
+        self._state = LeaseState(self._new_claim(), rejoin_delay=min(0.5, self.lease_timeout / 2))
         self._store: MetadataStore | None = None
         #: Grows by one each time the role or the known leader changes.
         self.generation = 0
@@ -176,6 +176,7 @@ class LeaderElection:
                             pass
                 state.session_lost()
                 self._publish()
+                await trio.sleep(state.backoff)
         finally:
             state.stop()
             self._publish()

@@ -67,10 +67,16 @@ class LeaseState:
     """One candidate's view of the election. Every method returns the next :class:`Action`.
 
     ``backoff_base``/``backoff_max``: seconds between attempts while the store fails (doubling).
+    ``rejoin_delay``: seconds a leader that lost its session waits before it runs again.
     """
 
     def __init__(
-        self, claim: Claim, *, backoff_base: float = 0.05, backoff_max: float = 1.0
+        self,
+        claim: Claim,
+        *,
+        backoff_base: float = 0.05,
+        backoff_max: float = 1.0,
+        rejoin_delay: float = 0.25,
     ) -> None:
         self.claim = claim
         self.role = Role.CANDIDATE
@@ -81,6 +87,7 @@ class LeaseState:
         self.backoff = 0.0
         self._backoff_base = backoff_base
         self._backoff_max = backoff_max
+        self._rejoin_delay = rejoin_delay
         self._failures = 0
 
     def start(self, claim: Claim | None = None) -> Action:
@@ -135,9 +142,13 @@ class LeaseState:
         return Action.CREATE
 
     def session_lost(self) -> Action:
-        """Our session expired or was closed: whatever we held is gone."""
+        """Our session expired or was closed: whatever we held is gone. A leader that lost
+        its lease waits ``rejoin_delay`` (in :attr:`backoff`) before it runs again, so that
+        the candidates that saw it go have the first chance."""
+        self.backoff = 0.0
         if self.role is Role.LEADER:
             self._step_down()
+            self.backoff = self._rejoin_delay
         self._become(Role.CANDIDATE, None)
         return Action.NEW_SESSION
 
