@@ -7,6 +7,8 @@
 - :func:`run`: ``trio.run`` on a ``MockClock`` with trio's scheduler seeded, so a seed replays.
 - :class:`History` and the pure checkers (``check_*``): what clients were told, and whether the
   protocol's invariants held.
+- :func:`check_kv_linearizable`: whether a key-value store's history (:class:`KVOperation`) is
+  linearizable; :func:`check_linearizable` does the same for any :class:`Model`.
 """
 
 from walkit.testing._checkers import (
@@ -33,6 +35,7 @@ from walkit.testing._history import (
     ReadObserved,
     StoredCopies,
 )
+from walkit.testing._linearizability import KVOperation, check_kv_linearizable
 from walkit.testing._network import LinkFaults, SimNetwork, SimNode, SimStream
 from walkit.testing._runner import (
     SEED_ENV,
@@ -44,6 +47,7 @@ from walkit.testing._runner import (
     run,
     seed_from_env,
 )
+from walkit.testing._wgl import LinearizabilityResult, Model, TimedOperation, check_linearizable
 
 __all__ = [
     "BOOKIE_PORT",
@@ -57,8 +61,11 @@ __all__ = [
     "Event",
     "FenceCompleted",
     "History",
+    "KVOperation",
     "LedgerClosedObserved",
+    "LinearizabilityResult",
     "LinkFaults",
+    "Model",
     "ReadObserved",
     "SimBookie",
     "SimCluster",
@@ -68,11 +75,14 @@ __all__ = [
     "SimulationStalled",
     "StallGuard",
     "StoredCopies",
+    "TimedOperation",
     "assert_ok",
     "check_all",
     "check_closed_ledgers_replicated",
     "check_entry_replication",
     "check_fenced_writer",
+    "check_kv_linearizable",
+    "check_linearizable",
     "check_no_divergence",
     "check_no_lost_acks",
     "check_readers_agree",
