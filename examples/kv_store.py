@@ -269,9 +269,18 @@ def serve_main(argv: list[str]) -> None:
         trio.run(run)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
-    except (walkit.errors.WalkitError, OSError) as exc:
-        print(f"kv_store: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except (walkit.errors.WalkitError, OSError, BaseExceptionGroup) as exc:
+        cause = _first_leaf(exc)
+        if not isinstance(cause, walkit.errors.WalkitError | OSError):
+            raise
+        print(f"kv_store: error: {type(cause).__name__}: {cause}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def main(argv: list[str] | None = None) -> None:
