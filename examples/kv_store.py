@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import final
@@ -261,9 +262,16 @@ def serve_main(argv: list[str]) -> None:
                 ack_quorum=int(args.ack_quorum),
             )
             service = KVService(client, kv_log, options)
-            async with trio.open_nursery() as nursery:
-                address = await nursery.start(service.run)
-                print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async with trio.open_nursery() as nursery:
+                    address = await nursery.start(service.run)
+                    print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
+                    async for _signum in signals:
+                        # A clean stop: the lease is given up on the way out, so another
+                        # replica takes over at once instead of after the lease timeout.
+                        print("kv: stopping", flush=True)
+                        nursery.cancel_scope.cancel()
+                        break
 
     try:
         trio.run(run)

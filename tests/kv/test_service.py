@@ -191,3 +191,20 @@ async def test_paused_leader_is_fenced_and_steps_down(kv_cluster: str) -> None:
             while (await http.get(f"{old.base}/v1/kv/k2")).status_code != 200:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         assert json.loads((await http.get(f"{old.base}/v1/status")).content)["role"] == "follower"
+
+
+async def test_clean_stop_hands_the_lead_over_at_once(kv_cluster: str) -> None:
+    """SIGTERM: the leader gives its lease up on the way out, so a follower takes over without
+    waiting for the lease (30 s here) to expire."""
+    async with (
+        replicas(kv_cluster, "kv-term", "--lease-timeout", "30") as reps,
+        httpx.AsyncClient() as http,
+    ):
+        old = await wait_leader(http, reps)
+        assert (await http.put(f"{old.base}/v1/kv/k", content=b"v")).status_code == 200
+        await trio.to_thread.run_sync(old.stop)
+        assert old.process is not None and old.process.returncode == 0, dump_output([old])
+        new = await wait_leader(http, reps, exclude=(old,), timeout=15)
+        got = await http.get(f"{new.base}/v1/kv/k")
+        assert (got.status_code, got.content) == (200, b"v")
+        assert (await http.put(f"{new.base}/v1/kv/k", content=b"w")).status_code == 200
