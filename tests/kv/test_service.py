@@ -11,7 +11,10 @@ import pytest
 import trio
 
 import walkit
+from tests.kv._replicas import ReplicaProcess
+from tests.kv._workload import Workload
 from tests.kv.conftest import dump_output, replicas, status, wait_leader
+from walkit.testing import check_kv_linearizable
 
 pytestmark = pytest.mark.processes
 
@@ -148,49 +151,71 @@ async def test_paused_leader_is_fenced_and_steps_down(kv_cluster: str) -> None:
     ):
         old = await wait_leader(http, reps)
         assert (await http.put(f"{old.base}/v1/kv/k", content=b"before")).status_code == 200
-        old.pause()
-        try:
-            new = await wait_leader(http, reps, exclude=(old,))
-            assert new is not old
-            put = await http.put(f"{new.base}/v1/kv/k", content=b"after")
-            assert put.status_code == 200, put.text
-
-            # Requests sent to the paused leader wait in its socket until it resumes.
-            answers: dict[str, httpx.Response] = {}
-
-            async def ask(name: str, method: str, body: bytes | None) -> None:
-                answers[name] = await http.request(
-                    method, f"{old.base}/v1/kv/k", content=body, timeout=30
-                )
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(ask, "read", "GET", None)
-                nursery.start_soon(ask, "write", "PUT", b"late")
-                await trio.sleep(0.3)  # both are sent (no event to wait on: the peer is frozen)
-                old.resume()
-        finally:
-            old.resume()
-        # The old leader can no longer acknowledge anything, nor serve a stale read.
-        assert answers["write"].status_code in (307, 503), answers["write"].text
-        read = answers["read"]
-        assert read.status_code in (307, 503) or read.content == b"after", read.content
-        with trio.fail_after(20):
-            while True:
-                st = await status(http, old)
-                if st is not None and st["role"] == "follower" and st["leader"] == new.address:
-                    break
-                await trio.sleep(0.05)
-        got = await http.get(f"{new.base}/v1/kv/k")
-        assert got.content == b"after"
-        assert any("WriterFenced" in line or "stopped leading" in line for line in old.output), (
-            dump_output([old])
-        )
+        # Clients keep working throughout, on every replica; their history is checked below.
+        workload = Workload(reps, clients=16, keys=8, seed=3)
+        stop = trio.Event()
+        async with trio.open_nursery() as background:
+            background.start_soon(workload.run, http, stop)
+            with trio.fail_after(20):
+                while len(workload.write_oks) < 50:  # noqa: ASYNC110 (the clients' progress)
+                    await trio.sleep(0.05)
+            new = await _pause_and_resume(http, reps, old)
+            stop.set()
+        result = check_kv_linearizable(workload.history, time_budget=60)
+        print(f"history: {len(workload.history)} operations; {result}")
+        assert result.ok, str(result)
+        assert (await http.get(f"{new.base}/v1/kv/k")).content == b"after"
         # It follows the new leader's log again.
         assert (await http.put(f"{new.base}/v1/kv/k2", content=b"x")).status_code == 200
         with trio.fail_after(10):
             while (await http.get(f"{old.base}/v1/kv/k2")).status_code != 200:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         assert json.loads((await http.get(f"{old.base}/v1/status")).content)["role"] == "follower"
+
+
+async def _pause_and_resume(
+    http: httpx.AsyncClient, reps: list[ReplicaProcess], old: ReplicaProcess
+) -> ReplicaProcess:
+    """SIGSTOP the leader ``old`` until another replica leads and has written; then SIGCONT it
+    with a read and a write waiting in its socket; check what it answers; return the new one."""
+    old.pause()
+    try:
+        new = await wait_leader(http, reps, exclude=(old,))
+        assert new is not old
+        put = await http.put(f"{new.base}/v1/kv/k", content=b"after")
+        assert put.status_code == 200, put.text
+
+        # Requests sent to the paused leader wait in its socket until it resumes.
+        answers: dict[str, httpx.Response] = {}
+
+        async def ask(name: str, method: str, body: bytes | None) -> None:
+            answers[name] = await http.request(
+                method, f"{old.base}/v1/kv/k", content=body, timeout=30
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "read", "GET", None)
+            nursery.start_soon(ask, "write", "PUT", b"late")
+            await trio.sleep(0.3)  # both are sent (no event to wait on: the peer is frozen)
+            old.resume()
+    finally:
+        old.resume()
+    # The old leader can no longer acknowledge anything, nor serve a stale read.
+    assert answers["write"].status_code in (307, 503), answers["write"].text
+    read = answers["read"]
+    assert read.status_code in (307, 503) or read.content == b"after", read.content
+    with trio.fail_after(20):
+        while True:
+            st = await status(http, old)
+            if st is not None and st["role"] == "follower" and st["leader"] == new.address:
+                break
+            await trio.sleep(0.05)
+    got = await http.get(f"{new.base}/v1/kv/k")
+    assert got.content == b"after"
+    assert any("WriterFenced" in line or "stopped leading" in line for line in old.output), (
+        dump_output([old])
+    )
+    return new
 
 
 async def test_clean_stop_hands_the_lead_over_at_once(kv_cluster: str) -> None:
