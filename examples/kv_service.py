@@ -144,8 +144,10 @@ class KVService:
         election = self.election
         assert election is not None
         self._lead_failed = trio.Event()
+        led = False
         try:
             async with self.replica.lead() as leader:
+                led = True
                 self._leader = leader
                 self.metrics.leader.set(1)
                 print(f"kv: leading log {self.options.log!r} at {self.address}", flush=True)
@@ -162,7 +164,8 @@ class KVService:
         finally:
             self._leader = None
             self.metrics.leader.set(0)
-            self.metrics.step_downs.inc()
+            if led:
+                self.metrics.step_downs.inc()
             self._fail_pending(walkit.errors.WriterFencedError("this replica stopped leading"))
         if election.is_leader:
             # Fenced or failed while holding the lease: give it up so that another replica
@@ -199,7 +202,7 @@ class KVService:
             for p in batch:
                 p.error = exc
             self._lead_failed.set()
-            if not isinstance(exc, walkit.errors.WalkitError | trio.Cancelled):
+            if not isinstance(exc, walkit.errors.WalkitError):
                 raise
         finally:
             for p in batch:

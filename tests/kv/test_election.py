@@ -84,3 +84,6 @@ def test_bad_lease_timeout() -> None:
     for bad in (0, -1, True, "1"):
         with pytest.raises(ConfigurationError):
             LeaderElection("memory://x", "/e", "a", lease_timeout=bad, rng=random.Random())  # type: ignore[arg-type]
+    for path in ("", "relative", "/trailing/", "/a//b"):
+        with pytest.raises(ConfigurationError, match="bad election path"):
+            LeaderElection("memory://x", path, "a", rng=random.Random())

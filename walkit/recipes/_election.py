@@ -30,6 +30,7 @@ from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
     ConfigurationError,
+    InvalidArgumentError,
     MetadataStoreError,
     NodeExistsError,
     NoSuchNodeError,
@@ -37,6 +38,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.metadata import MetadataStore, WatchEventKind, open_metadata_store
+from walkit.metadata._paths import check_path
 from walkit.recipes._lease_state import Action, Claim, LeaseState, Role
 
 log = get_logger(__name__)
@@ -70,8 +72,11 @@ class LeaderElection:
             or lease_timeout <= 0
         ):
             raise ConfigurationError(f"lease_timeout must be > 0 seconds, not {lease_timeout!r}")
+        try:
+            self.path = check_path(path)
+        except InvalidArgumentError as exc:
+            raise ConfigurationError(f"bad election path {path!r}: {exc}") from None
         self.url = url
-        self.path = path
         self.advertise = advertise
         self.lease_timeout = float(lease_timeout)
         self._rng = rng
@@ -174,9 +179,8 @@ class LeaderElection:
                             await store.aclose()
                         except WalkitError:
                             pass
-                state.session_lost()
                 self._publish()
-                await trio.sleep(state.backoff)
+                await trio.sleep(state.backoff)  # after losing the lead: the rejoin delay
         finally:
             state.stop()
             self._publish()
@@ -188,7 +192,8 @@ class LeaderElection:
         started: bool,
         task_status: trio.TaskStatus[None],
     ) -> bool:
-        """One session: returns when it is lost (expired, closed, or not renewed in time)."""
+        """One session: returns when it is lost (expired, closed, or not renewed in time),
+        having told the state so."""
         state = self._state
         path = self.path
         events = store.watch(path)
@@ -220,9 +225,10 @@ class LeaderElection:
                             task_status.started()
                             started = True
                         action = await self._wait(events)
-                    else:  # NEW_SESSION (NOTHING does not happen while running)
+                    else:  # NEW_SESSION: session_lost() said so (NOTHING: never here)
                         return started
                 except (SessionExpiredError, ClientClosedError):
+                    state.session_lost()
                     return started
                 except MetadataStoreError as exc:
                     log.warning("election_store_failed", path=path, error=str(exc))
@@ -232,6 +238,7 @@ class LeaderElection:
                     and trio.current_time() - self._confirmed_at > self.lease_timeout
                 ):
                     log.warning("election_lease_not_renewed", path=path)
+                    state.session_lost()
                     return started
                 self._publish()
         finally:
