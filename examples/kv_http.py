@@ -19,16 +19,23 @@ import trio
 
 #: Largest request head (request line and headers) accepted.
 MAX_HEAD = 16 * 1024
+_REASONS = {int(status): status.phrase.encode() for status in http.HTTPStatus}
 
 
 @final
-@attrs.frozen
 class Request:
-    method: str
-    path: str  # percent-decoded
-    query: dict[str, str]
-    headers: dict[str, str]  # lower-case names
-    body: bytes
+    """One complete request (a plain class: one is made per request, on the hot path)."""
+
+    __slots__ = ("body", "headers", "method", "path", "query")
+
+    def __init__(
+        self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes
+    ) -> None:
+        self.method = method
+        self.path = path  # percent-decoded
+        self.query = query
+        self.headers = headers  # lower-case names
+        self.body = body
 
 
 @final
@@ -139,16 +146,18 @@ async def _read_request(
 def _request(head: h11.Request, body: bytes) -> Request:
     target = head.target.decode("ascii", "replace")
     raw_path, _, raw_query = target.partition("?")
-    try:
-        path = urllib.parse.unquote(raw_path, errors="strict")
-    except UnicodeDecodeError:
-        path = "\x00bad"  # refused by the router
+    path = raw_path
+    if "%" in raw_path:
+        try:
+            path = urllib.parse.unquote(raw_path, errors="strict")
+        except UnicodeDecodeError:
+            path = "\x00bad"  # refused by the router
     return Request(
-        method=head.method.decode("ascii", "replace").upper(),
-        path=path,
-        query=dict(urllib.parse.parse_qsl(raw_query, keep_blank_values=True)),
-        headers={k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers},
-        body=body,
+        head.method.decode("ascii", "replace").upper(),
+        path,
+        dict(urllib.parse.parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {},
+        {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers},
+        body,
     )
 
 
@@ -162,10 +171,7 @@ async def _send(
     ]
     if close:
         headers.append(("connection", "close"))
-    try:
-        reason = http.HTTPStatus(response.status).phrase.encode()
-    except ValueError:
-        reason = b""
+    reason = _REASONS.get(response.status, b"")
     data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
     data += conn.send(h11.Data(data=response.body)) if response.body else b""
     data += conn.send(h11.EndOfMessage())
