@@ -49,6 +49,15 @@ VALUE = b"v" * 100
 RequestMaker = Callable[[int, int], tuple[str, str, bytes]]
 
 
+def _cpu(pids: list[int]) -> float:
+    """User+system CPU seconds of these processes so far."""
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -65,6 +74,7 @@ async def _connection(
     stop_at: float,
     latencies: list[float],
     failures: list[int],
+    done: list[int],
 ) -> None:
     host, port = address
     stream = await trio.open_tcp_stream(host, port)
@@ -100,6 +110,7 @@ async def _connection(
                 elif isinstance(event, h11.ConnectionClosed):
                     raise RuntimeError("server closed the connection")
             t1 = time.perf_counter()
+            done[0] += status == 200
             if t0 >= start_at:
                 if status == 200:
                     latencies.append(t1 - t0)
@@ -115,14 +126,16 @@ async def load(
 ) -> dict[str, float]:
     latencies: list[float] = []
     failures: list[int] = []
+    done = [0]  # every 200, warm-up included (for the CPU per PUT)
     start_at = time.perf_counter() + warmup
     stop_at = start_at + seconds
     async with trio.open_nursery() as nursery:
         for c in range(CLIENTS):
             nursery.start_soon(
-                _connection, address, make, c, start_at, stop_at, latencies, failures
+                _connection, address, make, c, start_at, stop_at, latencies, failures, done
             )
     return {
+        "all_ok": float(done[0]),
         "puts_per_s": len(latencies) / seconds,
         "p50_ms": _percentile(latencies, 0.5) * 1e3,
         "p99_ms": _percentile(latencies, 0.99) * 1e3,
@@ -173,10 +186,11 @@ def _leader(reps: list[ReplicaProcess], timeout: float = 30.0) -> ReplicaProcess
 
 
 @contextmanager
-def kv_service(root: Path, lease: float) -> Iterator[list[ReplicaProcess]]:
+def kv_service(root: Path, lease: float) -> Iterator[tuple[list[ReplicaProcess], list[int]]]:
+    """Three bookies and three replicas; yields the replicas and the bookies' pids."""
     root.mkdir(parents=True, exist_ok=True)
     url = f"sqlite://{root / 'metadata.db'}"
-    with process_cluster(url, root, 3):
+    with process_cluster(url, root, 3) as cluster:
         reps = [
             ReplicaProcess(url, free_port(), "--lease-timeout", str(lease), log="bench")
             for _ in range(3)
@@ -184,7 +198,7 @@ def kv_service(root: Path, lease: float) -> Iterator[list[ReplicaProcess]]:
         try:
             for r in reps:
                 r.start()
-            yield reps
+            yield reps, [b.process.pid for b in cluster.bookies if b.process is not None]
         finally:
             for r in reps:
                 r.stop()
@@ -215,7 +229,7 @@ def failover_once(reps: list[ReplicaProcess]) -> float:
 
 
 @contextmanager
-def etcd_cluster(root: Path) -> Iterator[list[tuple[str, int]]]:
+def etcd_cluster(root: Path) -> Iterator[tuple[list[tuple[str, int]], list[int]]]:
     clients = [free_port() for _ in range(3)]
     peers = [free_port() for _ in range(3)]
     initial = ",".join(f"e{i}=http://127.0.0.1:{peers[i]}" for i in range(3))
@@ -254,7 +268,7 @@ def etcd_cluster(root: Path) -> Iterator[list[tuple[str, int]]]:
                 addresses.remove(address)
                 addresses.insert(0, address)
                 break
-        yield addresses  # the leader first
+        yield addresses, [p.pid for p in procs]  # the leader first
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -271,20 +285,45 @@ def etcd_cluster(root: Path) -> Iterator[list[tuple[str, int]]]:
 def run_once(seconds: float, failovers: int) -> dict[str, float]:
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="kv-bench-") as tmp:
-        with kv_service(Path(tmp) / "kv", 1.0) as reps:
+        with kv_service(Path(tmp) / "kv", 1.0) as (reps, bookies):
             leader = _leader(reps)
-            m = trio.run(load, ("127.0.0.1", leader.port), kv_put, 1.0, seconds)
+            groups = {
+                "leader": [_pid(leader)],
+                "followers": [_pid(r) for r in reps if r is not leader],
+                "bookies": bookies,
+            }
+            m = _measure(("127.0.0.1", leader.port), kv_put, seconds, groups)
             out.update({f"kv_{k}": v for k, v in m.items()})
             times = [failover_once(reps) for _ in range(failovers)]
             out["failover_default_s"] = statistics.median(times)
-        with kv_service(Path(tmp) / "kv-short", 0.3) as reps:
+        with kv_service(Path(tmp) / "kv-short", 0.3) as (reps, _bookies):
             times = [failover_once(reps) for _ in range(failovers)]
             out["failover_short_s"] = statistics.median(times)
         if shutil.which("etcd"):
-            with etcd_cluster(Path(tmp)) as addresses:
-                m = trio.run(load, addresses[0], etcd_put, 1.0, seconds)
+            with etcd_cluster(Path(tmp)) as (addresses, pids):
+                m = _measure(addresses[0], etcd_put, seconds, {"members": pids})
                 out.update({f"etcd_{k}": v for k, v in m.items()})
     return out
+
+
+def _pid(replica: ReplicaProcess) -> int:
+    assert replica.process is not None
+    return replica.process.pid
+
+
+def _measure(
+    address: tuple[str, int], make: RequestMaker, seconds: float, groups: dict[str, list[int]]
+) -> dict[str, float]:
+    """The load, and the CPU per PUT (µs) of each group of processes and of the client."""
+    before = {name: _cpu(pids) for name, pids in groups.items()}
+    client = time.process_time()
+    m = trio.run(load, address, make, 1.0, seconds)
+    client = time.process_time() - client
+    ok = max(1.0, m.pop("all_ok"))
+    for name, pids in groups.items():
+        m[f"cpu_{name}_us"] = (_cpu(pids) - before[name]) / ok * 1e6
+    m["cpu_client_us"] = client / ok * 1e6
+    return m
 
 
 def main() -> None:
@@ -342,6 +381,17 @@ def report(med: dict[str, float], runs: list[dict[str, float]], args: argparse.N
             f"{med['etcd_p50_ms']:.1f} | {med['etcd_p99_ms']:.1f} |"
         )
     lines.append("")
+    cpu = (
+        f"- CPU per PUT (user+system µs): walkit leader {med['kv_cpu_leader_us']:.0f}, "
+        f"2 followers {med['kv_cpu_followers_us']:.0f}, 3 bookies {med['kv_cpu_bookies_us']:.0f}, "
+        f"load client {med['kv_cpu_client_us']:.0f}"
+    )
+    if "etcd_puts_per_s" in med:
+        cpu += (
+            f"; etcd's 3 members {med['etcd_cpu_members_us']:.0f}, "
+            f"load client {med['etcd_cpu_client_us']:.0f}"
+        )
+    lines.append(cpu + ".")
     if "etcd_puts_per_s" in med:
         ratio = med["kv_puts_per_s"] / med["etcd_puts_per_s"]
         lines.append(f"- PUT rate: {ratio:.2f}x etcd's in the same run (target >= 2x).")
