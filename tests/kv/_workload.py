@@ -67,13 +67,21 @@ class Workload:
         url: str,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
-    ) -> httpx.Response | None:
+    ) -> httpx.Response | bool | None:
+        """The answer; None if there was none (the request may or may not have been
+        executed); False if it surely was not (it could not connect, or the service said that
+        there was no leader to take it)."""
         try:
-            return await http.request(
+            r = await http.request(
                 method, url, content=body, headers=headers, follow_redirects=True, timeout=5
             )
+        except httpx.ConnectError:
+            return False
         except httpx.HTTPError:
             return None
+        if r.status_code == 503 and b"no leader at the moment" in r.content:
+            return False
+        return r
 
     async def _write(
         self,
@@ -87,6 +95,8 @@ class Workload:
     ) -> bool:
         invoked = trio.current_time()
         r = await self._send(http, "PUT", f"{target.base}/v1/kv/{key}", value)
+        if r is False:
+            return False  # not executed: nothing to record
         done = trio.current_time() if r is not None and r.status_code == 200 else None
         self.history.append(KVOperation(c, key, "write", value, invoked, done))
         if done is not None:
@@ -100,7 +110,7 @@ class Workload:
     ) -> tuple[bytes | None, str | None] | bool:
         invoked = trio.current_time()
         r = await self._send(http, "GET", f"{target.base}/v1/kv/{key}?consistent=true")
-        if r is None or r.status_code not in (200, 404):
+        if not isinstance(r, httpx.Response) or r.status_code not in (200, 404):
             return False  # no answer: constrains nothing
         value = r.content if r.status_code == 200 else None
         self.history.append(KVOperation(c, key, "read", value, invoked, trio.current_time()))
@@ -111,6 +121,8 @@ class Workload:
     ) -> bool:
         invoked = trio.current_time()
         r = await self._send(http, "DELETE", f"{target.base}/v1/kv/{key}")
+        if r is False:
+            return False
         if r is not None and r.status_code in (200, 404):
             found: bool | None = r.status_code == 200
             done: float | None = trio.current_time()
@@ -135,6 +147,8 @@ class Workload:
         r = await self._send(
             http, "PUT", f"{target.base}/v1/kv/{key}", value, {"If-Match": position}
         )
+        if r is False:
+            return False
         if r is not None and r.status_code in (200, 412):
             found: bool | None = r.status_code == 200
             done: float | None = trio.current_time()
