@@ -53,6 +53,7 @@ async def test_one_leader_then_failover_then_resign(metadata_url: str) -> None:
 
         # Resigning hands the lead to someone else.
         await second.resign()
+        assert not second.is_leader and second.leader is None  # at once
         await wait_for(lambda: sum(e.is_leader for e in elections) == 1 and not second.is_leader)
         third = next(e for e in elections if e.is_leader)
         await wait_for(lambda: all(e.leader == third.advertise for e in elections))

@@ -148,6 +148,8 @@ class LeaderElection:
         if store is not None:
             await store.aclose()
         self._wakeup.set()
+        # Say so at once (the driver learns it from the closed session a moment later).
+        self._publish_view((Role.CANDIDATE, None))
 
     # --- the driver ---------------------------------------------------------------------------
 
@@ -301,7 +303,9 @@ class LeaderElection:
         return Claim(token=f"{self._rng.getrandbits(64):016x}", advertise=self.advertise)
 
     def _publish(self) -> None:
-        now = (self._state.role, self._state.leader)
+        self._publish_view((self._state.role, self._state.leader))
+
+    def _publish_view(self, now: tuple[Role, Claim | None]) -> None:
         if now == self._published:
             return
         self._published = now
