@@ -35,7 +35,7 @@ class ReplicaProcess:
     def base(self) -> str:
         return f"http://{self.address}"
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
         self._lines = queue.Queue()
         cmd = [

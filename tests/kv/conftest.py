@@ -53,7 +53,7 @@ async def wait_leader(
     reps: list[ReplicaProcess],
     *,
     exclude: tuple[ReplicaProcess, ...] = (),
-    timeout: float = 20.0,
+    timeout: float = 40.0,
 ) -> ReplicaProcess:
     """The replica that says it leads, once every other live one agrees."""
     live = [r for r in reps if r not in exclude]

@@ -29,19 +29,19 @@ async def test_leader_sigkill_under_64_clients_is_linearizable(kv_cluster: str) 
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(workload.run, http, stop)
-            with trio.fail_after(20):
-                while len(workload.write_oks) < 200:  # noqa: ASYNC110 (the clients' progress)
+            with trio.fail_after(60):  # a guard for a loaded machine, not a timing assertion
+                while len(workload.write_oks) < 100:  # noqa: ASYNC110 (the clients' progress)
                     await trio.sleep(0.05)
             killed_at = trio.current_time()
             await trio.to_thread.run_sync(old.kill)
             new = await wait_leader(http, reps, exclude=(old,))
-            with trio.fail_after(20):
+            with trio.fail_after(60):
                 while not any(t > killed_at for t, _ in workload.write_oks):  # noqa: ASYNC110
                     await trio.sleep(0.05)
             first_ok = min(done for t, done in workload.write_oks if t > killed_at)
             after = len(workload.write_oks)
-            with trio.fail_after(20):
-                while len(workload.write_oks) < after + 200:  # noqa: ASYNC110
+            with trio.fail_after(60):
+                while len(workload.write_oks) < after + 100:  # noqa: ASYNC110
                     await trio.sleep(0.05)
             stop.set()
         print(f"failover: first write acknowledged {first_ok - killed_at:.2f}s after SIGKILL")
@@ -51,6 +51,16 @@ async def test_leader_sigkill_under_64_clients_is_linearizable(kv_cluster: str) 
         for key, value in workload.unique_acked.items():
             r = await http.get(f"{new.base}/v1/kv/{key}")
             assert (r.status_code, r.content) == (200, value), key
+
+        # Group commit: concurrent PUTs went out together (several commands per append_batch).
+        metrics = (await http.get(f"{new.base}/metrics")).text
+        batches = {
+            line.split()[0]: float(line.split()[1])
+            for line in metrics.splitlines()
+            if line.startswith(("kv_commit_batch_size_sum", "kv_commit_batch_size_count"))
+        }
+        assert batches["kv_commit_batch_size_sum"] > batches["kv_commit_batch_size_count"] > 0
+        print(f"group commit: {batches}")
 
         # No command is in the log twice (the clients never retry; values are unique).
         async with walkit.Client.connect(kv_cluster) as client:
@@ -76,7 +86,7 @@ async def test_leader_sigkill_under_64_clients_is_linearizable(kv_cluster: str) 
         # The killed replica comes back as a follower and converges.
         await trio.to_thread.run_sync(old.start)
         leader_applied = (await status(http, new))["applied"]  # type: ignore[index]
-        with trio.fail_after(20):
+        with trio.fail_after(60):
             while True:
                 st = await status(http, old)
                 if st is not None and st["applied"] == leader_applied:

@@ -56,7 +56,7 @@ async def test_api_and_bad_requests(kv_cluster: str) -> None:
         assert absent.status_code == 412
 
         # Follower reads: applied state, with its position; consistent=true goes to the leader.
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while True:
                 r = await http.get(f"{follower.base}/v1/kv/greeting")
                 if r.status_code == 200 and r.content == b"cas":
@@ -128,7 +128,7 @@ async def test_follower_restarted_from_a_snapshot_converges(kv_cluster: str) -> 
 
         await trio.to_thread.run_sync(follower.start)
         leader_applied = (await status(http, leader))["applied"]  # type: ignore[index]
-        with trio.fail_after(20):
+        with trio.fail_after(60):
             while True:
                 st = await status(http, follower)
                 if st is not None and st["applied"] == leader_applied:
@@ -156,7 +156,7 @@ async def test_paused_leader_is_fenced_and_steps_down(kv_cluster: str) -> None:
         stop = trio.Event()
         async with trio.open_nursery() as background:
             background.start_soon(workload.run, http, stop)
-            with trio.fail_after(20):
+            with trio.fail_after(60):
                 while len(workload.write_oks) < 50:  # noqa: ASYNC110 (the clients' progress)
                     await trio.sleep(0.05)
             new = await _pause_and_resume(http, reps, old)
@@ -167,7 +167,7 @@ async def test_paused_leader_is_fenced_and_steps_down(kv_cluster: str) -> None:
         assert (await http.get(f"{new.base}/v1/kv/k")).content == b"after"
         # It follows the new leader's log again.
         assert (await http.put(f"{new.base}/v1/kv/k2", content=b"x")).status_code == 200
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while (await http.get(f"{old.base}/v1/kv/k2")).status_code != 200:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         assert json.loads((await http.get(f"{old.base}/v1/status")).content)["role"] == "follower"
@@ -204,7 +204,7 @@ async def _pause_and_resume(
     assert answers["write"].status_code in (307, 503), answers["write"].text
     read = answers["read"]
     assert read.status_code in (307, 503) or read.content == b"after", read.content
-    with trio.fail_after(20):
+    with trio.fail_after(60):
         while True:
             st = await status(http, old)
             if st is not None and st["role"] == "follower" and st["leader"] == new.address:
@@ -220,16 +220,16 @@ async def _pause_and_resume(
 
 async def test_clean_stop_hands_the_lead_over_at_once(kv_cluster: str) -> None:
     """SIGTERM: the leader gives its lease up on the way out, so a follower takes over without
-    waiting for the lease (30 s here) to expire."""
+    waiting for the lease (60 s here) to expire."""
     async with (
-        replicas(kv_cluster, "kv-term", "--lease-timeout", "30") as reps,
+        replicas(kv_cluster, "kv-term", "--lease-timeout", "60") as reps,
         httpx.AsyncClient() as http,
     ):
         old = await wait_leader(http, reps)
         assert (await http.put(f"{old.base}/v1/kv/k", content=b"v")).status_code == 200
         await trio.to_thread.run_sync(old.stop)
         assert old.process is not None and old.process.returncode == 0, dump_output([old])
-        new = await wait_leader(http, reps, exclude=(old,), timeout=15)
+        new = await wait_leader(http, reps, exclude=(old,), timeout=30)
         got = await http.get(f"{new.base}/v1/kv/k")
         assert (got.status_code, got.content) == (200, b"v")
         assert (await http.put(f"{new.base}/v1/kv/k", content=b"w")).status_code == 200

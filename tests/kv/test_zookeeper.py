@@ -29,13 +29,13 @@ async def test_leader_sigkill_on_zookeeper(zookeeper_url: str, tmp_path: Path) -
             stop = trio.Event()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(workload.run, http, stop)
-                with trio.fail_after(20):
+                with trio.fail_after(60):
                     while len(workload.write_oks) < 30:  # noqa: ASYNC110 (the clients' progress)
                         await trio.sleep(0.05)
                 killed_at = trio.current_time()
                 await trio.to_thread.run_sync(old.kill)
                 new = await wait_leader(http, reps, exclude=(old,), timeout=40)
-                with trio.fail_after(20):
+                with trio.fail_after(60):
                     while not any(t > killed_at for t, _ in workload.write_oks):  # noqa: ASYNC110
                         await trio.sleep(0.05)
                 stop.set()
