@@ -107,6 +107,9 @@ async def _connection(handler: Handler, stream: trio.SocketStream, *, max_body: 
                 return
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return
+    except Exception as exc:  # one connection's trouble must not stop the server
+        print(f"kv: http connection failed: {type(exc).__name__}: {exc}", flush=True)
+        return
     finally:
         with trio.move_on_after(1) as scope:
             scope.shield = True
@@ -132,6 +135,8 @@ async def _read_request(
             for name, value in event.headers:
                 if name == b"content-length" and int(value) > max_body:
                     raise BodyTooLarge
+            if conn.they_are_waiting_for_100_continue:  # curl does, for bodies over 1 KiB
+                await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > max_body:

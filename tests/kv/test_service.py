@@ -86,6 +86,16 @@ async def test_api_and_bad_requests(kv_cluster: str) -> None:
         with socket.create_connection(("127.0.0.1", leader.port), timeout=5) as sock:
             sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
             assert sock.recv(100).startswith(b"HTTP/1.1 400")
+        # A client that waits for "100 Continue" before the body (curl does, over 1 KiB) gets it.
+        with socket.create_connection(("127.0.0.1", leader.port), timeout=5) as sock:
+            sock.sendall(
+                b"PUT /v1/kv/continued HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            assert sock.recv(100).startswith(b"HTTP/1.1 100")
+            sock.sendall(b"body")
+            assert sock.recv(1000).startswith(b"HTTP/1.1 200")
+        assert (await http.get(f"{kv}/continued")).content == b"body"
         # Binary values round-trip.
         blob = bytes(range(256))
         assert (await http.put(f"{kv}/blob", content=blob)).status_code == 200
