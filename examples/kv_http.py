@@ -136,7 +136,9 @@ async def _read_request(
                 if name == b"content-length" and int(value) > max_body:
                     raise BodyTooLarge
             if conn.they_are_waiting_for_100_continue:  # curl does, for bodies over 1 KiB
-                await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+                await stream.send_all(
+                    conn.send(h11.InformationalResponse(status_code=100, headers=[]))
+                )
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > max_body:
