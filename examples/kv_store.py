@@ -1,5 +1,12 @@
 """A replicated key-value store on a walkit log (``walkit.statemachine``).
 
+The service (docs/kv.md): start three replicas on one log; one leads (it holds a lease in the
+metadata store and owns the log), the others follow and take over when it dies::
+
+    python examples/kv_store.py serve --metadata URL --http 127.0.0.1:8001 [--log NAME]
+
+The rest is the original command-line toy, kept for the demo:
+
 Every change is a JSON command appended to the log before it is applied; a snapshot of the
 whole map is saved every N changes (and the log truncated behind it); a replica starts from
 the latest snapshot and replays the log after it; a standby follows the log and takes over
@@ -23,43 +30,18 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
-from collections.abc import AsyncIterator
-from typing import Any, final
+from collections.abc import AsyncIterator, Callable
+from typing import final
 
 import structlog
 import trio
+from kv_state import KVState
+from kv_state import command as kv_command
 
 import walkit
 from walkit.statemachine import Leader, Replica
-
-
-@final
-class KVState:
-    """The state machine: a dict of str -> str. ``apply`` is deterministic."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def apply(self, command: bytes, position: walkit.LogPosition) -> Any:
-        op = json.loads(command)
-        if op["op"] == "set":
-            previous = self.data.get(op["key"])
-            self.data[op["key"]] = op["value"]
-            return previous
-        if op["op"] == "delete":
-            return self.data.pop(op["key"], None)
-        raise ValueError(f"unknown operation at {position}: {op!r}")
-
-    def snapshot(self) -> bytes:
-        return json.dumps(self.data, sort_keys=True).encode()
-
-    def restore(self, data: bytes) -> None:
-        self.data = json.loads(data)
-
-
-def _command(**op: str) -> bytes:
-    return json.dumps(op, sort_keys=True).encode()
 
 
 @final
@@ -72,12 +54,12 @@ class Primary:
 
     async def set(self, key: str, value: str) -> str | None:
         """Set ``key``; returns the previous value."""
-        previous: str | None = await self._leader.submit(_command(op="set", key=key, value=value))
-        return previous
+        _outcome, previous, _pos = await self._leader.submit(kv_command("set", key, value))
+        return None if previous is None else str(previous)
 
     async def delete(self, key: str) -> str | None:
-        previous: str | None = await self._leader.submit(_command(op="delete", key=key))
-        return previous
+        _outcome, previous, _pos = await self._leader.submit(kv_command("delete", key))
+        return None if previous is None else str(previous)
 
     def get(self, key: str) -> str | None:
         return self._store.get(key)
@@ -97,10 +79,11 @@ class KVStore:
         self.replica = Replica(log, self.state, snapshot_every=snapshot_every)
 
     def get(self, key: str) -> str | None:
-        return self.state.data.get(key)
+        found = self.state.get(key)
+        return None if found is None else found[0]
 
     def dump(self) -> dict[str, str]:
-        return dict(self.state.data)
+        return {k: v for k, (v, _pos) in self.state.data.items()}
 
     async def recover(self) -> None:
         """Latest snapshot, then the log after it."""
@@ -196,8 +179,123 @@ async def command(url: str, name: str, args: argparse.Namespace) -> int:
         return 0
 
 
+# --- the service ---------------------------------------------------------------------------
+
+
+def _http_address(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+        return value
+
+    return parse
+
+
+def serve_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="kv_store.py serve",
+        description="one replica of the replicated KV service (start three on one log)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--metadata",
+        default=os.environ.get("WALKIT_METADATA"),
+        help="metadata URL of the cluster (default: $WALKIT_METADATA)",
+    )
+    parser.add_argument(
+        "--http", type=_http_address, default=("127.0.0.1", 0), help="HOST:PORT to serve on"
+    )
+    parser.add_argument("--log", default="kv", help="the log (one service per log)")
+    parser.add_argument(
+        "--lease-timeout",
+        type=_positive(float),
+        default=1.0,
+        help="seconds before a dead leader's lease expires (failover time vs false alarms)",
+    )
+    parser.add_argument(
+        "--snapshot-every", type=_positive(int), default=10_000, help="commands per snapshot"
+    )
+    parser.add_argument(
+        "--max-body", type=_positive(int), default=64 * 1024, help="largest value, in bytes"
+    )
+    parser.add_argument("--ensemble", type=_positive(int), default=3, help="E of the log's ledgers")
+    parser.add_argument("--write-quorum", type=_positive(int), default=3, help="Qw")
+    parser.add_argument("--ack-quorum", type=_positive(int), default=2, help="Qa")
+    parser.add_argument(
+        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
+    )
+    args = parser.parse_args(argv)
+    if not args.metadata:
+        parser.error("give --metadata URL (or set WALKIT_METADATA)")
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr)
+    from kv_service import KVService, Options
+
+    host, port = args.http
+    options = Options(
+        url=args.metadata,
+        log=args.log,
+        host=host,
+        port=port,
+        lease_timeout=args.lease_timeout,
+        snapshot_every=int(args.snapshot_every),
+        max_body=int(args.max_body),
+    )
+
+    async def run() -> None:
+        async with walkit.Client.connect(args.metadata) as client:
+            kv_log = await walkit.Log.open(
+                client,
+                args.log,
+                ensemble_size=int(args.ensemble),
+                write_quorum=int(args.write_quorum),
+                ack_quorum=int(args.ack_quorum),
+            )
+            service = KVService(client, kv_log, options)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async with trio.open_nursery() as nursery:
+                    address = await nursery.start(service.run)
+                    print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
+                    async for _signum in signals:
+                        # A clean stop: the lease is given up on the way out, so another
+                        # replica takes over at once instead of after the lease timeout.
+                        print("kv: stopping", flush=True)
+                        nursery.cancel_scope.cancel()
+                        break
+
+    try:
+        trio.run(run)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except (walkit.errors.WalkitError, OSError, BaseExceptionGroup) as exc:
+        cause = _first_leaf(exc)
+        if not isinstance(cause, walkit.errors.WalkitError | OSError):
+            raise
+        print(f"kv_store: error: {type(cause).__name__}: {cause}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "serve":
+        serve_main(argv[1:])
+        return
     # The URL comes first (or from WALKIT_METADATA); argparse cannot mix an optional
     # positional with subcommands.
     url = argv.pop(0) if argv and "://" in argv[0] else os.environ.get("WALKIT_METADATA")

@@ -1,0 +1,185 @@
+"""A small HTTP/1.1 server on trio and h11 (keep-alive, bounded bodies), for the KV service.
+
+h11 does the parsing and framing; this module only moves bytes between it and a trio stream
+and hands each complete request to an async handler.
+"""
+
+from __future__ import annotations
+
+import functools
+import http
+import json
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from typing import Any, final
+
+import attrs
+import h11
+import trio
+
+#: Largest request head (request line and headers) accepted.
+MAX_HEAD = 16 * 1024
+_REASONS = {int(status): status.phrase.encode() for status in http.HTTPStatus}
+
+
+@final
+class Request:
+    """One complete request (a plain class: one is made per request, on the hot path)."""
+
+    __slots__ = ("body", "headers", "method", "path", "query")
+
+    def __init__(
+        self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes
+    ) -> None:
+        self.method = method
+        self.path = path  # percent-decoded
+        self.query = query
+        self.headers = headers  # lower-case names
+        self.body = body
+
+
+@final
+@attrs.frozen
+class Response:
+    status: int
+    body: bytes = b""
+    headers: list[tuple[str, str]] = attrs.field(factory=list)
+    content_type: str = "application/json"
+
+
+def json_response(status: int, obj: Any, headers: list[tuple[str, str]] | None = None) -> Response:
+    return Response(status, json.dumps(obj).encode() + b"\n", headers or [])
+
+
+def error(status: int, message: str, headers: list[tuple[str, str]] | None = None) -> Response:
+    return json_response(status, {"error": message}, headers)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def serve(
+    handler: Handler,
+    host: str,
+    port: int,
+    *,
+    max_body: int,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; ``task_status.started(port)`` once listening."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()[1]
+    task_status.started(bound)
+    await trio.serve_listeners(
+        functools.partial(_connection, handler, max_body=max_body), listeners
+    )
+
+
+async def _connection(handler: Handler, stream: trio.SocketStream, *, max_body: int) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+    try:
+        while True:
+            try:
+                request = await _read_request(conn, stream, max_body)
+            except BodyTooLarge:
+                await _send(conn, stream, error(413, f"body over {max_body} bytes"), close=True)
+                return
+            except h11.RemoteProtocolError as exc:
+                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                    await _send(conn, stream, error(400, f"bad request: {exc}"), close=True)
+                return
+            if request is None:
+                return
+            try:
+                response = await handler(request)
+            except Exception as exc:  # the connection (and the process) lives on
+                response = error(500, f"internal error: {type(exc).__name__}: {exc}")
+            await _send(conn, stream, response, close=False)
+            if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+    except Exception as exc:  # one connection's trouble must not stop the server
+        print(f"kv: http connection failed: {type(exc).__name__}: {exc}", flush=True)
+        return
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            try:
+                await stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+
+async def _read_request(
+    conn: h11.Connection, stream: trio.SocketStream, max_body: int
+) -> Request | None:
+    head: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(65536)
+            conn.receive_data(data)  # b"" means end of stream
+            continue
+        if isinstance(event, h11.Request):
+            head = event
+            for name, value in event.headers:
+                if name == b"content-length" and int(value) > max_body:
+                    raise BodyTooLarge
+            if conn.they_are_waiting_for_100_continue:  # curl does, for bodies over 1 KiB
+                await stream.send_all(
+                    conn.send(h11.InformationalResponse(status_code=100, headers=[]))
+                )
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > max_body:
+                raise BodyTooLarge
+        elif isinstance(event, h11.EndOfMessage):
+            assert head is not None
+            return _request(head, bytes(body))
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+def _request(head: h11.Request, body: bytes) -> Request:
+    target = head.target.decode("ascii", "replace")
+    raw_path, _, raw_query = target.partition("?")
+    path = raw_path
+    if "%" in raw_path:
+        try:
+            path = urllib.parse.unquote(raw_path, errors="strict")
+        except UnicodeDecodeError:
+            path = "\x00bad"  # refused by the router
+    return Request(
+        head.method.decode("ascii", "replace").upper(),
+        path,
+        dict(urllib.parse.parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {},
+        {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers},
+        body,
+    )
+
+
+async def _send(
+    conn: h11.Connection, stream: trio.SocketStream, response: Response, *, close: bool
+) -> None:
+    headers = [
+        ("content-type", response.content_type),
+        ("content-length", str(len(response.body))),
+        *response.headers,
+    ]
+    if close:
+        headers.append(("connection", "close"))
+    reason = _REASONS.get(response.status, b"")
+    data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
+    data += conn.send(h11.Data(data=response.body)) if response.body else b""
+    data += conn.send(h11.EndOfMessage())
+    await stream.send_all(data)

@@ -1,0 +1,370 @@
+"""One replica of the replicated KV service: election, leading or following, and the HTTP API.
+
+Three replicas started on one log form a service: the one that holds the lease
+(``walkit.recipes.LeaderElection``) takes the log over (fencing the previous leader), catches
+up and serves writes; the others follow the log and redirect writes to it. See docs/kv.md.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, final
+
+import attrs
+import trio
+from kv_http import Request, Response, error, json_response, serve
+from kv_state import KVState, command, decode_value, encode_value
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+import walkit
+from walkit.recipes import LeaderElection
+from walkit.statemachine import Leader, Replica
+
+MAX_KEY = 1024
+_METHODS = frozenset({"GET", "PUT", "DELETE", "POST", "HEAD"})
+KV_PREFIX = "/v1/kv/"
+
+
+@final
+@attrs.define
+class Options:
+    url: str
+    log: str = "kv"
+    host: str = "127.0.0.1"
+    port: int = 0
+    lease_timeout: float = 1.0
+    snapshot_every: int = 10_000
+    max_body: int = 64 * 1024
+    max_batch: int = 512
+    batches_in_flight: int = 4
+
+
+@final
+class _Pending:
+    """One write waiting for its batch."""
+
+    __slots__ = ("cmd", "done", "error", "position", "result")
+
+    def __init__(self, cmd: bytes) -> None:
+        self.cmd = cmd
+        self.done = trio.Event()
+        self.result: Any = None
+        self.position: str | None = None
+        self.error: BaseException | None = None
+
+
+@final
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "kv_requests", "HTTP requests answered", ["method", "code"], registry=r
+        )
+        self.latency = Histogram(
+            "kv_request_seconds", "HTTP request latency", ["method"], registry=r
+        )
+        self.batch = Histogram(
+            "kv_commit_batch_size",
+            "commands per append_batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            registry=r,
+        )
+        self.leader = Gauge("kv_is_leader", "1 on the leader", registry=r)
+        self.applied = Gauge("kv_applied_records", "records applied by this replica", registry=r)
+        self.step_downs = Counter("kv_step_downs", "times this replica stopped leading", registry=r)
+
+
+@final
+class KVService:
+    def __init__(self, client: walkit.Client, log: walkit.Log, options: Options) -> None:
+        self.options = options
+        self.client = client
+        self.state = KVState()
+        self.replica = Replica(log, self.state, snapshot_every=options.snapshot_every)
+        self.metrics = _Metrics()
+        self.election: LeaderElection | None = None
+        self.address = ""
+        self._leader: Leader | None = None  # set while leading and caught up
+        self._pending: list[_Pending] = []
+        self._has_pending = trio.Event()
+        self._lead_failed = trio.Event()
+        self._metric_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    # --- the replica's life ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        opts = self.options
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(self._serve_http)
+            self.address = f"{opts.host}:{port}"
+            self.election = LeaderElection(
+                opts.url,
+                f"/walkit-kv/{opts.log}/leader",
+                self.address,
+                lease_timeout=opts.lease_timeout,
+                rng=random.Random(),
+                store_options=_lease_store_options(opts),
+            )
+            await nursery.start(self.election.run)
+            task_status.started(self.address)
+            while True:
+                generation = self.election.generation
+                if self.election.is_leader:
+                    await self._lead()
+                else:
+                    await self._follow_until(generation)
+
+    async def _serve_http(self, task_status: trio.TaskStatus[int]) -> None:
+        await serve(
+            self.handle,
+            self.options.host,
+            self.options.port,
+            max_body=self.options.max_body,
+            task_status=task_status,
+        )
+
+    async def _follow_until(self, generation: int) -> None:
+        election = self.election
+        assert election is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow)
+            while not election.is_leader:
+                await election.wait_changed(generation)
+                generation = election.generation
+            nursery.cancel_scope.cancel()
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await self.replica.follow()
+            except walkit.errors.WalkitError as exc:
+                print(f"kv: follow failed ({type(exc).__name__}: {exc}); retrying", flush=True)
+                await trio.sleep(0.5)
+
+    async def _lead(self) -> None:
+        election = self.election
+        assert election is not None
+        self._lead_failed = trio.Event()
+        led = False
+        try:
+            async with self.replica.lead() as leader:
+                led = True
+                self._leader = leader
+                self.metrics.leader.set(1)
+                print(f"kv: leading log {self.options.log!r} at {self.address}", flush=True)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._committer, leader)
+                    generation = election.generation
+                    while election.is_leader and not self._lead_failed.is_set():
+                        with trio.move_on_after(0.2):
+                            await election.wait_changed(generation)
+                        generation = election.generation
+                    nursery.cancel_scope.cancel()
+        except walkit.errors.WalkitError as exc:
+            print(f"kv: stopped leading ({type(exc).__name__}: {exc})", flush=True)
+        finally:
+            self._leader = None
+            self.metrics.leader.set(0)
+            if led:
+                self.metrics.step_downs.inc()
+            self._fail_pending(walkit.errors.WriterFencedError("this replica stopped leading"))
+        if election.is_leader:
+            # Fenced or failed while holding the lease: give it up so that another replica
+            # (or this one, later) starts afresh.
+            await election.resign()
+            await trio.sleep(self.options.lease_timeout / 2)
+        print("kv: following", flush=True)
+
+    # --- group commit ---------------------------------------------------------------------------
+
+    async def _committer(self, leader: Leader) -> None:
+        limiter = trio.Semaphore(self.options.batches_in_flight)
+        async with trio.open_nursery() as nursery:
+            while True:
+                await self._has_pending.wait()
+                await limiter.acquire()
+                batch = self._pending[: self.options.max_batch]
+                del self._pending[: len(batch)]
+                if not self._pending:
+                    self._has_pending = trio.Event()
+                if batch:
+                    nursery.start_soon(self._commit, leader, batch, limiter)
+                else:
+                    limiter.release()
+
+    async def _commit(self, leader: Leader, batch: list[_Pending], limiter: trio.Semaphore) -> None:
+        try:
+            self.metrics.batch.observe(len(batch))
+            results = await leader.submit_batch([p.cmd for p in batch])
+            for p, result in zip(batch, results, strict=True):
+                p.result = result
+                p.position = result[2]
+        except BaseException as exc:
+            for p in batch:
+                p.error = exc
+            self._lead_failed.set()
+            if not isinstance(exc, walkit.errors.WalkitError):
+                raise
+        finally:
+            for p in batch:
+                p.done.set()
+            limiter.release()
+            self.metrics.applied.set(self.replica.applied_count)
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        pending, self._pending = self._pending, []
+        for p in pending:
+            p.error = exc
+            p.done.set()
+
+    async def _write(self, cmd: bytes) -> _Pending:
+        p = _Pending(cmd)
+        self._pending.append(p)
+        self._has_pending.set()
+        await p.done.wait()
+        return p
+
+    # --- HTTP ------------------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Response:
+        started = time.perf_counter()
+        response = await self._route(request)
+        method = request.method if request.method in _METHODS else "OTHER"  # bounded labels
+        key = (method, response.status)
+        children = self._metric_children.get(key)
+        if children is None:
+            children = (
+                self.metrics.requests.labels(method, str(response.status)),
+                self.metrics.latency.labels(method),
+            )
+            self._metric_children[key] = children
+        children[0].inc()
+        children[1].observe(time.perf_counter() - started)
+        return response
+
+    async def _route(self, request: Request) -> Response:
+        path = request.path
+        if path.startswith(KV_PREFIX):
+            key = path[len(KV_PREFIX) :]
+            if not key or "\x00" in key:
+                return error(400, "missing or malformed key")
+            if len(key.encode("utf-8", "surrogateescape")) > MAX_KEY:
+                return error(400, f"key is longer than {MAX_KEY} bytes")
+            if request.method == "GET":
+                return await self._get(request, key)
+            if request.method == "PUT":
+                return await self._put(request, key)
+            if request.method == "DELETE":
+                return await self._delete(request, key)
+            return error(405, f"method {request.method} not allowed on keys")
+        if path == "/v1/status" and request.method == "GET":
+            return json_response(200, self.status())
+        if path == "/metrics" and request.method == "GET":
+            self.metrics.applied.set(self.replica.applied_count)
+            return Response(
+                200,
+                generate_latest(self.metrics.registry),
+                content_type="text/plain; version=0.0.4; charset=utf-8",
+            )
+        return error(404, f"no such endpoint: {request.method} {path}")
+
+    def status(self) -> dict[str, Any]:
+        election = self.election
+        leading = self._leader is not None
+        return {
+            "role": "leader" if leading else "follower",
+            "leader": election.leader if election is not None else None,
+            "applied": str(self.replica.applied_position),
+            "address": self.address,
+        }
+
+    def _not_leader(self, request: Request) -> Response:
+        """Where to send a request only the leader can answer."""
+        election = self.election
+        target = election.leader if election is not None else None
+        if target is None or target == self.address:
+            # No leader, or this replica won but is still taking the log over.
+            return error(503, "no leader at the moment", [("retry-after", "1")])
+        query = "&".join(f"{k}={v}" for k, v in request.query.items())
+        location = f"http://{target}{_quote(request.path)}" + (f"?{query}" if query else "")
+        return error(307, f"not the leader: try {target}", [("location", location)])
+
+    async def _get(self, request: Request, key: str) -> Response:
+        if self._leader is not None:
+            election = self.election
+            assert election is not None
+            if not await election.confirm():
+                return error(503, "this replica just lost the lead", [("retry-after", "1")])
+            return self._value(key, [])
+        if request.query.get("consistent", "false").lower() in ("true", "1", "yes"):
+            return self._not_leader(request)
+        return self._value(key, [("x-applied-position", str(self.replica.applied_position))])
+
+    def _value(self, key: str, headers: list[tuple[str, str]]) -> Response:
+        found = self.state.get(key)
+        if found is None:
+            return error(404, f"no such key: {key}", headers)
+        value, position = found
+        return Response(
+            200,
+            decode_value(value),
+            [("x-position", position), *headers],
+            content_type="application/octet-stream",
+        )
+
+    async def _put(self, request: Request, key: str) -> Response:
+        expect = request.headers.get("if-match")
+        if expect is not None:
+            expect = expect.strip().strip('"')
+            try:
+                walkit.LogPosition.parse(expect)
+            except (ValueError, walkit.errors.WalkitError):
+                return error(400, f"If-Match must be a log position like 1:0, not {expect!r}")
+        if self._leader is None:
+            return self._not_leader(request)
+        p = await self._write(command("set", key, encode_value(request.body), expect))
+        if p.error is not None:
+            return self._write_failed(p.error)
+        outcome, detail, _position = p.result
+        if outcome == "mismatch":
+            return json_response(
+                412, {"error": "If-Match does not match the key's last write", "position": detail}
+            )
+        # The position is a plain ASCII str ("2:17"): no need for the JSON encoder.
+        return Response(200, b'{"position": "%s"}\n' % p.position.encode())
+
+    async def _delete(self, request: Request, key: str) -> Response:
+        if self._leader is None:
+            return self._not_leader(request)
+        p = await self._write(command("delete", key))
+        if p.error is not None:
+            return self._write_failed(p.error)
+        outcome, _detail, _position = p.result
+        if outcome == "absent":
+            return json_response(404, {"error": f"no such key: {key}", "position": p.position})
+        return json_response(200, {"position": p.position})
+
+    @staticmethod
+    def _write_failed(exc: BaseException) -> Response:
+        # The command may or may not be in the log: the client must not assume either.
+        return error(
+            503,
+            f"write outcome unknown, leader stepped down ({type(exc).__name__})",
+            [("retry-after", "1")],
+        )
+
+
+def _lease_store_options(opts: Options) -> dict[str, Any]:
+    """On sqlite, watches poll: poll the lease's session often enough for a short lease (a
+    dead leader's node is noticed within a tenth of the lease, at most 50 ms)."""
+    if opts.url.startswith("sqlite:"):
+        return {"poll_interval": min(0.05, opts.lease_timeout / 10)}
+    return {}
+
+
+def _quote(path: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.quote(path, safe="/", errors="surrogateescape")

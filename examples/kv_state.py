@@ -1,0 +1,78 @@
+"""The KV state machine: a map of key -> (value, position of its last write), and its commands.
+
+Commands are JSON; ``apply`` is deterministic, so every replica that applies the same log ends
+with the same map. A compare-and-set (``expect``) is decided here, at apply time, against the
+position of the key's last write, so concurrent writers cannot both win.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, final
+
+import walkit
+
+
+def encode_value(value: bytes) -> str:
+    """Any bytes as a JSON-able str (UTF-8, with undecodable bytes as lone surrogates)."""
+    return value.decode("utf-8", "surrogateescape")
+
+
+def decode_value(value: str) -> bytes:
+    return value.encode("utf-8", "surrogateescape")
+
+
+def command(op: str, key: str, value: str | None = None, expect: str | None = None) -> bytes:
+    obj: dict[str, str] = {"op": op, "key": key}
+    if value is not None:
+        obj["value"] = value
+    if expect is not None:
+        obj["expect"] = expect
+    return json.dumps(obj).encode()
+
+
+@final
+class KVState:
+    """The state machine. ``apply`` returns ``(outcome, detail, position)``:
+
+    - set: ``("ok", previous value or None)``, or ``("mismatch", current position or None)``
+      when ``expect`` is not the position of the key's last write;
+    - delete: ``("ok", previous value)`` or ``("absent", None)``;
+
+    and the position of the command (as a str).
+    """
+
+    def __init__(self) -> None:
+        self.data: dict[str, tuple[str, str]] = {}
+
+    def get(self, key: str) -> tuple[str, str] | None:
+        return self.data.get(key)
+
+    def apply(self, cmd: bytes, position: walkit.LogPosition) -> Any:
+        op = json.loads(cmd)
+        kind = op["op"]
+        key = op["key"]
+        current = self.data.get(key)
+        if kind == "set":
+            expect = op.get("expect")
+            if expect is not None and (current is None or current[1] != expect):
+                return ("mismatch", None if current is None else current[1], str(position))
+            self.data[key] = (op["value"], str(position))
+            return ("ok", None if current is None else current[0], str(position))
+        if kind == "delete":
+            if current is None:
+                return ("absent", None, str(position))
+            del self.data[key]
+            return ("ok", current[0], str(position))
+        raise ValueError(f"unknown operation at {position}: {op!r}")
+
+    def snapshot(self) -> bytes:
+        return json.dumps(self.data, sort_keys=True).encode()
+
+    def restore(self, data: bytes) -> None:
+        loaded = json.loads(data)
+        self.data = {
+            # Snapshots of the first version of this example held plain values.
+            k: (v, "earliest") if isinstance(v, str) else (v[0], v[1])
+            for k, v in loaded.items()
+        }

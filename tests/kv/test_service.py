@@ -1,0 +1,245 @@
+"""The replicated KV service (examples/kv_store.py serve) as real processes: three replicas on
+three real bookie processes, sqlite metadata, HTTP on loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+import pytest
+import trio
+
+import walkit
+from tests.kv._replicas import ReplicaProcess
+from tests.kv._workload import Workload
+from tests.kv.conftest import dump_output, replicas, status, wait_leader
+from walkit.testing import check_kv_linearizable
+
+pytestmark = pytest.mark.processes
+
+
+async def test_api_and_bad_requests(kv_cluster: str) -> None:
+    async with (
+        replicas(kv_cluster, "kv-api", "--max-body", "1000") as reps,
+        httpx.AsyncClient() as http,
+    ):
+        leader = await wait_leader(http, reps)
+        follower = next(r for r in reps if r is not leader)
+        kv = f"{leader.base}/v1/kv"
+
+        put = await http.put(f"{kv}/greeting", content=b"hello")
+        assert put.status_code == 200, put.text
+        pos = put.json()["position"]
+        walkit.LogPosition.parse(pos)
+        got = await http.get(f"{kv}/greeting")
+        assert (got.status_code, got.content, got.headers["x-position"]) == (200, b"hello", pos)
+        assert (await http.get(f"{kv}/nothing")).status_code == 404
+
+        # Writes on a follower: 307 to the leader (and a client that follows gets it done).
+        moved = await http.put(f"{follower.base}/v1/kv/greeting", content=b"hi")
+        assert moved.status_code == 307
+        assert moved.headers["location"] == f"{kv}/greeting"
+        followed = await http.put(
+            f"{follower.base}/v1/kv/greeting", content=b"hi", follow_redirects=True
+        )
+        assert followed.status_code == 200
+        pos2 = followed.json()["position"]
+        assert walkit.LogPosition.parse(pos2) > walkit.LogPosition.parse(pos)
+
+        # Compare-and-set on the position of the key's last write.
+        stale = await http.put(f"{kv}/greeting", content=b"x", headers={"If-Match": pos})
+        assert stale.status_code == 412 and stale.json()["position"] == pos2
+        swapped = await http.put(f"{kv}/greeting", content=b"cas", headers={"If-Match": pos2})
+        assert swapped.status_code == 200
+        absent = await http.put(f"{kv}/never", content=b"x", headers={"If-Match": pos2})
+        assert absent.status_code == 412
+
+        # Follower reads: applied state, with its position; consistent=true goes to the leader.
+        with trio.fail_after(60):
+            while True:
+                r = await http.get(f"{follower.base}/v1/kv/greeting")
+                if r.status_code == 200 and r.content == b"cas":
+                    break
+                await trio.sleep(0.02)
+        assert "x-applied-position" in r.headers
+        consistent = await http.get(f"{follower.base}/v1/kv/greeting?consistent=true")
+        assert consistent.status_code == 307
+        assert consistent.headers["location"] == f"{kv}/greeting?consistent=true"
+
+        assert (await http.delete(f"{kv}/greeting")).status_code == 200
+        assert (await http.delete(f"{kv}/greeting")).status_code == 404
+        assert (await http.get(f"{kv}/greeting")).status_code == 404
+
+        # Bad requests: a clear 4xx, and the replica serves on.
+        long_key = await http.put(f"{kv}/{'k' * 1025}", content=b"v")
+        assert long_key.status_code == 400 and "1024" in long_key.json()["error"]
+        assert (await http.put(f"{kv}/{'k' * 1024}", content=b"v")).status_code == 200
+        big = await http.put(f"{kv}/big", content=b"v" * 1001)
+        assert big.status_code == 413 and "1000" in big.json()["error"]
+        assert (await http.put(f"{kv}/big", content=b"v" * 1000)).status_code == 200
+        bad_match = await http.put(f"{kv}/big", content=b"v", headers={"If-Match": "banana"})
+        assert bad_match.status_code == 400 and "If-Match" in bad_match.json()["error"]
+        assert (await http.post(f"{kv}/big", content=b"v")).status_code == 405
+        assert (await http.get(f"{leader.base}/v2/nope")).status_code == 404
+        assert (await http.get(f"{kv}/")).status_code == 400
+        with socket.create_connection(("127.0.0.1", leader.port), timeout=5) as sock:
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.1 400")
+        # A client that waits for "100 Continue" before the body (curl does, over 1 KiB) gets it.
+        with socket.create_connection(("127.0.0.1", leader.port), timeout=5) as sock:
+            sock.sendall(
+                b"PUT /v1/kv/continued HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            assert sock.recv(100).startswith(b"HTTP/1.1 100")
+            sock.sendall(b"body")
+            assert sock.recv(1000).startswith(b"HTTP/1.1 200")
+        assert (await http.get(f"{kv}/continued")).content == b"body"
+        # Binary values round-trip.
+        blob = bytes(range(256))
+        assert (await http.put(f"{kv}/blob", content=blob)).status_code == 200
+        assert (await http.get(f"{kv}/blob")).content == blob
+
+        st = await status(http, leader)
+        assert st is not None and st["role"] == "leader" and st["leader"] == leader.address
+        metrics = await http.get(f"{leader.base}/metrics")
+        assert metrics.status_code == 200
+        assert 'kv_requests_total{code="200",method="PUT"}' in metrics.text
+        assert "kv_is_leader 1.0" in metrics.text
+        assert all(r.running for r in reps), dump_output(reps)
+
+
+async def test_follower_restarted_from_a_snapshot_converges(kv_cluster: str) -> None:
+    async with (
+        replicas(kv_cluster, "kv-snap", "--snapshot-every", "50") as reps,
+        httpx.AsyncClient(limits=httpx.Limits(max_connections=32)) as http,
+    ):
+        leader = await wait_leader(http, reps)
+        follower = next(r for r in reps if r is not leader)
+        kv = f"{leader.base}/v1/kv"
+
+        async def put_range(start: int, stop: int) -> None:
+            async def one(i: int) -> None:
+                r = await http.put(f"{kv}/k{i % 97}", content=f"v{i}".encode())
+                assert r.status_code == 200, r.text
+
+            async with trio.open_nursery() as nursery:
+                for i in range(start, stop):
+                    nursery.start_soon(one, i)
+
+        await put_range(0, 200)
+        await trio.to_thread.run_sync(follower.kill)
+        await put_range(200, 400)
+        async with walkit.Client.connect(kv_cluster) as client:
+            md = await (await walkit.Log.open(client, "kv-snap")).metadata()
+        assert md.snapshots, "no snapshot was saved"
+        assert md.truncated != walkit.LogPosition.EARLIEST, "the log was not truncated"
+
+        await trio.to_thread.run_sync(follower.start)
+        leader_applied = (await status(http, leader))["applied"]  # type: ignore[index]
+        with trio.fail_after(60):
+            while True:
+                st = await status(http, follower)
+                if st is not None and st["applied"] == leader_applied:
+                    break
+                await trio.sleep(0.05)
+        assert st["role"] == "follower" and st["leader"] == leader.address
+        for key in (f"k{i}" for i in range(97)):
+            want = await http.get(f"{kv}/{key}")
+            r = await http.get(f"{follower.base}/v1/kv/{key}")
+            assert want.status_code == 200
+            assert (r.status_code, r.content) == (200, want.content), key
+            assert r.headers["x-position"] == want.headers["x-position"]
+            assert r.headers["x-applied-position"] == leader_applied
+
+
+async def test_paused_leader_is_fenced_and_steps_down(kv_cluster: str) -> None:
+    async with (
+        replicas(kv_cluster, "kv-stop", "--lease-timeout", "1") as reps,
+        httpx.AsyncClient() as http,
+    ):
+        old = await wait_leader(http, reps)
+        assert (await http.put(f"{old.base}/v1/kv/k", content=b"before")).status_code == 200
+        # Clients keep working throughout, on every replica; their history is checked below.
+        workload = Workload(reps, clients=16, keys=8, seed=3)
+        stop = trio.Event()
+        async with trio.open_nursery() as background:
+            background.start_soon(workload.run, http, stop)
+            with trio.fail_after(60):
+                while len(workload.write_oks) < 50:  # noqa: ASYNC110 (the clients' progress)
+                    await trio.sleep(0.05)
+            new = await _pause_and_resume(http, reps, old)
+            stop.set()
+        result = check_kv_linearizable(workload.history, time_budget=60)
+        print(f"history: {len(workload.history)} operations; {result}")
+        assert result.ok, str(result)
+        assert (await http.get(f"{new.base}/v1/kv/k")).content == b"after"
+        # It follows the new leader's log again.
+        assert (await http.put(f"{new.base}/v1/kv/k2", content=b"x")).status_code == 200
+        with trio.fail_after(60):
+            while (await http.get(f"{old.base}/v1/kv/k2")).status_code != 200:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        assert json.loads((await http.get(f"{old.base}/v1/status")).content)["role"] == "follower"
+
+
+async def _pause_and_resume(
+    http: httpx.AsyncClient, reps: list[ReplicaProcess], old: ReplicaProcess
+) -> ReplicaProcess:
+    """SIGSTOP the leader ``old`` until another replica leads and has written; then SIGCONT it
+    with a read and a write waiting in its socket; check what it answers; return the new one."""
+    old.pause()
+    try:
+        new = await wait_leader(http, reps, exclude=(old,))
+        assert new is not old
+        put = await http.put(f"{new.base}/v1/kv/k", content=b"after")
+        assert put.status_code == 200, put.text
+
+        # Requests sent to the paused leader wait in its socket until it resumes.
+        answers: dict[str, httpx.Response] = {}
+
+        async def ask(name: str, method: str, body: bytes | None) -> None:
+            answers[name] = await http.request(
+                method, f"{old.base}/v1/kv/k", content=body, timeout=30
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "read", "GET", None)
+            nursery.start_soon(ask, "write", "PUT", b"late")
+            await trio.sleep(0.3)  # both are sent (no event to wait on: the peer is frozen)
+            old.resume()
+    finally:
+        old.resume()
+    # The old leader can no longer acknowledge anything, nor serve a stale read.
+    assert answers["write"].status_code in (307, 503), answers["write"].text
+    read = answers["read"]
+    assert read.status_code in (307, 503) or read.content == b"after", read.content
+    with trio.fail_after(60):
+        while True:
+            st = await status(http, old)
+            if st is not None and st["role"] == "follower" and st["leader"] == new.address:
+                break
+            await trio.sleep(0.05)
+    got = await http.get(f"{new.base}/v1/kv/k")
+    assert got.content == b"after"
+    assert any("WriterFenced" in line or "stopped leading" in line for line in old.output), (
+        dump_output([old])
+    )
+    return new
+
+
+async def test_clean_stop_hands_the_lead_over_at_once(kv_cluster: str) -> None:
+    """SIGTERM: the leader gives its lease up on the way out, so a follower takes over without
+    waiting for the lease (60 s here) to expire."""
+    async with (
+        replicas(kv_cluster, "kv-term", "--lease-timeout", "60") as reps,
+        httpx.AsyncClient() as http,
+    ):
+        old = await wait_leader(http, reps)
+        assert (await http.put(f"{old.base}/v1/kv/k", content=b"v")).status_code == 200
+        await trio.to_thread.run_sync(old.stop)
+        assert old.process is not None and old.process.returncode == 0, dump_output([old])
+        new = await wait_leader(http, reps, exclude=(old,), timeout=30)
+        got = await http.get(f"{new.base}/v1/kv/k")
+        assert (got.status_code, got.content) == (200, b"v")
+        assert (await http.put(f"{new.base}/v1/kv/k", content=b"w")).status_code == 200

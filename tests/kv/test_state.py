@@ -1,0 +1,71 @@
+"""The KV state machine of examples/kv_state.py: deterministic apply, compare-and-set on the
+position of a key's last write, snapshots that round-trip (no I/O)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from walkit import LogPosition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+from kv_state import KVState, command, decode_value, encode_value
+
+
+def pos(seq: int, entry: int) -> LogPosition:
+    return LogPosition(seq, entry)
+
+
+def test_set_get_delete() -> None:
+    s = KVState()
+    assert s.apply(command("set", "a", "1"), pos(1, 0)) == ("ok", None, "1:0")
+    assert s.apply(command("set", "a", "2"), pos(1, 1)) == ("ok", "1", "1:1")
+    assert s.get("a") == ("2", "1:1")
+    assert s.apply(command("delete", "a"), pos(1, 2)) == ("ok", "2", "1:2")
+    assert s.apply(command("delete", "a"), pos(1, 3)) == ("absent", None, "1:3")
+    assert s.get("a") is None
+
+
+def test_compare_and_set_is_decided_at_apply() -> None:
+    s = KVState()
+    s.apply(command("set", "k", "v1"), pos(1, 0))
+    # Two writers read position 1:0; the first to be applied wins, the second is refused.
+    assert s.apply(command("set", "k", "a", expect="1:0"), pos(1, 1))[0] == "ok"
+    assert s.apply(command("set", "k", "b", expect="1:0"), pos(1, 2)) == ("mismatch", "1:1", "1:2")
+    assert s.get("k") == ("a", "1:1")
+    # An absent key never matches.
+    assert s.apply(command("set", "x", "v", expect="1:0"), pos(1, 3)) == ("mismatch", None, "1:3")
+    assert s.get("x") is None
+
+
+def test_replicas_applying_the_same_log_agree_and_snapshots_round_trip() -> None:
+    log = [
+        command("set", f"k{i % 7}", f"v{i}", expect=None if i % 3 else f"1:{i - 3}")
+        for i in range(50)
+    ] + [command("delete", "k3")]
+    a, b = KVState(), KVState()
+    for i, cmd in enumerate(log):
+        assert a.apply(cmd, pos(1, i)) == b.apply(cmd, pos(1, i))
+    assert a.data == b.data
+    c = KVState()
+    c.restore(a.snapshot())
+    assert c.data == a.data
+    # A snapshot of the first version of the example (plain values) still restores.
+    c.restore(b'{"old": "value"}')
+    assert c.get("old") == ("value", "earliest")
+
+
+def test_any_bytes_round_trip_through_a_command() -> None:
+    value = bytes(range(256)) + "é".encode()
+    s = KVState()
+    s.apply(command("set", "b", encode_value(value)), pos(1, 0))
+    found = s.get("b")
+    assert found is not None and decode_value(found[0]) == value
+
+
+def test_unknown_operation() -> None:
+    with pytest.raises(ValueError, match="unknown operation"):
+        KVState().apply(command("frobnicate", "k"), pos(1, 0))
