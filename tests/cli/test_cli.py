@@ -167,33 +167,3 @@ def test_sandbox_stops_on_sigterm_and_keeps_its_data(tmp_path: Path) -> None:
     finally:
         again.send_signal(signal.SIGINT)
         assert again.wait(timeout=60) == 0
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="parent-death signal is Linux-only")
-def test_bookies_do_not_outlive_a_killed_sandbox(tmp_path: Path) -> None:
-    process, _url = _start_sandbox(tmp_path / "sandbox")
-    bookies = _children(process.pid)
-    assert len(bookies) == 2
-    process.kill()
-    process.wait(timeout=30)
-    # Orphans would die only much later, of a broken stdout pipe when they next log.
-    deadline = time.monotonic() + 10
-    while any(
-        Path(f"/proc/{pid}").exists()
-        and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        for pid in bookies
-    ):
-        assert time.monotonic() < deadline, "bookies outlived their sandbox"
-        time.sleep(0.1)
