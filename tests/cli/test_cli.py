@@ -79,11 +79,11 @@ def test_simpletest_bookies_ledgers_and_ledger_show(cluster: ProcessCluster) -> 
 
     # simpletest deletes its ledger; write one to inspect.
     script = (
-        "import logging, sys, structlog, trio, walkit\n"
-        "structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))\n"
+        "import sys, trio, walkit\n"
         "async def main():\n"
         "    async with walkit.Client.connect(sys.argv[1]) as c:\n"
-        "        w = await c.create_ledger(3, 2, 2, password=b'pw')\n"
+        "        custom = {'owner': b'team a', 'blob': b'\\xff\\x00ok'}\n"
+        "        w = await c.create_ledger(3, 2, 2, password=b'pw', custom_metadata=custom)\n"
         "        await w.append_batch([b'alpha', b'beta', bytes(range(200))])\n"
         "        await w.close(); print(w.id)\n"
         "trio.run(main)\n"
@@ -96,6 +96,16 @@ def test_simpletest_bookies_ledgers_and_ledger_show(cluster: ProcessCluster) -> 
     shown = json.loads(walkit("ledger", "show", ledger_id, "--metadata", url, "--json").stdout)
     assert shown["state"] == "CLOSED" and shown["last_entry_id"] == 2
     assert list(shown["fragments"]) == ["0"]
+    assert shown["custom_metadata"] == {"owner": "team a", "blob": "\\xff\\x00ok"}
+    text = walkit("ledger", "show", ledger_id, "--metadata", url).stdout.splitlines()
+    assert text[text.index("custom metadata:") + 1].split() == ["KEY", "VALUE"]
+    assert ["blob", "\\xff\\x00ok"] in [line.split() for line in text]
+    assert ["owner", "team", "a"] in [line.split() for line in text]
+    fragments = text[text.index("fragments:") + 1 :]
+    assert fragments[0].split() == ["FIRST_ENTRY", "LAST_ENTRY", "BOOKIES"]
+    first, last, bookies = fragments[1].split()
+    assert (first, last, len(bookies.split(","))) == ("0", "2", 3)
+    assert set(bookies.split(",")) == set(shown["fragments"]["0"])
     read = json.loads(
         walkit("ledger", "read", ledger_id, "--metadata", url, "--password", "pw", "--json").stdout
     )
