@@ -231,7 +231,8 @@ def evaluate(example: Example) -> None:
 def test_doc_block(example: Example, walkit_sandbox: Sandbox, tmp_path: Path) -> None:
     block: Block = example.parsed
     if block.not_run is not None:
-        pytest.skip(f"not run: {block.not_run}")
+        where = f"{Path(example.path).relative_to(REPO)}:{example.line}"
+        pytest.skip(f"{where}: not run: {block.not_run}")
     env = dict(
         os.environ,
         WALKIT_METADATA=walkit_sandbox.metadata_url,
