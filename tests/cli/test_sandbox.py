@@ -140,3 +140,30 @@ def test_exit_on_bookie_failure_stops_the_sandbox_with_code_1(tmp_path: Path) ->
         assert "exited unexpectedly with code -9; stopping the sandbox" in sandbox.output
         assert "restarting" not in sandbox.output
         assert not alive(other)
+
+
+def test_a_bookie_that_cannot_start_is_one_clear_error(tmp_path: Path) -> None:
+    data = tmp_path / "sandbox"
+    data.mkdir()
+    (data / "bookie-1").write_text("a file where the bookie's data dir should be")
+    result = subprocess.run(
+        [sys.executable, "-m", "walkit.cli", "sandbox", "--bookies", "2", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        "walkit: error: ConfigurationError: bookie-1 failed to start (exit code 1); "
+        "its output is above"
+    )
+    assert "[bookie-1] walkit-bookie: error:" in result.stdout
+    (data / "sandbox.json").write_text("{not json")
+    again = subprocess.run(
+        [sys.executable, "-m", "walkit.cli", "sandbox", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 1 and "sandbox.json is unreadable" in again.stderr

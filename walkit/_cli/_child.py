@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import final
 
 import trio
@@ -78,7 +78,7 @@ class Child:
         if self._popen.poll() is None:
             self._popen.send_signal(signum)
 
-    async def lines(self) -> AsyncIterator[str]:
+    async def lines(self) -> AsyncGenerator[str, None]:
         """The child's output, line by line, until it closes its end of the pipe."""
         buffer = b""
         while True:

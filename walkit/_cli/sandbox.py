@@ -12,6 +12,7 @@ stops and exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -134,29 +135,33 @@ class _Supervisor:
         first = True
         while True:
             child = self.child = Child.spawn(self.command, self.env)
-            lines = child.lines()
-            with trio.move_on_after(START_TIMEOUT) as timeout:
-                ready = await self._echo_until_ready(lines)
-            if timeout.cancelled_caught:
-                child.send_signal(signal.SIGKILL)
-                ready = False
-            if ready:
-                if first:
-                    first = False
-                    task_status.started()
-                elif self.restarts:
-                    print(f"walkit sandbox: {self.name} is back", file=self.out, flush=True)
-                started = trio.current_time()
-                async for line in lines:
-                    print(f"[{self.name}] {line}", file=self.out, flush=True)
-                if trio.current_time() - started >= STABLE_AFTER:
-                    failures = 0
+            async with contextlib.aclosing(child.lines()) as lines:
+                with trio.move_on_after(START_TIMEOUT) as timeout:
+                    ready = await self._echo_until_ready(lines)
+                if timeout.cancelled_caught:
+                    print(
+                        f"walkit sandbox: {self.name} did not say it listens within "
+                        f"{START_TIMEOUT:g} s; killing it",
+                        file=self.out,
+                        flush=True,
+                    )
+                    child.send_signal(signal.SIGKILL)
+                if ready:
+                    if first:
+                        first = False
+                        task_status.started()
+                    else:
+                        print(f"walkit sandbox: {self.name} is back", file=self.out, flush=True)
+                    started = trio.current_time()
+                    async for line in lines:
+                        print(f"[{self.name}] {line}", file=self.out, flush=True)
+                    if trio.current_time() - started >= STABLE_AFTER:
+                        failures = 0
             code = await child.wait()
             await child.aclose()
             if first:
                 raise ConfigurationError(
-                    f"{self.name} exited before it was ready (exit code {code}); "
-                    "its output is above"
+                    f"{self.name} failed to start (exit code {code}); its output is above"
                 )
             if self.exit_on_failure:
                 log.error("bookie_exited", bookie=self.name, code=code, action="stop")
