@@ -177,3 +177,17 @@ def test_sandbox_stops_on_sigterm_and_keeps_its_data(tmp_path: Path) -> None:
     finally:
         again.send_signal(signal.SIGINT)
         assert again.wait(timeout=60) == 0
+
+
+def test_sandbox_help_shows_the_defaults() -> None:
+    result = walkit("sandbox", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for expected in (
+        "number of bookies (default: 3)",
+        "(default: .walkit/sandbox)",
+        "(default: 127.0.0.1)",
+        "--exit-on-bookie-failure",
+        "--log-level {debug,info,warning,error}",
+    ):
+        assert expected in text

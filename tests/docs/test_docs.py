@@ -263,3 +263,71 @@ def test_the_readme_blocks_are_collected() -> None:
     readme = [e for e in SYBIL.parse(REPO / "README.md")]
     assert sum(1 for e in readme if e.parsed.not_run is None and e.parsed.language == "python") >= 3
     assert any(e.parsed.language == "sh" and e.parsed.not_run is None for e in readme)
+
+
+SAMPLE_PAGE = """# A page
+
+<!-- not run: serves until stopped -->
+```sh
+walkit sandbox
+```
+
+```python
+import trio
+
+client_id = id(client)
+await trio.sleep(0)
+```
+
+```json
+{"not": "collected"}
+```
+
+```console
+$ echo "hello"
+hello
+$ test -n "$WALKIT_METADATA"
+```
+
+<!-- not run: a reason -->
+
+```python
+print("a blank line between the marker and the fence: this block runs")
+```
+"""
+
+
+def _sample_examples(tmp_path: Path) -> list[Example]:
+    page = tmp_path / "page.md"
+    page.write_text(SAMPLE_PAGE)
+    examples = list(SYBIL.parse(page))
+    for example in examples:
+        example.namespace["cwd"] = tmp_path
+        example.namespace["env"] = dict(os.environ, WALKIT_METADATA="memory://docs-sample")
+    return examples
+
+
+def test_the_block_parser_on_a_sample_page(tmp_path: Path) -> None:
+    blocks = [e.parsed for e in _sample_examples(tmp_path)]
+    assert [(b.language, b.not_run, b.fragment) for b in blocks] == [
+        ("sh", "serves until stopped", False),
+        ("python", None, True),
+        ("console", None, False),
+        ("python", None, False),
+    ]
+    assert blocks[1].prelude == () and blocks[3].prelude == (blocks[1].source,)
+
+
+def test_the_evaluators_run_blocks_and_report_failures(tmp_path: Path) -> None:
+    _sh, fragment, console, program = _sample_examples(tmp_path)
+    fragment.evaluate()  # with a client on memory:// (a fresh store, no bookies needed)
+    console.evaluate()
+    program.evaluate()
+    failing = attrs.evolve(console.parsed, source="$ echo 'to stdout'\n$ false\n")
+    console.region.parsed = console.parsed = failing
+    with pytest.raises(AssertionError, match="exit code 1"):
+        console.evaluate()
+    noisy = attrs.evolve(program.parsed, source="import sys\nprint('oops', file=sys.stderr)\n")
+    program.region.parsed = program.parsed = noisy
+    with pytest.raises(AssertionError, match="printed on stderr"):
+        program.evaluate()
