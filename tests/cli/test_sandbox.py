@@ -99,7 +99,17 @@ async def test_sandbox_serves_past_any_idle_timeout_then_dies_with_its_bookies(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="parent-death signal is Linux-only")
 def test_bookies_do_not_outlive_a_sandbox_killed_at_once(tmp_path: Path) -> None:
-    with running_sandbox(tmp_path / "sandbox", bookies=2) as sandbox:
+    with running_sandbox(tmp_path / "my sandbox", bookies=2) as sandbox:
+        # The export line pastes into a shell as is, even with a space in the path.
+        export = sandbox.wait_for_line("export WALKIT_METADATA=")
+        pasted = subprocess.run(
+            ["bash", "-c", f'{export}\nprintf %s "$WALKIT_METADATA"'],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert pasted.stdout == sandbox.metadata_url
+        assert sandbox.metadata_url.startswith("sqlite:///") and " " in sandbox.metadata_url
         _bookies_die_after_sigkill(sandbox)
 
 

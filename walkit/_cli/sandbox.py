@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -230,7 +231,8 @@ async def run_sandbox(
                     file=out,
                 )
                 print(f"metadata URL: {layout.metadata_url}", file=out)
-                print(f"export WALKIT_METADATA={layout.metadata_url}", file=out, flush=True)
+                export = f"export WALKIT_METADATA={shlex.quote(layout.metadata_url)}"
+                print(export, file=out, flush=True)  # ready to paste into a shell
                 if ready is not None:
                     ready.set()
         except BaseExceptionGroup as group:
