@@ -25,6 +25,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
+from tests._sandbox import Sandbox, running_sandbox  # noqa: E402
 from tests._zookeeper import (  # noqa: E402
     ZooKeeperServer,
     missing_zookeeper,
@@ -61,3 +62,11 @@ def metadata_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite://{tmp_path / 'metadata.db'}"
     else:
         yield request.getfixturevalue("zookeeper_url")
+
+
+@pytest.fixture(scope="session")
+def walkit_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """One real ``walkit sandbox`` (3 bookie processes, sqlite metadata) for the whole session:
+    the doc tests and the CLI logging tests share it. Its URL is ``walkit_sandbox.metadata_url``."""
+    with running_sandbox(tmp_path_factory.mktemp("sandbox") / "data", bookies=3) as sandbox:
+        yield sandbox

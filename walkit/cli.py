@@ -1,6 +1,7 @@
 """The `walkit` command: a sandbox cluster and admin commands in the spirit of the bookkeeper shell.
 
-    walkit sandbox [--bookies 3] [--data-dir DIR] [--metadata URL]
+    walkit [--log-level LEVEL] [--log-format console|json] COMMAND ...
+    walkit sandbox [--bookies 3] [--data-dir DIR] [--metadata URL] [--exit-on-bookie-failure]
     walkit bookies | ledgers [--metadata URL] [--json]
     walkit ledger show ID | ledger read ID [--first N] [--last N] [--password PW]
     walkit simpletest [--entries N] [--ensemble E] [--write-quorum QW] [--ack-quorum QA]
@@ -8,6 +9,9 @@
     walkit log list | log show NAME | log tail NAME [--from POS] [--follow]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
+Logs go to stderr: WARNING and above by default; ``--log-level`` and ``--log-format`` (before or
+after the command) change that, ``-v`` is ``--log-level debug`` and ``--log-json`` is
+``--log-format json``.
 """
 
 from __future__ import annotations
@@ -21,12 +25,60 @@ from pathlib import Path
 
 import trio
 
-from walkit._logging import configure_cli_logging
+from walkit._logging import LOG_FORMATS, configure_cli_logging
 from walkit.errors import WalkitError
 
+CLI_LOG_LEVELS = ("debug", "info", "warning", "error")
 
-def _configure_logging(verbose: bool) -> None:
-    configure_cli_logging("debug" if verbose else "warning")
+
+def _add_log_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The log options, on the top parser and again on each command (so both orders work).
+
+    On a command they default to SUPPRESS, so an option given before the command stands."""
+    default: object = None if top else argparse.SUPPRESS
+    group = parser.add_argument_group("logging (to stderr)")
+    group.add_argument(
+        "--log-level",
+        choices=CLI_LOG_LEVELS,
+        default=default,
+        help="show walkit's log events of this level and above (default: warning)",
+    )
+    group.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default,
+        help="console text or JSON lines (default: console)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="same as --log-level debug",
+    )
+    group.add_argument(
+        "--log-json",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="same as --log-format json",
+    )
+
+
+class _DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Adds ``(default: X)`` to an option's help, unless there is no meaningful default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def log_settings(args: argparse.Namespace) -> tuple[str, str]:
+    """(level, format) from the log options and their aliases."""
+    level = args.log_level or ("debug" if args.verbose else "warning")
+    fmt = args.log_format or ("json" if args.log_json else "console")
+    return level, fmt
 
 
 def _metadata_url(args: argparse.Namespace) -> str:
@@ -62,10 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="walkit", description="walkit: a replicated write-ahead log on BookKeeper's protocol"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug events to stderr")
+    _add_log_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_metadata(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        _add_log_options(p, top=False)
         p.add_argument(
             "--metadata",
             help="metadata URL (zk://, sqlite:///, memory://); default $WALKIT_METADATA",
@@ -78,11 +131,34 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return p
 
-    sandbox = sub.add_parser("sandbox", help="run an embedded cluster on this host until Ctrl-C")
-    sandbox.add_argument("--bookies", type=_positive, default=3)
-    sandbox.add_argument("--data-dir", type=Path, default=Path(".walkit/sandbox"))
-    sandbox.add_argument("--metadata", help="metadata URL (default: sqlite in the data dir)")
-    sandbox.add_argument("--host", default="127.0.0.1")
+    sandbox = sub.add_parser(
+        "sandbox",
+        help="run an embedded cluster on this host until Ctrl-C",
+        description="Run N bookie processes on this host with sqlite metadata (by default) "
+        "until Ctrl-C or SIGTERM. It prints the metadata URL and an `export WALKIT_METADATA=...` "
+        "line, keeps its data (and ports) across restarts, and restarts a bookie that exits "
+        "on its own.",
+        formatter_class=_DefaultsHelpFormatter,
+    )
+    sandbox.add_argument("--bookies", type=_positive, default=3, help="number of bookies")
+    sandbox.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".walkit/sandbox"),
+        help="where the bookies' data, the sqlite metadata and sandbox.json live",
+    )
+    sandbox.add_argument(
+        "--metadata",
+        default=None,
+        help="metadata URL; default: sqlite:///DATA_DIR/metadata.db (or the one used last time)",
+    )
+    sandbox.add_argument("--host", default="127.0.0.1", help="address the bookies listen on")
+    sandbox.add_argument(
+        "--exit-on-bookie-failure",
+        action="store_true",
+        help="exit 1 when a bookie exits on its own, instead of restarting it",
+    )
+    _add_log_options(sandbox, top=False)
 
     with_metadata(sub.add_parser("bookies", help="list registered bookies"))
     with_metadata(sub.add_parser("ledgers", help="list ledgers"))
@@ -119,14 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.verbose)
+    level, fmt = log_settings(args)
+    configure_cli_logging(level, fmt)
     from walkit._cli import admin, sandbox
     from walkit._cli import bench as bench_cli
 
     command: Callable[[], Awaitable[int]]
     if args.command == "sandbox":
         command = functools.partial(
-            sandbox.run_sandbox, args.data_dir, args.bookies, args.metadata, args.host
+            sandbox.run_sandbox,
+            args.data_dir,
+            args.bookies,
+            args.metadata,
+            args.host,
+            exit_on_bookie_failure=args.exit_on_bookie_failure,
+            bookie_args=["--log-level", level, "--log-format", fmt],
         )
     else:
         url = _metadata_url(args)

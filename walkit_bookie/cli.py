@@ -3,6 +3,7 @@
     walkit-bookie --data-dir DIR [--data-dir DIR2 ...] [--host 127.0.0.1] [--port 3181]
                   [--network-location /region/rack] [--metadata URL] [--http-port PORT]
                   [--gc-interval S] [--minor-compaction-threshold F] ...
+                  [--log-level debug|info|warning|error] [--log-format console|json]
 
 Prints ``walkit-bookie listening on HOST:PORT`` on stdout once it serves. Exit codes: 0 after a
 clean shutdown, 1 when the bookie cannot start or fails (the message says why), 2 for bad
@@ -202,9 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
-        help="log level (logs go to stderr)",
+        help="log events of this level and above, to stderr (default info)",
     )
-    p.add_argument("--log-json", action="store_true", help="log JSON lines instead of key=value")
+    p.add_argument(
+        "--log-format",
+        choices=["console", "json"],
+        default=None,
+        help="console text (default) or JSON lines",
+    )
+    p.add_argument("--log-json", action="store_true", help="same as --log-format json")
     return p
 
 
@@ -242,8 +249,9 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
     return BookieConfig(**options)
 
 
-def configure_logging(level: str, json_lines: bool) -> None:
-    configure_cli_logging(level.lower(), "json" if json_lines else "console")
+def configure_logging(level: str, json_lines: bool, fmt: str | None = None) -> None:
+    """``fmt`` (``--log-format``) wins over ``json_lines`` (``--log-json``, its alias)."""
+    configure_cli_logging(level.lower(), fmt or ("json" if json_lines else "console"))
 
 
 async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
@@ -283,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.tls_server_context()  # unreadable TLS files: a usage error, before anything
     except ConfigurationError as bad:
         parser.error(str(bad))  # exits 2
-    configure_logging(args.log_level, args.log_json)
+    configure_logging(args.log_level, args.log_json, args.log_format)
     # Large journal groups are written from a worker thread that needs the GIL back after its
     # system call; the default 5 ms switch interval would add that to each of them under load.
     sys.setswitchinterval(SWITCH_INTERVAL)

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 import trio
 
-from walkit._cli.output import emit, emit_record
+from walkit._cli.output import bytes_as_text, emit, emit_record
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit.errors import NoSuchLedgerError
 
@@ -25,7 +25,7 @@ def _md_record(md: LedgerMetadata) -> dict[str, Any]:
         "length": md.length if md.is_closed else None,
         "digest": md.digest.value,
         "fragments": {str(first): [str(b) for b in ensemble] for first, ensemble in md.fragments},
-        "custom_metadata": {k: base64.b64encode(v).decode() for k, v in md.custom_metadata.items()},
+        "custom_metadata": {k: bytes_as_text(v) for k, v in md.custom_metadata.items()},
         "ctime_ms": md.ctime_ms,
     }
 
@@ -82,8 +82,47 @@ async def ledger_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
         md, version = await LedgerManager(store).read(args.ledger_id)
     record = _md_record(md)
     record["version"] = version
-    emit_record(record, as_json=args.json, out=out)
+    if args.json:
+        emit_record(record, as_json=True, out=out)
+        return 0
+    fragments = record.pop("fragments")
+    custom = record.pop("custom_metadata")
+    emit_record(record, as_json=False, out=out)
+    out.write("\ncustom metadata:\n")
+    emit(
+        [{"key": k, "value": v} for k, v in sorted(custom.items())],
+        ["key", "value"],
+        as_json=False,
+        out=out,
+    )
+    out.write("\nfragments:\n")
+    emit(
+        _fragment_rows(md, fragments),
+        ["first_entry", "last_entry", "bookies"],
+        as_json=False,
+        out=out,
+    )
     return 0
+
+
+def _fragment_rows(md: LedgerMetadata, fragments: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """One row per fragment; its last entry is the next one's first - 1 (or the ledger's last
+    entry once CLOSED; open-ended while the ledger is being written)."""
+    firsts = [int(first) for first in fragments]
+    rows = []
+    for index, first in enumerate(firsts):
+        if index + 1 < len(firsts):
+            last: int | None = firsts[index + 1] - 1
+        else:
+            last = md.last_entry_id if md.is_closed else None
+        rows.append(
+            {
+                "first_entry": first,
+                "last_entry": "(open)" if last is None else last if last >= first else "(none)",
+                "bookies": fragments[str(first)],
+            }
+        )
+    return rows
 
 
 async def ledger_read(url: str, args: argparse.Namespace, out: TextIO) -> int:

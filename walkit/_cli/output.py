@@ -42,3 +42,10 @@ def _text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ",".join(_text(v) for v in value)
     return str(value)
+
+
+def bytes_as_text(value: bytes) -> str:
+    """``value`` as text: UTF-8 as is, anything else (invalid bytes, control characters)
+    escaped the way Python writes it in a bytes literal (``\\xff``, ``\\n``)."""
+    text = value.decode("utf-8", errors="backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -3,25 +3,32 @@
 sqlite metadata (by default) and N `walkit-bookie` processes on loopback. Ports are chosen once
 and remembered in ``sandbox.json`` in the data dir, because a bookie's identity is its address:
 a restarted sandbox must come back on the same ports to find its ledgers.
+
+The sandbox supervises its bookies: they die with it (even when it is SIGKILLed, see
+:mod:`walkit._cli._child`), and one that exits on its own is restarted on the same data dir and
+port after a backoff (:func:`restart_delay`), or, with ``exit_on_bookie_failure``, the sandbox
+stops and exits 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
-import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TextIO, final
 
 import attrs
 import trio
 
+from walkit._cli._child import Child, guarded_python
 from walkit._logging import get_logger
-from walkit.errors import ConfigurationError
+from walkit.errors import ConfigurationError, WalkitError
 
 log = get_logger(__name__)
 
@@ -78,23 +85,24 @@ class SandboxLayout:
         return self.data_dir / f"bookie-{index}"
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: the bookie gets SIGTERM if the sandbox dies, even by SIGKILL (no orphans)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+#: Seconds a bookie must have served for its next failure to count as the first again.
+STABLE_AFTER = 60.0
+#: Seconds a bookie has to say it listens, at start and after a restart.
+START_TIMEOUT = 60.0
 
 
-def bookie_command(layout: SandboxLayout, index: int, host: str) -> list[str]:
+def restart_delay(failures: int, *, first: float = 0.5, cap: float = 30.0) -> float:
+    """Seconds to wait before restart number ``failures + 1`` of a bookie: 0.5, 1, 2 ... 30."""
+    return float(min(cap, first * 2 ** min(failures, 16)))
+
+
+def bookie_command(
+    layout: SandboxLayout, index: int, host: str, extra_args: Sequence[str] = ()
+) -> list[str]:
+    """The command line of bookie ``index``: it dies with this process (the sandbox)."""
+    code = "from walkit_bookie.cli import main\nsys.exit(main())\n"
     return [
-        sys.executable,
-        "-c",
-        "from walkit_bookie.cli import main; main()",
+        *guarded_python(code),
         "--data-dir",
         str(layout.bookie_dir(index)),
         "--host",
@@ -103,29 +111,83 @@ def bookie_command(layout: SandboxLayout, index: int, host: str) -> list[str]:
         str(layout.ports[index]),
         "--metadata",
         layout.metadata_url,
+        *extra_args,
     ]
 
 
-async def _wait_ready(process: trio.Process, name: str, out: TextIO) -> None:
-    """Echo the bookie's output, prefixed, and return once it says it listens."""
-    assert process.stdout is not None
-    buffer = b""
-    async for chunk in process.stdout:
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            text = line.decode(errors="replace")
-            print(f"[{name}] {text}", file=out, flush=True)
-            if READY_MARKER in text:
-                return
-    raise ConfigurationError(f"{name} exited before it was ready (exit code {process.returncode})")
+class BookieFailedError(ConfigurationError):
+    """A bookie of the sandbox exited on its own, and the sandbox was told to stop then."""
 
 
-async def _pump(process: trio.Process, name: str, out: TextIO) -> None:
-    assert process.stdout is not None
-    async for chunk in process.stdout:
-        for line in chunk.decode(errors="replace").splitlines():
-            print(f"[{name}] {line}", file=out, flush=True)
+@attrs.define
+class _Supervisor:
+    """Runs bookie ``index`` and restarts it whenever it exits on its own."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    out: TextIO
+    exit_on_failure: bool
+    child: Child | None = None
+    restarts: int = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        failures = 0
+        first = True
+        while True:
+            child = self.child = Child.spawn(self.command, self.env)
+            async with contextlib.aclosing(child.lines()) as lines:
+                with trio.move_on_after(START_TIMEOUT) as timeout:
+                    ready = await self._echo_until_ready(lines)
+                if timeout.cancelled_caught:
+                    print(
+                        f"walkit sandbox: {self.name} did not say it listens within "
+                        f"{START_TIMEOUT:g} s; killing it",
+                        file=self.out,
+                        flush=True,
+                    )
+                    child.send_signal(signal.SIGKILL)
+                if ready:
+                    if first:
+                        first = False
+                        task_status.started()
+                    else:
+                        print(f"walkit sandbox: {self.name} is back", file=self.out, flush=True)
+                    started = trio.current_time()
+                    async for line in lines:
+                        print(f"[{self.name}] {line}", file=self.out, flush=True)
+                    if trio.current_time() - started >= STABLE_AFTER:
+                        failures = 0
+            code = await child.wait()
+            await child.aclose()
+            if first:
+                raise ConfigurationError(
+                    f"{self.name} failed to start (exit code {code}); its output is above"
+                )
+            if self.exit_on_failure:
+                log.error("bookie_exited", bookie=self.name, code=code, action="stop")
+                raise BookieFailedError(
+                    f"{self.name} exited unexpectedly with code {code}; stopping the sandbox "
+                    "(--exit-on-bookie-failure)"
+                )
+            delay = restart_delay(failures)
+            failures += 1
+            self.restarts += 1
+            log.warning("bookie_exited", bookie=self.name, code=code, action="restart", delay=delay)
+            print(
+                f"walkit sandbox: {self.name} exited unexpectedly with code {code}; "
+                f"restarting it in {delay:g} s on the same data dir",
+                file=self.out,
+                flush=True,
+            )
+            await trio.sleep(delay)
+
+    async def _echo_until_ready(self, lines: AsyncIterator[str]) -> bool:
+        async for line in lines:
+            print(f"[{self.name}] {line}", file=self.out, flush=True)
+            if READY_MARKER in line:
+                return True
+        return False
 
 
 async def run_sandbox(
@@ -135,42 +197,56 @@ async def run_sandbox(
     host: str = "127.0.0.1",
     out: TextIO = sys.stdout,
     ready: trio.Event | None = None,
+    *,
+    exit_on_bookie_failure: bool = False,
+    bookie_args: Sequence[str] = (),
 ) -> int:
+    """Run the sandbox until SIGTERM or SIGINT (0), or until a bookie fails with
+    ``exit_on_bookie_failure`` (1). ``bookie_args`` go to every ``walkit-bookie``."""
     if bookies < 1:
         raise ConfigurationError("--bookies must be at least 1")
     layout = SandboxLayout.load_or_create(data_dir, bookies, metadata_url)
-    processes: list[trio.Process] = []
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    supervisors = [
+        _Supervisor(
+            name=f"bookie-{index}",
+            command=bookie_command(layout, index, host, bookie_args),
+            env=env,
+            out=out,
+            exit_on_failure=exit_on_bookie_failure,
+        )
+        for index in range(bookies)
+    ]
     # Ctrl-C and SIGTERM are both a clean stop, at any moment (also while bookies start):
     # received here rather than as KeyboardInterrupt, so the shutdown below always runs.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, out)
-                for index in range(bookies):
-                    process = await trio.lowlevel.open_process(
-                        bookie_command(layout, index, host),
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-                    )
-                    processes.append(process)
-                    with trio.fail_after(60):
-                        await _wait_ready(process, f"bookie-{index}", out)
-                    nursery.start_soon(_pump, process, f"bookie-{index}", out)
-                    nursery.start_soon(_watch_exit, process, out)
+                async with trio.open_nursery() as starting:  # all at once: 1/N of the wait
+                    for supervisor in supervisors:
+                        starting.start_soon(nursery.start, supervisor.run)
                 print(
                     f"walkit sandbox: {bookies} bookies on {host} ports {layout.ports[:bookies]}",
                     file=out,
                 )
                 print(f"metadata URL: {layout.metadata_url}", file=out)
-                print(f"export WALKIT_METADATA={layout.metadata_url}", file=out, flush=True)
+                export = f"export WALKIT_METADATA={shlex.quote(layout.metadata_url)}"
+                print(export, file=out, flush=True)  # ready to paste into a shell
                 if ready is not None:
                     ready.set()
+        except BaseExceptionGroup as group:
+            leaves = _leaves(group)
+            failed = [leaf for leaf in leaves if isinstance(leaf, BookieFailedError)]
+            if failed:
+                print(f"walkit sandbox: {failed[0]}", file=out, flush=True)
+                return 1
+            if all(isinstance(leaf, WalkitError) for leaf in leaves):
+                raise leaves[0] from None  # one clear error, not a group
+            raise
         finally:
             with trio.CancelScope(shield=True):
-                await _stop_all(processes)
+                await _stop_all([s.child for s in supervisors if s.child is not None])
     return 0
 
 
@@ -183,19 +259,21 @@ async def _stop_on_signal(
         return
 
 
-async def _watch_exit(process: trio.Process, out: TextIO) -> None:
-    code = await process.wait()
-    print(f"walkit sandbox: a bookie exited with code {code}", file=out, flush=True)
-
-
-async def _stop_all(processes: list[trio.Process]) -> None:
-    for process in processes:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
+async def _stop_all(children: list[Child]) -> None:
+    for child in children:
+        child.send_signal(signal.SIGTERM)
     with trio.move_on_after(15):
-        for process in processes:
-            await process.wait()
-    for process in processes:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        for child in children:
+            await child.wait()
+    for child in children:
+        if child.returncode is None:
+            child.send_signal(signal.SIGKILL)
+            await child.wait()
+        await child.aclose()
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

@@ -16,6 +16,7 @@ watch and every later call raises SessionExpiredError.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -52,6 +53,25 @@ from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEv
 from walkit.metadata._watch import WatchStream, catch_up_event
 
 logger = get_logger(__name__)
+
+
+class _KazooLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """kazoo's own log lines, held at DEBUG (ERROR stays ERROR).
+
+    kazoo logs every failed connection attempt as a WARNING ("Connection dropped: ..."), several
+    times a second while ZooKeeper is away, which the last-resort handler prints on the stderr
+    of an application that configured no logging. This store reports what matters itself: one
+    clear error when it cannot connect, and one warning per suspended or lost session. kazoo's
+    detail stays available at DEBUG under ``walkit.metadata._zookeeper.kazoo``.
+    """
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level < logging.ERROR:
+            level = min(level, logging.DEBUG)
+        super().log(level, msg, *args, **kwargs)
+
+
+_KAZOO_LOG = _KazooLog(logging.getLogger(f"{__name__}.kazoo"), {})
 
 T = TypeVar("T")
 
@@ -206,6 +226,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             timeout=self.session_timeout,
             client_id=client_id,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            logger=_KAZOO_LOG,
         )
 
     @classmethod
