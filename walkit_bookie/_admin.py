@@ -61,6 +61,21 @@ class BookieCollector(Collector):
             ("checkpoints", "Completed checkpoints", s.checkpoints),
             ("entries_flushed", "Entries written to entry logs at checkpoints", s.entries_flushed),
             ("connections_opened", "Client connections accepted", b.connections_opened),
+            (
+                "connections_refused",
+                "Client connections closed at once: max_connections were open",
+                b.connections_refused,
+            ),
+            (
+                "requests_refused",
+                "Requests answered TOO_MANY_REQUESTS (per-connection or long-poll cap)",
+                b.requests_refused,
+            ),
+            (
+                "bad_input_log_suppressed",
+                "Warnings about bad input not logged (rate limit); counted in bad_input",
+                b.bad_input.suppressed,
+            ),
             ("gc_rounds", "Garbage collection rounds", b.gc.rounds),
             (
                 "gc_skipped",
@@ -103,6 +118,14 @@ class BookieCollector(Collector):
         ]
         for name, text, value in counters:
             yield CounterMetricFamily(f"walkit_bookie_{name}", text, value=value)
+        bad = CounterMetricFamily(
+            "walkit_bookie_bad_input",
+            "Malformed frames and messages (and refused connections), by kind",
+            labels=["kind"],
+        )
+        for kind, count in sorted(b.bad_input.counts.items()):
+            bad.add_metric([kind], count)
+        yield bad
         gauges: list[tuple[str, str, float]] = [
             (
                 "adds_in_flight",
@@ -115,6 +138,12 @@ class BookieCollector(Collector):
                 b.reads_in_flight,
             ),
             ("connections", "Open client connections", b.connections),
+            ("long_polls", "Long-poll LAC reads waiting", b.long_polls),
+            (
+                "receive_buffer_bytes",
+                "Bytes of receive buffers held by open connections",
+                b.receive_buffer_bytes,
+            ),
             ("ledgers", "Ledgers this bookie holds state for", b.ledger_count),
             ("read_only", "1 when the bookie refuses writes", 1 if b.read_only else 0),
             (
@@ -288,11 +317,14 @@ async def _route(bookie: Bookie, registry: CollectorRegistry, request: _Request)
         return _response("200 OK", body, CONTENT_TYPE_LATEST)
     if path in ("/health", "/healthz"):
         _allow(request, "GET")
+        full = bookie.degraded
         doc: dict[str, Any] = {
-            "status": "ok",
+            "status": "degraded" if full else "ok",
             "bookie_id": str(bookie.bookie_id),
             "read_only": bookie.read_only,
         }
+        if full:
+            doc["full"] = full
         return _json("200 OK", doc)
     if path == "/admin/gc":
         _allow(request, "GET", "POST")

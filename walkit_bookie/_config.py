@@ -89,6 +89,22 @@ class BookieConfig:
     #: Answers queued for one connection that its peer has not read yet; beyond it that one
     #: socket is not read.
     max_unsent_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
+    #: Longest a long-poll LAC read waits, in seconds, whatever timeout it asks for.
+    max_long_poll: float = attrs.field(default=30.0, validator=_positive)
+    #: Long polls waiting at once, over all connections. They are counted apart from reads
+    #: (a wait must not stop the read loop); beyond it they are answered TOO_MANY_REQUESTS.
+    max_long_polls: int = attrs.field(default=10_000, validator=_positive)
+    #: Client connections open at once; a connection beyond it gets its first request
+    #: answered TOO_MANY_REQUESTS, then is closed.
+    max_connections: int = attrs.field(default=1_000, validator=_positive)
+    #: Requests of one connection accepted but not yet answered (long polls included);
+    #: beyond it they are answered TOO_MANY_REQUESTS.
+    max_requests_per_connection: int = attrs.field(default=20_000, validator=_positive)
+    #: Warnings about bad input (malformed frames and messages) logged per ``bad_input_log_
+    #: interval`` seconds; the rest are counted (metric ``walkit_bookie_bad_input_total``) and
+    #: summed up in the next warning.
+    bad_input_log_burst: int = attrs.field(default=10, validator=_positive)
+    bad_input_log_interval: float = attrs.field(default=60.0, validator=_positive)
 
     #: Longest an add waits for others to join its journal write (it waits only while others
     #: keep arriving; an idle bookie writes at once).

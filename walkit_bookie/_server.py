@@ -8,7 +8,6 @@ in-flight limits or while this connection has too many answers its peer has not 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, final
 
 import trio
@@ -26,11 +25,20 @@ from walkit._logging import get_logger
 from walkit.errors import FrameTooLargeError, RemoteProtocolError, UnsupportedVersionError
 
 if TYPE_CHECKING:
+    from walkit_bookie._badinput import BadInputLog
     from walkit_bookie._config import BookieConfig
 
 log = get_logger(__name__)
 
+#: The receive buffer of a connection starts at FIRST_RECEIVE_SIZE once it has something to
+#: read (an idle connection holds none) and grows 4x each time a receive fills it, up to
+#: RECEIVE_SIZE: a connection costs memory in proportion to what it sends.
+FIRST_RECEIVE_SIZE = 16 * 1024
 RECEIVE_SIZE = 1024 * 1024
+#: Seconds a connection over ``max_connections`` may take to send its first request (which
+#: is answered TOO_MANY_REQUESTS) before it is closed.
+_REFUSE_WAIT = 1.0
+_REFUSE_DRAIN = 256 * 1024
 _HEADER_END = 4 + 10  # length prefix + version, type, request id
 _CLOSE_GRACE = 1.0  # seconds to flush answers before closing a connection
 
@@ -42,6 +50,10 @@ class RequestHandler(Protocol):
     capacity: trio.lowlevel.ParkingLot
     connections: int
     connections_opened: int
+    connections_refused: int
+    bad_input: BadInputLog
+    #: Bytes of receive buffers allocated by open connections.
+    receive_buffer_bytes: int
 
     @property
     def saturated(self) -> bool: ...
@@ -133,8 +145,15 @@ class Connection:
         handler = self._handler
         config = handler.config
         decoder = FrameDecoder(config.max_frame_size)
-        max_unsent = config.max_unsent_bytes
-        receive = _receiver(self._stream)
+        receive = _Receiver(self._stream, handler)
+        try:
+            await self._read_frames(receive, decoder)
+        finally:
+            receive.release()
+
+    async def _read_frames(self, receive: _Receiver, decoder: FrameDecoder) -> None:
+        handler = self._handler
+        max_unsent = handler.config.max_unsent_bytes
         fed = 0  # bytes fed to the decoder so far
         consumed = 0  # bytes of whole frames taken out of it
         while True:
@@ -155,7 +174,7 @@ class Connection:
                     self._refuse_frame(data, fed, consumed, str(exc))
                     raise _Close from exc
                 except RemoteProtocolError as exc:
-                    log.warning("bad_frame", peer=self.peer, error=str(exc))
+                    handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
                     raise _Close from exc
                 if body is None:
                     break
@@ -177,20 +196,24 @@ class Connection:
         if consumed >= chunk_start and consumed + _HEADER_END <= fed:
             at = consumed - chunk_start + 4
             request_id = peek_request_id(bytes(data[at : at + 10])) or 0
-        log.warning("frame_too_large", peer=self.peer, request_id=request_id, error=reason)
+        self._handler.bad_input.report(
+            "frame_too_large", peer=self.peer, request_id=request_id, error=reason
+        )
         self.send(encode_frame(ErrorResponse(request_id, StatusCode.BAD_REQUEST, reason)))
 
     def _bad_message(self, body: bytes, exc: RemoteProtocolError) -> None:
         request_id = peek_request_id(body)
         if request_id is None:
-            log.warning("bad_message_closing", peer=self.peer, error=str(exc))
+            self._handler.bad_input.report("bad_message_closing", peer=self.peer, error=str(exc))
             raise _Close from exc
         status = (
             StatusCode.BAD_VERSION
             if isinstance(exc, UnsupportedVersionError)
             else StatusCode.BAD_REQUEST
         )
-        log.warning("bad_message", peer=self.peer, request_id=request_id, error=str(exc))
+        self._handler.bad_input.report(
+            "bad_message", peer=self.peer, request_id=request_id, error=str(exc)
+        )
         self.send(encode_frame(ErrorResponse(request_id, status, str(exc))))
 
     async def serve(self) -> None:
@@ -211,30 +234,54 @@ class Connection:
             self._handler.connections -= 1
 
 
-def _receiver(stream: trio.abc.Stream) -> Callable[[], Awaitable[bytes | bytearray | memoryview]]:
-    """A function returning the next chunk of the stream (empty at EOF).
+class _Receiver:
+    """Returns the next chunk of a stream (empty at EOF) when called.
 
     On TCP it receives into one reused buffer: a fresh 1 MiB bytes object per receive costs
-    page faults that show at hundreds of MiB/s. The decoder copies what it keeps.
+    page faults that show at hundreds of MiB/s. The buffer is allocated once the socket has
+    something to read and grows with what arrives (see FIRST_RECEIVE_SIZE); its size is
+    counted in ``handler.receive_buffer_bytes`` until :meth:`release`. The decoder copies
+    what it keeps.
     """
-    sock = getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
-    if sock is None:
 
-        async def receive_some() -> bytes | bytearray:
-            return await stream.receive_some(RECEIVE_SIZE)
+    __slots__ = ("_buffer", "_handler", "_sock", "_stream", "_view")
 
-        return receive_some
-    buffer = bytearray(RECEIVE_SIZE)
-    view = memoryview(buffer)
+    def __init__(self, stream: trio.abc.Stream, handler: RequestHandler) -> None:
+        self._stream = stream
+        self._handler = handler
+        self._sock = (
+            getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
+        )
+        self._buffer = bytearray()
+        self._view = memoryview(self._buffer)
 
-    async def receive_into() -> memoryview:
+    async def __call__(self) -> bytes | bytearray | memoryview:
+        sock = self._sock
+        if sock is None:
+            return await self._stream.receive_some(RECEIVE_SIZE)
         try:
-            n = await sock.recv_into(buffer)
+            if not self._buffer:
+                await trio.lowlevel.wait_readable(sock)
+                self._resize(FIRST_RECEIVE_SIZE)
+            n = await sock.recv_into(self._buffer)
         except OSError as exc:
             raise trio.BrokenResourceError(f"connection broken: {exc}") from exc
-        return view[:n]
+        chunk = self._view[:n]
+        if n == len(self._buffer) and n < RECEIVE_SIZE:
+            # Full: more is probably waiting. The chunk keeps the old buffer alive until the
+            # decoder has copied it.
+            self._resize(min(RECEIVE_SIZE, n * 4))
+        return chunk
 
-    return receive_into
+    def _resize(self, size: int) -> None:
+        self._handler.receive_buffer_bytes += size - len(self._buffer)
+        self._buffer = bytearray(size)
+        self._view = memoryview(self._buffer)
+
+    def release(self) -> None:
+        self._handler.receive_buffer_bytes -= len(self._buffer)
+        self._buffer = bytearray()
+        self._view = memoryview(self._buffer)
 
 
 def peer_name(stream: trio.abc.Stream) -> str:
@@ -255,7 +302,10 @@ async def handle_stream(
     peer = peer_name(stream)
     try:
         await ready.wait()
-        conn = Connection(handler, stream, peer)
+        if handler.connections >= handler.config.max_connections:
+            await _refuse_connection(handler, stream, peer)
+            return
+        conn = Connection(handler, stream, peer)  # counted in serve() before any checkpoint
         await conn.serve()
     except Exception as exc:  # a broken connection must not stop the bookie
         if _only_broken(exc):
@@ -264,6 +314,38 @@ async def handle_stream(
             log.exception("connection_failed", peer=peer)
     finally:
         await trio.aclose_forcefully(stream)
+
+
+async def _refuse_connection(handler: RequestHandler, stream: trio.abc.Stream, peer: str) -> None:
+    """Over ``max_connections``: answer the first request TOO_MANY_REQUESTS (so the client
+    sees a clear error, not a hang or a bare reset), then close."""
+    handler.connections_refused += 1
+    limit = handler.config.max_connections
+    handler.bad_input.report("too_many_connections", peer=peer, limit=limit)
+    head = b""
+    with trio.move_on_after(_REFUSE_WAIT):
+        while len(head) < _HEADER_END:
+            chunk = await stream.receive_some(_HEADER_END - len(head))
+            if not chunk:
+                return
+            head += chunk
+    request_id = peek_request_id(head[4:_HEADER_END]) if len(head) >= _HEADER_END else None
+    frame = encode_frame(
+        ErrorResponse(
+            request_id or 0,
+            StatusCode.TOO_MANY_REQUESTS,
+            f"too many connections to this bookie (limit {limit})",
+        )
+    )
+    with trio.move_on_after(_REFUSE_WAIT):
+        await stream.send_all(frame)
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            # Closing with unread input would reset the connection, which can destroy the
+            # answer before the client reads it: half-close, drain a little, then close.
+            await stream.send_eof()
+            drained = 0
+            while drained < _REFUSE_DRAIN and (chunk := await stream.receive_some(16384)):
+                drained += len(chunk)
 
 
 def _only_broken(exc: BaseException) -> bool:

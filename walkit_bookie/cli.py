@@ -75,6 +75,16 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
 def _threshold(text: str) -> float:
     value = _non_negative_float(text)
     if value > 1:
@@ -190,6 +200,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="compaction copies and re-indexes this much at a time (default 4MiB)",
     )
     p.add_argument(
+        "--max-long-poll",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="longest a long-poll LAC read waits, whatever it asks for (default 30)",
+    )
+    p.add_argument(
+        "--max-long-polls",
+        type=_positive_int,
+        metavar="N",
+        help="long polls waiting at once; more are answered TOO_MANY_REQUESTS (default 10000)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        metavar="N",
+        help="client connections at once; more are answered TOO_MANY_REQUESTS and closed "
+        "(default 1000)",
+    )
+    p.add_argument(
+        "--max-requests-per-connection",
+        type=_positive_int,
+        metavar="N",
+        help="requests of one connection in flight; more are answered TOO_MANY_REQUESTS "
+        "(default 20000)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -222,6 +258,10 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("major_compaction_interval", "major_compaction_interval"),
         ("compaction_max_rate", "compaction_max_rate"),
         ("compaction_batch_size", "compaction_batch_bytes"),
+        ("max_long_poll", "max_long_poll"),
+        ("max_long_polls", "max_long_polls"),
+        ("max_connections", "max_connections"),
+        ("max_requests_per_connection", "max_requests_per_connection"),
     ):
         value = getattr(args, arg)
         if value is not None:
