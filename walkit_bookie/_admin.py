@@ -11,6 +11,7 @@ body sizes, bounded time to send them, bounded connections; anything else gets a
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 import re
 import urllib.parse
@@ -196,10 +197,13 @@ def _json(status: str, doc: Any) -> bytes:
 
 @final
 class _Request:
-    def __init__(self, method: str, path: str, query: dict[str, list[str]]) -> None:
+    def __init__(
+        self, method: str, path: str, query: dict[str, list[str]], authorization: str | None
+    ) -> None:
         self.method = method
         self.path = path
         self.query = query
+        self.authorization = authorization
 
 
 async def _read_request(stream: trio.abc.Stream) -> _Request | None:
@@ -239,11 +243,16 @@ async def _read_request(stream: trio.abc.Stream) -> _Request | None:
     if version not in ("HTTP/1.0", "HTTP/1.1"):
         raise _HttpError("505 HTTP Version Not Supported", f"{version} not supported")
     length = 0
+    authorization: str | None = None
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
             raise _HttpError("400 Bad Request", "malformed header line")
         name = name.lower()
+        if name == "authorization":
+            if authorization is not None:
+                raise _HttpError("400 Bad Request", "Authorization given twice")
+            authorization = value.strip()
         if name == "transfer-encoding":
             raise _HttpError("501 Not Implemented", "chunked bodies are not accepted")
         if name == "content-length":
@@ -264,7 +273,26 @@ async def _read_request(stream: trio.abc.Stream) -> _Request | None:
         params = urllib.parse.parse_qs(query, strict_parsing=bool(query), max_num_fields=10)
     except ValueError:
         raise _HttpError("400 Bad Request", "malformed query string") from None
-    return _Request(method, urllib.parse.unquote(path), params)
+    return _Request(method, urllib.parse.unquote(path), params, authorization)
+
+
+def _authorize(token: str | None, request: _Request) -> None:
+    """POSTs change the bookie: they need ``Authorization: Bearer <admin token>``."""
+    if token is None:
+        raise _HttpError(
+            "403 Forbidden",
+            f"{request.method} {request.path} is disabled: start the bookie with "
+            "--admin-token or --admin-token-file to allow admin POSTs",
+        )
+    scheme, _, given = (request.authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    ):
+        raise _HttpError(
+            "401 Unauthorized",
+            f"{request.method} {request.path} needs the admin token (Authorization: Bearer TOKEN)",
+            ('WWW-Authenticate: Bearer realm="walkit-bookie"',),
+        )
 
 
 def _allow(request: _Request, *methods: str) -> None:
@@ -330,6 +358,7 @@ async def _route(bookie: Bookie, registry: CollectorRegistry, request: _Request)
         _allow(request, "GET", "POST")
         if request.method == "GET":
             return _json("200 OK", gc_status(bookie))
+        _authorize(bookie.config.admin_token, request)
         compaction = request.query.get("compact", ["none"])
         if len(compaction) != 1 or compaction[0] not in ("none", "minor", "major"):
             raise _HttpError("400 Bad Request", "compact must be none, minor or major")
@@ -342,11 +371,19 @@ async def _handle(
     bookie: Bookie, registry: CollectorRegistry, slots: trio.Semaphore, stream: trio.abc.Stream
 ) -> None:
     try:
-        if slots.value == 0:  # over the limit: answer at once and close
+        if slots.value == 0:
+            # Over the limit: answer at once, then half-close and drain briefly, as for any
+            # answer (closing with the request unread would reset the connection, and the
+            # client would see a reset instead of the 503).
             with trio.move_on_after(1.0):
                 await stream.send_all(
-                    _response("503 Service Unavailable", b"too many admin connections\n")
+                    _response(
+                        "503 Service Unavailable",
+                        b"too many admin connections\n",
+                        headers=("Retry-After: 1",),
+                    )
                 )
+            await _linger(stream)
             return
         async with slots:
             try:

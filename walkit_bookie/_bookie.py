@@ -229,6 +229,9 @@ class Bookie:
             bookie_id: BookieId = await nursery.start(serve)
         except OSError as exc:
             raise BookieIOError(f"cannot listen on {config.host}:{port}: {exc}") from exc
+        if config.advertised_address is not None:
+            # Listening on a wildcard (or behind NAT): register what clients can reach.
+            bookie_id = BookieId(config.advertised_address, bookie_id.port)
         self.bookie_id = bookie_id
         if self._registration is not None:
             await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())

@@ -13,6 +13,8 @@ from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
 from walkit.errors import ConfigurationError
 
 MiB = 1024 * 1024
+#: Listening addresses that mean "every interface": never a registered address.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 
 
 def _dirs(value: Any) -> tuple[str, ...]:
@@ -75,10 +77,18 @@ class BookieConfig:
     port: int = attrs.field(default=0, validator=_port)
     network_location: str = attrs.field(default="/default-region/default-rack", validator=_location)
 
-    #: Port of the HTTP admin endpoint (/metrics, /health); None: no endpoint, 0: any free.
+    #: Port of the HTTP admin endpoint (/metrics, /health, /admin/gc); None: no endpoint,
+    #: 0: any free (``--admin-port``).
     http_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(_port))
-    #: Address of the HTTP admin endpoint (default: ``host``).
-    http_host: str | None = None
+    #: Address of the HTTP admin endpoint: loopback unless given (``--admin-host``), whatever
+    #: ``host`` is. None means ``host`` (the old behaviour, for callers that relied on it).
+    http_host: str | None = "127.0.0.1"
+    #: The bearer token POSTs to the admin endpoint need (``Authorization: Bearer TOKEN``);
+    #: None: admin POSTs are refused (403). Never printed.
+    admin_token: str | None = attrs.field(default=None, repr=False)
+    #: The address registered for clients when ``host`` is a wildcard (0.0.0.0, ::), which
+    #: clients cannot connect to; required then.
+    advertised_address: str | None = None
 
     #: Frames larger than this are refused (answered with an error, then the connection closes).
     max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_positive)
@@ -174,9 +184,42 @@ class BookieConfig:
             return self.disk_usage_lwm
         return max(0.0, self.disk_usage_threshold - 0.05)
 
+    @property
+    def registered_host(self) -> str:
+        """The host clients are told to connect to."""
+        return self.advertised_address or self.host
+
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
             raise ConfigurationError(f"host must be a non-empty string, not {self.host!r}")
+        advertised = self.advertised_address
+        if advertised is not None and (
+            not isinstance(advertised, str)
+            or not advertised
+            or advertised in WILDCARD_HOSTS
+            or not advertised.isprintable()
+            or any(c in advertised for c in " /")
+        ):
+            raise ConfigurationError(
+                f"advertised_address must be a host name or address clients can connect to, "
+                f"not {self.advertised_address!r}"
+            )
+        if self.host in WILDCARD_HOSTS and self.advertised_address is None:
+            raise ConfigurationError(
+                f"host {self.host!r} listens on every interface, which is no address a client "
+                "can connect to: give advertised_address (--advertised-address HOST), the "
+                "address to register for clients"
+            )
+        if self.admin_token is not None and (
+            not isinstance(self.admin_token, str)
+            or len(self.admin_token) < 16
+            or not self.admin_token.isprintable()
+            or self.admin_token != self.admin_token.strip()
+        ):
+            raise ConfigurationError(
+                "admin_token must be at least 16 printable characters without surrounding "
+                "spaces (e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`)"
+            )
         if self.disk_usage_lwm is not None and self.disk_usage_lwm > self.disk_usage_threshold:
             raise ConfigurationError(
                 f"disk_usage_lwm ({self.disk_usage_lwm}) must not be above "

@@ -12,7 +12,9 @@ arguments.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -138,10 +140,36 @@ def build_parser() -> argparse.ArgumentParser:
         "take the cluster instance id from it and garbage-collect the ledgers deleted there",
     )
     p.add_argument(
+        "--advertised-address",
+        metavar="HOST",
+        help="the address registered for clients (required with --host 0.0.0.0 or ::)",
+    )
+    p.add_argument(
+        "--admin-port",
         "--http-port",
+        dest="http_port",
         type=_port,
         metavar="PORT",
-        help="serve /metrics (prometheus) and /health over HTTP on this port (0: any free)",
+        help="serve /metrics (prometheus), /health and /admin/gc over HTTP on this port "
+        "(0: any free)",
+    )
+    p.add_argument(
+        "--admin-host",
+        metavar="HOST",
+        help="address of the HTTP admin endpoint (default 127.0.0.1, whatever --host is)",
+    )
+    token = p.add_mutually_exclusive_group()
+    token.add_argument(
+        "--admin-token",
+        metavar="TOKEN",
+        help="bearer token that admin POSTs need (visible in the process list: prefer "
+        "--admin-token-file); without one, admin POSTs are refused",
+    )
+    token.add_argument(
+        "--admin-token-file",
+        metavar="PATH",
+        help="file holding the admin token (its first line; must not be readable by group "
+        "or others)",
     )
     p.add_argument("--max-frame-size", type=_size, help="largest frame accepted (default 5MiB)")
     p.add_argument("--journal-max-size", type=_size, help="journal file roll size")
@@ -242,6 +270,14 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         "port": args.port,
         "network_location": args.network_location,
     }
+    if args.admin_host is not None:
+        options["http_host"] = args.admin_host
+    if args.advertised_address is not None:
+        options["advertised_address"] = args.advertised_address
+    if args.admin_token is not None:
+        options["admin_token"] = args.admin_token
+    elif args.admin_token_file is not None:
+        options["admin_token"] = read_token_file(args.admin_token_file)
     for arg, field in (
         ("http_port", "http_port"),
         ("max_frame_size", "max_frame_size"),
@@ -267,6 +303,28 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         if value is not None:
             options[field] = value
     return BookieConfig(**options)
+
+
+def read_token_file(path: str) -> str:
+    """The admin token: the first line of ``path``, which only its owner may read."""
+    try:
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            raw = f.read(4096)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the admin token file {path}: {exc}") from None
+    if mode & 0o077:
+        raise ConfigurationError(
+            f"the admin token file {path} is readable by group or others "
+            f"(mode {stat.S_IMODE(mode):o}): chmod 600 it"
+        )
+    try:
+        lines = raw.decode().splitlines()
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"the admin token file {path} is not text") from None
+    if not lines or not lines[0].strip():
+        raise ConfigurationError(f"the admin token file {path} is empty")
+    return lines[0].strip()
 
 
 def configure_logging(level: str, json_lines: bool) -> None:
