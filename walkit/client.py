@@ -35,6 +35,7 @@ from walkit._core.types import BookieId
 from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
+    ConfigurationError,
     InvalidArgumentError,
     NotEnoughBookiesError,
     WalkitError,
@@ -218,10 +219,15 @@ class Client:
         """Create a ledger and return its writer.
 
         Raises InvalidArgumentError (E >= Qw >= Qa >= 1 violated, bad digest or password),
-        NotEnoughBookiesError (fewer than E suitable writable bookies).
+        ConfigurationError (``digest=None``), NotEnoughBookiesError (fewer than E suitable writable bookies).
         """
         self._check_open()
         validate_quorums(ensemble_size, write_quorum, ack_quorum)
+        if digest is None:
+            raise ConfigurationError(
+                "digest=None is not a digest type: use 'crc32c' (the default), 'mac', or "
+                "'none' to store entries without a digest"
+            )
         digest_type = DigestType.parse(digest)
         pw = _check_password(password)
         custom = _check_custom({} if custom_metadata is None else custom_metadata)

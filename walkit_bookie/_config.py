@@ -50,6 +50,14 @@ def _threshold(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> No
         raise ConfigurationError(f"{attribute.name} must be in [0, 1], not {value!r}")
 
 
+def _frame_size(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 2048 <= value < 2**32:
+        raise ConfigurationError(
+            f"max_frame_size must be from 2048 (room for a frame's headers, key and digest) "
+            f"to 2^32-1 (frame lengths are 32-bit), not {value!r}"
+        )
+
+
 def _port(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 65536:
         raise ConfigurationError(f"port must be in 0..65535, not {value!r}")
@@ -91,7 +99,7 @@ class BookieConfig:
     advertised_address: str | None = None
 
     #: Frames larger than this are refused (answered with an error, then the connection closes).
-    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_positive)
+    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_frame_size)
     #: Adds accepted but not yet answered, over all connections; beyond it sockets are not read.
     max_inflight_adds: int = attrs.field(default=10_000, validator=_positive)
     #: Reads (including long polls) accepted but not yet answered, over all connections.
