@@ -122,3 +122,35 @@ async def test_junk_key_claims_neither_stop_a_writer_nor_block_a_takeover(
             # Nothing acknowledged is lost, duplicated or reordered.
             records = [(r.position, r.payload) async for r in log3.reader(follow=False)]
             assert records == acked
+
+
+async def test_recovery_of_a_ledger_claimed_before_its_first_entry(
+    memory_url: str, tmp_path: Path
+) -> None:
+    """In-process bookies: a ledger fenced with a junk key on two of its three bookies before
+    its writer wrote anything recovers (empty), and one with entries recovers them all."""
+    from tests.client.conftest import cluster
+
+    async with cluster(memory_url, tmp_path, 3), walkit.Client.connect(memory_url) as client:
+        empty = await client.create_ledger(3, 3, 2, password=PASSWORD)
+        ensemble = empty.metadata.current_ensemble
+        for bookie in ensemble[:2]:
+            assert await fence_with_junk(bookie, [empty.id]) == [StatusCode.OK]
+        reader = await client.open_ledger(empty.id, password=PASSWORD, recovery=True)
+        assert reader.is_closed and reader.last_add_confirmed == -1
+
+        full = await client.create_ledger(3, 3, 2, password=PASSWORD)
+        for i in range(5):
+            await full.append(b"%d" % i)
+        # One bookie refuses the key on a ledger it never held (ids claimed ahead) ...
+        spare = await client.create_ledger(3, 3, 2, password=PASSWORD)
+        assert await fence_with_junk(spare.metadata.current_ensemble[0], [spare.id]) == [
+            StatusCode.OK
+        ]
+        reader = await client.open_ledger(spare.id, password=PASSWORD, recovery=True)
+        assert reader.last_add_confirmed == -1
+        # ... and a wrong password is still refused before any bookie is asked.
+        with pytest.raises(walkit.errors.UnauthorizedAccessError):
+            await client.open_ledger(full.id, password=b"wrong", recovery=True)
+        reader = await client.open_ledger(full.id, password=PASSWORD, recovery=True)
+        assert [e.payload for e in await reader.read(0, 4)] == [b"%d" % i for i in range(5)]
