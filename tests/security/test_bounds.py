@@ -231,3 +231,41 @@ async def test_a_mebibyte_of_garbage_does_not_produce_megabytes_of_log(tmp_path:
         assert b"walkit_bookie_bad_input_log_suppressed_total" in body
     finally:
         bookie.terminate()
+
+
+async def test_a_tailing_reader_goes_on_when_long_polls_are_refused(
+    memory_url: str, tmp_path: Path
+) -> None:
+    """A bookie at its long-poll limit answers TOO_MANY_REQUESTS; a tailing reader then reads
+    the LAC without waiting (and backs off) instead of failing."""
+    import walkit
+    from walkit.metadata import open_metadata_store
+    from walkit_bookie import Bookie
+
+    store = await open_metadata_store(memory_url)
+    try:
+        async with trio.open_nursery() as nursery:
+            bookie = Bookie(config([tmp_path / "d"], max_long_polls=1), metadata=store)
+            bid = await nursery.start(bookie.run)
+            attacker = await trio.open_tcp_stream(bid.host, bid.port)
+            await attacker.send_all(encode_frame(long_poll(1, 10**9)))  # holds the only slot
+            await _wait_until(lambda: bookie.long_polls == 1)
+            async with walkit.Client.connect(memory_url) as client:
+                lw = await client.create_ledger(1, 1, 1)
+                await lw.append(b"zero")
+                reader = await client.open_ledger(lw.id)
+                got: list[object] = []
+
+                async def tail() -> None:
+                    got.append(await reader.wait_for_entry(1, timeout=30))
+
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(tail)
+                    await _wait_until(lambda: bookie.requests_refused > 0)
+                    await lw.append(b"one")
+                assert got[0] is not None and got[0].payload == b"one"  # type: ignore[attr-defined]
+                await lw.close()
+            await attacker.aclose()
+            nursery.cancel_scope.cancel()
+    finally:
+        await store.aclose()
