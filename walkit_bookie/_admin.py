@@ -141,6 +141,11 @@ class BookieCollector(Collector):
             ("connections", "Open client connections", b.connections),
             ("long_polls", "Long-poll LAC reads waiting", b.long_polls),
             (
+                "partial_frame_bytes",
+                "Bytes of frames received in part, over all connections",
+                b.partial_frame_bytes,
+            ),
+            (
                 "receive_buffer_bytes",
                 "Bytes of receive buffers held by open connections",
                 b.receive_buffer_bytes,

@@ -106,6 +106,8 @@ class Bookie:
         self.requests_refused = 0
         #: Bytes of receive buffers held by open connections.
         self.receive_buffer_bytes = 0
+        #: Bytes of frames received in part, over all connections.
+        self.partial_frame_bytes = 0
         #: Long-poll LAC reads waiting (counted apart from ``reads_in_flight``).
         self.long_polls = 0
         #: Malformed input, counted by kind; warnings about it are rate-limited.

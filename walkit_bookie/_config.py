@@ -118,6 +118,10 @@ class BookieConfig:
     #: Requests of one connection accepted but not yet answered (long polls included);
     #: beyond it they are answered TOO_MANY_REQUESTS.
     max_requests_per_connection: int = attrs.field(default=20_000, validator=_positive)
+    #: Bytes of frames received in part, over all connections (a client sends a big frame
+    #: in pieces). A connection whose partial frame (over 64 KiB) finds the bookie past it gets
+    #: TOO_MANY_REQUESTS and is closed: slow or stalled big frames cannot pin memory.
+    max_partial_frame_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
     #: Warnings about bad input (malformed frames and messages) logged per ``bad_input_log_
     #: interval`` seconds; the rest are counted (metric ``walkit_bookie_bad_input_total``) and
     #: summed up in the next warning.

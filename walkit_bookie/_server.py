@@ -40,6 +40,8 @@ RECEIVE_SIZE = 1024 * 1024
 _REFUSE_WAIT = 1.0
 _REFUSE_DRAIN = 256 * 1024
 _HEADER_END = 4 + 10  # length prefix + version, type, request id
+#: A partial frame this small is never refused for the partial-frame budget.
+_PARTIAL_FREE = 64 * 1024
 _CLOSE_GRACE = 1.0  # seconds to flush answers before closing a connection
 
 
@@ -54,6 +56,8 @@ class RequestHandler(Protocol):
     bad_input: BadInputLog
     #: Bytes of receive buffers allocated by open connections.
     receive_buffer_bytes: int
+    #: Bytes of frames received in part, over all connections.
+    partial_frame_bytes: int
 
     @property
     def saturated(self) -> bool: ...
@@ -72,6 +76,7 @@ class Connection:
     __slots__ = (
         "_handler",
         "_out",
+        "_partial",
         "_space",
         "_stream",
         "_unsent",
@@ -87,6 +92,7 @@ class Connection:
         self._stream = stream
         self._out: list[bytes] = []
         self._unsent = 0
+        self._partial = 0  # bytes of a partly received frame, counted in the handler's budget
         self._wake = trio.Event()
         self._space = trio.lowlevel.ParkingLot()
         self.closed = False
@@ -150,6 +156,8 @@ class Connection:
             await self._read_frames(receive, decoder)
         finally:
             receive.release()
+            handler.partial_frame_bytes -= self._partial
+            self._partial = 0
 
     async def _read_frames(self, receive: _Receiver, decoder: FrameDecoder) -> None:
         handler = self._handler
@@ -185,21 +193,41 @@ class Connection:
                     self._bad_message(body, exc)
                     continue
                 handler.handle(self, body, message)
+            # What is left in the decoder is the start of a frame: count it against the
+            # bookie's budget for partial frames.
+            held = decoder.buffered
+            handler.partial_frame_bytes += held - self._partial
+            self._partial = held
+            limit = handler.config.max_partial_frame_bytes
+            if held > _PARTIAL_FREE and handler.partial_frame_bytes > limit:
+                self._refuse_frame(
+                    data,
+                    fed,
+                    consumed,
+                    f"the bookie holds too many partly received frames (limit {limit} bytes)",
+                    StatusCode.TOO_MANY_REQUESTS,
+                    "too_many_partial_frames",
+                )
+                raise _Close
 
     def _refuse_frame(
-        self, data: bytes | bytearray | memoryview, fed: int, consumed: int, reason: str
+        self,
+        data: bytes | bytearray | memoryview,
+        fed: int,
+        consumed: int,
+        reason: str,
+        status: StatusCode = StatusCode.BAD_REQUEST,
+        kind: str = "frame_too_large",
     ) -> None:
-        # The oversized frame starts at stream offset ``consumed``; answer with its request id
+        # The refused frame starts at stream offset ``consumed``; answer with its request id
         # if its header is in the chunk at hand.
         chunk_start = fed - len(data)
         request_id = 0
         if consumed >= chunk_start and consumed + _HEADER_END <= fed:
             at = consumed - chunk_start + 4
             request_id = peek_request_id(bytes(data[at : at + 10])) or 0
-        self._handler.bad_input.report(
-            "frame_too_large", peer=self.peer, request_id=request_id, error=reason
-        )
-        self.send(encode_frame(ErrorResponse(request_id, StatusCode.BAD_REQUEST, reason)))
+        self._handler.bad_input.report(kind, peer=self.peer, request_id=request_id, error=reason)
+        self.send(encode_frame(ErrorResponse(request_id, status, reason)))
 
     def _bad_message(self, body: bytes, exc: RemoteProtocolError) -> None:
         request_id = peek_request_id(body)
@@ -216,6 +244,22 @@ class Connection:
         )
         self.send(encode_frame(ErrorResponse(request_id, status, str(exc))))
 
+    async def _linger(self) -> None:
+        """After refusing input: half-close, then drain what the peer still sends, briefly and
+        boundedly. Closing with unread input would reset the connection, and the reset can
+        destroy the answer that says why before the peer reads it."""
+        stream = self._stream
+        if not isinstance(stream, trio.abc.HalfCloseableStream) or self._out or self._unsent:
+            return  # not a TCP stream, or the writer is still sending (then it is broken)
+        try:
+            with trio.move_on_after(_CLOSE_GRACE):
+                await stream.send_eof()
+                drained = 0
+                while drained < _REFUSE_DRAIN and (chunk := await stream.receive_some(65536)):
+                    drained += len(chunk)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            pass
+
     async def serve(self) -> None:
         self._handler.connections += 1
         self._handler.connections_opened += 1
@@ -223,11 +267,14 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self._writer)
+                refused = False
                 try:
                     await self._reader()
                 except _Close:
-                    pass
+                    refused = True
                 await self._drain()
+                if refused:
+                    await self._linger()
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True

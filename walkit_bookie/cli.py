@@ -254,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 20000)",
     )
     p.add_argument(
+        "--max-partial-frame-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="frames received in part, over all connections; past it a connection with a "
+        "partial frame over 64KiB gets TOO_MANY_REQUESTS and is closed (default 256MiB)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -298,6 +305,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("max_long_polls", "max_long_polls"),
         ("max_connections", "max_connections"),
         ("max_requests_per_connection", "max_requests_per_connection"),
+        ("max_partial_frame_bytes", "max_partial_frame_bytes"),
     ):
         value = getattr(args, arg)
         if value is not None:

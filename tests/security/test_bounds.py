@@ -26,6 +26,7 @@ from walkit._core.wire import (
     ReadLacFlag,
     ReadLacRequest,
     StatusCode,
+    decode_message,
 )
 from walkit_bookie._server import FIRST_RECEIVE_SIZE
 
@@ -269,3 +270,46 @@ async def test_a_tailing_reader_goes_on_when_long_polls_are_refused(
             nursery.cancel_scope.cancel()
     finally:
         await store.aclose()
+
+
+async def test_partly_sent_big_frames_cannot_pin_memory(tmp_path: Path) -> None:
+    """Big frames sent in part (and never finished) count against a budget; past it, the
+    connection holding one more gets TOO_MANY_REQUESTS and is closed; others go on."""
+    from walkit._core.wire import FrameDecoder
+
+    cfg = config([tmp_path / "d"], max_partial_frame_bytes=1 << 20)
+    async with running_bookie(cfg) as (bookie, bid):
+        frames = []
+        streams = []
+        async with connect(bid) as helper:
+            for i in range(3):
+                frames.append(encode_frame(helper.add_request(1, i, b"p" * (600 << 10))))
+        for frame in frames[:2]:
+            stream = await trio.open_tcp_stream(bid.host, bid.port)
+            streams.append(stream)
+            await stream.send_all(frame[: 400 << 10])
+        await _wait_until(lambda: bookie.partial_frame_bytes == 800 << 10)
+        third = await trio.open_tcp_stream(bid.host, bid.port)
+        await third.send_all(frames[2][: 400 << 10])
+        decoder = FrameDecoder()
+        with trio.fail_after(20):
+            while (body := decoder.next_frame()) is None:
+                decoder.feed(await third.receive_some(65536))
+        answer = decode_message(body)
+        assert isinstance(answer, ErrorResponse)
+        assert answer.status is StatusCode.TOO_MANY_REQUESTS and "partly" in answer.message
+        with trio.fail_after(20):
+            assert await third.receive_some(65536) == b""  # then closed
+        await third.aclose()
+        assert bookie.bad_input.counts["too_many_partial_frames"] == 1
+        # The first two finish their frames and are answered.
+        for stream, frame in zip(streams, frames, strict=False):
+            await stream.send_all(frame[400 << 10 :])
+            decoder = FrameDecoder()
+            with trio.fail_after(20):
+                while (body := decoder.next_frame()) is None:
+                    decoder.feed(await stream.receive_some(65536))
+            assert decode_message(body).status is StatusCode.OK  # type: ignore[attr-defined]
+            await stream.aclose()
+        await _wait_until(lambda: bookie.connections == 0)
+        assert bookie.partial_frame_bytes == 0
