@@ -142,7 +142,7 @@ async def measure(
         out["half_p50_ms"] = _percentile(half_lat, 0.5) * 1e3
         out["half_p99_ms"] = _percentile(half_lat, 0.99) * 1e3
         await lw.close()
-        await client.delete_ledger(lw.id)
+        await client.delete_ledger(lw.id, password=b"bench")
     out["entries_per_s"] = count / elapsed
     out["mib_per_s"] = count * size / elapsed / MiB
     out["full_p50_ms"] = _percentile(batch_lat, 0.5) * 1e3

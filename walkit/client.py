@@ -25,11 +25,17 @@ from typing import Any, final
 import trio
 
 from walkit._core.digest import DigestType
-from walkit._core.ledger_metadata import LedgerMetadata, password_hash, validate_quorums
+from walkit._core.ledger_metadata import (
+    PASSWORD_SALT_SIZE,
+    LedgerMetadata,
+    password_hash,
+    validate_quorums,
+)
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
+    ConfigurationError,
     InvalidArgumentError,
     NotEnoughBookiesError,
     TLSError,
@@ -228,10 +234,15 @@ class Client:
         """Create a ledger and return its writer.
 
         Raises InvalidArgumentError (E >= Qw >= Qa >= 1 violated, bad digest or password),
-        NotEnoughBookiesError (fewer than E suitable writable bookies).
+        ConfigurationError (``digest=None``), NotEnoughBookiesError (fewer than E suitable writable bookies).
         """
         self._check_open()
         validate_quorums(ensemble_size, write_quorum, ack_quorum)
+        if digest is None:
+            raise ConfigurationError(
+                "digest=None is not a digest type: use 'crc32c' (the default), 'mac', or "
+                "'none' to store entries without a digest"
+            )
         digest_type = DigestType.parse(digest)
         pw = _check_password(password)
         custom = _check_custom({} if custom_metadata is None else custom_metadata)
@@ -264,7 +275,7 @@ class Client:
             ack_quorum=ack_quorum,
             fragments=((0, tuple(ensemble)),),
             digest=digest_type,
-            password_sha256=password_hash(pw),
+            password_sha256=password_hash(pw, core.rng.randbytes(PASSWORD_SALT_SIZE)),
             custom_metadata=custom,
             ctime_ms=int(clock() * 1000) if clock is not None else 0,
         )
@@ -327,10 +338,18 @@ class Client:
         lac = md.last_entry_id if md.is_closed else await read_lac(core, md)
         return LedgerReader(core, md, pw, lac)
 
-    async def delete_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger's metadata (bookies reclaim its entries later). NoSuchLedgerError."""
+    async def delete_ledger(self, ledger_id: int, *, password: bytes = b"") -> None:
+        """Delete a ledger's metadata (bookies reclaim its entries later).
+
+        ``password`` must be the ledger's (checked against the hash in its metadata), as for
+        opening it; ledgers created without a password (``b""``) are deleted without one.
+        Raises NoSuchLedgerError, UnauthorizedAccessError (wrong password).
+        """
         self._check_open()
         ledger_id = _check_ledger_id(ledger_id)
+        pw = _check_password(password)
+        md, _version = await self._core.read_metadata(ledger_id)
+        check_password(md, pw)
         await self._core.ledgers.delete(ledger_id)
 
     async def list_ledgers(self) -> list[int]:

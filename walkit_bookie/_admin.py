@@ -11,6 +11,7 @@ body sizes, bounded time to send them, bounded connections; anything else gets a
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 import re
 import urllib.parse
@@ -71,6 +72,21 @@ class BookieCollector(Collector):
             ("checkpoints", "Completed checkpoints", s.checkpoints),
             ("entries_flushed", "Entries written to entry logs at checkpoints", s.entries_flushed),
             ("connections_opened", "Client connections accepted", b.connections_opened),
+            (
+                "connections_refused",
+                "Client connections closed at once: max_connections were open",
+                b.connections_refused,
+            ),
+            (
+                "requests_refused",
+                "Requests answered TOO_MANY_REQUESTS (per-connection or long-poll cap)",
+                b.requests_refused,
+            ),
+            (
+                "bad_input_log_suppressed",
+                "Warnings about bad input not logged (rate limit); counted in bad_input",
+                b.bad_input.suppressed,
+            ),
             ("gc_rounds", "Garbage collection rounds", b.gc.rounds),
             (
                 "gc_skipped",
@@ -113,6 +129,14 @@ class BookieCollector(Collector):
         ]
         for name, text, value in counters:
             yield CounterMetricFamily(f"walkit_bookie_{name}", text, value=value)
+        bad = CounterMetricFamily(
+            "walkit_bookie_bad_input",
+            "Malformed frames and messages (and refused connections), by kind",
+            labels=["kind"],
+        )
+        for kind, count in sorted(b.bad_input.counts.items()):
+            bad.add_metric([kind], count)
+        yield bad
         gauges: list[tuple[str, str, float]] = [
             (
                 "adds_in_flight",
@@ -125,6 +149,17 @@ class BookieCollector(Collector):
                 b.reads_in_flight,
             ),
             ("connections", "Open client connections", b.connections),
+            ("long_polls", "Long-poll LAC reads waiting", b.long_polls),
+            (
+                "partial_frame_bytes",
+                "Bytes of frames received in part, over all connections",
+                b.partial_frame_bytes,
+            ),
+            (
+                "receive_buffer_bytes",
+                "Bytes of receive buffers held by open connections",
+                b.receive_buffer_bytes,
+            ),
             ("ledgers", "Ledgers this bookie holds state for", b.ledger_count),
             ("read_only", "1 when the bookie refuses writes", 1 if b.read_only else 0),
             (
@@ -177,10 +212,13 @@ def _json(status: str, doc: Any) -> bytes:
 
 @final
 class _Request:
-    def __init__(self, method: str, path: str, query: dict[str, list[str]]) -> None:
+    def __init__(
+        self, method: str, path: str, query: dict[str, list[str]], authorization: str | None
+    ) -> None:
         self.method = method
         self.path = path
         self.query = query
+        self.authorization = authorization
 
 
 async def _read_request(stream: trio.abc.Stream) -> _Request | None:
@@ -220,11 +258,16 @@ async def _read_request(stream: trio.abc.Stream) -> _Request | None:
     if version not in ("HTTP/1.0", "HTTP/1.1"):
         raise _HttpError("505 HTTP Version Not Supported", f"{version} not supported")
     length = 0
+    authorization: str | None = None
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
             raise _HttpError("400 Bad Request", "malformed header line")
         name = name.lower()
+        if name == "authorization":
+            if authorization is not None:
+                raise _HttpError("400 Bad Request", "Authorization given twice")
+            authorization = value.strip()
         if name == "transfer-encoding":
             raise _HttpError("501 Not Implemented", "chunked bodies are not accepted")
         if name == "content-length":
@@ -245,7 +288,26 @@ async def _read_request(stream: trio.abc.Stream) -> _Request | None:
         params = urllib.parse.parse_qs(query, strict_parsing=bool(query), max_num_fields=10)
     except ValueError:
         raise _HttpError("400 Bad Request", "malformed query string") from None
-    return _Request(method, urllib.parse.unquote(path), params)
+    return _Request(method, urllib.parse.unquote(path), params, authorization)
+
+
+def _authorize(token: str | None, request: _Request) -> None:
+    """POSTs change the bookie: they need ``Authorization: Bearer <admin token>``."""
+    if token is None:
+        raise _HttpError(
+            "403 Forbidden",
+            f"{request.method} {request.path} is disabled: start the bookie with "
+            "--admin-token or --admin-token-file to allow admin POSTs",
+        )
+    scheme, _, given = (request.authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    ):
+        raise _HttpError(
+            "401 Unauthorized",
+            f"{request.method} {request.path} needs the admin token (Authorization: Bearer TOKEN)",
+            ('WWW-Authenticate: Bearer realm="walkit-bookie"',),
+        )
 
 
 def _allow(request: _Request, *methods: str) -> None:
@@ -298,16 +360,20 @@ async def _route(bookie: Bookie, registry: CollectorRegistry, request: _Request)
         return _response("200 OK", body, CONTENT_TYPE_LATEST)
     if path in ("/health", "/healthz"):
         _allow(request, "GET")
+        full = bookie.degraded
         doc: dict[str, Any] = {
-            "status": "ok",
+            "status": "degraded" if full else "ok",
             "bookie_id": str(bookie.bookie_id),
             "read_only": bookie.read_only,
         }
+        if full:
+            doc["full"] = full
         return _json("200 OK", doc)
     if path == "/admin/gc":
         _allow(request, "GET", "POST")
         if request.method == "GET":
             return _json("200 OK", gc_status(bookie))
+        _authorize(bookie.config.admin_token, request)
         compaction = request.query.get("compact", ["none"])
         if len(compaction) != 1 or compaction[0] not in ("none", "minor", "major"):
             raise _HttpError("400 Bad Request", "compact must be none, minor or major")
@@ -320,11 +386,19 @@ async def _handle(
     bookie: Bookie, registry: CollectorRegistry, slots: trio.Semaphore, stream: trio.abc.Stream
 ) -> None:
     try:
-        if slots.value == 0:  # over the limit: answer at once and close
+        if slots.value == 0:
+            # Over the limit: answer at once, then half-close and drain briefly, as for any
+            # answer (closing with the request unread would reset the connection, and the
+            # client would see a reset instead of the 503).
             with trio.move_on_after(1.0):
                 await stream.send_all(
-                    _response("503 Service Unavailable", b"too many admin connections\n")
+                    _response(
+                        "503 Service Unavailable",
+                        b"too many admin connections\n",
+                        headers=("Retry-After: 1",),
+                    )
                 )
+            await _linger(stream)
             return
         async with slots:
             try:

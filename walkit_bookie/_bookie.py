@@ -40,6 +40,7 @@ from walkit.errors import BookieIOError, WalkitError
 from walkit.metadata import MetadataStore
 from walkit.net import Network, TcpNetwork, TlsNetwork
 from walkit_bookie._admin import BookieCollector, serve_admin
+from walkit_bookie._badinput import BadInputLog
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._gc import GarbageCollector, GcReport
 from walkit_bookie._journal import GroupCommit
@@ -108,6 +109,18 @@ class Bookie:
         self.reads_answered = 0
         self.connections = 0
         self.connections_opened = 0
+        #: Connections closed at once because ``max_connections`` were open.
+        self.connections_refused = 0
+        #: Requests answered TOO_MANY_REQUESTS (connection or long-poll caps).
+        self.requests_refused = 0
+        #: Bytes of receive buffers held by open connections.
+        self.receive_buffer_bytes = 0
+        #: Bytes of frames received in part, over all connections.
+        self.partial_frame_bytes = 0
+        #: Long-poll LAC reads waiting (counted apart from ``reads_in_flight``).
+        self.long_polls = 0
+        #: Malformed input, counted by kind; warnings about it are rate-limited.
+        self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
         #: Where the HTTP admin endpoint listens (with ``config.http_port`` set), once started.
         self.admin_address: tuple[str, int] | None = None
         #: The prometheus registry the bookie's metrics are collected into.
@@ -235,6 +248,9 @@ class Bookie:
             bookie_id: BookieId = await nursery.start(serve)
         except OSError as exc:
             raise BookieIOError(f"cannot listen on {config.host}:{port}: {exc}") from exc
+        if config.advertised_address is not None:
+            # Listening on a wildcard (or behind NAT): register what clients can reach.
+            bookie_id = BookieId(config.advertised_address, bookie_id.port)
         self.bookie_id = bookie_id
         if self._registration is not None:
             await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())
@@ -326,9 +342,47 @@ class Bookie:
 
     # --- requests ----------------------------------------------------------------------------
 
+    @property
+    def degraded(self) -> list[str]:
+        """Which request queues are full now (empty when none is): what ``/health`` says."""
+        config = self.config
+        full = []
+        if self.adds_in_flight >= config.max_inflight_adds:
+            full.append("adds")
+        if self.reads_in_flight >= config.max_inflight_reads:
+            full.append("reads")
+        if self.long_polls >= config.max_long_polls:
+            full.append("long_polls")
+        if self.connections >= config.max_connections:
+            full.append("connections")
+        return full
+
+    def _refuse(self, conn: Connection, message: Message, why: str) -> None:
+        self.requests_refused += 1
+        conn.send(
+            encode_frame(ErrorResponse(message.request_id, StatusCode.TOO_MANY_REQUESTS, why))
+        )
+
     def handle(self, conn: Connection, body: bytes, message: Message) -> None:
         kind = type(message)
         self.requests += 1
+        if conn.outstanding >= self.config.max_requests_per_connection:
+            return self._refuse(
+                conn,
+                message,
+                f"too many requests in flight on this connection "
+                f"(limit {self.config.max_requests_per_connection})",
+            )
+        if isinstance(message, ReadLacRequest) and message.flags & ReadLacFlag.LONG_POLL:
+            if self.long_polls >= self.config.max_long_polls:
+                return self._refuse(
+                    conn,
+                    message,
+                    f"too many long polls waiting (limit {self.config.max_long_polls})",
+                )
+            self.long_polls += 1
+            conn.outstanding += 1
+            return self._read_lac(conn, body, message)
         conn.outstanding += 1
         if kind is AddRequest:
             self.adds_in_flight += 1
@@ -362,11 +416,14 @@ class Bookie:
         if self.capacity and self.adds_in_flight < self.config.max_inflight_adds:
             self.capacity.unpark_all()
 
-    def _read_done(self, conn: Connection, frame: bytes | None) -> None:
+    def _read_done(self, conn: Connection, frame: bytes | None, long_poll: bool = False) -> None:
         conn.outstanding -= 1
         if frame is not None:
             conn.send(frame)
             self.reads_answered += 1
+        if long_poll:
+            self.long_polls -= 1
+            return
         self.reads_in_flight -= 1
         if self.capacity and self.reads_in_flight < self.config.max_inflight_reads:
             self.capacity.unpark_all()
@@ -549,7 +606,9 @@ class Bookie:
         packet: bytes = b"",
     ) -> None:
         self._read_done(
-            conn, encode_frame(ReadLacResponse(req.request_id, status, req.ledger_id, lac, packet))
+            conn,
+            encode_frame(ReadLacResponse(req.request_id, status, req.ledger_id, lac, packet)),
+            long_poll=bool(req.flags & ReadLacFlag.LONG_POLL),
         )
 
     def _read_lac(self, conn: Connection, body: bytes, req: ReadLacRequest) -> None:
@@ -574,7 +633,7 @@ class Bookie:
             return self._answer_lac(conn, req, StatusCode.NO_SUCH_LEDGER)
         if req.flags & (ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY):
             if not conn.spawn(self._lac_task, conn, req):
-                self._read_done(conn, None)
+                self._read_done(conn, None, long_poll=bool(req.flags & ReadLacFlag.LONG_POLL))
             return None
         assert info is not None  # no LONG_POLL: an unknown ledger was answered above
         return self._answer_lac(conn, req, StatusCode.OK, info.last_add_confirmed)
@@ -589,7 +648,8 @@ class Bookie:
             ):
                 lot = self._lac_waiters.setdefault(lid, trio.lowlevel.ParkingLot())
                 try:
-                    with trio.move_on_after(req.timeout_ms / 1000):
+                    # Capped: a client may ask for 2^32-1 ms (49 days).
+                    with trio.move_on_after(min(req.timeout_ms / 1000, self.config.max_long_poll)):
                         while True:
                             info = self._ledgers.get(lid)
                             if info is not None and info.last_add_confirmed > req.previous_lac:
@@ -615,7 +675,7 @@ class Bookie:
                     log.error("read_failed", ledger_id=lid, entry_id=wanted, error=str(exc))
             frame = encode_frame(ReadLacResponse(req.request_id, StatusCode.OK, lid, lac, packet))
         finally:
-            self._read_done(conn, frame)
+            self._read_done(conn, frame, long_poll=bool(req.flags & ReadLacFlag.LONG_POLL))
 
     # --- group commit ------------------------------------------------------------------------
 

@@ -16,6 +16,8 @@ from walkit.net import TLSConfig
 from walkit.net._tls import CLIENT_AUTH_MODES
 
 MiB = 1024 * 1024
+#: Listening addresses that mean "every interface": never a registered address.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", "*"})
 
 
 def _dirs(value: Any) -> tuple[str, ...]:
@@ -59,6 +61,14 @@ def _threshold(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> No
         raise ConfigurationError(f"{attribute.name} must be in [0, 1], not {value!r}")
 
 
+def _frame_size(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 2048 <= value < 2**32:
+        raise ConfigurationError(
+            f"max_frame_size must be from 2048 (room for a frame's headers, key and digest) "
+            f"to 2^32-1 (frame lengths are 32-bit), not {value!r}"
+        )
+
+
 def _port(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 65536:
         raise ConfigurationError(f"port must be in 0..65535, not {value!r}")
@@ -86,13 +96,21 @@ class BookieConfig:
     port: int = attrs.field(default=0, validator=_port)
     network_location: str = attrs.field(default="/default-region/default-rack", validator=_location)
 
-    #: Port of the HTTP admin endpoint (/metrics, /health); None: no endpoint, 0: any free.
+    #: Port of the HTTP admin endpoint (/metrics, /health, /admin/gc); None: no endpoint,
+    #: 0: any free (``--admin-port``).
     http_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(_port))
-    #: Address of the HTTP admin endpoint (default: ``host``).
-    http_host: str | None = None
+    #: Address of the HTTP admin endpoint: loopback unless given (``--admin-host``), whatever
+    #: ``host`` is. None means ``host`` (the old behaviour, for callers that relied on it).
+    http_host: str | None = "127.0.0.1"
+    #: The bearer token POSTs to the admin endpoint need (``Authorization: Bearer TOKEN``);
+    #: None: admin POSTs are refused (403). Never printed.
+    admin_token: str | None = attrs.field(default=None, repr=False)
+    #: The address registered for clients when ``host`` is a wildcard (0.0.0.0, ::), which
+    #: clients cannot connect to; required then.
+    advertised_address: str | None = None
 
     #: Frames larger than this are refused (answered with an error, then the connection closes).
-    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_positive)
+    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_frame_size)
     #: Adds accepted but not yet answered, over all connections; beyond it sockets are not read.
     max_inflight_adds: int = attrs.field(default=10_000, validator=_positive)
     #: Reads (including long polls) accepted but not yet answered, over all connections.
@@ -100,6 +118,26 @@ class BookieConfig:
     #: Answers queued for one connection that its peer has not read yet; beyond it that one
     #: socket is not read.
     max_unsent_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
+    #: Longest a long-poll LAC read waits, in seconds, whatever timeout it asks for.
+    max_long_poll: float = attrs.field(default=30.0, validator=_positive)
+    #: Long polls waiting at once, over all connections. They are counted apart from reads
+    #: (a wait must not stop the read loop); beyond it they are answered TOO_MANY_REQUESTS.
+    max_long_polls: int = attrs.field(default=10_000, validator=_positive)
+    #: Client connections open at once; a connection beyond it gets its first request
+    #: answered TOO_MANY_REQUESTS, then is closed.
+    max_connections: int = attrs.field(default=1_000, validator=_positive)
+    #: Requests of one connection accepted but not yet answered (long polls included);
+    #: beyond it they are answered TOO_MANY_REQUESTS.
+    max_requests_per_connection: int = attrs.field(default=20_000, validator=_positive)
+    #: Bytes of frames received in part, over all connections (a client sends a big frame
+    #: in pieces). A connection whose partial frame (over 64 KiB) finds the bookie past it gets
+    #: TOO_MANY_REQUESTS and is closed: slow or stalled big frames cannot pin memory.
+    max_partial_frame_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
+    #: Warnings about bad input (malformed frames and messages) logged per ``bad_input_log_
+    #: interval`` seconds; the rest are counted (metric ``walkit_bookie_bad_input_total``) and
+    #: summed up in the next warning.
+    bad_input_log_burst: int = attrs.field(default=10, validator=_positive)
+    bad_input_log_interval: float = attrs.field(default=60.0, validator=_positive)
 
     #: Longest an add waits for others to join its journal write (it waits only while others
     #: keep arriving; an idle bookie writes at once).
@@ -205,10 +243,43 @@ class BookieConfig:
             return self.disk_usage_lwm
         return max(0.0, self.disk_usage_threshold - 0.05)
 
+    @property
+    def registered_host(self) -> str:
+        """The host clients are told to connect to."""
+        return self.advertised_address or self.host
+
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
             raise ConfigurationError(f"host must be a non-empty string, not {self.host!r}")
         self._check_tls()
+        advertised = self.advertised_address
+        if advertised is not None and (
+            not isinstance(advertised, str)
+            or not advertised
+            or advertised in WILDCARD_HOSTS
+            or not advertised.isprintable()
+            or any(c in advertised for c in " /")
+        ):
+            raise ConfigurationError(
+                f"advertised_address must be a host name or address clients can connect to, "
+                f"not {self.advertised_address!r}"
+            )
+        if self.host in WILDCARD_HOSTS and self.advertised_address is None:
+            raise ConfigurationError(
+                f"host {self.host!r} listens on every interface, which is no address a client "
+                "can connect to: give advertised_address (--advertised-address HOST), the "
+                "address to register for clients"
+            )
+        if self.admin_token is not None and (
+            not isinstance(self.admin_token, str)
+            or len(self.admin_token) < 16
+            or not self.admin_token.isprintable()
+            or self.admin_token != self.admin_token.strip()
+        ):
+            raise ConfigurationError(
+                "admin_token must be at least 16 printable characters without surrounding "
+                "spaces (e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`)"
+            )
         if self.disk_usage_lwm is not None and self.disk_usage_lwm > self.disk_usage_threshold:
             raise ConfigurationError(
                 f"disk_usage_lwm ({self.disk_usage_lwm}) must not be above "

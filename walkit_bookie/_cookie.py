@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import final
@@ -64,10 +65,24 @@ class Cookie:
         return cookie
 
 
+#: A bookie's data (entries, ledger keys, cookies) is for its own user only.
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def make_private(path: Path) -> None:
+    """Take group and other permissions off a data dir the bookie's user owns (it holds
+    every ledger's entries and master keys)."""
+    st = path.stat()
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+        log.info("data_dir_made_private", path=str(path))
+
+
 def write_durably(path: Path, data: bytes) -> None:
     """Write a small file atomically: temp file, fsync, rename, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         os.write(fd, data)
         os.fsync(fd)
@@ -90,9 +105,10 @@ def prepare_dir(path: Path) -> None:
     try:
         if path.exists() and not path.is_dir():
             raise BookieIOError(f"data dir {path} exists and is not a directory")
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        make_private(path)
         probe = path / ".write-probe"
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
             os.write(fd, b"probe")
             os.fsync(fd)
@@ -175,7 +191,7 @@ def check_or_create(
         cookie = Cookie(bookie_id, instance_id, names)
         for d, needed in required.items():
             for name in needed:
-                (d / name).mkdir(exist_ok=True)
+                (d / name).mkdir(exist_ok=True, mode=DIR_MODE)
         for d in dirs:
             write_durably(d / COOKIE_FILE, cookie.to_bytes())
         log.info("cookie_created", bookie_id=bookie_id, instance_id=instance_id, dirs=names)

@@ -62,12 +62,12 @@ class AlignedFile:
         self._flags = os.O_WRONLY | os.O_CREAT | (os.O_DSYNC if sync else 0)
         self.direct = hasattr(os, "O_DIRECT")
         try:
-            self._fd = os.open(path, self._flags | (os.O_DIRECT if self.direct else 0), 0o644)
+            self._fd = os.open(path, self._flags | (os.O_DIRECT if self.direct else 0), 0o600)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
             self.direct = False
-            self._fd = os.open(path, self._flags, 0o644)
+            self._fd = os.open(path, self._flags, 0o600)
         self.size = os.fstat(self._fd).st_size
 
     def write_at(self, data: memoryview, offset: int) -> None:
@@ -85,7 +85,7 @@ class AlignedFile:
     def _fall_back(self) -> None:
         os.close(self._fd)
         self.direct = False
-        self._fd = os.open(self.path, self._flags, 0o644)
+        self._fd = os.open(self.path, self._flags, 0o600)
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)

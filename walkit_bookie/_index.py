@@ -89,8 +89,15 @@ class Index:
         self._lock = threading.Lock()  # readers (worker threads) vs. growing the map
         self.usage: dict[int, dict[int, int]] = {}
         try:
+            path.mkdir(mode=0o700, exist_ok=True)  # lmdb would make it 0600 (no x bit)
             self._env: Any = lmdb.open(
-                str(path), map_size=map_size, max_dbs=5, sync=True, metasync=True, readahead=False
+                str(path),
+                map_size=map_size,
+                max_dbs=5,
+                sync=True,
+                metasync=True,
+                readahead=False,
+                mode=0o600,
             )
             self._entries = self._env.open_db(b"entries")
             self._ledgers = self._env.open_db(b"ledgers")

@@ -8,7 +8,6 @@ in-flight limits or while this connection has too many answers its peer has not 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, final
 
 import trio
@@ -27,12 +26,23 @@ from walkit.errors import FrameTooLargeError, RemoteProtocolError, UnsupportedVe
 from walkit.net import principal_of
 
 if TYPE_CHECKING:
+    from walkit_bookie._badinput import BadInputLog
     from walkit_bookie._config import BookieConfig
 
 log = get_logger(__name__)
 
+#: The receive buffer of a connection starts at FIRST_RECEIVE_SIZE once it has something to
+#: read (an idle connection holds none) and grows 4x each time a receive fills it, up to
+#: RECEIVE_SIZE: a connection costs memory in proportion to what it sends.
+FIRST_RECEIVE_SIZE = 16 * 1024
 RECEIVE_SIZE = 1024 * 1024
+#: Seconds a connection over ``max_connections`` may take to send its first request (which
+#: is answered TOO_MANY_REQUESTS) before it is closed.
+_REFUSE_WAIT = 1.0
+_REFUSE_DRAIN = 256 * 1024
 _HEADER_END = 4 + 10  # length prefix + version, type, request id
+#: A partial frame this small is never refused for the partial-frame budget.
+_PARTIAL_FREE = 64 * 1024
 _CLOSE_GRACE = 1.0  # seconds to flush answers before closing a connection
 
 
@@ -43,6 +53,12 @@ class RequestHandler(Protocol):
     capacity: trio.lowlevel.ParkingLot
     connections: int
     connections_opened: int
+    connections_refused: int
+    bad_input: BadInputLog
+    #: Bytes of receive buffers allocated by open connections.
+    receive_buffer_bytes: int
+    #: Bytes of frames received in part, over all connections.
+    partial_frame_bytes: int
 
     @property
     def saturated(self) -> bool: ...
@@ -61,6 +77,7 @@ class Connection:
     __slots__ = (
         "_handler",
         "_out",
+        "_partial",
         "_space",
         "_stream",
         "_unsent",
@@ -79,6 +96,7 @@ class Connection:
         self._stream = stream
         self._out: list[bytes] = []
         self._unsent = 0
+        self._partial = 0  # bytes of a partly received frame, counted in the handler's budget
         self._wake = trio.Event()
         self._space = trio.lowlevel.ParkingLot()
         self.closed = False
@@ -137,8 +155,17 @@ class Connection:
         handler = self._handler
         config = handler.config
         decoder = FrameDecoder(config.max_frame_size)
-        max_unsent = config.max_unsent_bytes
-        receive = _receiver(self._stream)
+        receive = _Receiver(self._stream, handler)
+        try:
+            await self._read_frames(receive, decoder)
+        finally:
+            receive.release()
+            handler.partial_frame_bytes -= self._partial
+            self._partial = 0
+
+    async def _read_frames(self, receive: _Receiver, decoder: FrameDecoder) -> None:
+        handler = self._handler
+        max_unsent = handler.config.max_unsent_bytes
         fed = 0  # bytes fed to the decoder so far
         consumed = 0  # bytes of whole frames taken out of it
         while True:
@@ -159,7 +186,7 @@ class Connection:
                     self._refuse_frame(data, fed, consumed, str(exc))
                     raise _Close from exc
                 except RemoteProtocolError as exc:
-                    log.warning("bad_frame", peer=self.peer, error=str(exc))
+                    handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
                     raise _Close from exc
                 if body is None:
                     break
@@ -170,32 +197,72 @@ class Connection:
                     self._bad_message(body, exc)
                     continue
                 handler.handle(self, body, message)
+            # What is left in the decoder is the start of a frame: count it against the
+            # bookie's budget for partial frames.
+            held = decoder.buffered
+            handler.partial_frame_bytes += held - self._partial
+            self._partial = held
+            limit = handler.config.max_partial_frame_bytes
+            if held > _PARTIAL_FREE and handler.partial_frame_bytes > limit:
+                self._refuse_frame(
+                    data,
+                    fed,
+                    consumed,
+                    f"the bookie holds too many partly received frames (limit {limit} bytes)",
+                    StatusCode.TOO_MANY_REQUESTS,
+                    "too_many_partial_frames",
+                )
+                raise _Close
 
     def _refuse_frame(
-        self, data: bytes | bytearray | memoryview, fed: int, consumed: int, reason: str
+        self,
+        data: bytes | bytearray | memoryview,
+        fed: int,
+        consumed: int,
+        reason: str,
+        status: StatusCode = StatusCode.BAD_REQUEST,
+        kind: str = "frame_too_large",
     ) -> None:
-        # The oversized frame starts at stream offset ``consumed``; answer with its request id
+        # The refused frame starts at stream offset ``consumed``; answer with its request id
         # if its header is in the chunk at hand.
         chunk_start = fed - len(data)
         request_id = 0
         if consumed >= chunk_start and consumed + _HEADER_END <= fed:
             at = consumed - chunk_start + 4
             request_id = peek_request_id(bytes(data[at : at + 10])) or 0
-        log.warning("frame_too_large", peer=self.peer, request_id=request_id, error=reason)
-        self.send(encode_frame(ErrorResponse(request_id, StatusCode.BAD_REQUEST, reason)))
+        self._handler.bad_input.report(kind, peer=self.peer, request_id=request_id, error=reason)
+        self.send(encode_frame(ErrorResponse(request_id, status, reason)))
 
     def _bad_message(self, body: bytes, exc: RemoteProtocolError) -> None:
         request_id = peek_request_id(body)
         if request_id is None:
-            log.warning("bad_message_closing", peer=self.peer, error=str(exc))
+            self._handler.bad_input.report("bad_message_closing", peer=self.peer, error=str(exc))
             raise _Close from exc
         status = (
             StatusCode.BAD_VERSION
             if isinstance(exc, UnsupportedVersionError)
             else StatusCode.BAD_REQUEST
         )
-        log.warning("bad_message", peer=self.peer, request_id=request_id, error=str(exc))
+        self._handler.bad_input.report(
+            "bad_message", peer=self.peer, request_id=request_id, error=str(exc)
+        )
         self.send(encode_frame(ErrorResponse(request_id, status, str(exc))))
+
+    async def _linger(self) -> None:
+        """After refusing input: half-close, then drain what the peer still sends, briefly and
+        boundedly. Closing with unread input would reset the connection, and the reset can
+        destroy the answer that says why before the peer reads it."""
+        stream = self._stream
+        if not isinstance(stream, trio.abc.HalfCloseableStream) or self._out or self._unsent:
+            return  # not a TCP stream, or the writer is still sending (then it is broken)
+        try:
+            with trio.move_on_after(_CLOSE_GRACE):
+                await stream.send_eof()
+                drained = 0
+                while drained < _REFUSE_DRAIN and (chunk := await stream.receive_some(65536)):
+                    drained += len(chunk)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            pass
 
     async def serve(self) -> None:
         self._handler.connections += 1
@@ -204,48 +271,71 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self._writer)
+                refused = False
                 try:
                     await self._reader()
                 except _Close:
-                    pass
+                    refused = True
                 await self._drain()
+                if refused:
+                    await self._linger()
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
             self._handler.connections -= 1
 
 
-def _receiver(stream: trio.abc.Stream) -> Callable[[], Awaitable[bytes | bytearray | memoryview]]:
-    """A function returning the next chunk of the stream (empty at EOF).
+class _Receiver:
+    """Returns the next chunk of a stream (empty at EOF) when called.
 
     On TCP it receives into one reused buffer: a fresh 1 MiB bytes object per receive costs
-    page faults that show at hundreds of MiB/s. The decoder copies what it keeps.
+    page faults that show at hundreds of MiB/s. The buffer is allocated once the socket has
+    something to read and grows with what arrives (see FIRST_RECEIVE_SIZE); its size is
+    counted in ``handler.receive_buffer_bytes`` until :meth:`release`. The decoder copies
+    what it keeps.
     """
-    sock = getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
-    if isinstance(stream, trio.SSLStream):
+
+    __slots__ = ("_buffer", "_handler", "_sock", "_stream", "_tls", "_view")
+
+    def __init__(self, stream: trio.abc.Stream, handler: RequestHandler) -> None:
+        self._stream = stream
+        self._handler = handler
+        self._sock = (
+            getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
+        )
         # TLS records are <= 16 KiB: let trio size each read (a fixed 1 MiB read allocates a
         # fresh 1 MiB buffer per record, which made TLS adds cost ~5x the CPU).
-        async def receive_tls() -> bytes | bytearray:
-            return await stream.receive_some()
+        self._tls = isinstance(stream, trio.SSLStream)
+        self._buffer = bytearray()
+        self._view = memoryview(self._buffer)
 
-        return receive_tls
-    if sock is None:
-
-        async def receive_some() -> bytes | bytearray:
-            return await stream.receive_some(RECEIVE_SIZE)
-
-        return receive_some
-    buffer = bytearray(RECEIVE_SIZE)
-    view = memoryview(buffer)
-
-    async def receive_into() -> memoryview:
+    async def __call__(self) -> bytes | bytearray | memoryview:
+        sock = self._sock
+        if sock is None:
+            return await self._stream.receive_some(None if self._tls else RECEIVE_SIZE)
         try:
-            n = await sock.recv_into(buffer)
+            if not self._buffer:
+                await trio.lowlevel.wait_readable(sock)
+                self._resize(FIRST_RECEIVE_SIZE)
+            n = await sock.recv_into(self._buffer)
         except OSError as exc:
             raise trio.BrokenResourceError(f"connection broken: {exc}") from exc
-        return view[:n]
+        chunk = self._view[:n]
+        if n == len(self._buffer) and n < RECEIVE_SIZE:
+            # Full: more is probably waiting. The chunk keeps the old buffer alive until the
+            # decoder has copied it.
+            self._resize(min(RECEIVE_SIZE, n * 4))
+        return chunk
 
-    return receive_into
+    def _resize(self, size: int) -> None:
+        self._handler.receive_buffer_bytes += size - len(self._buffer)
+        self._buffer = bytearray(size)
+        self._view = memoryview(self._buffer)
+
+    def release(self) -> None:
+        self._handler.receive_buffer_bytes -= len(self._buffer)
+        self._buffer = bytearray()
+        self._view = memoryview(self._buffer)
 
 
 def peer_name(stream: trio.abc.Stream) -> str:
@@ -268,7 +358,10 @@ async def handle_stream(
     peer = peer_name(stream)
     try:
         await ready.wait()
-        conn = Connection(handler, stream, peer)
+        if handler.connections >= handler.config.max_connections:
+            await _refuse_connection(handler, stream, peer)
+            return
+        conn = Connection(handler, stream, peer)  # counted in serve() before any checkpoint
         await conn.serve()
     except Exception as exc:  # a broken connection must not stop the bookie
         if _only_broken(exc):
@@ -277,6 +370,38 @@ async def handle_stream(
             log.exception("connection_failed", peer=peer)
     finally:
         await trio.aclose_forcefully(stream)
+
+
+async def _refuse_connection(handler: RequestHandler, stream: trio.abc.Stream, peer: str) -> None:
+    """Over ``max_connections``: answer the first request TOO_MANY_REQUESTS (so the client
+    sees a clear error, not a hang or a bare reset), then close."""
+    handler.connections_refused += 1
+    limit = handler.config.max_connections
+    handler.bad_input.report("too_many_connections", peer=peer, limit=limit)
+    head = b""
+    with trio.move_on_after(_REFUSE_WAIT):
+        while len(head) < _HEADER_END:
+            chunk = await stream.receive_some(_HEADER_END - len(head))
+            if not chunk:
+                return
+            head += chunk
+    request_id = peek_request_id(head[4:_HEADER_END]) if len(head) >= _HEADER_END else None
+    frame = encode_frame(
+        ErrorResponse(
+            request_id or 0,
+            StatusCode.TOO_MANY_REQUESTS,
+            f"too many connections to this bookie (limit {limit})",
+        )
+    )
+    with trio.move_on_after(_REFUSE_WAIT):
+        await stream.send_all(frame)
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            # Closing with unread input would reset the connection, which can destroy the
+            # answer before the client reads it: half-close, drain a little, then close.
+            await stream.send_eof()
+            drained = 0
+            while drained < _REFUSE_DRAIN and (chunk := await stream.receive_some(16384)):
+                drained += len(chunk)
 
 
 def _only_broken(exc: BaseException) -> bool:

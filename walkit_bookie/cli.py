@@ -13,7 +13,9 @@ arguments.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -76,6 +78,16 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
 def _threshold(text: str) -> float:
     value = _non_negative_float(text)
     if value > 1:
@@ -129,10 +141,36 @@ def build_parser() -> argparse.ArgumentParser:
         "take the cluster instance id from it and garbage-collect the ledgers deleted there",
     )
     p.add_argument(
+        "--advertised-address",
+        metavar="HOST",
+        help="the address registered for clients (required with --host 0.0.0.0 or ::)",
+    )
+    p.add_argument(
+        "--admin-port",
         "--http-port",
+        dest="http_port",
         type=_port,
         metavar="PORT",
-        help="serve /metrics (prometheus) and /health over HTTP on this port (0: any free)",
+        help="serve /metrics (prometheus), /health and /admin/gc over HTTP on this port "
+        "(0: any free)",
+    )
+    p.add_argument(
+        "--admin-host",
+        metavar="HOST",
+        help="address of the HTTP admin endpoint (default 127.0.0.1, whatever --host is)",
+    )
+    token = p.add_mutually_exclusive_group()
+    token.add_argument(
+        "--admin-token",
+        metavar="TOKEN",
+        help="bearer token that admin POSTs need (visible in the process list: prefer "
+        "--admin-token-file); without one, admin POSTs are refused",
+    )
+    token.add_argument(
+        "--admin-token-file",
+        metavar="PATH",
+        help="file holding the admin token (its first line; must not be readable by group "
+        "or others)",
     )
     p.add_argument("--max-frame-size", type=_size, help="largest frame accepted (default 5MiB)")
     p.add_argument("--journal-max-size", type=_size, help="journal file roll size")
@@ -200,6 +238,39 @@ def build_parser() -> argparse.ArgumentParser:
         "(checked when given), require",
     )
     p.add_argument(
+        "--max-long-poll",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="longest a long-poll LAC read waits, whatever it asks for (default 30)",
+    )
+    p.add_argument(
+        "--max-long-polls",
+        type=_positive_int,
+        metavar="N",
+        help="long polls waiting at once; more are answered TOO_MANY_REQUESTS (default 10000)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        metavar="N",
+        help="client connections at once; more are answered TOO_MANY_REQUESTS and closed "
+        "(default 1000)",
+    )
+    p.add_argument(
+        "--max-requests-per-connection",
+        type=_positive_int,
+        metavar="N",
+        help="requests of one connection in flight; more are answered TOO_MANY_REQUESTS "
+        "(default 20000)",
+    )
+    p.add_argument(
+        "--max-partial-frame-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="frames received in part, over all connections; past it a connection with a "
+        "partial frame over 64KiB gets TOO_MANY_REQUESTS and is closed (default 256MiB)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -222,6 +293,14 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         "port": args.port,
         "network_location": args.network_location,
     }
+    if args.admin_host is not None:
+        options["http_host"] = args.admin_host
+    if args.advertised_address is not None:
+        options["advertised_address"] = args.advertised_address
+    if args.admin_token is not None:
+        options["admin_token"] = args.admin_token
+    elif args.admin_token_file is not None:
+        options["admin_token"] = read_token_file(args.admin_token_file)
     for arg, field in (
         ("http_port", "http_port"),
         ("max_frame_size", "max_frame_size"),
@@ -242,11 +321,38 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("tls_key", "tls_key"),
         ("tls_ca", "tls_ca"),
         ("tls_client_auth", "tls_client_auth"),
+        ("max_long_poll", "max_long_poll"),
+        ("max_long_polls", "max_long_polls"),
+        ("max_connections", "max_connections"),
+        ("max_requests_per_connection", "max_requests_per_connection"),
+        ("max_partial_frame_bytes", "max_partial_frame_bytes"),
     ):
         value = getattr(args, arg)
         if value is not None:
             options[field] = value
     return BookieConfig(**options)
+
+
+def read_token_file(path: str) -> str:
+    """The admin token: the first line of ``path``, which only its owner may read."""
+    try:
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            raw = f.read(4096)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the admin token file {path}: {exc}") from None
+    if mode & 0o077:
+        raise ConfigurationError(
+            f"the admin token file {path} is readable by group or others "
+            f"(mode {stat.S_IMODE(mode):o}): chmod 600 it"
+        )
+    try:
+        lines = raw.decode().splitlines()
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"the admin token file {path} is not text") from None
+    if not lines or not lines[0].strip():
+        raise ConfigurationError(f"the admin token file {path} is empty")
+    return lines[0].strip()
 
 
 def configure_logging(level: str, json_lines: bool, fmt: str | None = None) -> None:

@@ -15,6 +15,9 @@ from prometheus_client.registry import Collector
 from tests.bookie._helpers import config, connect, http_raw, http_request, running_bookie
 from walkit._core.wire import StatusCode
 
+TOKEN = "test-admin-token-0123456789"
+AUTH = f"Authorization: Bearer {TOKEN}\r\n".encode()
+
 
 async def _get(address: tuple[str, int], path: str) -> tuple[int, bytes]:
     return await http_request(address, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -61,9 +64,12 @@ async def test_metrics_and_health(tmp_path: Path) -> None:
         (b"POST /admin/gc HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
         (b"POST /admin/gc HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
         (b"POST /admin/gc HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
-        (b"POST /admin/gc?compact=everything HTTP/1.1\r\n\r\n", 400),
-        (b"POST /admin/gc?compact=minor&compact=major HTTP/1.1\r\n\r\n", 400),
-        (b"POST /admin/gc?=&&= HTTP/1.1\r\n\r\n", 400),
+        (b"POST /admin/gc?compact=everything HTTP/1.1\r\n" + AUTH + b"\r\n", 400),
+        (b"POST /admin/gc?compact=minor&compact=major HTTP/1.1\r\n" + AUTH + b"\r\n", 400),
+        (b"POST /admin/gc?=&&= HTTP/1.1\r\n" + AUTH + b"\r\n", 400),
+        (b"POST /admin/gc HTTP/1.1\r\n\r\n", 401),
+        (b"POST /admin/gc HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n", 401),
+        (b"POST /admin/gc HTTP/1.1\r\n" + AUTH + AUTH + b"\r\n", 400),
         (b"GET /health HTTP/1.1\r\nX: " + b"A" * 20_000 + b"\r\n\r\n", 431),
         (b"A" * 100_000, 431),
         (b"GET /health HTTP/1.1\r\nHost: x\r\n", 400),  # then EOF: incomplete
@@ -72,7 +78,8 @@ async def test_metrics_and_health(tmp_path: Path) -> None:
 async def test_bad_http_requests_get_a_clear_4xx_and_the_bookie_goes_on(
     tmp_path: Path, raw: bytes, status: int
 ) -> None:
-    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, bid):
+    cfg = config([tmp_path / "d"], http_port=0, admin_token=TOKEN)
+    async with running_bookie(cfg) as (bookie, bid):
         address = bookie.admin_address
         assert address is not None
         got, body = await http_request(address, raw, half_close=True)

@@ -29,6 +29,7 @@ from walkit_bookie._entrylog import ENTRYLOG_DIR
 from walkit_bookie._index import INDEX_DIR
 
 SIZE = 1000
+TOKEN = b"compaction-test-admin-token"
 
 
 def _payload(ledger: int, entry: int) -> bytes:
@@ -228,6 +229,7 @@ async def test_sigkill_in_the_middle_of_compaction_loses_no_live_entry(
     dirs = [tmp_path / "journal", tmp_path / "ledgers"]
     options = (
         *("--metadata", url, "--http-port", "0", "--entrylog-max-size", "64KiB"),
+        *("--admin-token", TOKEN.decode()),
         *("--write-cache-size", "96KiB", "--checkpoint-interval", "3600"),
     )
     # Slowed down (a real option: it spares the disk in production) so the kill lands inside.
@@ -263,7 +265,12 @@ async def test_sigkill_in_the_middle_of_compaction_loses_no_live_entry(
 
                 async def gc() -> None:
                     with contextlib.suppress(trio.BrokenResourceError, OSError, IndexError):
-                        await http_request(admin, b"POST /admin/gc?compact=major HTTP/1.1\r\n\r\n")
+                        await http_request(
+                            admin,
+                            b"POST /admin/gc?compact=major HTTP/1.1\r\nAuthorization: Bearer "
+                            + TOKEN
+                            + b"\r\n\r\n",
+                        )
 
                 nursery.start_soon(gc)
                 with trio.fail_after(30):
@@ -281,7 +288,10 @@ async def test_sigkill_in_the_middle_of_compaction_loses_no_live_entry(
                 await _read_all(c, live, gone, entries)
                 admin = await _admin_port(store, bid)
                 status, body = await http_request(
-                    admin, b"POST /admin/gc?compact=major HTTP/1.1\r\n\r\n"
+                    admin,
+                    b"POST /admin/gc?compact=major HTTP/1.1\r\nAuthorization: Bearer "
+                    + TOKEN
+                    + b"\r\n\r\n",
                 )
                 assert status == 200 and json.loads(body)["entry_logs"]["logs_compacted"] > 0
                 await _read_all(c, live, gone, entries)

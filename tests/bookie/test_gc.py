@@ -231,12 +231,14 @@ async def test_gc_runs_on_its_own_every_interval(tmp_path: Path, store: ListingH
 
 
 async def test_gc_over_http(tmp_path: Path, store: ListingHook) -> None:
-    cfg = config([tmp_path / "d"], http_port=0)
+    cfg = config([tmp_path / "d"], http_port=0, admin_token="gc-test-admin-token")
     async with running_bookie(cfg, metadata=store) as (bookie, bid), connect(bid) as c:
         assert bookie.admin_address is not None
         await _write(c, 3)
         status, body = await http_request(
-            bookie.admin_address, b"POST /admin/gc?compact=major HTTP/1.1\r\n\r\n"
+            bookie.admin_address,
+            b"POST /admin/gc?compact=major HTTP/1.1\r\n"
+            b"Authorization: Bearer gc-test-admin-token\r\n\r\n",
         )
         assert status == 200
         report = json.loads(body)

@@ -219,7 +219,13 @@ async def test_bad_input_gives_clear_errors(memory_url: str, tmp_path: Path) -> 
                 except NotEnoughBookiesError:
                     break
                 await trio.sleep(0.05)
-        await client.delete_ledger(lw.id)
+        # Deleting needs the ledger's password, as opening does.
+        with pytest.raises(UnauthorizedAccessError):
+            await client.delete_ledger(lw.id)
+        with pytest.raises(UnauthorizedAccessError):
+            await client.delete_ledger(lw.id, password=b"wrong")
+        assert lw.id in await client.list_ledgers()
+        await client.delete_ledger(lw.id, password=b"right")
         assert lw.id not in await client.list_ledgers()
 
 

@@ -174,7 +174,7 @@ async def simpletest(url: str, args: argparse.Namespace, out: TextIO) -> int:
         reader = await client.open_ledger(writer.id, password=b"simpletest")
         entries = await reader.read(0, reader.last_add_confirmed)
         ok = [e.payload for e in entries] == payloads
-        await client.delete_ledger(writer.id)
+        await client.delete_ledger(writer.id, password=b"simpletest")
     record = {
         "ledger_id": writer.id,
         "entries": args.entries,

@@ -55,7 +55,7 @@ class SandboxLayout:
     def load_or_create(
         cls, data_dir: Path, bookies: int, metadata_url: str | None
     ) -> SandboxLayout:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # metadata and data inside
         state_path = data_dir / STATE_FILE
         state: dict[str, object] = {}
         if state_path.exists():

@@ -39,6 +39,11 @@ class DigestType(enum.Enum):
     def parse(cls, value: str | DigestType) -> DigestType:
         if isinstance(value, DigestType):
             return value
+        if not isinstance(value, str):
+            # None is not "no digest": that is the explicit "none".
+            raise InvalidArgumentError(
+                f"digest must be one of {', '.join(repr(d.value) for d in cls)}, not {value!r}"
+            )
         try:
             return cls(str(value).lower())
         except ValueError:

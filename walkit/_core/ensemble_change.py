@@ -6,6 +6,7 @@ Pure functions over :class:`LedgerMetadata`; the trio writer reads, CASes and re
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 
 import attrs
@@ -13,7 +14,9 @@ import attrs
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
 from walkit._core.types import BookieId
 from walkit.errors import (
+    ClientClosedError,
     InvalidArgumentError,
+    LedgerFencedError,
     LedgerInRecoveryError,
     WalkitError,
     WriterFencedError,
@@ -22,13 +25,41 @@ from walkit.errors import (
 __all__ = [
     "CHANGE_BACKOFF_CAP",
     "CHANGE_BACKOFF_FIRST",
+    "AddFailure",
     "CloseDecision",
     "change_backoff",
     "check_still_ours",
     "decide_close",
     "ensemble_with_replacements",
     "new_fragment",
+    "on_add_failure",
 ]
+
+
+class AddFailure(enum.Enum):
+    """What the writer does when one bookie fails an add."""
+
+    #: Another client fenced the ledger: every pending add fails with WriterFencedError.
+    WRITER_FENCED = "writer_fenced"
+    #: The client is closing: every pending add fails with that error.
+    STOP = "stop"
+    #: The bookie failed: replace it (ensemble change) and re-send to the replacement.
+    REPLACE_BOOKIE = "replace_bookie"
+
+
+def on_add_failure(error: WalkitError) -> AddFailure:
+    """Decide what one failed add means for the writer.
+
+    UnauthorizedAccessError is a bookie failure, not the writer's end: the writer created the
+    ledger with its own key, so a bookie that refuses that key has had the ledger id claimed
+    (fenced or written) with another key before the writer got there. That bookie will never
+    take this ledger's adds; every other bookie still can, so the ledger goes on without it.
+    """
+    if isinstance(error, LedgerFencedError):
+        return AddFailure.WRITER_FENCED
+    if isinstance(error, ClientClosedError):
+        return AddFailure.STOP
+    return AddFailure.REPLACE_BOOKIE
 
 
 def ensemble_with_replacements(

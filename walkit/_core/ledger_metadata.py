@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, final
@@ -50,8 +51,45 @@ def validate_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> 
         )
 
 
-def password_hash(password: bytes) -> str:
+#: Prefix of the salted password hash (format 2). Format 1, written before it, is 64 hex
+#: digits: an unsalted SHA-256; ledgers that have one still open with the right password.
+PASSWORD_HASH_V2 = "v2$"
+PASSWORD_SALT_SIZE = 16
+
+
+def legacy_password_hash(password: bytes) -> str:
+    """Format 1: unsalted (equal passwords give equal hashes across ledgers). Read only."""
     return hashlib.sha256(b"walkit-password\x00" + password).hexdigest()
+
+
+def password_hash(password: bytes, salt: bytes) -> str:
+    """Format 2: ``v2$<salt hex>$<HMAC-SHA256(salt, password) hex>``, a fresh salt per ledger.
+
+    A fast keyed hash, not a slow KDF, on purpose: the master key that clients send to the
+    bookies is a SHA-256 of the password, so a slow hash here would not make a guessed
+    password dearer to check; the salt stops one table of guesses from serving every ledger.
+    """
+    if len(salt) < 8:
+        raise InvalidArgumentError("a password salt needs at least 8 bytes")
+    digest = hmac.new(salt, b"walkit-password\x00" + password, hashlib.sha256).hexdigest()
+    return f"{PASSWORD_HASH_V2}{salt.hex()}${digest}"
+
+
+def password_matches(stored: str, password: bytes) -> bool:
+    """Whether ``password`` is the one ``stored`` (format 1 or 2) was made from. An empty
+    ``stored`` (metadata written without a hash) matches nothing."""
+    if stored.startswith(PASSWORD_HASH_V2):
+        salt_hex, sep, _ = stored[len(PASSWORD_HASH_V2) :].partition("$")
+        try:
+            salt = bytes.fromhex(salt_hex)
+        except ValueError:
+            return False
+        if not sep or len(salt) < 8:
+            return False
+        return hmac.compare_digest(password_hash(password, salt), stored)
+    if len(stored) == 64:
+        return hmac.compare_digest(legacy_password_hash(password), stored)
+    return False
 
 
 @final

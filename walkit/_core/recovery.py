@@ -35,6 +35,30 @@ class Answer(enum.Enum):
     MISSING = "missing"
     #: Anything else: timeout, connection failure, digest mismatch, I/O error, read-only bookie.
     ERROR = "error"
+    #: UNAUTHORIZED: the bookie holds another key for this ledger id. See
+    #: :func:`refused_holds_nothing` for what it counts as.
+    REFUSED = "refused"
+
+
+#: Answers that count as a failed bookie.
+FAILED: frozenset[Answer] = frozenset({Answer.ERROR, Answer.REFUSED})
+
+
+def refused_answer(password_verified: bool) -> Answer:
+    """What an UNAUTHORIZED answer to a fence or recovery read counts as.
+
+    A bookie keeps the master key of the first request it saw for a ledger id and refuses
+    every other key. When the recovering client's password matched the hash in the ledger's
+    metadata, its key is the writer's key, so a bookie that refuses it never accepted one of
+    the writer's adds, and never will: the id was claimed there first with a junk key (issue
+    11, finding 3). For the quorum rules such a bookie is a fenced bookie that holds nothing:
+    fenced with LAC -1, and "no such entry" for every entry (:attr:`Answer.MISSING`).
+
+    Without a verified password (a ledger whose metadata has no password hash) the refusal
+    may mean that the password is wrong: the bookie counts as failed (:attr:`Answer.REFUSED`),
+    so recovery can never cut acknowledged entries off a ledger because of a wrong password.
+    """
+    return Answer.MISSING if password_verified else Answer.REFUSED
 
 
 class EntryDecision(enum.Enum):
@@ -98,10 +122,13 @@ class FenceTracker:
     @property
     def failed(self) -> bool:
         """Too many bookies failed for coverage ever to be reached."""
-        possible = {
-            i for i in range(self.ensemble_size) if self._answers.get(i) is not Answer.ERROR
-        }
+        possible = {i for i in range(self.ensemble_size) if self._answers.get(i) not in FAILED}
         return not self._covered(possible)
+
+    @property
+    def refused(self) -> int:
+        """Bookies that refused the ledger's key."""
+        return sum(1 for a in self._answers.values() if a is Answer.REFUSED)
 
     def unanswered(self) -> list[int]:
         return [i for i in range(self.ensemble_size) if i not in self._answers]
@@ -224,7 +251,7 @@ class WriteBackTracker:
 
     @property
     def failed_bookies(self) -> list[int]:
-        return [i for i, a in self._answers.items() if a is Answer.ERROR]
+        return [i for i, a in self._answers.items() if a in FAILED]
 
     @property
     def failed(self) -> bool:

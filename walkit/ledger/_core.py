@@ -16,7 +16,7 @@ import trio
 
 from walkit._core.backoff import Backoff
 from walkit._core.digest import DigestManager, master_key
-from walkit._core.ledger_metadata import LedgerMetadata, password_hash
+from walkit._core.ledger_metadata import LedgerMetadata, password_matches
 from walkit._core.types import BookieId
 from walkit._core.wire import Request, Response, StatusCode
 from walkit._retry import retry
@@ -55,7 +55,7 @@ def check_password(metadata: LedgerMetadata, password: bytes) -> None:
         raise UnauthorizedAccessError(
             f"ledger {metadata.ledger_id}: password must be bytes, not {type(password).__name__}"
         )
-    if metadata.password_sha256 and metadata.password_sha256 != password_hash(bytes(password)):
+    if metadata.password_sha256 and not password_matches(metadata.password_sha256, bytes(password)):
         raise UnauthorizedAccessError(f"ledger {metadata.ledger_id}: wrong password")
 
 

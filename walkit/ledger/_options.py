@@ -32,6 +32,26 @@ def _optional_positive(name: str) -> Callable[[Any, Any, Any], None]:
     return check
 
 
+#: Bytes of a frame that are not payload, at most: length, message header, ids, flags, the
+#: master key, the entry header and the digest (the largest, HMAC-SHA256), with room to spare.
+FRAME_OVERHEAD = 1024
+#: The smallest ``max_frame_size`` allowed: the overhead plus 1 KiB of payload.
+MIN_FRAME_SIZE = FRAME_OVERHEAD + 1024
+#: Frame lengths are 32-bit on the wire.
+MAX_FRAME_SIZE = 2**32 - 1
+
+
+def _frame_size(_instance: Any, _attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"option max_frame_size must be an int, not {value!r}")
+    if not MIN_FRAME_SIZE <= value <= MAX_FRAME_SIZE:
+        raise ConfigurationError(
+            f"option max_frame_size must be between {MIN_FRAME_SIZE} (a frame's headers, key "
+            f"and digest take up to {FRAME_OVERHEAD} bytes, plus a payload) and "
+            f"{MAX_FRAME_SIZE} (frame lengths are 32-bit), not {value}"
+        )
+
+
 def _mode(value: Any) -> EnsembleChangeMode:
     try:
         return EnsembleChangeMode.parse(value)
@@ -77,9 +97,7 @@ class ClientOptions:
     #: Retries of a metadata update that fails because the store is unreachable.
     metadata_retries: int = attrs.field(default=5, validator=_positive("metadata_retries"))
     #: Largest frame sent to or accepted from a bookie.
-    max_frame_size: int = attrs.field(
-        default=DEFAULT_MAX_FRAME_SIZE, validator=_positive("max_frame_size")
-    )
+    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_frame_size)
     #: Options passed to ``open_metadata_store`` (for example ``{"session_timeout": 10}``).
     metadata_options: Mapping[str, Any] = attrs.field(factory=dict)
     #: Options passed to the placement policy's ``initialize``.
@@ -103,4 +121,4 @@ class ClientOptions:
     @property
     def max_entry_size(self) -> int:
         """Largest payload one entry may carry (a frame minus headers and digest)."""
-        return self.max_frame_size - 1024
+        return self.max_frame_size - FRAME_OVERHEAD

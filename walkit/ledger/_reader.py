@@ -17,6 +17,7 @@ from walkit.errors import (
     InvalidArgumentError,
     LedgerClosedError,
     NoSuchEntryError,
+    TooManyRequestsError,
     WalkitError,
 )
 from walkit.ledger._core import ClientCore
@@ -151,6 +152,16 @@ class LedgerReader:
                 log.info("long_poll_failed", ledger_id=self.id, error=str(exc))
                 lac, entry = self._lac, None
                 watch.changed = True
+            except TooManyRequestsError as exc:
+                # The bookies are at their long-poll limits: ask for the LAC without waiting
+                # (then back off below if nothing is new).
+                log.info("long_poll_refused", ledger_id=self.id, error=str(exc))
+                entry = None
+                try:
+                    lac = max(self._lac, await read_lac(self._core, self._md))
+                except WalkitError as lac_error:
+                    log.info("lac_read_failed", ledger_id=self.id, error=str(lac_error))
+                    lac = self._lac
             if lac > self._lac:
                 self._lac = lac
                 backoff = 0.0

@@ -36,6 +36,7 @@ from walkit._core.recovery import (
     recovery_fragment_start,
     recovery_outcome,
     recovery_start_lac,
+    refused_answer,
 )
 from walkit._core.types import INVALID_ENTRY_ID, BookieId
 from walkit._core.wire import (
@@ -174,9 +175,26 @@ class _Recovery:
         self.digests: DigestManager = core.digest_manager(md, password)
         self.e, self.qw, self.qa = md.ensemble_size, md.write_quorum, md.ack_quorum
         self.ensemble: list[BookieId] = list(md.current_ensemble)
+        #: Bookies that refused the ledger's key: never chosen as a write-back replacement.
+        self.refused: set[BookieId] = set()
+        #: What their answers count as (the password was checked against the metadata's hash
+        #: before recovery started, when the metadata has one).
+        self.refused_answer = refused_answer(password_verified=bool(md.password_sha256))
 
     def _fail(self, bookie: BookieId) -> None:
         self.core.pool.record_failure(bookie)
+
+    def _refused(self, bookie: BookieId) -> None:
+        """A bookie answered UNAUTHORIZED: the ledger id holds another key there (see
+        :func:`walkit._core.recovery.refused_answer`)."""
+        if bookie not in self.refused:
+            self.refused.add(bookie)
+            log.warning(
+                "recovery_key_refused",
+                ledger_id=self.ledger_id,
+                bookie_id=str(bookie),
+                detail="the ledger id holds another key there",
+            )
 
     async def run(self) -> LedgerMetadata:
         fenced_lac = await self._fence()
@@ -221,9 +239,15 @@ class _Recovery:
             if tracker.failed:
                 if isinstance(last_error, TLSError):  # a configuration problem: say so
                     raise TLSError(f"ledger {self.ledger_id}: cannot fence: {last_error}")
+                refused = (
+                    f"; {tracker.refused} refused the ledger's key (the id was claimed there "
+                    "with another key)"
+                    if tracker.refused
+                    else ""
+                )
                 raise LedgerRecoveryError(
                     f"ledger {self.ledger_id}: could not fence enough bookies "
-                    f"({tracker.fenced} of {self.e} answered, {tracker.needed} needed"
+                    f"({tracker.fenced} of {self.e} answered, {tracker.needed} needed{refused}"
                     + (f"; last error: {last_error})" if last_error is not None else ")")
                 )
             for index, status, msg, error in await inbox.drain():
@@ -233,9 +257,8 @@ class _Recovery:
                     self._fail(bookie)
                     tracker.on_answer(index, Answer.ERROR)
                 elif status == StatusCode.UNAUTHORIZED_ACCESS:
-                    raise UnauthorizedAccessError(
-                        f"ledger {self.ledger_id}: bookie {bookie} refused the password"
-                    )
+                    self._refused(bookie)
+                    tracker.on_answer(index, self.refused_answer)
                 elif status == StatusCode.OK and isinstance(msg, ReadLacResponse):
                     tracker.on_answer(index, Answer.OK, msg.lac)
                 elif status == StatusCode.NO_SUCH_LEDGER:
@@ -319,9 +342,8 @@ class _Recovery:
         elif status in (StatusCode.NO_SUCH_ENTRY, StatusCode.NO_SUCH_LEDGER):
             tracker.on_answer(index, Answer.MISSING)
         elif status == StatusCode.UNAUTHORIZED_ACCESS:
-            raise UnauthorizedAccessError(
-                f"ledger {self.ledger_id}: bookie {bookie} refused the password"
-            )
+            self._refused(bookie)
+            tracker.on_answer(index, self.refused_answer)
         else:
             tracker.on_answer(index, Answer.ERROR)
 
@@ -399,9 +421,9 @@ class _Recovery:
                 if error is None and status == StatusCode.OK:
                     tracker.on_answer(index, Answer.OK)
                 elif status == StatusCode.UNAUTHORIZED_ACCESS:
-                    raise UnauthorizedAccessError(
-                        f"ledger {self.ledger_id}: bookie {self.ensemble[index]} refused the password"
-                    )
+                    self._refused(self.ensemble[index])
+                    tracker.on_answer(index, Answer.REFUSED)
+                    failed.add(index)
                 else:
                     self._fail(self.ensemble[index])
                     tracker.on_answer(index, Answer.ERROR)
@@ -415,7 +437,7 @@ class _Recovery:
 
     def _replace(self, failed: set[int]) -> None:
         ensemble = list(self.ensemble)
-        exclude = set(ensemble)
+        exclude = set(ensemble) | self.refused
         for index in sorted(failed):
             try:
                 replacement = self.core.placement.replace_bookie(

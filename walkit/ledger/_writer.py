@@ -18,7 +18,13 @@ import trio
 
 from walkit._core.add_tracker import AddTracker, PendingAdd
 from walkit._core.digest import DigestManager
-from walkit._core.ensemble_change import change_backoff, decide_close, new_fragment
+from walkit._core.ensemble_change import (
+    AddFailure,
+    change_backoff,
+    decide_close,
+    new_fragment,
+    on_add_failure,
+)
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import BookieId, Entry
 from walkit._core.wire import Response, StatusCode, WriteLacRequest, encode_frame
@@ -28,7 +34,6 @@ from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
     LedgerClosedError,
-    LedgerFencedError,
     MetadataVersionError,
     NoSuchEntryError,
     NotEnoughBookiesError,
@@ -159,6 +164,8 @@ class LedgerWriter:
         self._change_pause = 0.0
         self._scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
+        #: Bookies that refused this ledger's key (UNAUTHORIZED): never a replacement.
+        self._refused: set[BookieId] = set()
 
     def __repr__(self) -> str:
         return (
@@ -367,7 +374,8 @@ class LedgerWriter:
     def _write_failed(self, slot: int, error: WalkitError) -> None:
         if self._error is not None or self._closed:
             return
-        if isinstance(error, LedgerFencedError):
+        action = on_add_failure(error)
+        if action is AddFailure.WRITER_FENCED:
             self._fail(
                 WriterFencedError(
                     f"ledger {self.id} was fenced by another client; entries after "
@@ -375,10 +383,20 @@ class LedgerWriter:
                 )
             )
             return
-        if isinstance(error, UnauthorizedAccessError | ClientClosedError):
+        if action is AddFailure.STOP:
             self._fail(error)
             return
         bookie = self._ensemble[slot]
+        # UNAUTHORIZED: the ledger id was claimed on this bookie with another key. It will
+        # never take this ledger's adds, so it is never chosen again as a replacement for it.
+        if isinstance(error, UnauthorizedAccessError) and bookie not in self._refused:
+            self._refused.add(bookie)
+            log.warning(
+                "ledger_key_refused",
+                ledger_id=self.id,
+                bookie=str(bookie),
+                detail="the ledger id holds another key there; replacing the bookie",
+            )
         if self._tracker.is_blocked(slot):
             return
         log.info(
@@ -464,7 +482,7 @@ class LedgerWriter:
         """A new bookie for each slot, from the placement policy. Bookies that failed in the
         last seconds are avoided while others are available."""
         md = self._md
-        exclude = set(current)
+        exclude = set(current) | self._refused
         if avoid_recent:
             now = trio.current_time()
             exclude |= {

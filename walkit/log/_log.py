@@ -298,14 +298,14 @@ class Log:
             with contextlib.suppress(WalkitError):
                 await lw.close()
             with contextlib.suppress(NoSuchLedgerError, WalkitError):
-                await self._client.delete_ledger(lw.id)
+                await self._client.delete_ledger(lw.id, password=self.options.password)
 
     async def _delete_ledgers(self, ledger_ids: list[int], why: str) -> None:
         """Delete ledgers that left the log's metadata (best effort: a failure leaves garbage,
         never a hole)."""
         for ledger_id in ledger_ids:
             try:
-                await self._client.delete_ledger(ledger_id)
+                await self._client.delete_ledger(ledger_id, password=self.options.password)
                 log.info("log_ledger_deleted", log=self.name, ledger_id=ledger_id, why=why)
             except NoSuchLedgerError:
                 pass

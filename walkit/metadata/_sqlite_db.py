@@ -98,6 +98,7 @@ class SqliteDb:
             raise MetadataStoreError(
                 f"cannot open sqlite metadata store {self.path}: directory {directory} does not exist"
             )
+        _create_private(self.path)
         conn = sqlite3.connect(
             self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -353,3 +354,15 @@ class SqliteDb:
             missed = rows[0][0] - 1
         self._last_seq = max(last_seq, rows[-1][0] if rows else 0)
         return rows, missed
+
+
+def _create_private(path: str) -> None:
+    """Create a new database file readable by its owner only (0600; SQLite gives its WAL and
+    shared-memory files the database's permissions). An existing file is left as it is."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise MetadataStoreError(f"cannot create sqlite metadata store {path}: {exc}") from exc
+    os.close(fd)
