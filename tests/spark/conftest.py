@@ -1,0 +1,117 @@
+"""Spark fixtures: ONE local SparkSession for the whole test session, and a real cluster
+(bookie processes on loopback, sqlite metadata) that the Spark tests share.
+
+Every test under ``tests/spark`` is marked ``spark``. Without pyspark/pyarrow or a Java that
+Spark accepts they are skipped with the reason, except in CI (``CI=true``), where that is a
+failure: the test script installs both.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests._cluster import ProcessCluster, process_cluster
+
+SPARK_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SPARK_DIR in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.spark)
+
+
+def _java_major() -> int:
+    java = shutil.which("java")
+    if java is None:
+        return 0
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    for line in out.stderr.splitlines():
+        if "version" in line and '"' in line:
+            text = line.split('"')[1]
+            head = text.split(".")[0]
+            if head == "1":  # 1.8.0_x
+                head = text.split(".")[1]
+            return int(head) if head.isdigit() else 0
+    return 0
+
+
+def missing_spark() -> str | None:
+    """Why Spark cannot run here, or None."""
+    for module in ("pyspark", "pyarrow"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed (bash scripts/setup.sh dev,spark)"
+    major = _java_major()
+    if major < 17:
+        return (
+            f"Spark 4 needs Java 17 or newer on PATH, found {major or 'none'} "
+            "(bash scripts/install-zookeeper.sh)"
+        )
+    return None
+
+
+def _require_spark() -> None:
+    problem = missing_spark()
+    if problem is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI runs the Spark tests: {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The SparkSession every Spark test shares (local[2], loopback, UI off), with the
+    ``walkit`` format registered (filter pushdown on)."""
+    _require_spark()
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import walkit.spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("walkit-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    walkit.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
+    """Three real bookie processes on loopback with sqlite metadata, for the Spark tests."""
+    _require_spark()
+    root = tmp_path_factory.mktemp("spark-cluster")
+    url = f"sqlite://{root / 'metadata.db'}"
+    with process_cluster(url, root, 3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark_metadata(spark_cluster: ProcessCluster) -> str:
+    """The metadata URL of the shared cluster (``sqlite:///...``)."""
+    return spark_cluster.metadata_url

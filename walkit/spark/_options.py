@@ -1,0 +1,235 @@
+"""Options of the ``walkit`` Spark data source, shared by its readers and writers.
+
+Spark hands a data source its options in a case-insensitive dict (``.option("startingPosition",
+...)`` arrives under ``startingposition``) and the path of ``.load(path)``/``.save(path)`` as
+the option ``path``. Every value is a string. This module checks them all on the driver, before
+any task starts, and raises one :class:`~walkit.errors.ConfigurationError` that names the option
+(in the spelling of the docs) and says what it expected.
+
+The parsed options are small frozen attrs classes: Spark ships them to the executors inside the
+reader and the partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Final, final
+
+import attrs
+
+from walkit._core.log_metadata import check_log_name
+from walkit._core.log_position import LogPosition
+from walkit.errors import ConfigurationError, InvalidArgumentError
+
+__all__ = [
+    "COMMON_OPTIONS",
+    "READ_OPTIONS",
+    "Connection",
+    "ReadOptions",
+    "check_options",
+    "connection",
+    "log_name",
+    "read_options",
+]
+
+#: Options every form takes (the path of ``load``/``save`` arrives as ``path``).
+COMMON_OPTIONS: Final = ("metadata", "password", "path")
+#: Options of the read forms (batch and streaming, logs and ledgers).
+READ_OPTIONS: Final = (
+    *COMMON_OPTIONS,
+    "ledgers",
+    "startingPosition",
+    "endingPosition",
+    "splitEntries",
+    "maxRecordsPerTrigger",
+    "failOnDataLoss",
+)
+
+#: Entries one Spark partition reads at most, unless ``splitEntries`` says otherwise.
+DEFAULT_SPLIT_ENTRIES: Final = 250_000
+
+_METADATA_SCHEMES: Final = ("zk://", "sqlite://")
+
+
+@final
+@attrs.frozen
+class Connection:
+    """Where the cluster's metadata is and the password of the ledgers read or written."""
+
+    metadata: str
+    password: bytes = b""
+
+
+@final
+@attrs.frozen
+class ReadOptions:
+    """Every read option, checked. ``log`` is None for a read of raw ledgers."""
+
+    connection: Connection
+    log: str | None
+    #: ``None`` (a log read), ``"all"``, or the ledger ids asked for.
+    ledgers: str | tuple[int, ...] | None
+    starting: LogPosition
+    #: None: the end of what is readable when the query is planned (``latest``).
+    ending: LogPosition | None
+    split_entries: int
+    max_records_per_trigger: int | None
+    fail_on_data_loss: bool
+
+
+def check_options(options: Mapping[str, str], known: Collection[str], what: str) -> dict[str, str]:
+    """The options as a plain dict keyed by their documented spelling; ConfigurationError for
+    an option not in ``known`` (which holds the documented spellings). ``what`` names the form
+    in the message ("read", "write", ...)."""
+    spelling = {name.lower(): name for name in known}
+    result: dict[str, str] = {}
+    for key, value in options.items():
+        name = spelling.get(str(key).lower())
+        if name is None:
+            allowed = ", ".join(sorted(n for n in known if n != "path"))
+            raise ConfigurationError(
+                f"walkit: unknown option {key!r} for a {what} (known options: {allowed})"
+            )
+        result[name] = str(value)
+    return result
+
+
+def connection(options: Mapping[str, str]) -> Connection:
+    """The ``metadata`` URL (required) and ``password`` options, checked."""
+    url = options.get("metadata", "").strip()
+    if not url:
+        raise ConfigurationError(
+            'walkit: the option "metadata" is required: the metadata URL of the cluster '
+            '(zk://host:port/root or sqlite:///path.db), e.g. .option("metadata", URL)'
+        )
+    if url.startswith("memory://"):
+        raise ConfigurationError(
+            f'walkit: option "metadata" is {url!r}: a memory:// store lives in one process, '
+            "and Spark reads and writes from other processes; use zk:// or sqlite://"
+        )
+    if not url.startswith(_METADATA_SCHEMES):
+        raise ConfigurationError(
+            f'walkit: option "metadata" is {url!r}, not a metadata URL '
+            "(zk://host:port[,host:port...]/root or sqlite:///path.db)"
+        )
+    return Connection(url, options.get("password", "").encode())
+
+
+def log_name(options: Mapping[str, str]) -> str | None:
+    """The log named by the path of ``load``/``save`` (None when there is none)."""
+    path = options.get("path")
+    if path is None or path == "":
+        return None
+    try:
+        return check_log_name(path)
+    except InvalidArgumentError as exc:
+        raise ConfigurationError(f"walkit: bad log name in the path: {exc}") from None
+
+
+def _position(options: Mapping[str, str], name: str, default: str) -> LogPosition:
+    text = options.get(name, default).strip()
+    try:
+        return LogPosition.parse(text)
+    except InvalidArgumentError:
+        raise ConfigurationError(
+            f"walkit: option {name!r} is {text!r}: expected earliest, latest, or a log "
+            "position SEQ:ENTRY such as 3:17"
+        ) from None
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    text = options.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigurationError(f"walkit: option {name!r} is {text!r}: expected an integer >= 1")
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name)
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ConfigurationError(f"walkit: option {name!r} is {text!r}: expected true or false")
+
+
+def _ledgers(text: str) -> str | tuple[int, ...]:
+    stripped = text.strip()
+    if stripped.lower() == "all":
+        return "all"
+    ids: list[int] = []
+    for part in stripped.split(","):
+        part = part.strip()
+        if not part.isdigit() or len(part) > 19:
+            raise ConfigurationError(
+                f"walkit: option 'ledgers' is {text!r}: expected all, or ledger ids separated "
+                "by commas such as 12,15"
+            )
+        if int(part) not in ids:
+            ids.append(int(part))
+    return tuple(ids)
+
+
+def read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Check the options of a read (ConfigurationError naming the option)."""
+    what = "streaming read" if streaming else "read"
+    options = check_options(raw, READ_OPTIONS, what)
+    conn = connection(options)
+    name = log_name(options)
+    ledgers_text = options.get("ledgers")
+    ledgers: str | tuple[int, ...] | None = None
+    if ledgers_text is not None:
+        if name is not None:
+            raise ConfigurationError(
+                f"walkit: option 'ledgers' reads raw ledgers and takes no path, but the path "
+                f"names the log {name!r}: use one or the other"
+            )
+        if streaming:
+            raise ConfigurationError(
+                "walkit: option 'ledgers' is for batch reads; a streaming read reads a log"
+            )
+        ledgers = _ledgers(ledgers_text)
+        log_only = ("startingPosition", "endingPosition", "maxRecordsPerTrigger")
+        for option in log_only:
+            if option in options:
+                raise ConfigurationError(
+                    f"walkit: option {option!r} applies to a log read, not to 'ledgers'"
+                )
+    elif name is None:
+        raise ConfigurationError(
+            'walkit: name the log to read, as in .load("orders"), or read raw ledgers '
+            'with .option("ledgers", "all") or .option("ledgers", "12,15")'
+        )
+    starting = _position(options, "startingPosition", "earliest")
+    ending_text = options.get("endingPosition")
+    ending: LogPosition | None = None
+    if ending_text is not None:
+        if streaming:
+            raise ConfigurationError(
+                "walkit: option 'endingPosition' is for batch reads; a stream never ends"
+            )
+        ending = _position(options, "endingPosition", "latest")
+        if ending == LogPosition.LATEST:
+            ending = None
+    max_records = _positive(options, "maxRecordsPerTrigger")
+    if max_records is not None and not streaming:
+        raise ConfigurationError(
+            "walkit: option 'maxRecordsPerTrigger' is for streaming reads (spark.readStream)"
+        )
+    return ReadOptions(
+        connection=conn,
+        log=name,
+        ledgers=ledgers,
+        starting=starting,
+        ending=ending,
+        split_entries=_positive(options, "splitEntries") or DEFAULT_SPLIT_ENTRIES,
+        max_records_per_trigger=max_records,
+        fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
+    )

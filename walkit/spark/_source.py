@@ -1,0 +1,91 @@
+"""The ``walkit`` data source: Spark's entry point, which hands out readers and writers.
+
+Spark creates the data source in a Python process of its own (on the driver for planning, on
+the executors for reading), from the options of the query; everything here must pickle. The
+readers live in ``_read*.py``, the writers in ``_write.py``; this module only picks one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+from pyspark.sql.datasource import DataSource
+
+from walkit.spark._options import read_options
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+
+__all__ = ["PUSHDOWN_CONF", "WalkitDataSource", "source_class"]
+
+#: The Spark conf that lets a Python data source take filters.
+PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
+
+
+class WalkitDataSource(DataSource):
+    """Logs and ledgers of a walkit cluster as a Spark data source (format ``"walkit"``).
+
+    A path names a log (``.load("orders")``); the option ``ledgers`` instead reads raw ledgers.
+    """
+
+    #: Whether batch readers take filters (see :func:`walkit.spark.register`).
+    push_filters: bool = False
+
+    @classmethod
+    def name(cls) -> str:
+        return "walkit"
+
+    def schema(self) -> StructType | str:
+        from walkit.spark._read_schema import LEDGER_SCHEMA, LOG_SCHEMA
+
+        ledgers = any(str(key).lower() == "ledgers" for key in self.options)
+        return LEDGER_SCHEMA if ledgers else LOG_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = read_options(self.options, streaming=False)
+        if options.ledgers is not None:
+            from walkit.spark._read_ledgers import LedgersReader
+
+            return LedgersReader(options)
+        from walkit.spark._read_log import FilteringLogReader, LogReader
+
+        return FilteringLogReader(options) if self.push_filters else LogReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from walkit.spark._read_stream import LogStreamReader
+
+        reader: DataSourceStreamReader = LogStreamReader(read_options(self.options, streaming=True))
+        return reader
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        # The write side lives in walkit.spark._write (imported only when a query writes).
+        write = importlib.import_module("walkit.spark._write")
+        writer: DataSourceWriter = write.batch_writer(dict(self.options), schema, overwrite)
+        return writer
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        write = importlib.import_module("walkit.spark._write")
+        writer: DataSourceStreamWriter = write.stream_writer(dict(self.options), schema, overwrite)
+        return writer
+
+
+class _PushdownWalkitDataSource(WalkitDataSource):
+    """The same source, with filter pushdown (needs :data:`PUSHDOWN_CONF` on)."""
+
+    push_filters = True
+
+    @classmethod
+    def name(cls) -> str:
+        return "walkit"
+
+
+def source_class(push_filters: bool) -> type[Any]:
+    """The data source class to register."""
+    return _PushdownWalkitDataSource if push_filters else WalkitDataSource
