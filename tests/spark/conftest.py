@@ -84,6 +84,7 @@ def spark() -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("walkit-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.memory", "512m")
@@ -106,7 +107,8 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessC
     """Three real bookie processes on loopback with sqlite metadata, for the Spark tests."""
     _require_spark()
     root = tmp_path_factory.mktemp("spark-cluster")
-    url = f"sqlite://{root / 'metadata.db'}"
+    # A generous session timeout: Spark's JVM and workers share the 2 cores with the bookies.
+    url = f"sqlite://{root / 'metadata.db'}?session_timeout=30"
     with process_cluster(url, root, 3) as cluster:
         yield cluster
 

@@ -1,0 +1,263 @@
+"""The trio side of the Spark readers: metadata on the driver, entries on the executors.
+
+Spark calls the readers synchronously. The driver's planning runs one ``trio.run`` per call
+(:func:`run`). An executor task reads its partition in a trio loop on a thread of its own with
+one client (:func:`read_chunks`): that loop fetches the next chunk of entries from the bookies
+(pipelined reads) while the task's thread turns the previous one into an Arrow batch for Spark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar, final
+
+import attrs
+import trio
+
+from walkit._core.ledger_metadata import LedgerMetadata
+from walkit._core.log_metadata import LogMetadata
+from walkit._core.types import Entry
+from walkit._logging import get_logger
+from walkit.client import Client
+from walkit.errors import (
+    NoSuchLedgerError,
+    NoSuchLogError,
+    UnauthorizedAccessError,
+)
+from walkit.ledger import LedgerReader
+from walkit.ledger._core import check_password
+from walkit.log._store import read_log
+from walkit.spark._options import Connection
+from walkit.spark._read_plan import LedgerView, Range
+
+log = get_logger(__name__)
+
+__all__ = ["Chunk", "LogState", "ledger_state", "log_state", "read_chunks", "run"]
+
+T = TypeVar("T")
+
+#: Entries fetched by one read call of an executor (one Arrow batch).
+CHUNK_ENTRIES: Final = 8192
+#: Chunks read ahead of the one Spark is consuming.
+PREFETCH: Final = 2
+#: Rounds of "the ledger list changed under us" before planning gives up.
+_PLAN_ROUNDS: Final = 10
+
+
+def run(func: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``trio.run`` for the synchronous Spark callbacks."""
+    return trio.run(func, *args)
+
+
+def _client(conn: Connection) -> contextlib.AbstractAsyncContextManager[Client]:
+    return Client.connect(conn.metadata)
+
+
+def _check_password(md: LedgerMetadata, conn: Connection, what: str) -> None:
+    try:
+        check_password(md, conn.password)
+    except UnauthorizedAccessError:
+        raise UnauthorizedAccessError(
+            f"walkit: wrong password for {what} (ledger {md.ledger_id}): check the option "
+            "'password'"
+        ) from None
+
+
+async def _last_readable(client: Client, md: LedgerMetadata, password: bytes) -> int:
+    """The last entry of a closed ledger, or the LAC of an open one as a reader that does
+    not fence sees it."""
+    if md.is_closed:
+        return md.last_entry_id
+    reader = await client.open_ledger(md.ledger_id, password=password)
+    return reader.last_add_confirmed
+
+
+@final
+@attrs.frozen
+class LogState:
+    """The log's metadata and its ledgers from ``from_seq`` on, as the planner needs them."""
+
+    metadata: LogMetadata
+    ledgers: tuple[LedgerView, ...]
+
+
+async def log_state(conn: Connection, name: str, from_seq: int) -> LogState:
+    """Read the log and the state of its ledgers from sequence number ``from_seq`` on."""
+    async with _client(conn) as client:
+        return await _log_state(client, conn, name, from_seq)
+
+
+async def _log_state(client: Client, conn: Connection, name: str, from_seq: int) -> LogState:
+    core = client.core
+    for _round in range(_PLAN_ROUNDS):
+        try:
+            md, _version = await core.retry_metadata(functools.partial(read_log, core.store, name))
+        except NoSuchLogError:
+            raise NoSuchLogError(
+                f"walkit: no log named {name!r} (the path of load) in {client!r}"
+            ) from None
+        views: list[LedgerView] = []
+        try:
+            for ledger in md.ledgers:
+                if ledger.seq < from_seq and ledger != md.last:
+                    continue  # (the last one tells where ``latest`` is)
+                lmd = await client.ledger_metadata(ledger.ledger_id)
+                _check_password(lmd, conn, f"log {name!r}")
+                last = await _last_readable(client, lmd, conn.password)
+                views.append(LedgerView(ledger.seq, ledger.ledger_id, lmd.is_closed, last))
+        except NoSuchLedgerError:
+            continue  # truncated or dropped since the list was read: read it again
+        return LogState(md, tuple(views))
+    raise NoSuchLedgerError(f"walkit: the ledgers of log {name!r} kept changing while planning")
+
+
+async def ledger_state(
+    conn: Connection, ledgers: str | tuple[int, ...]
+) -> list[tuple[LedgerMetadata, int]]:
+    """The metadata and last readable entry of each ledger asked for (``"all"``: every
+    ledger of the cluster; ledgers deleted meanwhile are left out of ``all``)."""
+    async with _client(conn) as client:
+        wanted = await client.list_ledgers() if isinstance(ledgers, str) else list(ledgers)
+        result: list[tuple[LedgerMetadata, int]] = []
+        for ledger_id in wanted:
+            try:
+                md = await client.ledger_metadata(ledger_id)
+            except NoSuchLedgerError:
+                if ledgers == "all":
+                    continue
+                raise NoSuchLedgerError(
+                    f"walkit: option 'ledgers' names ledger {ledger_id}, which does not exist"
+                ) from None
+            _check_password(md, conn, f"ledger {ledger_id}")
+            result.append((md, await _last_readable(client, md, conn.password)))
+        return result
+
+
+# --- executors -----------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class Chunk:
+    """Entries ``first..`` of one range, in order."""
+
+    range: Range
+    entries: Sequence[Entry]
+
+
+_DONE: Final = object()
+
+
+@final
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+@final
+class _Control:
+    """How the consuming thread stops the trio loop early."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.token: trio.lowlevel.TrioToken | None = None
+        self.scope: trio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        self.stop.set()
+        token, scope = self.token, self.scope
+        if token is not None and scope is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(scope.cancel)
+
+
+def read_chunks(
+    conn: Connection,
+    ranges: Sequence[Range],
+    *,
+    on_missing: Callable[[Range], None] | None = None,
+    chunk_entries: int = CHUNK_ENTRIES,
+) -> Iterator[Chunk]:
+    """The entries of ``ranges``, in order, in chunks, read by a trio loop on a thread of its
+    own. ``on_missing(range)`` is called for a range whose ledger no longer exists (it raises to
+    fail the read, or returns to skip the range); without it NoSuchLedgerError is raised."""
+    items: queue.Queue[object] = queue.Queue(maxsize=PREFETCH)
+    control = _Control()
+
+    def main() -> None:
+        try:
+            trio.run(_produce, conn, ranges, items, control, on_missing, chunk_entries)
+        except BaseException as exc:
+            items.put(_Failure(exc))
+        else:
+            items.put(_DONE)
+
+    thread = threading.Thread(target=main, name="walkit-spark-read", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            assert isinstance(item, Chunk)
+            yield item
+    finally:
+        control.cancel()
+        while thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                items.get(timeout=0.05)
+        thread.join()
+
+
+async def _produce(
+    conn: Connection,
+    ranges: Sequence[Range],
+    items: queue.Queue[object],
+    control: _Control,
+    on_missing: Callable[[Range], None] | None,
+    chunk_entries: int,
+) -> None:
+    with trio.CancelScope() as scope:
+        control.token = trio.lowlevel.current_trio_token()
+        control.scope = scope
+        if control.stop.is_set():
+            return
+        async with _client(conn) as client:
+            for rng in ranges:
+                try:
+                    reader = await client.open_ledger(rng.ledger_id, password=conn.password)
+                except NoSuchLedgerError:
+                    if on_missing is None:
+                        raise
+                    on_missing(rng)
+                    continue
+                await _read_range(reader, rng, items, control, chunk_entries)
+                if control.stop.is_set():
+                    return
+
+
+async def _read_range(
+    reader: LedgerReader,
+    rng: Range,
+    items: queue.Queue[object],
+    control: _Control,
+    chunk_entries: int,
+) -> None:
+    first = rng.first
+    while first <= rng.last:
+        last = min(rng.last, first + chunk_entries - 1)
+        entries = await reader.read(first, last)
+        chunk = Chunk(rng, entries)
+        try:
+            items.put_nowait(chunk)
+        except queue.Full:
+            await trio.to_thread.run_sync(items.put, chunk, abandon_on_cancel=True)
+        if control.stop.is_set():
+            return
+        first = last + 1

@@ -1,0 +1,237 @@
+"""Batch read of a log: ``spark.read.format("walkit").option("metadata", URL).load("orders")``.
+
+The driver plans (``partitions``): it reads the log's metadata and each ledger's state and cuts
+the entries to read into ranges of at most ``splitEntries`` entries. Each Spark task reads its
+ranges straight from the bookies and yields Arrow record batches (``read``). Nothing is fenced:
+an open ledger is read up to its LAC, so the log's writer goes on appending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, final
+
+import attrs
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from walkit._core.log_position import MAX_COMPONENT, LogPosition
+from walkit._logging import get_logger
+from walkit.errors import InvalidArgumentError, LogTruncatedError
+from walkit.spark._options import ReadOptions
+from walkit.spark._read_io import Chunk, LogState, log_state, read_chunks, run
+from walkit.spark._read_plan import Range, pack, plan_log, resolve_latest
+from walkit.spark._read_schema import LOG_ARROW
+
+log = get_logger(__name__)
+
+__all__ = ["FilteringLogReader", "LogPartition", "LogReader", "log_batch", "read_log_ranges"]
+
+
+class LogPartition(InputPartition):
+    """One Spark task's share of a log read: ranges of entries, in log order."""
+
+    def __init__(self, log: str, ranges: tuple[Range, ...]) -> None:
+        super().__init__(ranges)
+        self.log = log
+        self.ranges = ranges
+
+
+def log_batch(name: str, chunk: Chunk) -> pa.RecordBatch:
+    """One chunk of entries as rows of the log schema."""
+    rng, entries = chunk.range, chunk.entries
+    count = len(entries)
+    first = entries[0].entry_id if entries else rng.first
+    entry_ids = pa.array(range(first, first + count), pa.int64())
+    positions = pc.binary_join_element_wise(f"{rng.seq}:", pc.cast(entry_ids, pa.string()), "")
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(name, pa.string()), count),
+            positions,
+            pa.repeat(pa.scalar(rng.seq, pa.int64()), count),
+            pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), count),
+            entry_ids,
+            pa.array([entry.payload for entry in entries], pa.binary()),
+        ],
+        schema=LOG_ARROW,
+    )
+
+
+def read_log_ranges(options: ReadOptions, name: str, ranges: Sequence[Range]) -> Iterator[Any]:
+    """The rows of ``ranges`` as Arrow batches (what a task of a log read yields)."""
+
+    def missing(rng: Range) -> None:
+        message = (
+            f"walkit: ledger {rng.ledger_id} (sequence {rng.seq}) of log {name!r} was deleted "
+            "after the query was planned (the log was truncated)"
+        )
+        if options.fail_on_data_loss:
+            raise LogTruncatedError(
+                f"{message}; set the option failOnDataLoss to false to skip what is gone"
+            )
+        log.warning("spark_read_skipped_deleted_ledger", log=name, ledger_id=rng.ledger_id)
+
+    for chunk in read_chunks(options.connection, ranges, on_missing=missing):
+        if chunk.entries:
+            yield log_batch(name, chunk)
+
+
+def start_position(
+    options: ReadOptions, name: str, state: LogState, asked: LogPosition
+) -> LogPosition:
+    """Where a read asked to start at ``asked`` starts: LATEST resolved, and never before the
+    truncation point (LogTruncatedError for an explicit position before it, unless
+    failOnDataLoss is false)."""
+    md = state.metadata
+    if asked == LogPosition.LATEST:
+        return resolve_latest(state.ledgers, md.next_seq)
+    if asked < md.truncated:
+        if asked != LogPosition.EARLIEST and options.fail_on_data_loss:
+            raise LogTruncatedError(
+                f"walkit: log {name!r} is truncated at {md.truncated}: the records from "
+                f"{asked} up to it are gone (set the option failOnDataLoss to false to start "
+                "at the truncation point)"
+            )
+        if asked != LogPosition.EARLIEST:
+            log.warning(
+                "spark_read_truncated_start", log=name, asked=str(asked), start=str(md.truncated)
+            )
+        return md.truncated
+    return asked
+
+
+@attrs.define
+class _Bounds:
+    """What pushed-down filters allow (all bounds inclusive)."""
+
+    seq_low: int = 0
+    seq_high: int = MAX_COMPONENT
+    seqs: frozenset[int] | None = None
+    positions: frozenset[LogPosition] | None = None
+
+    def keep(self, rng: Range) -> Iterable[Range]:
+        if not self.seq_low <= rng.seq <= self.seq_high:
+            return ()
+        if self.seqs is not None and rng.seq not in self.seqs:
+            return ()
+        if self.positions is None:
+            return (rng,)
+        return tuple(
+            Range(rng.seq, rng.ledger_id, pos.entry_id, pos.entry_id)
+            for pos in sorted(self.positions)
+            if pos.ledger_seq == rng.seq and rng.first <= pos.entry_id <= rng.last
+        )
+
+
+class LogReader(DataSourceReader):
+    """The batch reader of one log."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        assert options.log is not None
+        self.options = options
+        self.name: str = options.log
+        self.bounds = _Bounds()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        options = self.options
+        asked = options.starting
+        state = run(log_state, options.connection, self.name, asked.ledger_seq)
+        start = start_position(options, self.name, state, asked)
+        plan = plan_log(state.ledgers, start, options.ending)
+        ranges = [kept for rng in plan.ranges for kept in self.bounds.keep(rng)]
+        log.info(
+            "spark_read_planned",
+            log=self.name,
+            start=str(start),
+            end=str(plan.end),
+            records=sum(r.count for r in ranges),
+        )
+        parts = [LogPartition(self.name, group) for group in pack(ranges, options.split_entries)]
+        return parts or [LogPartition(self.name, ())]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, LogPartition)
+        return read_log_ranges(self.options, partition.log, partition.ranges)
+
+
+def _int_value(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def _canonical_position(value: Any) -> LogPosition | None:
+    """The position a string equal to a ``position`` value names (None: no row can hold it)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        pos = LogPosition.parse(value)
+    except InvalidArgumentError:
+        return None
+    return pos if not pos.is_sentinel and str(pos) == value else None
+
+
+@final
+class FilteringLogReader(LogReader):
+    """A log reader that takes filters on ``ledger_seq`` (comparisons, ``=``, ``IN``) and on
+    ``position`` (``=``, ``IN``: a position string compares as text, so ranges of it stay
+    with Spark) and reads only the ledgers and entries they allow."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for flt in filters:
+            if not self._push(flt):
+                yield flt
+
+    def _push(self, flt: Filter) -> bool:
+        column = getattr(flt, "attribute", ())
+        bounds = self.bounds
+        if column == ("ledger_seq",):
+            if isinstance(flt, In):
+                values = {_int_value(v) for v in flt.value}
+                if None in values:
+                    return False
+                seqs = frozenset(v for v in values if v is not None)
+                bounds.seqs = seqs if bounds.seqs is None else bounds.seqs & seqs
+                return True
+            value = _int_value(getattr(flt, "value", None))
+            if value is None:
+                return False
+            if isinstance(flt, EqualTo):
+                bounds.seq_low = max(bounds.seq_low, value)
+                bounds.seq_high = min(bounds.seq_high, value)
+            elif isinstance(flt, GreaterThan):
+                bounds.seq_low = max(bounds.seq_low, value + 1)
+            elif isinstance(flt, GreaterThanOrEqual):
+                bounds.seq_low = max(bounds.seq_low, value)
+            elif isinstance(flt, LessThan):
+                bounds.seq_high = min(bounds.seq_high, value - 1)
+            elif isinstance(flt, LessThanOrEqual):
+                bounds.seq_high = min(bounds.seq_high, value)
+            else:
+                return False
+            return True
+        if column == ("position",):
+            if isinstance(flt, EqualTo):
+                texts: tuple[Any, ...] = (flt.value,)
+            elif isinstance(flt, In):
+                texts = tuple(flt.value)
+            else:
+                return False
+            found = {_canonical_position(text) for text in texts}
+            positions = frozenset(p for p in found if p is not None)
+            bounds.positions = (
+                positions if bounds.positions is None else bounds.positions & positions
+            )
+            return True
+        return False

@@ -1,0 +1,151 @@
+"""Streaming read of a log: ``spark.readStream.format("walkit").option("metadata", URL)
+.load("orders")``.
+
+Offsets are log positions, as JSON ``{"position": "SEQ:ENTRY"}``: the position of the next
+record to read. A micro-batch reads ``[start, end)``; Spark records ``end`` in the query's
+checkpoint before the batch runs and starts the next batch there, so a query restarted from its
+checkpoint resumes right after the last committed position.
+
+``latestOffset`` plans like a batch read (closed ledgers to their end, the first open ledger up
+to its LAC, then stop), bounded by ``maxRecordsPerTrigger`` (Spark's admission control: the
+limit Spark passes wins, e.g. ``ReadAllAvailable`` for ``trigger(availableNow=True)``).
+``partitions`` plans ``[start, end)`` again from the metadata of now: the ledgers before
+``end``'s were closed when ``end`` was chosen, and the end ledger is read up to ``end`` only, so
+the same records come out however often a batch is replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from walkit._core.log_position import LogPosition
+from walkit._logging import get_logger
+from walkit.errors import InvalidArgumentError, LogTruncatedError
+from walkit.spark._options import ReadOptions
+from walkit.spark._read_io import LogState, log_state, run
+from walkit.spark._read_log import LogPartition, read_log_ranges
+from walkit.spark._read_plan import LedgerView, pack, plan_log, resolve_latest
+
+log = get_logger(__name__)
+
+__all__ = ["LogStreamReader", "offset", "offset_position"]
+
+
+def offset(pos: LogPosition) -> dict[str, Any]:
+    """The JSON offset of a position."""
+    return {"position": str(pos)}
+
+
+def offset_position(value: Any) -> LogPosition:
+    """The position of a JSON offset (InvalidArgumentError for anything else)."""
+    if not isinstance(value, dict) or not isinstance(value.get("position"), str):
+        raise InvalidArgumentError(f'walkit: bad offset {value!r}: expected {{"position": ...}}')
+    return LogPosition.parse(value["position"])
+
+
+class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The streaming reader of one log."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        assert options.log is not None
+        self.options = options
+        self.name: str = options.log
+        #: With ``trigger(availableNow=True)``: where the query stops.
+        self.target: LogPosition | None = None
+
+    # --- offsets ---------------------------------------------------------------------------
+
+    def _state(self, from_seq: int) -> LogState:
+        return run(log_state, self.options.connection, self.name, from_seq)
+
+    def _check_truncation(self, state: LogState, start: LogPosition) -> LogPosition:
+        """``start``, or the truncation point if records from ``start`` on were truncated away
+        (LogTruncatedError unless failOnDataLoss is false)."""
+        truncated = state.metadata.truncated
+        if start >= truncated:
+            return start
+        message = (
+            f"walkit: log {self.name!r} is truncated at {truncated}: the records from {start} "
+            "up to it are gone before the stream read them"
+        )
+        if self.options.fail_on_data_loss:
+            raise LogTruncatedError(
+                f"{message} (set the option failOnDataLoss to false to skip them)"
+            )
+        log.warning(
+            "spark_stream_skipped_truncated", log=self.name, start=str(start), to=str(truncated)
+        )
+        return truncated
+
+    def initialOffset(self) -> dict[str, Any]:
+        asked = self.options.starting
+        state = self._state(asked.ledger_seq)
+        if asked == LogPosition.LATEST:
+            start = resolve_latest(state.ledgers, state.metadata.next_seq)
+        elif asked == LogPosition.EARLIEST:
+            start = max(asked, state.metadata.truncated)
+        else:
+            start = self._check_truncation(state, asked)
+        log.info("spark_stream_start", log=self.name, start=str(start))
+        return offset(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        state = self._state(0)
+        start = max(LogPosition.EARLIEST, state.metadata.truncated)
+        self.target = plan_log(state.ledgers, start).end
+        log.info("spark_stream_available_now", log=self.name, target=str(self.target))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = offset_position(start)
+        state = self._state(begin.ledger_seq)
+        begin = self._check_truncation(state, begin)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if self.target is not None and self.target <= begin:
+            return offset(begin)
+        plan = plan_log(state.ledgers, begin, self.target, max_rows)
+        return offset(plan.end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None
+
+    # --- batches ---------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, finish = offset_position(start), offset_position(end)
+        if begin >= finish:
+            return []
+        state = self._state(begin.ledger_seq)
+        begin = self._check_truncation(state, begin)
+        # The end ledger's entries before ``finish`` were confirmed when ``finish`` was chosen:
+        # read them even if the LAC seen now is lower (another bookie answered this time).
+        views = [
+            LedgerView(v.seq, v.ledger_id, v.closed, max(v.last, finish.entry_id - 1))
+            if v.seq == finish.ledger_seq
+            else v
+            for v in state.ledgers
+        ]
+        plan = plan_log(views, begin, finish)
+        return [
+            LogPartition(self.name, group)
+            for group in pack(plan.ranges, self.options.split_entries)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, LogPartition)
+        return read_log_ranges(self.options, partition.log, partition.ranges)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
