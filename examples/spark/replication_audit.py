@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import trio
+from _session import by_value, session
 
 import walkit
 from walkit._core.distribution import write_set
@@ -198,7 +199,7 @@ def audit(
     state (missing/corrupt/unreachable), copies, entries (sorted list)."""
     from pyspark.sql import functions as F
 
-    by_value()
+    by_value(__name__)
     units = trio.run(plan, url, ledgers, password, chunk)
     summary = {
         "ledgers": len({u["ledger_id"] for u in units}),
@@ -284,34 +285,6 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     print_report(problems, summary)
     return 1 if problems else 0
-
-
-def by_value() -> None:
-    """Ship this module's functions to the executors by value when it was imported (by a
-    test) rather than run: the executors cannot import it."""
-    if __name__ != "__main__":
-        from pyspark import cloudpickle
-
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def session(master: str, name: str) -> tuple[Any, bool]:
-    """The active SparkSession (a test's, say), or a new local one that the caller stops."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(name)
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, True
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from tests._cluster import ProcessCluster
-from walkit import Client
+from walkit import Client, Log
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "spark"
 
@@ -76,3 +76,108 @@ def test_replication_audit_finds_the_copies_a_dead_bookie_missed(
     out = capsys.readouterr().out
     assert f"{victim:<22} missing      {n:>7}  {first}-14" in out
     assert f"audited 2 ledgers, 25 entries, 65 copies: {n} missing, 0 corrupt" in out
+
+
+async def append_records(url: str, name: str, payloads: list[bytes], roll: int = 7) -> None:
+    async with Client.connect(url) as client:
+        owner = await Log.open(client, name, roll_entries=roll)
+        async with owner.writer() as w:
+            for payload in payloads:
+                await w.append(payload)
+
+
+def read_records(url: str, name: str) -> list[tuple[str, bytes]]:
+    async def main() -> list[tuple[str, bytes]]:
+        async with Client.connect(url) as client:
+            owner = await Log.open(client, name, create=False)
+            return [(str(r.position), r.payload) async for r in owner.reader(follow=False)]
+
+    return trio.run(main)
+
+
+def parquet_records(path: Path) -> list[tuple[str, bytes]]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(path), columns=["position", "payload", "ledger_seq", "entry_id"])
+    rows = sorted(table.to_pylist(), key=lambda r: (r["ledger_seq"], r["entry_id"]))
+    return [(r["position"], r["payload"]) for r in rows]
+
+
+def test_export_to_parquet_batch_and_streaming(
+    spark: Any, spark_metadata: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = example("export_parquet")
+    url = spark_metadata
+    name = "export-log"
+    trio.run(append_records, url, name, [b"a%02d" % i for i in range(20)])
+    out = tmp_path / "batch"
+    assert export.main(["--metadata", url, "--log", name, "--out", str(out)]) == 0
+    assert f"exported 20 records of log {name} to {out}" in capsys.readouterr().out
+    assert parquet_records(out) == read_records(url, name)
+
+    # Streaming: what is there, then (restarted from the checkpoint) only what came after.
+    stream_out, checkpoint = tmp_path / "stream", tmp_path / "checkpoint"
+    command = ["--metadata", url, "--log", name, "--out", str(stream_out)]
+    command += ["--stream", "--checkpoint", str(checkpoint)]
+    assert export.main(command) == 0
+    assert (
+        f"exported 20 new records of log {name}; {stream_out} holds 20" in capsys.readouterr().out
+    )
+    trio.run(append_records, url, name, [b"b%02d" % i for i in range(9)])  # a takeover, rolls
+    assert export.main(command) == 0
+    assert f"exported 9 new records of log {name}; {stream_out} holds 29" in capsys.readouterr().out
+    assert parquet_records(stream_out) == read_records(url, name)
+
+
+def test_kv_compaction_gives_the_store_a_snapshot_it_starts_from(
+    spark: Any, spark_metadata: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    compact = example("kv_compact")
+    kv_store = sys.modules["kv_store"]  # examples/kv_store.py, imported by the compaction
+    url = spark_metadata
+    name = "kv-compact"
+
+    async def write(changes: Any) -> Any:
+        async with Client.connect(url) as client:
+            owner = await Log.open(client, name, roll_entries=9)
+            store = kv_store.KVStore(owner, snapshot_every=1_000_000)  # no snapshot of its own
+            async with store.primary() as primary:
+                await changes(primary)
+            return store.state.data
+
+    async def restart() -> tuple[Any, int, str]:
+        async with Client.connect(url) as client:
+            store = kv_store.KVStore(await Log.open(client, name), snapshot_every=1_000_000)
+            await store.recover()
+            snap = await store.replica.log.latest_snapshot()
+            return store.state.data, store.replica.applied_count, str(snap.position)
+
+    async def first(primary: Any) -> None:
+        for i in range(20):
+            await primary.set(f"k{i}", f"v{i}")
+        for i in range(0, 20, 3):
+            await primary.delete(f"k{i}")
+        for i in range(5):
+            await primary.set(f"k{i}", f"w{i}")  # deleted ones come back
+
+    expected = trio.run(write, first)
+    assert compact.main(["--metadata", url, "--log", name]) == 0
+    out = capsys.readouterr().out
+    last = read_records(url, name)[-1][0]
+    assert f"log {name}: snapshot at {last} with {len(expected)} keys, from 32 records" in out
+    state, replayed, at = trio.run(restart)
+    assert (state, replayed, at) == (expected, 0, last)  # nothing left to replay
+
+    async def second(primary: Any) -> None:
+        await primary.delete("k1")  # a key that only the snapshot holds
+        await primary.set("k2", "x2")
+        await primary.set("new", "n")
+
+    expected = trio.run(write, second)
+    assert compact.main(["--metadata", url, "--log", name]) == 0
+    out = capsys.readouterr().out
+    assert "from 3 records after " in out and "(3 keys changed, 1 deleted)" in out
+    state, replayed, at = trio.run(restart)
+    assert (state, replayed, at) == (expected, 0, read_records(url, name)[-1][0])
+    assert compact.main(["--metadata", url, "--log", name]) == 0
+    assert "nothing to compact" in capsys.readouterr().out
