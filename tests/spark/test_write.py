@@ -101,6 +101,15 @@ def test_batch_write_then_read_back_in_partition_order(spark: Any, spark_metadat
     got = read_back(spark_metadata, name)
     assert got[-1] == (pos, b"by a writer") and len(got) == 33
 
+    # The Spark reader sees the same; and a log read with it copies into another log as it
+    # is (the reader's columns are ignored; partitions follow the log's order).
+    source = spark.read.format("walkit").option("metadata", spark_metadata).load(name)
+    rows = source.orderBy("ledger_seq", "entry_id").select("position", "payload").collect()
+    assert [(LogPosition.parse(r.position), bytes(r.payload)) for r in rows] == got
+    copy = log_name("copy")
+    write(source, spark_metadata, copy)
+    assert [p for _, p in read_back(spark_metadata, copy)] == [p for _, p in got]
+
 
 def test_an_aborted_write_leaves_nothing_visible_and_no_ledgers(
     spark: Any, spark_metadata: str
