@@ -221,3 +221,39 @@ async def test_link_refuses_ledgers_that_are_not_staged_for_the_log(
         with pytest.raises(InvalidArgumentError, match="belongs to the log already"):
             await log.link_ledgers([good[0], foreign[0]])
         assert [r.payload for r in await read_all(log)] == [b"z0", b"z1"]
+
+
+async def test_a_tailing_reader_follows_a_link_between_two_writers(
+    memory_url: str, tmp_path: Path
+) -> None:
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "tailed", roll_entries=4)
+        history = LogHistory()
+        seen: list[LogRecord] = []
+        total = 6 + 5 + 3
+
+        async def tail(task_status: trio.TaskStatus[None]) -> None:
+            reader = log.reader(LogPosition.EARLIEST)
+            task_status.started()
+            async for rec in reader:
+                seen.append(rec)
+                if len(seen) == total:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(tail)
+            w1 = await log.writer()
+            for i in range(6):
+                await history.append("w1", w1, b"w1-%d" % i)
+            staged = await stage(log, "j", 0, [b"bulk-%d" % i for i in range(5)])
+            result = await log.link_ledgers([staged[0]], job="j")
+            with pytest.raises(WriterFencedError):
+                await w1.append(b"late")
+            async with log.writer() as w2:
+                for i in range(3):
+                    await history.append("w2", w2, b"w2-%d" % i)
+        everything = await read_all(log)
+        history.check(seen, everything)
+        payloads = [r.payload for r in seen]
+        assert payloads[6:11] == [b"bulk-%d" % i for i in range(5)]
+        assert seen[6].position == result.first
