@@ -162,7 +162,7 @@ async def test_empty_and_open_staged_ledgers(memory_url: str, tmp_path: Path) ->
 
 async def test_discarding_and_leftovers_of_failed_attempts(memory_url: str, tmp_path: Path) -> None:
     async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
-        log = await Log.open(client, "jobs")
+        log = await Log.open(client, "jobs", password=b"secret")
         other = await Log.open(client, "other-log")
         failed = [await stage(log, "dead-job", p, [b"d%d" % p]) for p in range(3)]
         mine = await stage(other, "dead-job", 0, [b"other"])

@@ -178,15 +178,16 @@ async def discard_staged(
             "discarding every job's staged ledgers needs created_before_ms (jobs under way "
             "would lose theirs)"
         )
-    deleted: list[int] = []
-    for staged in await staged_ledgers(owner, job):
-        if created_before_ms is not None and staged.ctime_ms >= created_before_ms:
-            continue
-        try:
-            await owner.client.delete_ledger(staged.ledger_id)
-        except NoSuchLedgerError:
-            continue
-        deleted.append(staged.ledger_id)
+    doomed = [
+        staged.ledger_id
+        for staged in await staged_ledgers(owner, job)
+        if created_before_ms is None or staged.ctime_ms < created_before_ms
+    ]
+    # Through the log's own deletion (it knows the ledgers' password); what is gone after it
+    # was deleted (a failure to delete leaves the ledger for the next sweep, never a hole).
+    await owner._delete_ledgers(doomed, "discarded")
+    remaining = set(await owner.client.list_ledgers()) if doomed else set()
+    deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
     if deleted:
         log.info("log_staged_discarded", log=owner.name, job=job, ledgers=deleted)
     return deleted
