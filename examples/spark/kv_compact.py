@@ -128,7 +128,8 @@ def compact(spark: Any, url: str, name: str, password: str = "") -> dict[str, An
     state = dict(base)
     for row in per_key:
         if row["entry"] is None:
-            report["deleted"] += int(state.pop(row["key"], None) is not None)
+            report["deleted"] += 1
+            state.pop(row["key"], None)
         else:
             state[row["key"]] = json.loads(row["entry"])
     last = max((row["last"]["ledger_seq"], row["last"]["entry_id"]) for row in per_key)
