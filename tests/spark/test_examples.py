@@ -43,9 +43,9 @@ def test_replication_audit_finds_the_copies_a_dead_bookie_missed(
             try:
                 for i in range(10):
                     await lw.append(b"while down %d" % i)
+                await lw.close()  # before the bookie is back: nothing is sent to it again
             finally:
                 await trio.to_thread.run_sync(bookie.start)
-            await lw.close()
             healthy = await client.create_ledger(3, 2, 2)
             await healthy.append_batch([b"h%d" % i for i in range(10)])
             await healthy.close()
