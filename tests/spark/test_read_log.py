@@ -23,10 +23,6 @@ async def plain_read(url: str, name: str) -> list[tuple[str, bytes]]:
         return [(str(rec.position), rec.payload) async for rec in log.reader(follow=False)]
 
 
-async def spark_rows(df: Any) -> list[Any]:
-    return await trio.to_thread.run_sync(df.collect)
-
-
 def load(spark: Any, url: str, name: str, **options: Any) -> Any:
     reader = spark.read.format("walkit").option("metadata", url)
     for key, value in options.items():
@@ -47,8 +43,14 @@ async def test_batch_read_equals_plain_reader_across_rolls_and_takeover(
         async with log.writer() as second:
             await second.append_batch([b"b%03d" % i for i in range(90)])
             expected = await plain_read(url, name)
-            rows = await spark_rows(
-                load(spark, url, name, splitEntries=25).orderBy("ledger_seq", "entry_id")
+            # Every Spark call runs on a thread (even building the DataFrame asks a Python
+            # worker for the schema): the test's client keeps its metadata session alive.
+            rows = await trio.to_thread.run_sync(
+                lambda: (
+                    load(spark, url, name, splitEntries=25)
+                    .orderBy("ledger_seq", "entry_id")
+                    .collect()
+                )
             )
             # The read did not fence the writer: it keeps appending.
             await second.append_batch([b"after the read"] * 3)

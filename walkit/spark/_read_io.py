@@ -132,7 +132,7 @@ async def ledger_state(
                 raise NoSuchLedgerError(
                     f"walkit: option 'ledgers' names ledger {ledger_id}, which does not exist"
                 ) from None
-            _check_password(md, conn, f"ledger {ledger_id}")
+            _check_password(md, conn, "the option 'ledgers'")
             result.append((md, await _last_readable(client, md, conn.password)))
         return result
 

@@ -1,0 +1,78 @@
+"""The read planner (pure): what a Spark read of a log covers, and how it is split."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from walkit import LogPosition
+from walkit.spark._read_plan import LedgerView, Range, pack, plan_log, resolve_latest
+
+P = LogPosition.parse
+
+
+def test_closed_ledgers_then_the_first_open_one_up_to_its_lac() -> None:
+    ledgers = [
+        LedgerView(1, 10, True, 4),
+        LedgerView(3, 12, True, -1),  # empty (seq 2 was dropped)
+        LedgerView(4, 13, True, 2),
+        LedgerView(5, 14, False, 6),
+    ]
+    plan = plan_log(ledgers, LogPosition.EARLIEST)
+    assert plan.ranges == (Range(1, 10, 0, 4), Range(4, 13, 0, 2), Range(5, 14, 0, 6))
+    assert plan.end == P("5:7")
+    # Resuming at the end finds nothing new until the LAC moves.
+    assert plan_log(ledgers, plan.end).ranges == ()
+    assert plan_log(ledgers, plan.end).end == P("5:7")
+
+
+def test_a_roll_in_progress_stops_the_read_at_the_old_ledger() -> None:
+    # The new ledger 6 is listed, the old 5 is not closed yet: its tail may still be coming.
+    ledgers = [LedgerView(5, 14, False, 6), LedgerView(6, 15, False, 3)]
+    plan = plan_log(ledgers, P("5:2"))
+    assert plan.ranges == (Range(5, 14, 2, 6),)
+    assert plan.end == P("5:7")
+    # Once 5 is closed (at 9: three more entries), the next plan reads them, then 6.
+    closed = [LedgerView(5, 14, True, 9), LedgerView(6, 15, False, 3)]
+    plan = plan_log(closed, P("5:7"))
+    assert plan.ranges == (Range(5, 14, 7, 9), Range(6, 15, 0, 3))
+    assert plan.end == P("6:4")
+
+
+def test_end_position_and_record_budget() -> None:
+    ledgers = [LedgerView(1, 10, True, 9), LedgerView(2, 11, True, 9), LedgerView(3, 12, False, 9)]
+    assert plan_log(ledgers, P("1:5"), P("2:3")).ranges == (Range(1, 10, 5, 9), Range(2, 11, 0, 2))
+    assert plan_log(ledgers, P("1:5"), P("2:3")).end == P("2:3")
+    assert plan_log(ledgers, P("1:0"), LogPosition.EARLIEST).ranges == ()
+    budget = plan_log(ledgers, P("1:8"), None, 5)
+    assert budget.ranges == (Range(1, 10, 8, 9), Range(2, 11, 0, 2))
+    assert budget.end == P("2:3") and budget.count == 5
+    exact = plan_log(ledgers, P("1:0"), None, 10)
+    assert exact.end == P("1:10") and exact.count == 10
+    assert plan_log(ledgers, exact.end, None, 1).ranges == (Range(2, 11, 0, 0),)
+
+
+def test_resolve_latest() -> None:
+    assert resolve_latest([], 7) == P("7:0")
+    ledgers = [LedgerView(1, 10, True, 9), LedgerView(2, 11, False, 4)]
+    assert resolve_latest(ledgers, 3) == P("2:5")
+
+
+def test_pack_cuts_big_ranges_and_groups_small_ones() -> None:
+    ranges = [Range(1, 10, 0, 9), Range(2, 11, 0, 2), Range(3, 12, 5, 29)]
+    parts = pack(ranges, 8)
+    assert [sum(r.count for r in p) for p in parts] == [8, 8, 8, 8, 6]
+    flat = [(r.seq, e) for p in parts for r in p for e in range(r.first, r.last + 1)]
+    expected = [(r.seq, e) for r in ranges for e in range(r.first, r.last + 1)]
+    assert flat == expected
+    assert parts[1] == (Range(1, 10, 8, 9), Range(2, 11, 0, 2), Range(3, 12, 5, 7))
+    assert pack([], 8) == []
+
+
+def test_import_without_the_extra_names_it() -> None:
+    code = (
+        "import sys; sys.modules['pyarrow'] = None\n"
+        "try:\n    import walkit.spark\nexcept ImportError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "walkit[spark]" in out.stdout
