@@ -11,7 +11,12 @@ Serialized as readable JSON with a format version::
      "truncated": "3:0",
      "snapshots": [{"position": "3:17", "ledger_id": 20, "size": 1234, "crc32c": 99,
                     "time_ms": 0}],
-     "ctime_ms": 0}
+     "ctime_ms": 0,
+     "sinks": {"3f2a...": 41}}
+
+``sinks`` (present only when not empty) maps a streaming sink's query id to the last batch id
+it committed into the log (see :meth:`LogMetadata.after_link`): the mark that makes a replayed
+micro-batch a no-op.
 
 Invariants (checked on every parse and every transition):
 
@@ -19,14 +24,19 @@ Invariants (checked on every parse and every transition):
 - no ledger id appears twice (data or snapshot);
 - every listed ledger holds records at or after the truncation point (ledgers wholly before it
   leave the list in the same CAS that moves it);
-- the last listed ledger is the only one a writer may append new records to.
+- the last listed ledger is the only one a writer may append new records to;
+- sink marks are ordered by query id, one per query, with batch ids >= 0.
+
+Besides a writer's takeover and rolls, closed ledgers written elsewhere (by the tasks of a bulk
+job, say a Spark write) can be *linked* at the end of the list, after fencing the current
+writer like a takeover does: :meth:`LogMetadata.after_link`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -140,6 +150,34 @@ class Takeover:
 
 
 @final
+@attrs.frozen(order=True)
+class SinkMark:
+    """The last batch that a streaming sink (one query) committed into the log."""
+
+    query_id: str
+    batch_id: int
+
+
+@final
+@attrs.frozen
+class Link:
+    """The outcome of linking closed ledgers into the log (:meth:`LogMetadata.after_link`).
+
+    ``linked``: the given ledgers with the sequence numbers they got (empty for a replay or
+    when nothing was given). ``dropped``: recovered ledgers that turned out empty and left
+    the list (delete them after the CAS). ``replayed``: the sink's batch was committed before,
+    so nothing changed (delete the given ledgers: they hold a second copy). ``done_before``:
+    the ledgers were already linked (an earlier try of this very link got through).
+    """
+
+    metadata: LogMetadata
+    linked: tuple[LogLedger, ...]
+    dropped: tuple[LogLedger, ...]
+    replayed: bool = False
+    done_before: bool = False
+
+
+@final
 @attrs.frozen
 class LogMetadata:
     """Everything the metadata store knows about one log. Immutable: transitions return a copy
@@ -152,6 +190,7 @@ class LogMetadata:
     truncated: LogPosition = LogPosition.EARLIEST
     snapshots: tuple[SnapshotRecord, ...] = ()
     ctime_ms: int = 0
+    sinks: tuple[SinkMark, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         _validate(self)
@@ -196,6 +235,13 @@ class LogMetadata:
     def ledger_ids(self) -> set[int]:
         return {lg.ledger_id for lg in self.ledgers} | {s.ledger_id for s in self.snapshots}
 
+    def sink_batch(self, query_id: str) -> int | None:
+        """The last batch id the streaming sink ``query_id`` committed (None: none yet)."""
+        for mark in self.sinks:
+            if mark.query_id == query_id:
+                return mark.batch_id
+        return None
+
     # --- transitions -----------------------------------------------------------------------
 
     def after_takeover(
@@ -215,6 +261,83 @@ class LogMetadata:
         new = LogLedger(self.next_seq, new_ledger_id)
         md = attrs.evolve(self, ledgers=(*kept, new), next_seq=self.next_seq + 1)
         return Takeover(md, new, dropped)
+
+    def to_recover_for_link(
+        self, ledger_ids: Sequence[int], sink: SinkMark | None = None
+    ) -> tuple[LogLedger, ...]:
+        """The ledgers to fence and recover before :meth:`after_link` can link ``ledger_ids``:
+        the last two, unless the link changes no ledger (nothing to link, done before, or a
+        replayed sink batch)."""
+        ids = tuple(ledger_ids)
+        if not ids:
+            return ()
+        listed = {lg.ledger_id for lg in self.ledgers}
+        if all(i in listed for i in ids):
+            return ()
+        if sink is not None:
+            committed = self.sink_batch(sink.query_id)
+            if committed is not None and committed >= sink.batch_id:
+                return ()
+        return self.to_recover()
+
+    def after_link(
+        self,
+        recovered_last_entries: Mapping[int, int],
+        ledger_ids: Sequence[int],
+        sink: SinkMark | None = None,
+    ) -> Link:
+        """List the closed, non-empty ledgers ``ledger_ids`` last, in the given order, as if
+        one writer had appended their records after the log's end; with ``sink``, record its
+        batch as committed in the same change.
+
+        Like a takeover, this needs the last two ledgers fenced first:
+        ``recovered_last_entries`` maps their ids to the last entry id recovery closed them at
+        (-1: empty; empty ones leave the list). No ledger is left open afterwards, so the next
+        :meth:`after_takeover` starts a writer after the linked records.
+
+        - If every one of ``ledger_ids`` is listed already (an earlier try of this link got
+          through), nothing changes (``done_before``).
+        - If ``sink``'s query already committed ``sink.batch_id`` or a later batch, nothing
+          changes (``replayed``): the caller deletes the given ledgers.
+        - With no ledgers (an empty batch), only the sink mark moves; nothing is fenced.
+
+        Raises InvalidArgumentError when a ledger to recover is missing from
+        ``recovered_last_entries``, or a given ledger is repeated or belongs to the log
+        already (alone, or as a snapshot).
+        """
+        ids = tuple(ledger_ids)
+        if len(set(ids)) != len(ids):
+            raise InvalidArgumentError(f"log {self.name}: a ledger to link is repeated: {ids}")
+        listed = {lg.ledger_id: lg for lg in self.ledgers}
+        if ids and all(i in listed for i in ids):
+            return Link(self, tuple(listed[i] for i in ids), (), done_before=True)
+        if sink is not None:
+            if sink.batch_id < 0:
+                raise InvalidArgumentError(f"batch ids are >= 0, not {sink.batch_id}")
+            committed = self.sink_batch(sink.query_id)
+            if committed is not None and committed >= sink.batch_id:
+                return Link(self, (), (), replayed=True)
+        taken = self.ledger_ids() & set(ids)
+        if taken:
+            raise InvalidArgumentError(
+                f"log {self.name}: ledger(s) {sorted(taken)} belong to the log already"
+            )
+        sinks = self.sinks
+        if sink is not None:
+            others = tuple(m for m in self.sinks if m.query_id != sink.query_id)
+            sinks = tuple(sorted((*others, sink)))
+        if not ids:
+            return Link(attrs.evolve(self, sinks=sinks), (), ())
+        for ledger in self.to_recover():
+            if ledger.ledger_id not in recovered_last_entries:
+                raise InvalidArgumentError(f"ledger {ledger.ledger_id} was not recovered")
+        dropped = tuple(lg for lg in self.to_recover() if recovered_last_entries[lg.ledger_id] < 0)
+        kept = tuple(lg for lg in self.ledgers if lg not in dropped)
+        new = tuple(LogLedger(self.next_seq + i, ledger_id) for i, ledger_id in enumerate(ids))
+        md = attrs.evolve(
+            self, ledgers=(*kept, *new), next_seq=self.next_seq + len(ids), sinks=sinks
+        )
+        return Link(md, new, dropped)
 
     def after_roll(self, current: LogLedger, new_ledger_id: int) -> tuple[LogMetadata, LogLedger]:
         """A roll by the owner of ``current``: the new ledger goes last. Raises
@@ -283,6 +406,8 @@ class LogMetadata:
             "snapshots": [s.to_json() for s in self.snapshots],
             "ctime_ms": self.ctime_ms,
         }
+        if self.sinks:
+            doc["sinks"] = {m.query_id: m.batch_id for m in self.sinks}
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
     def to_json(self) -> dict[str, Any]:
@@ -312,6 +437,9 @@ class LogMetadata:
             snapshots = doc["snapshots"]
             if not isinstance(ledgers, list) or not isinstance(snapshots, list):
                 raise TypeError("ledgers and snapshots must be lists")
+            sinks = doc.get("sinks", {})
+            if not isinstance(sinks, dict):
+                raise TypeError("sinks is not an object")
             return cls(
                 name=name,
                 config=LedgerConfig(
@@ -337,6 +465,7 @@ class LogMetadata:
                     for s in snapshots
                 ),
                 ctime_ms=_int(doc.get("ctime_ms", 0)),
+                sinks=tuple(sorted(SinkMark(_str(q), _int(b)) for q, b in sinks.items())),
             )
         except InvalidMetadataError:
             raise
@@ -401,6 +530,15 @@ def _validate(md: LogMetadata) -> None:
             raise InvalidMetadataError(f"log {name}: bad snapshot record {snap}")
         seen.add(snap.ledger_id)
         previous_pos = snap.position
+    previous_query: str | None = None
+    for mark in md.sinks:
+        if not isinstance(mark.query_id, str) or not mark.query_id:
+            raise InvalidMetadataError(f"log {name}: bad sink query id {mark.query_id!r}")
+        if previous_query is not None and mark.query_id <= previous_query:
+            raise InvalidMetadataError(f"log {name}: sink marks out of order or repeated")
+        if not isinstance(mark.batch_id, int) or mark.batch_id < 0:
+            raise InvalidMetadataError(f"log {name}: bad sink batch id {mark.batch_id!r}")
+        previous_query = mark.query_id
 
 
 def _int(value: object) -> int:

@@ -3,9 +3,16 @@
 See docs/log.md. ``walkit.Log.open(client, name)`` is the entry point.
 """
 
-from walkit._core.log_metadata import LedgerConfig, LogLedger, LogMetadata, SnapshotRecord
+from walkit._core.log_metadata import (
+    LedgerConfig,
+    LogLedger,
+    LogMetadata,
+    SinkMark,
+    SnapshotRecord,
+)
 from walkit._core.log_position import LogPosition
 from walkit.errors import LogTruncatedError, NoSuchLogError
+from walkit.log._link import LinkResult, StagedLedger
 from walkit.log._log import Log
 from walkit.log._options import LogOptions
 from walkit.log._reader import LogReader, LogRecord
@@ -15,6 +22,7 @@ from walkit.log._writer import LogWriter
 
 __all__ = [
     "LedgerConfig",
+    "LinkResult",
     "Log",
     "LogLedger",
     "LogMetadata",
@@ -25,8 +33,10 @@ __all__ = [
     "LogTruncatedError",
     "LogWriter",
     "NoSuchLogError",
+    "SinkMark",
     "Snapshot",
     "SnapshotRecord",
+    "StagedLedger",
     "list_logs",
     "log_path",
     "read_log",

@@ -16,7 +16,7 @@ when they need it, and change it only by compare-and-set.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterable, Generator
+from collections.abc import AsyncIterable, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
@@ -35,6 +35,14 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger import LedgerWriter
+from walkit.log._link import (
+    LinkResult,
+    StagedLedger,
+    discard_staged,
+    link_ledgers,
+    stage_ledger,
+    staged_ledgers,
+)
 from walkit.log._options import LogOptions
 from walkit.log._reader import LogReader
 from walkit.log._snapshot import Snapshot, save_snapshot
@@ -270,6 +278,39 @@ class Log:
         """Every kept snapshot, oldest position first."""
         md = await self.metadata()
         return [Snapshot.from_record(self, record) for record in md.snapshots]
+
+    # --- bulk appends (walkit.log._link) ----------------------------------------------------
+
+    async def stage_ledger(self, job: str, part: int) -> LedgerWriter:
+        """A ledger for the records of task ``part`` of the bulk job ``job``: append to it,
+        close it, and let the job's committer :meth:`link_ledgers` it. Invisible until then."""
+        return await stage_ledger(self, job, part)
+
+    async def link_ledgers(
+        self,
+        ledger_ids: Sequence[int],
+        *,
+        job: str | None = None,
+        sink: tuple[str, int] | None = None,
+        expected_last_entries: Sequence[int] | None = None,
+    ) -> LinkResult:
+        """Fence the current writer and list the staged ledgers last, in this order, in one
+        compare-and-set (with ``sink=(query_id, batch_id)``: exactly once per batch). See
+        :func:`walkit.log._link.link_ledgers`."""
+        return await link_ledgers(
+            self, ledger_ids, job=job, sink=sink, expected_last_entries=expected_last_entries
+        )
+
+    async def staged_ledgers(self, job: str | None = None) -> list[StagedLedger]:
+        """Ledgers staged for this log and not linked (jobs under way, or orphans)."""
+        return await staged_ledgers(self, job)
+
+    async def discard_staged(
+        self, job: str | None = None, *, created_before_ms: int | None = None
+    ) -> list[int]:
+        """Delete staged, unlinked ledgers: those of ``job``, or every job's created before
+        ``created_before_ms`` (wall-clock ms). Returns the deleted ids."""
+        return await discard_staged(self, job, created_before_ms=created_before_ms)
 
     # --- internals -------------------------------------------------------------------------
 

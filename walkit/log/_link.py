@@ -1,0 +1,342 @@
+"""Bulk appends: ledgers written by many tasks at once, then linked into the log in one CAS.
+
+A log has one writer, so a job that writes in parallel (the tasks of a Spark write, say)
+does not append through it. Instead:
+
+1. each task *stages* a ledger of its own (:func:`stage_ledger`: the log's ensemble, quorums,
+   digest and password; tagged in its custom metadata with the log, the job id and the task's
+   part number), appends its records in order and closes it;
+2. one committer *links* the staged ledgers (:func:`link_ledgers`): it fences the log's
+   current writer exactly as a takeover does (recovers the last two ledgers), then lists the
+   staged ledgers last, in the given order, with one compare-and-set. The records read back
+   through ``log.reader()`` as if one writer had appended them, part after part;
+3. a job that fails instead deletes what it staged (:func:`discard_staged`); so do the
+   commit (the leftovers of failed task attempts) and an operator's sweep.
+
+Nothing staged is visible before the CAS, and the CAS lists all of a job's ledgers or none.
+A streaming sink passes ``sink=(query id, batch id)``: the batch id is recorded in the same
+CAS, and a batch that was committed before is not linked again (its new ledgers are deleted).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+import trio
+
+from walkit._core.log_metadata import Link, LogLedger, SinkMark
+from walkit._core.log_position import LogPosition
+from walkit._logging import get_logger
+from walkit.errors import (
+    InvalidArgumentError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
+from walkit.ledger import LedgerWriter
+from walkit.log._store import read_log, write_log
+from walkit.log._writer import _recover as recover_ledger
+
+if TYPE_CHECKING:
+    from walkit.client import Client
+    from walkit.log._log import Log
+
+log = get_logger(__name__)
+
+__all__ = [
+    "JOB_KEY",
+    "PART_KEY",
+    "STAGED_KIND",
+    "LinkResult",
+    "StagedLedger",
+    "discard_staged",
+    "link_ledgers",
+    "stage_ledger",
+    "staged_ledgers",
+]
+
+#: The ``walkit.kind`` of a staged ledger (a log's own ledgers are ``data``/``snapshot``).
+STAGED_KIND: Final = "staged"
+#: Custom metadata keys of a staged ledger: the job that wrote it, and the task's part number.
+JOB_KEY: Final = "walkit.job"
+PART_KEY: Final = "walkit.part"
+#: Rounds of the link CAS lost to other writers before giving up.
+LINK_ATTEMPTS: Final = 20
+#: Longest job id (it is stored in every staged ledger's metadata).
+MAX_JOB_LENGTH: Final = 200
+
+
+@final
+@attrs.frozen
+class StagedLedger:
+    """A ledger staged for a log (and not listed in it)."""
+
+    ledger_id: int
+    job: str
+    part: int
+    #: Wall-clock milliseconds at creation (0 when the client has no ``wall_clock``).
+    ctime_ms: int
+    #: Whether the ledger is closed (its task finished writing it, or it was recovered).
+    closed: bool
+
+
+@final
+@attrs.frozen
+class LinkResult:
+    """What :func:`link_ledgers` did.
+
+    ``ledgers``: the linked ledgers in log order, with their sequence numbers; ``records``:
+    how many records they hold; ``replayed``: the sink's batch had been committed before and
+    nothing was linked; ``end``: the position just after the last linked record (None when
+    nothing was linked). ``last_entries`` maps each linked ledger id to its last entry id.
+    """
+
+    ledgers: tuple[LogLedger, ...]
+    records: int
+    replayed: bool
+    last_entries: dict[int, int] = attrs.field(factory=dict, eq=False)
+
+    @property
+    def first(self) -> LogPosition | None:
+        """The position of the first linked record."""
+        return LogPosition(self.ledgers[0].seq, 0) if self.ledgers else None
+
+    @property
+    def end(self) -> LogPosition | None:
+        if not self.ledgers:
+            return None
+        last = self.ledgers[-1]
+        return LogPosition(last.seq, self.last_entries[last.ledger_id] + 1)
+
+
+def check_job(job: object) -> str:
+    if not isinstance(job, str) or not job or len(job) > MAX_JOB_LENGTH or not job.isprintable():
+        raise InvalidArgumentError(
+            f"a job id is 1-{MAX_JOB_LENGTH} printable characters, not {job!r}"
+        )
+    return job
+
+
+async def stage_ledger(owner: Log, job: str, part: int) -> LedgerWriter:
+    """A new ledger for ``owner``'s records from task ``part`` of ``job``: created with the
+    log's settings and password, tagged for :func:`staged_ledgers`. Append to it and close it;
+    then hand its id to the job's committer."""
+    from walkit.log._log import KIND_KEY, LOG_KEY
+
+    owner._check_open()
+    check_job(job)
+    if isinstance(part, bool) or not isinstance(part, int) or part < 0:
+        raise InvalidArgumentError(f"a part number is an int >= 0, not {part!r}")
+    cfg = owner.config
+    lw = await owner.client.create_ledger(
+        cfg.ensemble_size,
+        cfg.write_quorum,
+        cfg.ack_quorum,
+        digest=cfg.digest,
+        password=owner.options.password,
+        custom_metadata={
+            LOG_KEY: owner.name.encode(),
+            KIND_KEY: STAGED_KIND.encode(),
+            JOB_KEY: job.encode(),
+            PART_KEY: str(part).encode(),
+        },
+    )
+    log.debug("log_ledger_staged", log=owner.name, job=job, part=part, ledger_id=lw.id)
+    return lw
+
+
+async def staged_ledgers(owner: Log, job: str | None = None) -> list[StagedLedger]:
+    """Every ledger staged for ``owner`` (of ``job`` only, if given) that the log does not
+    list: those of jobs under way, and the orphans of jobs that died. Ordered by ledger id."""
+    owner._check_open()
+    if job is not None:
+        check_job(job)
+    client = owner.client
+    md = await owner.metadata()
+    listed = md.ledger_ids()
+    found = []
+    for ledger_id in await client.list_ledgers():
+        if ledger_id in listed:
+            continue
+        staged = await _staged_info(client, owner.name, ledger_id)
+        if staged is not None and (job is None or staged.job == job):
+            found.append(staged)
+    return found
+
+
+async def discard_staged(
+    owner: Log, job: str | None = None, *, created_before_ms: int | None = None
+) -> list[int]:
+    """Delete the ledgers staged for ``owner`` and not linked into it: those of ``job``, or
+    (``job=None``) every job's. ``created_before_ms`` keeps those created at or after that
+    wall-clock time (a job still running); a sweep of orphans passes e.g. now - 1 day. Returns
+    the deleted ids."""
+    if job is None and created_before_ms is None:
+        raise InvalidArgumentError(
+            "discarding every job's staged ledgers needs created_before_ms (jobs under way "
+            "would lose theirs)"
+        )
+    doomed = [
+        staged.ledger_id
+        for staged in await staged_ledgers(owner, job)
+        if created_before_ms is None or staged.ctime_ms < created_before_ms
+    ]
+    # Through the log's own deletion (it knows the ledgers' password); what is gone after it
+    # was deleted (a failure to delete leaves the ledger for the next sweep, never a hole).
+    await owner._delete_ledgers(doomed, "discarded")
+    remaining = set(await owner.client.list_ledgers()) if doomed else set()
+    deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
+    if deleted:
+        log.info("log_staged_discarded", log=owner.name, job=job, ledgers=deleted)
+    return deleted
+
+
+async def link_ledgers(
+    owner: Log,
+    ledger_ids: Sequence[int],
+    *,
+    job: str | None = None,
+    sink: tuple[str, int] | None = None,
+    expected_last_entries: Sequence[int] | None = None,
+) -> LinkResult:
+    """Link the staged ledgers ``ledger_ids`` into ``owner``, in this order, with one CAS
+    (see the module docs). The log's current writer is fenced (WriterFencedError from its next
+    append); a later ``log.writer()`` takes over after the linked records.
+
+    Each ledger must be staged for this log (InvalidArgumentError otherwise); one still open is
+    recovered (closed at its end) first. ``expected_last_entries`` (one per ledger), if given,
+    must match the ledgers' ends (InvalidArgumentError: a task's ledger is not what it
+    reported). Empty ledgers are deleted, not linked.
+
+    ``sink=(query_id, batch_id)`` records the batch as committed in the same CAS; if that
+    query committed this batch (or a later one) before, nothing is linked and the ledgers are
+    deleted (``replayed``). ``job``: after the CAS, the job's other staged ledgers (left by
+    failed task attempts) are deleted.
+    """
+    owner._check_open()
+    ids = [int(i) for i in ledger_ids]
+    if len(set(ids)) != len(ids):
+        raise InvalidArgumentError(f"a ledger to link is repeated: {ids}")
+    if expected_last_entries is not None and len(expected_last_entries) != len(ids):
+        raise InvalidArgumentError("expected_last_entries must have one entry per ledger")
+    if job is not None:
+        check_job(job)
+    mark = None
+    if sink is not None:
+        query_id, batch_id = sink
+        if not isinstance(query_id, str) or not query_id:
+            raise InvalidArgumentError(f"a sink's query id is a non-empty string: {query_id!r}")
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise InvalidArgumentError(f"a sink's batch id is an int >= 0: {batch_id!r}")
+        mark = SinkMark(query_id, batch_id)
+    client = owner.client
+    core = client.core
+
+    md, _version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
+    listed = {lg.ledger_id for lg in md.ledgers}
+    last_entries: dict[int, int] = {}
+    if not (ids and all(i in listed for i in ids)):
+        for n, ledger_id in enumerate(ids):
+            if ledger_id in listed:
+                raise InvalidArgumentError(
+                    f"log {owner.name}: ledger {ledger_id} belongs to the log already"
+                )
+            staged = await _staged_info(client, owner.name, ledger_id)
+            if staged is None:
+                raise InvalidArgumentError(
+                    f"ledger {ledger_id} was not staged for log {owner.name}"
+                )
+            last = await recover_ledger(owner, ledger_id)
+            if expected_last_entries is not None and expected_last_entries[n] != last:
+                raise InvalidArgumentError(
+                    f"ledger {ledger_id} ends at entry {last}, not at "
+                    f"{expected_last_entries[n]} as its writer reported"
+                )
+            last_entries[ledger_id] = last
+    to_link = [i for i in ids if last_entries.get(i, 0) >= 0]
+    empty = [i for i in ids if last_entries.get(i, 0) < 0]
+
+    recovered: dict[int, int] = {}
+    plan: Link | None = None
+    for attempt in range(LINK_ATTEMPTS):
+        md, version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
+        for lg in md.to_recover_for_link(to_link, mark):
+            if lg.ledger_id not in recovered:  # fence the current writer
+                recovered[lg.ledger_id] = await recover_ledger(owner, lg.ledger_id)
+        plan = md.after_link(recovered, to_link, mark)
+        if plan.metadata == md:
+            break
+        try:
+            await write_log(core, plan.metadata, version)
+            break
+        except MetadataVersionError:
+            # Another writer changed the log: look again (an earlier CAS of ours may even have
+            # got through, which after_link sees as done_before).
+            await trio.sleep(core.rng.uniform(0.0, 0.02 * (attempt + 1)))
+            continue
+    else:
+        raise MetadataVersionError(
+            f"log {owner.name}: kept losing the link's compare-and-set to other writers"
+        )
+    assert plan is not None
+    if plan.done_before:
+        # An earlier try got through: the ends come from the ledgers themselves.
+        for lg in plan.linked:
+            if lg.ledger_id not in last_entries:
+                last_entries[lg.ledger_id] = await recover_ledger(owner, lg.ledger_id)
+    if plan.dropped:
+        await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
+    garbage = list(empty)
+    if plan.replayed:
+        garbage += to_link
+    if garbage:
+        await owner._delete_ledgers(garbage, "replayed" if plan.replayed else "empty")
+    if job is not None:
+        linked = {lg.ledger_id for lg in plan.linked}
+        leftovers = [s.ledger_id for s in await staged_ledgers(owner, job)]
+        await owner._delete_ledgers([i for i in leftovers if i not in linked], "leftover")
+    result = LinkResult(
+        ledgers=plan.linked,
+        records=sum(last_entries[lg.ledger_id] + 1 for lg in plan.linked),
+        replayed=plan.replayed,
+        last_entries={lg.ledger_id: last_entries[lg.ledger_id] for lg in plan.linked},
+    )
+    log.info(
+        "log_ledgers_linked",
+        log=owner.name,
+        job=job,
+        sink=None if mark is None else f"{mark.query_id}:{mark.batch_id}",
+        ledgers=[lg.ledger_id for lg in plan.linked],
+        records=result.records,
+        replayed=plan.replayed,
+        fenced=sorted(recovered),
+    )
+    return result
+
+
+async def _staged_info(client: Client, name: str, ledger_id: int) -> StagedLedger | None:
+    """The ledger's staging tags if it was staged for log ``name`` (None otherwise)."""
+    from walkit._core.ledger_metadata import LedgerState
+    from walkit.log._log import KIND_KEY, LOG_KEY
+
+    try:
+        md = await client.ledger_metadata(ledger_id)
+    except NoSuchLedgerError:
+        return None
+    custom = md.custom_metadata
+    if custom.get(LOG_KEY) != name.encode() or custom.get(KIND_KEY) != STAGED_KIND.encode():
+        return None
+    try:
+        job = custom[JOB_KEY].decode()
+        part = int(custom[PART_KEY].decode())
+    except (KeyError, UnicodeDecodeError, ValueError):
+        return None
+    return StagedLedger(
+        ledger_id=ledger_id,
+        job=job,
+        part=part,
+        ctime_ms=md.ctime_ms,
+        closed=md.state is LedgerState.CLOSED,
+    )
