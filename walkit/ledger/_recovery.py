@@ -60,7 +60,6 @@ from walkit.errors import (
     MetadataVersionError,
     NotEnoughBookiesError,
     TLSError,
-    UnauthorizedAccessError,
     WalkitError,
 )
 from walkit.ledger._core import ClientCore, check_password
