@@ -163,12 +163,29 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_an_unreachable_zookeeper_is_one_clear_error() -> None:
+def test_an_unreachable_zookeeper_is_one_clear_error(tmp_path: Path) -> None:
     url = f"zk://127.0.0.1:{_closed_port()}/walkit"
     cli = _run([sys.executable, "-m", "walkit.cli", "bookies", "--metadata", url], "")
     assert cli.returncode == 1
     assert cli.stderr.splitlines() == [
         f"walkit: error: MetadataStoreError: cannot reach ZooKeeper at {url[5:-7]} within 5 s "
+        f"(is it running? metadata URL {url})"
+    ]
+    bookie = _run(
+        [
+            sys.executable,
+            "-m",
+            "walkit_bookie.cli",
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--metadata",
+            url,
+        ],
+        "",
+    )
+    assert bookie.returncode == 1
+    assert bookie.stderr.splitlines() == [
+        f"walkit-bookie: error: cannot reach ZooKeeper at {url[5:-7]} within 5 s "
         f"(is it running? metadata URL {url})"
     ]
     program = """
