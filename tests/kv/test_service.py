@@ -13,7 +13,7 @@ import trio
 import walkit
 from tests.kv._replicas import ReplicaProcess
 from tests.kv._workload import Workload
-from tests.kv.conftest import dump_output, replicas, status, wait_leader
+from tests.kv.conftest import dump_output, replicas, status, wait_caught_up, wait_leader
 from walkit.testing import check_kv_linearizable
 
 pytestmark = pytest.mark.processes
@@ -137,13 +137,8 @@ async def test_follower_restarted_from_a_snapshot_converges(kv_cluster: str) -> 
         assert md.truncated != walkit.LogPosition.EARLIEST, "the log was not truncated"
 
         await trio.to_thread.run_sync(follower.start)
-        leader_applied = (await status(http, leader))["applied"]  # type: ignore[index]
-        with trio.fail_after(60):
-            while True:
-                st = await status(http, follower)
-                if st is not None and st["applied"] == leader_applied:
-                    break
-                await trio.sleep(0.05)
+        st = await wait_caught_up(http, follower, leader)
+        leader_applied = st["applied"]
         assert st["role"] == "follower" and st["leader"] == leader.address
         for key in (f"k{i}" for i in range(97)):
             want = await http.get(f"{kv}/{key}")
@@ -166,9 +161,7 @@ async def test_paused_leader_is_fenced_and_steps_down(kv_cluster: str) -> None:
         stop = trio.Event()
         async with trio.open_nursery() as background:
             background.start_soon(workload.run, http, stop)
-            with trio.fail_after(60):
-                while len(workload.write_oks) < 50:  # noqa: ASYNC110 (the clients' progress)
-                    await trio.sleep(0.05)
+            await workload.wait_writes(50)
             new = await _pause_and_resume(http, reps, old)
             stop.set()
         result = check_kv_linearizable(workload.history, time_budget=60)
