@@ -29,8 +29,100 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class BookieProcess:
+class ChildProcess:
+    """A subprocess that prints a line containing ``ready_text`` once it serves; its output
+    is kept in ``output``. Subclasses give ``command()``."""
+
+    ready_text = READY
+    kind = "process"
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.process: subprocess.Popen[bytes] | None = None
+        self.output: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 30.0) -> None:
+        assert self.process is None or self.process.poll() is not None, "already running"
+        self._lines = queue.Queue()
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        threading.Thread(target=self._read, args=(self.process, self._lines), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise RuntimeError(
+                    f"{self.kind} {self.port} not ready in {timeout}s:\n" + "\n".join(self.output)
+                )
+            try:
+                line = self._lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(
+                    f"{self.kind} {self.port} exited at start:\n" + "\n".join(self.output)
+                )
+            if self.ready_text in line:
+                return
+
+    def _read(self, process: subprocess.Popen[bytes], lines: queue.Queue[str | None]) -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            text = raw.decode(errors="replace").rstrip("\n")
+            self.output.append(text)
+            lines.put(text)
+        lines.put(None)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no goodbye."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM: a clean shutdown (a paused process is resumed first, to handle it)."""
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.kill(self.process.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+    def pause(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+class BookieProcess(ChildProcess):
     """One `walkit-bookie` subprocess."""
+
+    kind = "bookie"
 
     def __init__(
         self,
@@ -40,14 +132,11 @@ class BookieProcess:
         network_location: str | None = None,
         extra_args: list[str] | None = None,
     ) -> None:
+        super().__init__(port)
         self.metadata_url = metadata_url
         self.extra_args = list(extra_args or [])
         self.data_dir = data_dir
-        self.port = port
         self.network_location = network_location
-        self.process: subprocess.Popen[bytes] | None = None
-        self.output: list[str] = []
-        self._lines: queue.Queue[str | None] = queue.Queue()
 
     @property
     def address(self) -> BookieId:
@@ -70,75 +159,6 @@ class BookieProcess:
         if self.network_location:
             cmd += ["--network-location", self.network_location]
         return cmd + self.extra_args
-
-    def start(self, timeout: float = 30.0) -> None:
-        assert self.process is None or self.process.poll() is not None, "already running"
-        self._lines = queue.Queue()
-        self.process = subprocess.Popen(
-            self.command(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-        threading.Thread(target=self._read, args=(self.process, self._lines), daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.kill()
-                raise RuntimeError(
-                    f"bookie {self.port} not ready in {timeout}s:\n" + "\n".join(self.output)
-                )
-            try:
-                line = self._lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise RuntimeError(
-                    f"bookie {self.port} exited at start:\n" + "\n".join(self.output)
-                )
-            if READY in line:
-                return
-
-    def _read(self, process: subprocess.Popen[bytes], lines: queue.Queue[str | None]) -> None:
-        assert process.stdout is not None
-        for raw in process.stdout:
-            text = raw.decode(errors="replace").rstrip("\n")
-            self.output.append(text)
-            lines.put(text)
-        lines.put(None)
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL: no flush, no goodbye."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        """SIGTERM: a clean shutdown."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-
-    def pause(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGCONT)
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
 
 
 class ProcessCluster:

@@ -10,7 +10,8 @@ import httpx
 import trio
 
 from tests.kv._replicas import ReplicaProcess
-from walkit.testing import KVOperation
+from tests.kv.conftest import wait_leader
+from walkit.testing import KVOperation, check_kv_linearizable
 
 
 @attrs.define
@@ -33,6 +34,13 @@ class Workload:
         async with trio.open_nursery() as nursery:
             for c in range(self.clients):
                 nursery.start_soon(self._client, http, c, stop)
+
+    async def wait_writes(self, count: int) -> None:
+        """Until ``count`` writes got a 200 (a guard against a stuck service, not a timing
+        assertion)."""
+        with trio.fail_after(60):
+            while len(self.write_oks) < count:  # noqa: ASYNC110 (the clients' progress)
+                await trio.sleep(0.05)
 
     async def _client(self, http: httpx.AsyncClient, c: int, stop: trio.Event) -> None:
         rng = random.Random(self.seed * 1000 + c)
@@ -158,3 +166,53 @@ class Workload:
             KVOperation(c, key, "cas", value, invoked, done, expected=current, found=found)
         )
         return done is not None
+
+
+@attrs.frozen
+class Failover:
+    old: ReplicaProcess
+    new: ReplicaProcess
+    #: Seconds from the SIGKILL to the first 200 to a write sent after it.
+    first_write_after: float
+
+
+async def kill_leader_under_load(
+    http: httpx.AsyncClient,
+    workload: Workload,
+    old: ReplicaProcess,
+    *,
+    before: int,
+    after: int,
+    election_timeout: float = 40.0,
+) -> Failover:
+    """Run ``workload``; SIGKILL the leader ``old`` once ``before`` writes got a 200; stop
+    once a new leader acknowledged a write sent after the kill and ``after`` more succeeded."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(workload.run, http, stop)
+        await workload.wait_writes(before)
+        killed_at = trio.current_time()
+        await trio.to_thread.run_sync(old.kill)
+        new = await wait_leader(http, workload.replicas, exclude=(old,), timeout=election_timeout)
+        with trio.fail_after(60):
+            while not any(t > killed_at for t, _ in workload.write_oks):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        first_ok = min(done for t, done in workload.write_oks if t > killed_at)
+        await workload.wait_writes(len(workload.write_oks) + after)
+        stop.set()
+    assert new is not old
+    return Failover(old, new, first_ok - killed_at)
+
+
+async def check_acked_readable_and_linearizable(
+    http: httpx.AsyncClient, workload: Workload, leader: ReplicaProcess
+) -> None:
+    """Every write to a key of its own that got a 200 is readable from ``leader`` with its
+    value, and the whole history is linearizable."""
+    for key, value in workload.unique_acked.items():
+        r = await http.get(f"{leader.base}/v1/kv/{key}")
+        assert (r.status_code, r.content) == (200, value), key
+    result = check_kv_linearizable(workload.history, time_budget=60)
+    answered = sum(op.completed is not None for op in workload.history)
+    print(f"history: {len(workload.history)} operations, {answered} answered; {result}")
+    assert result.ok, str(result)

@@ -70,5 +70,20 @@ async def wait_leader(
             await trio.sleep(0.05)
 
 
+async def wait_caught_up(
+    http: httpx.AsyncClient, replica: ReplicaProcess, leader: ReplicaProcess
+) -> dict[str, Any]:
+    """Wait until ``replica`` has applied what ``leader`` had applied when this was called;
+    returns its status then."""
+    wanted = (await status(http, leader) or {}).get("applied")
+    assert wanted is not None, "the leader did not answer"
+    with trio.fail_after(60):
+        while True:
+            st = await status(http, replica)
+            if st is not None and st["applied"] == wanted:
+                return st
+            await trio.sleep(0.05)
+
+
 def dump_output(reps: list[ReplicaProcess]) -> str:
     return "\n".join(f"--- replica {r.address}\n" + "\n".join(r.output[-30:]) for r in reps)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 
 import httpx
 import pytest
 import trio
 
 import walkit
-from tests.kv._replicas import ReplicaProcess
+from tests.kv._replicas import EXAMPLE, ReplicaProcess
 from tests.kv._workload import Workload
-from tests.kv.conftest import dump_output, replicas, status, wait_leader
+from tests.kv.conftest import dump_output, replicas, status, wait_caught_up, wait_leader
 from walkit.testing import check_kv_linearizable
 
 pytestmark = pytest.mark.processes
@@ -137,13 +138,8 @@ async def test_follower_restarted_from_a_snapshot_converges(kv_cluster: str) -> 
         assert md.truncated != walkit.LogPosition.EARLIEST, "the log was not truncated"
 
         await trio.to_thread.run_sync(follower.start)
-        leader_applied = (await status(http, leader))["applied"]  # type: ignore[index]
-        with trio.fail_after(60):
-            while True:
-                st = await status(http, follower)
-                if st is not None and st["applied"] == leader_applied:
-                    break
-                await trio.sleep(0.05)
+        st = await wait_caught_up(http, follower, leader)
+        leader_applied = st["applied"]
         assert st["role"] == "follower" and st["leader"] == leader.address
         for key in (f"k{i}" for i in range(97)):
             want = await http.get(f"{kv}/{key}")
@@ -166,9 +162,7 @@ async def test_paused_leader_is_fenced_and_steps_down(kv_cluster: str) -> None:
         stop = trio.Event()
         async with trio.open_nursery() as background:
             background.start_soon(workload.run, http, stop)
-            with trio.fail_after(60):
-                while len(workload.write_oks) < 50:  # noqa: ASYNC110 (the clients' progress)
-                    await trio.sleep(0.05)
+            await workload.wait_writes(50)
             new = await _pause_and_resume(http, reps, old)
             stop.set()
         result = check_kv_linearizable(workload.history, time_budget=60)
@@ -243,3 +237,39 @@ async def test_clean_stop_hands_the_lead_over_at_once(kv_cluster: str) -> None:
         got = await http.get(f"{new.base}/v1/kv/k")
         assert (got.status_code, got.content) == (200, b"v")
         assert (await http.put(f"{new.base}/v1/kv/k", content=b"w")).status_code == 200
+
+
+async def test_leader_fenced_by_another_writer_resigns_and_the_service_recovers(
+    kv_cluster: str,
+) -> None:
+    """Another writer takes the log over (the example's ``set`` command) while the leader still
+    holds its lease: the leader's next write is refused (fenced), it gives the lease up, and a
+    leader (re-)elected takes the log over again, with the other writer's command applied."""
+    async with replicas(kv_cluster, "kv-fence") as reps, httpx.AsyncClient() as http:
+        leader = await wait_leader(http, reps)
+        assert (await http.put(f"{leader.base}/v1/kv/a", content=b"1")).status_code == 200
+        done = await trio.run_process(
+            [sys.executable, str(EXAMPLE), kv_cluster, "--log", "kv-fence", "set", "b", "2"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        fenced = await http.put(f"{leader.base}/v1/kv/a", content=b"lost?")
+        assert fenced.status_code == 503, fenced.text
+        assert "write outcome unknown" in fenced.json()["error"]
+        with trio.fail_after(60):
+            while True:
+                now = await wait_leader(http, reps)
+                r = await http.put(f"{now.base}/v1/kv/c", content=b"3")
+                if r.status_code == 200:
+                    break
+                await trio.sleep(0.05)
+        for key, value in (("b", b"2"), ("c", b"3")):
+            got = await http.get(f"{now.base}/v1/kv/{key}")
+            assert (got.status_code, got.content) == (200, value), key
+        # The fenced write was never applied: the takeover found it absent (or it was, once).
+        a = await http.get(f"{now.base}/v1/kv/a")
+        assert a.content in (b"1", b"lost?")
+        out = "\n".join(leader.output)
+        assert "WriterFencedError" in out and "kv: following" in out, dump_output([leader])

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-import trio
 
 from tests._cluster import process_cluster
-from tests.kv._workload import Workload
+from tests.kv._workload import (
+    Workload,
+    check_acked_readable_and_linearizable,
+    kill_leader_under_load,
+)
 from tests.kv.conftest import replicas, wait_leader
-from walkit.testing import check_kv_linearizable
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 
@@ -26,22 +28,5 @@ async def test_leader_sigkill_on_zookeeper(zookeeper_url: str, tmp_path: Path) -
         ):
             old = await wait_leader(http, reps)
             workload = Workload(reps, clients=8, keys=8, seed=11)
-            stop = trio.Event()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(workload.run, http, stop)
-                with trio.fail_after(60):
-                    while len(workload.write_oks) < 30:  # noqa: ASYNC110 (the clients' progress)
-                        await trio.sleep(0.05)
-                killed_at = trio.current_time()
-                await trio.to_thread.run_sync(old.kill)
-                new = await wait_leader(http, reps, exclude=(old,), timeout=40)
-                with trio.fail_after(60):
-                    while not any(t > killed_at for t, _ in workload.write_oks):  # noqa: ASYNC110
-                        await trio.sleep(0.05)
-                stop.set()
-            assert new is not old
-            for key, value in workload.unique_acked.items():
-                r = await http.get(f"{new.base}/v1/kv/{key}")
-                assert (r.status_code, r.content) == (200, value), key
-            result = check_kv_linearizable(workload.history, time_budget=60)
-            assert result.ok, str(result)
+            failover = await kill_leader_under_load(http, workload, old, before=30, after=10)
+            await check_acked_readable_and_linearizable(http, workload, failover.new)
