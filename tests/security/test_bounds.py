@@ -4,6 +4,7 @@ in-process bookies over TCP, and bookie processes where memory or the log file i
 from __future__ import annotations
 
 import json
+import resource
 import socket
 import struct
 from pathlib import Path
@@ -31,6 +32,16 @@ from walkit._core.wire import (
 from walkit_bookie._server import FIRST_RECEIVE_SIZE
 
 FOREVER_MS = 2**32 - 1
+
+
+@pytest.fixture
+def many_files() -> None:
+    """2,000 connections need ~4,100 file descriptors in one process: raise the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 5000:
+        if hard != resource.RLIM_INFINITY and hard < 5000:
+            pytest.skip(f"needs 5000 open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (5000, hard))
 
 
 def long_poll(rid: int, ledger_id: int) -> ReadLacRequest:
@@ -107,6 +118,7 @@ async def test_the_long_poll_cap_over_all_connections_answers_too_many(tmp_path:
         assert json.loads(body)["status"] == "ok"
 
 
+@pytest.mark.usefixtures("many_files")
 async def test_idle_connections_hold_no_receive_buffer(tmp_path: Path) -> None:
     async with running_bookie(config([tmp_path / "d"], max_connections=5000)) as (bookie, bid):
         streams = []
@@ -153,6 +165,7 @@ def _rss_kib(pid: int) -> int:
 
 
 @pytest.mark.processes
+@pytest.mark.usefixtures("many_files")
 async def test_two_thousand_idle_connections_do_not_take_gigabytes(tmp_path: Path) -> None:
     bookie = BookieProcess([tmp_path / "d"], "--max-connections", "5000")
     bid = await bookie.start()
