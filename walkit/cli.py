@@ -112,7 +112,10 @@ def _ledger_id(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="walkit", description="walkit: a replicated write-ahead log on BookKeeper's protocol"
+        prog="walkit",
+        description="walkit: a replicated write-ahead log on BookKeeper's protocol",
+        # A command's own options (`bench --log NAME`) must not read as abbreviations of these.
+        allow_abbrev=False,
     )
     _add_log_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

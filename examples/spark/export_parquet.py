@@ -25,9 +25,14 @@ from typing import Any
 from _session import session
 
 
-def export_batch(spark: Any, url: str, log: str, out: str, password: str = "") -> int:
+def _options(url: str, password: str | None) -> dict[str, str]:
+    """The data source's options: a password only when given (else the log's stored one)."""
+    return {"metadata": url} if password is None else {"metadata": url, "password": password}
+
+
+def export_batch(spark: Any, url: str, log: str, out: str, password: str | None = None) -> int:
     """Write the log's records to ``out``; returns how many."""
-    df = spark.read.format("walkit").option("metadata", url).option("password", password).load(log)
+    df = spark.read.format("walkit").options(**_options(url, password)).load(log)
     df.write.mode("overwrite").parquet(out)
     count: int = spark.read.parquet(out).count()
     return count
@@ -42,13 +47,12 @@ def export_stream(
     *,
     trigger: str = "available-now",
     start: str = "earliest",
-    password: str = "",
+    password: str | None = None,
 ) -> Any:
     """Start the streaming export; returns the query (stopped already with available-now)."""
     stream = (
         spark.readStream.format("walkit")
-        .option("metadata", url)
-        .option("password", password)
+        .options(**_options(url, password))
         .option("startingPosition", start)
         .load(log)
     )
@@ -76,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--log", required=True, help="the log to export")
     parser.add_argument("--out", required=True, help="the Parquet directory")
-    parser.add_argument("--password", default="", help="the log's password")
+    parser.add_argument(
+        "--password", default=None, help="the log's password (default: the one stored with it)"
+    )
     parser.add_argument("--stream", action="store_true", help="export as a streaming job")
     parser.add_argument("--checkpoint", help="the streaming job's checkpoint directory")
     parser.add_argument(

@@ -39,13 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the K
 import kv_store
 
 
+def _password(password: bytes | None) -> dict[str, bytes]:
+    """Log.open's password argument: only when given (else the log's stored one)."""
+    return {} if password is None else {"password": password}
+
+
 async def latest_snapshot(
-    url: str, name: str, password: bytes
+    url: str, name: str, password: bytes | None
 ) -> tuple[walkit.LogPosition | None, dict[str, Any]]:
     """The latest snapshot's position and state (None and {} when there is none)."""
     async with walkit.Client.connect(url) as client:
         try:
-            owner = await walkit.Log.open(client, name, create=False, password=password)
+            owner = await walkit.Log.open(client, name, create=False, **_password(password))
         except walkit.NoSuchLogError:
             raise SystemExit(f"there is no log named {name!r}") from None
         snap = await owner.latest_snapshot()
@@ -58,10 +63,10 @@ async def latest_snapshot(
 
 
 async def save_snapshot(
-    url: str, name: str, password: bytes, position: walkit.LogPosition, data: bytes
+    url: str, name: str, password: bytes | None, position: walkit.LogPosition, data: bytes
 ) -> None:
     async with walkit.Client.connect(url) as client:
-        owner = await walkit.Log.open(client, name, create=False, password=password)
+        owner = await walkit.Log.open(client, name, create=False, **_password(password))
         await owner.save_snapshot(position, data)
 
 
@@ -80,18 +85,18 @@ def fold_key(base: dict[str, Any], key: str | None, commands: list[Any]) -> str 
     return json.dumps(final[key]) if key in final else None
 
 
-def compact(spark: Any, url: str, name: str, password: str = "") -> dict[str, Any]:
+def compact(spark: Any, url: str, name: str, password: str | None = None) -> dict[str, Any]:
     """Run the compaction; returns what it did (``position`` None: nothing new to compact)."""
     from pyspark.sql import functions as F
 
     by_value(__name__, "kv_store", "kv_state")
-    pw = password.encode()
+    pw = None if password is None else password.encode()
     since, base = trio.run(latest_snapshot, url, name, pw)
     start = "earliest" if since is None else str(since.next())
     records = (
         spark.read.format("walkit")
         .option("metadata", url)
-        .option("password", password)
+        .options(**({} if password is None else {"password": password}))
         .option("startingPosition", start)
         .load(name)
     )
@@ -149,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         help="metadata URL (default: $WALKIT_METADATA)",
     )
     parser.add_argument("--log", default="kv", help="the KV store's log (default kv)")
-    parser.add_argument("--password", default="", help="the log's password")
+    parser.add_argument(
+        "--password", default=None, help="the log's password (default: the one stored with it)"
+    )
     parser.add_argument("--master", default="local[2]", help="Spark master of a new session")
     args = parser.parse_args(argv)
     if not args.metadata:

@@ -31,6 +31,7 @@ from _session import by_value, session
 import walkit
 from walkit._core.distribution import write_set
 from walkit._core.types import BookieId
+from walkit.log import ledger_password
 
 #: Entries one Spark task checks at most.
 DEFAULT_CHUNK = 5000
@@ -47,8 +48,9 @@ RESULT_SCHEMA = (
 # --- the driver: which entries are where ---------------------------------------------------
 
 
-async def plan(url: str, ledgers: str, password: bytes, chunk: int) -> list[dict[str, Any]]:
-    """The work units: ranges of entries of one fragment of one ledger."""
+async def plan(url: str, ledgers: str, password: bytes | None, chunk: int) -> list[dict[str, Any]]:
+    """The work units: ranges of entries of one fragment of one ledger, each with the password
+    to check its digests with (``password``, else the one its log stored)."""
     units: list[dict[str, Any]] = []
     async with walkit.Client.connect(url) as client:
         ids = await client.list_ledgers() if ledgers == "all" else parse_ids(ledgers)
@@ -57,10 +59,11 @@ async def plan(url: str, ledgers: str, password: bytes, chunk: int) -> list[dict
                 md = await client.ledger_metadata(ledger_id)
             except walkit.errors.NoSuchLedgerError:
                 continue  # deleted since it was listed
+            pw = password if password is not None else await ledger_password(client, md)
             if md.is_closed:
                 last = md.last_entry_id
             else:  # an open ledger: up to its LAC, as a reader sees it (nothing is fenced)
-                reader = await client.open_ledger(ledger_id, password=password)
+                reader = await client.open_ledger(ledger_id, password=pw)
                 last = reader.last_add_confirmed
             starts = [first for first, _ in md.fragments]
             for n, (first, ensemble) in enumerate(md.fragments):
@@ -75,6 +78,7 @@ async def plan(url: str, ledgers: str, password: bytes, chunk: int) -> list[dict
                             "ensemble_size": md.ensemble_size,
                             "write_quorum": md.write_quorum,
                             "digest": md.digest.value,
+                            "password": pw.hex(),
                         }
                     )
     return units
@@ -90,9 +94,7 @@ def parse_ids(text: str) -> list[int]:
 # --- the executors: ask the bookies --------------------------------------------------------
 
 
-async def check_units(
-    url: str, password: bytes, units: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+async def check_units(url: str, units: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Ask every bookie of every entry's write set for its copy; one row per bad copy, and
     one row per (unit, bookie) counting the good ones."""
     from walkit._core.digest import DigestManager
@@ -135,7 +137,9 @@ async def check_units(
                 ok[bookie] = ok.get(bookie, 0) + 1
 
         for unit in units:
-            digest = DigestManager(unit["ledger_id"], unit["digest"], password)
+            digest = DigestManager(
+                unit["ledger_id"], unit["digest"], bytes.fromhex(unit["password"])
+            )
             ensemble = list(unit["ensemble"])
             ok: dict[str, int] = {}
             async with trio.open_nursery() as nursery:
@@ -167,13 +171,13 @@ def bad(ledger_id: int, bookie: str, state: str, entry_id: int, detail: str) -> 
     }
 
 
-def check_partition(url: str, password: bytes) -> Any:
+def check_partition(url: str) -> Any:
     """The function each Spark task runs over its work units (one ``trio.run``)."""
 
     def run(units: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         todo = list(units)
         if todo:
-            yield from trio.run(check_units, url, password, todo)
+            yield from trio.run(check_units, url, todo)
 
     return run
 
@@ -193,7 +197,11 @@ def ranges(ids: list[int]) -> str:
 
 
 def audit(
-    spark: Any, url: str, ledgers: str = "all", password: bytes = b"", chunk: int = DEFAULT_CHUNK
+    spark: Any,
+    url: str,
+    ledgers: str = "all",
+    password: bytes | None = None,
+    chunk: int = DEFAULT_CHUNK,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Run the audit; returns (problem rows, summary). A problem row: ledger_id, bookie,
     state (missing/corrupt/unreachable), copies, entries (sorted list)."""
@@ -212,9 +220,7 @@ def audit(
     if not units:
         return [], summary
     slices = max(1, min(len(units), spark.sparkContext.defaultParallelism * 2))
-    rows = spark.sparkContext.parallelize(units, slices).mapPartitions(
-        check_partition(url, password)
-    )
+    rows = spark.sparkContext.parallelize(units, slices).mapPartitions(check_partition(url))
     df = spark.createDataFrame(rows, RESULT_SCHEMA)
     grouped = (
         df.groupBy("ledger_id", "bookie", "state")
@@ -267,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         help="metadata URL (default: $WALKIT_METADATA)",
     )
     parser.add_argument("--ledgers", default="all", help="all, or ledger ids like 12,15")
-    parser.add_argument("--password", default="", help="the ledgers' password (mac digests)")
+    parser.add_argument(
+        "--password",
+        default=None,
+        help="the ledgers' password (mac digests; default: the one each ledger's log stored)",
+    )
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="entries per Spark task")
     parser.add_argument("--master", default="local[2]", help="Spark master of a new session")
     args = parser.parse_args(argv)
@@ -278,7 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     spark, own = session(args.master, "walkit-replication-audit")
     try:
         problems, summary = audit(
-            spark, args.metadata, args.ledgers, args.password.encode(), args.chunk
+            spark,
+            args.metadata,
+            args.ledgers,
+            None if args.password is None else args.password.encode(),
+            args.chunk,
         )
     finally:
         if own:

@@ -95,7 +95,7 @@ async def bench(url: str, args: argparse.Namespace, out: TextIO) -> int:
                 await writer_cm.__aexit__(None, None, None)
             else:
                 await target.close()
-                await client.delete_ledger(target.id)
+                await client.delete_ledger(target.id, password=b"walkit-bench")
 
     latencies.sort()
     record = {

@@ -15,6 +15,7 @@ from walkit.errors import LogTruncatedError, NoSuchLogError
 from walkit.log._link import LinkResult, StagedLedger
 from walkit.log._log import Log
 from walkit.log._options import LogOptions
+from walkit.log._passwords import ledger_password, log_password
 from walkit.log._reader import LogReader, LogRecord
 from walkit.log._snapshot import Snapshot
 from walkit.log._store import list_logs, log_path, read_log
@@ -37,7 +38,9 @@ __all__ = [
     "Snapshot",
     "SnapshotRecord",
     "StagedLedger",
+    "ledger_password",
     "list_logs",
+    "log_password",
     "log_path",
     "read_log",
 ]

@@ -123,7 +123,8 @@ async def stage_ledger(owner: Log, job: str, part: int) -> LedgerWriter:
     """A new ledger for ``owner``'s records from task ``part`` of ``job``: created with the
     log's settings and password, tagged for :func:`staged_ledgers`. Append to it and close it;
     then hand its id to the job's committer."""
-    from walkit.log._log import KIND_KEY, LOG_KEY
+    from walkit.log._log import KIND_KEY
+    from walkit.log._passwords import LOG_KEY
 
     owner._check_open()
     check_job(job)
@@ -319,7 +320,8 @@ async def link_ledgers(
 async def _staged_info(client: Client, name: str, ledger_id: int) -> StagedLedger | None:
     """The ledger's staging tags if it was staged for log ``name`` (None otherwise)."""
     from walkit._core.ledger_metadata import LedgerState
-    from walkit.log._log import KIND_KEY, LOG_KEY
+    from walkit.log._log import KIND_KEY
+    from walkit.log._passwords import LOG_KEY
 
     try:
         md = await client.ledger_metadata(ledger_id)

@@ -44,6 +44,7 @@ from walkit.log._link import (
     staged_ledgers,
 )
 from walkit.log._options import LogOptions
+from walkit.log._passwords import LOG_KEY
 from walkit.log._reader import LogReader
 from walkit.log._snapshot import Snapshot, save_snapshot
 from walkit.log._store import create_or_read, read_log
@@ -57,7 +58,6 @@ log = get_logger(__name__)
 __all__ = ["Log"]
 
 #: Custom metadata keys on the log's ledgers (so an operator can tell whose they are).
-LOG_KEY = "walkit.log"
 KIND_KEY = "walkit.kind"
 
 

@@ -57,7 +57,9 @@ class Connection:
     """Where the cluster's metadata is and the password of the ledgers read or written."""
 
     metadata: str
-    password: bytes = b""
+    #: The ``password`` option; None when it was not given: then a log's ledgers are read and
+    #: written with the password stored with the log, and other ledgers with the empty one.
+    password: bytes | None = None
 
 
 @final
@@ -112,7 +114,8 @@ def connection(options: Mapping[str, str]) -> Connection:
             f'walkit: option "metadata" is {url!r}, not a metadata URL '
             "(zk://host:port[,host:port...]/root or sqlite:///path.db)"
         )
-    return Connection(url, options.get("password", "").encode())
+    password = options.get("password")
+    return Connection(url, None if password is None else password.encode())
 
 
 def log_name(options: Mapping[str, str]) -> str | None:

@@ -30,6 +30,7 @@ from walkit.errors import (
 )
 from walkit.ledger import LedgerReader
 from walkit.ledger._core import check_password
+from walkit.log._passwords import ledger_log, log_password
 from walkit.log._store import read_log
 from walkit.spark._options import Connection
 from walkit.spark._read_plan import LedgerView, Range
@@ -57,9 +58,32 @@ def _client(conn: Connection) -> contextlib.AbstractAsyncContextManager[Client]:
     return Client.connect(conn.metadata)
 
 
-def _check_password(md: LedgerMetadata, conn: Connection, what: str) -> None:
+class _Passwords:
+    """The password to read each ledger with: the ``password`` option when given, else the one
+    stored with the log that the ledger belongs to (its ``walkit.log`` tag), else empty."""
+
+    def __init__(self, client: Client, conn: Connection) -> None:
+        self._client = client
+        self._given = conn.password
+        self._by_log: dict[str, bytes] = {}
+
+    async def of_log(self, name: str) -> bytes:
+        if self._given is not None:
+            return self._given
+        if name not in self._by_log:
+            self._by_log[name] = await log_password(self._client, name)
+        return self._by_log[name]
+
+    async def of_ledger(self, md: LedgerMetadata) -> bytes:
+        if self._given is not None:
+            return self._given
+        name = ledger_log(md)
+        return b"" if name is None else await self.of_log(name)
+
+
+def _check_password(md: LedgerMetadata, password: bytes, what: str) -> None:
     try:
-        check_password(md, conn.password)
+        check_password(md, password)
     except UnauthorizedAccessError:
         raise UnauthorizedAccessError(
             f"walkit: wrong password for {what} (ledger {md.ledger_id}): check the option "
@@ -106,8 +130,9 @@ async def _log_state(client: Client, conn: Connection, name: str, from_seq: int)
                 if ledger.seq < from_seq and ledger != md.last:
                     continue  # (the last one tells where ``latest`` is)
                 lmd = await client.ledger_metadata(ledger.ledger_id)
-                _check_password(lmd, conn, f"log {name!r}")
-                last = await _last_readable(client, lmd, conn.password)
+                password = conn.password if conn.password is not None else md.config.password
+                _check_password(lmd, password, f"log {name!r}")
+                last = await _last_readable(client, lmd, password)
                 views.append(LedgerView(ledger.seq, ledger.ledger_id, lmd.is_closed, last))
         except NoSuchLedgerError:
             continue  # truncated or dropped since the list was read: read it again
@@ -121,6 +146,7 @@ async def ledger_state(
     """The metadata and last readable entry of each ledger asked for (``"all"``: every
     ledger of the cluster; ledgers deleted meanwhile are left out of ``all``)."""
     async with _client(conn) as client:
+        passwords = _Passwords(client, conn)
         wanted = await client.list_ledgers() if isinstance(ledgers, str) else list(ledgers)
         result: list[tuple[LedgerMetadata, int]] = []
         for ledger_id in wanted:
@@ -132,8 +158,9 @@ async def ledger_state(
                 raise NoSuchLedgerError(
                     f"walkit: option 'ledgers' names ledger {ledger_id}, which does not exist"
                 ) from None
-            _check_password(md, conn, "the option 'ledgers'")
-            result.append((md, await _last_readable(client, md, conn.password)))
+            password = await passwords.of_ledger(md)
+            _check_password(md, password, "the option 'ledgers'")
+            result.append((md, await _last_readable(client, md, password)))
         return result
 
 
@@ -229,9 +256,12 @@ async def _produce(
         if control.stop.is_set():
             return
         async with _client(conn) as client:
+            passwords = _Passwords(client, conn)
             for rng in ranges:
                 try:
-                    reader = await client.open_ledger(rng.ledger_id, password=conn.password)
+                    md = await client.ledger_metadata(rng.ledger_id)
+                    password = await passwords.of_ledger(md)
+                    reader = await client.open_ledger(rng.ledger_id, password=password)
                 except NoSuchLedgerError:
                     if on_missing is None:
                         raise

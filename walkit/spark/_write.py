@@ -335,10 +335,10 @@ def _connect(opts: WriteOptions) -> Any:
 
 
 async def _open_log(client: Client, opts: WriteOptions, *, create: bool) -> Log:
-    settings = dict(opts.settings) if create else {}
-    return await Log.open(
-        client, opts.log, create=create, password=opts.connection.password, **settings
-    )
+    settings: dict[str, Any] = dict(opts.settings) if create else {}
+    if opts.connection.password is not None:  # else: the log's own (generated) password
+        settings["password"] = opts.connection.password
+    return await Log.open(client, opts.log, create=create, **settings)
 
 
 async def _ensure_log(opts: WriteOptions) -> None:
