@@ -214,6 +214,7 @@ class BookieConnection:
         self._connecting = False
         self._closed = False
         self._error: WalkitError | None = None
+        self._tls_unconfirmed = False
         self._min_timeout = float("inf")
         #: Statistics (for tests and benchmarks).
         self.connects = 0
@@ -413,6 +414,9 @@ class BookieConnection:
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         self._error = None
+        # Under TLS 1.3 a bookie checks the client's certificate after the client's side of
+        # the handshake is done: a refusal can reach us as a plain reset before any answer.
+        self._tls_unconfirmed = isinstance(stream, trio.SSLStream)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_loop, stream, nursery.cancel_scope)
             nursery.start_soon(self._receive_loop, stream, nursery.cancel_scope)
@@ -420,7 +424,14 @@ class BookieConnection:
     def _lost(self, exc: BaseException) -> WalkitError:
         """The error for a broken stream: a TLSError when TLS broke it (a client certificate
         the bookie requires or refuses shows only here, after the handshake)."""
-        return tls_failure(self.bookie, exc, handshaken=True) or BookieUnavailableError(
+        failure = tls_failure(self.bookie, exc, handshaken=True)
+        if failure is None and self._tls_unconfirmed:
+            failure = TLSError(
+                f"bookie {self.bookie} closed the TLS connection before answering anything "
+                f"({exc!r}): it may require a client certificate (TLSConfig.cert and key) or "
+                "not trust this one (its --tls-ca)"
+            )
+        return failure or BookieUnavailableError(
             f"lost connection to bookie {self.bookie}: {exc!r}"
         )
 
@@ -477,7 +488,8 @@ class BookieConnection:
             while True:
                 data = await stream.receive_some(size)
                 if not data:
-                    raise BookieUnavailableError(f"bookie {self.bookie} closed the connection")
+                    raise self._lost(EOFError("the bookie closed the connection"))
+                self._tls_unconfirmed = False
                 buffer += data
                 used = self._dispatch(buffer)
                 if used:
