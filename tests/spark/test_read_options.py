@@ -9,9 +9,13 @@ from typing import Any
 import pytest
 import trio
 
-import walkit
-from walkit.errors import ConfigurationError
-from walkit.spark._options import read_options
+from tests.spark._spark import require_spark
+
+require_spark(java=False)  # before importing walkit.spark
+
+import walkit  # noqa: E402
+from walkit.errors import ConfigurationError  # noqa: E402
+from walkit.spark._options import read_options  # noqa: E402
 
 _names = itertools.count()
 

@@ -11,11 +11,16 @@ from typing import Any
 
 import pytest
 import trio
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-import walkit
-from walkit.spark._options import read_options
-from walkit.spark._read_stream import LogStreamReader
+from tests.spark._spark import require_spark
+
+require_spark(java=True)  # before importing walkit.spark
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
+
+import walkit  # noqa: E402
+from walkit.spark._options import read_options  # noqa: E402
+from walkit.spark._read_stream import LogStreamReader  # noqa: E402
 
 _names = itertools.count()
 
