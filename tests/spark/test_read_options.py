@@ -103,6 +103,8 @@ async def test_bad_options_through_spark(spark: Any, spark_metadata: str) -> Non
             )
         )
         assert "'endingPosition' is for batch reads" in stream_text
+        given = fails(read(metadata=url, password="secret").schema("payload binary"))
+        assert "a read has the fixed columns log, position" in given
         # failOnDataLoss=false starts at the truncation point instead.
         rows = (
             read(metadata=url, password="secret", startingPosition="1:3", failOnDataLoss="false")
