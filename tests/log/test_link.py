@@ -126,8 +126,8 @@ async def test_a_replayed_sink_batch_is_not_appended_twice(memory_url: str, tmp_
         assert first.records == 2
         # The same batch again (a restart from a checkpoint written before the commit was
         # known): nothing is linked and the new copy is deleted.
-        again = await stage(log, "q.0", 0, [b"a0", b"a1"])
-        replay = await log.link_ledgers([again[0]], sink=("q", 0), job="q.0")
+        again = await stage(log, "q.0.retry", 0, [b"a0", b"a1"])
+        replay = await log.link_ledgers([again[0]], sink=("q", 0), job="q.0.retry")
         assert replay.replayed and replay.records == 0 and replay.ledgers == ()
         assert again[0] not in await client.list_ledgers()
         # The next batch, an empty batch, and another query.
@@ -174,6 +174,14 @@ async def test_discarding_and_leftovers_of_failed_attempts(memory_url: str, tmp_
         assert sorted(deleted) == sorted(f[0] for f in failed)
         assert mine[0] in await client.list_ledgers()
         assert await read_all(log) == []
+        # The job has ended: a task attempt that stages a ledger now (a zombie) gets an error
+        # and its ledger is deleted at once.
+        before = set(await client.list_ledgers())
+        with pytest.raises(InvalidArgumentError, match="job dead-job of log jobs has ended"):
+            await log.stage_ledger("dead-job", 7)
+        assert set(await client.list_ledgers()) == before
+        # Another log's job of the same name is another job.
+        await stage(other, "dead-job", 1, [b"fine"])
 
         # A task attempt that failed left a ledger; the retried attempt's one is linked and
         # the commit (with the job id) deletes the leftover.

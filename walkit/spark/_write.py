@@ -142,10 +142,10 @@ def write_options(raw: dict[str, str], schema: StructType, *, streaming: bool) -
         settings.append(("digest", digest))
     sink_id = options.get("sinkId")
     if sink_id is not None and (
-        not sink_id or len(sink_id) > MAX_JOB_LENGTH - 21 or not sink_id.isprintable()
+        not sink_id or len(sink_id) > MAX_JOB_LENGTH - 40 or not sink_id.isprintable()
     ):
         raise ConfigurationError(
-            f"walkit: option 'sinkId' is {sink_id!r}: expected 1-{MAX_JOB_LENGTH - 21} "
+            f"walkit: option 'sinkId' is {sink_id!r}: expected 1-{MAX_JOB_LENGTH - 40} "
             "printable characters"
         )
     return WriteOptions(
@@ -203,7 +203,7 @@ def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) 
     _refuse_overwrite(overwrite)
     opts = write_options(options, schema, streaming=True)
     _run(_ensure_log, opts)
-    return LogStreamWriter(opts)
+    return LogStreamWriter(opts, uuid.uuid4().hex[:12])
 
 
 def _refuse_overwrite(overwrite: bool) -> None:
@@ -243,8 +243,11 @@ class LogBatchWriter(DataSourceArrowWriter):
 class LogStreamWriter(_StreamWriterBase):
     """Streaming write: the batch write's steps per micro-batch, exactly once per batch id."""
 
-    def __init__(self, options: WriteOptions) -> None:
+    def __init__(self, options: WriteOptions, attempt: str) -> None:
         self.options = options
+        #: Tells this run of the query from earlier ones: a batch replayed after a restart is
+        #: another job (a job id is good for one commit or abort).
+        self.attempt = attempt
 
     def write(self, iterator: Iterator[Any]) -> PartWritten:
         from pyspark import TaskContext
@@ -257,7 +260,11 @@ class LogStreamWriter(_StreamWriterBase):
         if not sink or batch is None:  # pragma: no cover - set by every micro-batch
             raise InvalidArgumentError("walkit: Spark did not name the streaming query or batch")
         return _run(
-            _write_part, self.options, _stream_job(sink, int(batch)), ctx.partitionId(), iterator
+            _write_part,
+            self.options,
+            _stream_job(sink, int(batch), self.attempt),
+            ctx.partitionId(),
+            iterator,
         )
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
@@ -266,12 +273,13 @@ class LogStreamWriter(_StreamWriterBase):
             # No task reported and the query's id is unknown: nothing was staged.
             log.warning("spark_stream_commit_without_sink", log=self.options.log, batch=batchId)
             return
-        _run(_commit, self.options, _stream_job(sink, batchId), messages, (sink, batchId))
+        job = _stream_job(sink, batchId, self.attempt)
+        _run(_commit, self.options, job, messages, (sink, batchId))
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         sink = self._sink_id(messages)
         if sink is not None:
-            _run(_abort, self.options, _stream_job(sink, batchId))
+            _run(_abort, self.options, _stream_job(sink, batchId, self.attempt))
 
     def _sink_id(self, messages: Sequence[WriterCommitMessage | None]) -> str | None:
         """The sink id: the option, else the Spark query id the tasks saw, else the one in
@@ -280,12 +288,12 @@ class LogStreamWriter(_StreamWriterBase):
             return self.options.sink_id
         for message in messages:
             if isinstance(message, PartWritten):
-                return message.job.rsplit(".", 1)[0]
+                return message.job.rsplit(".", 2)[0]
         return _checkpoint_query_id(self.options.checkpoint)
 
 
-def _stream_job(sink: str, batch_id: int) -> str:
-    return f"{sink}.{batch_id}"
+def _stream_job(sink: str, batch_id: int, attempt: str) -> str:
+    return f"{sink}.{batch_id}.{attempt}"
 
 
 def _checkpoint_query_id(checkpoint: str | None) -> str | None:
