@@ -265,3 +265,20 @@ async def test_a_tailing_reader_follows_a_link_between_two_writers(
         payloads = [r.payload for r in seen]
         assert payloads[6:11] == [b"bulk-%d" % i for i in range(5)]
         assert seen[6].position == result.first
+
+
+async def test_discarding_a_family_of_jobs_by_prefix(memory_url: str, tmp_path: Path) -> None:
+    from walkit.log._link import discard_jobs
+
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "family")
+        older = await stage(log, "q.5.run1", 0, [b"x"])  # a run that died before its commit
+        mine = await stage(log, "q.5.run2", 1, [b"y"])
+        other_batch = await stage(log, "q.50.run2", 0, [b"z"])
+        deleted = await discard_jobs(log, "q.5.", ["q.5.run2", "q.5.run3"])
+        assert sorted(deleted) == sorted([older[0], mine[0]])
+        assert [s.ledger_id for s in await log.staged_ledgers()] == [other_batch[0]]
+        for job in ("q.5.run1", "q.5.run2", "q.5.run3"):  # every one of them has ended
+            with pytest.raises(InvalidArgumentError, match="has ended"):
+                await log.stage_ledger(job, 0)
+        await stage(log, "q.5.run4", 0, [b"a later run"])

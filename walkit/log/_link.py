@@ -55,12 +55,15 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 __all__ = [
+    "ENDED_JOBS_PATH",
     "JOB_KEY",
     "PART_KEY",
     "STAGED_KIND",
     "LinkResult",
     "StagedLedger",
+    "discard_jobs",
     "discard_staged",
+    "end_job",
     "link_ledgers",
     "stage_ledger",
     "staged_ledgers",
@@ -212,9 +215,9 @@ async def discard_staged(
     owner: Log, job: str | None = None, *, created_before_ms: int | None = None
 ) -> list[int]:
     """Delete the ledgers staged for ``owner`` and not linked into it: those of ``job`` (which
-    ends first: it takes no more ledgers), or (``job=None``) every job's. ``created_before_ms`` keeps those created at or after that
-    wall-clock time (a job still running); a sweep of orphans passes e.g. now - 1 day. Returns
-    the deleted ids."""
+    ends first: it takes no more ledgers), or (``job=None``) every job's. ``created_before_ms``
+    keeps those created at or after that wall-clock time (a job still running); a sweep of
+    orphans passes e.g. now - 1 day. Returns the deleted ids."""
     if job is None and created_before_ms is None:
         raise InvalidArgumentError(
             "discarding every job's staged ledgers needs created_before_ms (jobs under way "
@@ -234,6 +237,24 @@ async def discard_staged(
     deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
     if deleted:
         log.info("log_staged_discarded", log=owner.name, job=job, ledgers=deleted)
+    return deleted
+
+
+async def discard_jobs(owner: Log, prefix: str, jobs: Sequence[str] = ()) -> list[int]:
+    """End ``jobs`` and every job with a ledger staged under a job id starting with ``prefix``,
+    then delete every unlinked staged ledger of those jobs (a streaming batch's attempts across
+    runs of its query: ``"<sink>.<batch>."``). Returns the deleted ids."""
+    if not prefix:
+        raise InvalidArgumentError("discarding jobs by prefix needs a non-empty prefix")
+    found = {s.job for s in await staged_ledgers(owner) if s.job.startswith(prefix)}
+    for job in sorted(found | set(jobs)):
+        await end_job(owner, job)
+    doomed = [s.ledger_id for s in await staged_ledgers(owner) if s.job.startswith(prefix)]
+    await owner._delete_ledgers(doomed, "discarded")
+    remaining = set(await owner.client.list_ledgers()) if doomed else set()
+    deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
+    if deleted:
+        log.info("log_staged_discarded", log=owner.name, prefix=prefix, ledgers=deleted)
     return deleted
 
 

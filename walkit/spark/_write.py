@@ -38,7 +38,7 @@ from walkit._logging import get_logger
 from walkit.client import Client
 from walkit.errors import ConfigurationError, InvalidArgumentError, WalkitError
 from walkit.log import Log
-from walkit.log._link import MAX_JOB_LENGTH
+from walkit.log._link import MAX_JOB_LENGTH, discard_jobs
 from walkit.spark._options import COMMON_OPTIONS, Connection, check_options, connection, log_name
 
 try:  # pyspark >= 4.1: the stream writer takes Arrow batches too
@@ -273,13 +273,15 @@ class LogStreamWriter(_StreamWriterBase):
             # No task reported and the query's id is unknown: nothing was staged.
             log.warning("spark_stream_commit_without_sink", log=self.options.log, batch=batchId)
             return
-        job = _stream_job(sink, batchId, self.attempt)
-        _run(_commit, self.options, job, messages, (sink, batchId))
+        # Spark makes this writer apart from the one its tasks got: the tasks' job ids (sink,
+        # batch, their run's token) come from their messages.
+        _run(_commit, self.options, _stream_prefix(sink, batchId), messages, (sink, batchId))
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         sink = self._sink_id(messages)
         if sink is not None:
-            _run(_abort, self.options, _stream_job(sink, batchId, self.attempt))
+            jobs = [m.job for m in messages if isinstance(m, PartWritten)]
+            _run(_abort_stream, self.options, _stream_prefix(sink, batchId), jobs)
 
     def _sink_id(self, messages: Sequence[WriterCommitMessage | None]) -> str | None:
         """The sink id: the option, else the Spark query id the tasks saw, else the one in
@@ -292,8 +294,12 @@ class LogStreamWriter(_StreamWriterBase):
         return _checkpoint_query_id(self.options.checkpoint)
 
 
+def _stream_prefix(sink: str, batch_id: int) -> str:
+    return f"{sink}.{batch_id}."
+
+
 def _stream_job(sink: str, batch_id: int, attempt: str) -> str:
-    return f"{sink}.{batch_id}.{attempt}"
+    return f"{_stream_prefix(sink, batch_id)}{attempt}"
 
 
 def _checkpoint_query_id(checkpoint: str | None) -> str | None:
@@ -426,6 +432,8 @@ async def _commit(
     messages: Sequence[WriterCommitMessage | None],
     sink: tuple[str, int] | None,
 ) -> None:
+    """Link what the tasks staged. ``job``: the batch job's id, or (with ``sink``) the prefix of
+    the micro-batch's job ids."""
     written = sorted(
         (m for m in messages if isinstance(m, PartWritten)), key=lambda m: (m.part, m.job)
     )
@@ -433,7 +441,7 @@ async def _commit(
     if len(set(parts)) != len(parts):
         raise InvalidArgumentError(f"walkit: two tasks reported the same partition: {parts}")
     for message in written:
-        if message.job != job:
+        if message.job != job and not (sink is not None and message.job.startswith(job)):
             raise InvalidArgumentError(
                 f"walkit: a task of job {message.job} reported to the commit of job {job}"
             )
@@ -442,10 +450,12 @@ async def _commit(
         owner = await _open_log(client, opts, create=False)
         result = await owner.link_ledgers(
             [m.ledger_id for m in staged if m.ledger_id is not None],
-            job=job,
+            job=None if sink is not None else job,
             sink=sink,
             expected_last_entries=[m.last_entry_id for m in staged],
         )
+        if sink is not None:  # this batch's other attempts, of this run or earlier ones
+            await discard_jobs(owner, job, sorted({m.job for m in written}))
     log.info(
         "spark_write_committed",
         log=opts.log,
@@ -455,6 +465,13 @@ async def _commit(
         replayed=result.replayed,
         end=None if result.end is None else str(result.end),
     )
+
+
+async def _abort_stream(opts: WriteOptions, prefix: str, jobs: list[str]) -> None:
+    async with _connect(opts) as client:
+        owner = await _open_log(client, opts, create=False)
+        deleted = await discard_jobs(owner, prefix, jobs)
+    log.warning("spark_write_aborted", log=opts.log, job=prefix, deleted=len(deleted))
 
 
 async def _abort(opts: WriteOptions, job: str) -> None:
