@@ -8,10 +8,7 @@ failure: the test script installs both.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests._cluster import ProcessCluster, process_cluster
+from tests.spark._spark import require_spark as _require_spark
 
 SPARK_DIR = Path(__file__).resolve().parent
 
@@ -28,44 +26,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SPARK_DIR in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.spark)
-
-
-def _java_major() -> int:
-    java = shutil.which("java")
-    if java is None:
-        return 0
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    for line in out.stderr.splitlines():
-        if "version" in line and '"' in line:
-            text = line.split('"')[1]
-            head = text.split(".")[0]
-            if head == "1":  # 1.8.0_x
-                head = text.split(".")[1]
-            return int(head) if head.isdigit() else 0
-    return 0
-
-
-def missing_spark() -> str | None:
-    """Why Spark cannot run here, or None."""
-    for module in ("pyspark", "pyarrow"):
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (bash scripts/setup.sh dev,spark)"
-    major = _java_major()
-    if major < 17:
-        return (
-            f"Spark 4 needs Java 17 or newer on PATH, found {major or 'none'} "
-            "(bash scripts/install-zookeeper.sh)"
-        )
-    return None
-
-
-def _require_spark() -> None:
-    problem = missing_spark()
-    if problem is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI runs the Spark tests: {problem}", pytrace=False)
-    pytest.skip(problem)
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,13 @@ from typing import Any
 import pytest
 import trio
 
-import walkit
-from walkit.errors import ConfigurationError
-from walkit.spark._options import read_options
+from tests.spark._spark import require_spark
+
+require_spark(java=False)  # before importing walkit.spark
+
+import walkit  # noqa: E402
+from walkit.errors import ConfigurationError  # noqa: E402
+from walkit.spark._options import read_options  # noqa: E402
 
 _names = itertools.count()
 
@@ -99,6 +103,8 @@ async def test_bad_options_through_spark(spark: Any, spark_metadata: str) -> Non
             )
         )
         assert "'endingPosition' is for batch reads" in stream_text
+        given = fails(read(metadata=url, password="secret").schema("payload binary"))
+        assert "a read has the fixed columns log, position" in given
         # failOnDataLoss=false starts at the truncation point instead.
         rows = (
             read(metadata=url, password="secret", startingPosition="1:3", failOnDataLoss="false")

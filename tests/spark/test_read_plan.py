@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from walkit import LogPosition
-from walkit.spark._read_plan import LedgerView, Range, pack, plan_log, resolve_latest
+from tests.spark._spark import require_spark
+
+require_spark(java=False)  # before importing walkit.spark
+
+from walkit import LogPosition  # noqa: E402
+from walkit.spark._read_plan import LedgerView, Range, pack, plan_log, resolve_latest  # noqa: E402
 
 P = LogPosition.parse
 

@@ -44,6 +44,8 @@ T = TypeVar("T")
 CHUNK_ENTRIES: Final = 8192
 #: Chunks read ahead of the one Spark is consuming.
 PREFETCH: Final = 2
+#: Seconds between looks for room in the queue to the consuming thread.
+_PUT_POLL: Final = 0.002
 #: Rounds of "the ledger list changed under us" before planning gives up.
 _PLAN_ROUNDS: Final = 10
 
@@ -254,10 +256,14 @@ async def _read_range(
         last = min(rng.last, first + chunk_entries - 1)
         entries = await reader.read(first, last)
         chunk = Chunk(rng, entries)
-        try:
-            items.put_nowait(chunk)
-        except queue.Full:
-            await trio.to_thread.run_sync(items.put, chunk, abandon_on_cancel=True)
-        if control.stop.is_set():
-            return
+        # Wait for room without parking a thread in a blocking put (which could outlive a
+        # consumer that stopped early): Spark turns a chunk into rows in far longer than this.
+        while True:
+            if control.stop.is_set():
+                return
+            try:
+                items.put_nowait(chunk)
+                break
+            except queue.Full:
+                await trio.sleep(_PUT_POLL)
         first = last + 1

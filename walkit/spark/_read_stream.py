@@ -92,7 +92,11 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if asked == LogPosition.LATEST:
             start = resolve_latest(state.ledgers, state.metadata.next_seq)
         elif asked == LogPosition.EARLIEST:
-            start = max(asked, state.metadata.truncated)
+            # The first record's position (or where the first ledger will be): a concrete
+            # offset in the checkpoint.
+            md = state.metadata
+            first_seq = md.ledgers[0].seq if md.ledgers else md.next_seq
+            start = max(LogPosition(first_seq, 0), md.truncated)
         else:
             start = self._check_truncation(state, asked)
         log.info("spark_stream_start", log=self.name, start=str(start))

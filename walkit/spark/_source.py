@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql.datasource import DataSource
 
+from walkit.errors import ConfigurationError
 from walkit.spark._options import read_options
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class WalkitDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = read_options(self.options, streaming=False)
+        _check_schema(schema, ledgers=options.ledgers is not None)
         if options.ledgers is not None:
             from walkit.spark._read_ledgers import LedgersReader
 
@@ -61,7 +63,9 @@ class WalkitDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from walkit.spark._read_stream import LogStreamReader
 
-        reader: DataSourceStreamReader = LogStreamReader(read_options(self.options, streaming=True))
+        options = read_options(self.options, streaming=True)
+        _check_schema(schema, ledgers=False)
+        reader: DataSourceStreamReader = LogStreamReader(options)
         return reader
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -74,6 +78,19 @@ class WalkitDataSource(DataSource):
         write = importlib.import_module("walkit.spark._write")
         writer: DataSourceStreamWriter = write.stream_writer(dict(self.options), schema, overwrite)
         return writer
+
+
+def _check_schema(given: StructType, *, ledgers: bool) -> None:
+    """A read's columns are fixed: refuse a schema given with ``.schema(...)`` that differs."""
+    from walkit.spark._read_schema import LEDGER_ARROW, LOG_ARROW
+
+    expected = list((LEDGER_ARROW if ledgers else LOG_ARROW).names)
+    names = [field.name for field in given.fields]
+    if names != expected:
+        raise ConfigurationError(
+            f"walkit: a read has the fixed columns {', '.join(expected)}; the schema given "
+            f"has {', '.join(names)} (leave out .schema(...))"
+        )
 
 
 class _PushdownWalkitDataSource(WalkitDataSource):
