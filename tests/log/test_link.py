@@ -126,8 +126,8 @@ async def test_a_replayed_sink_batch_is_not_appended_twice(memory_url: str, tmp_
         assert first.records == 2
         # The same batch again (a restart from a checkpoint written before the commit was
         # known): nothing is linked and the new copy is deleted.
-        again = await stage(log, "q.0", 0, [b"a0", b"a1"])
-        replay = await log.link_ledgers([again[0]], sink=("q", 0), job="q.0")
+        again = await stage(log, "q.0.retry", 0, [b"a0", b"a1"])
+        replay = await log.link_ledgers([again[0]], sink=("q", 0), job="q.0.retry")
         assert replay.replayed and replay.records == 0 and replay.ledgers == ()
         assert again[0] not in await client.list_ledgers()
         # The next batch, an empty batch, and another query.
@@ -174,6 +174,14 @@ async def test_discarding_and_leftovers_of_failed_attempts(memory_url: str, tmp_
         assert sorted(deleted) == sorted(f[0] for f in failed)
         assert mine[0] in await client.list_ledgers()
         assert await read_all(log) == []
+        # The job has ended: a task attempt that stages a ledger now (a zombie) gets an error
+        # and its ledger is deleted at once.
+        before = set(await client.list_ledgers())
+        with pytest.raises(InvalidArgumentError, match="job dead-job of log jobs has ended"):
+            await log.stage_ledger("dead-job", 7)
+        assert set(await client.list_ledgers()) == before
+        # Another log's job of the same name is another job.
+        await stage(other, "dead-job", 1, [b"fine"])
 
         # A task attempt that failed left a ledger; the retried attempt's one is linked and
         # the commit (with the job id) deletes the leftover.
@@ -257,3 +265,20 @@ async def test_a_tailing_reader_follows_a_link_between_two_writers(
         payloads = [r.payload for r in seen]
         assert payloads[6:11] == [b"bulk-%d" % i for i in range(5)]
         assert seen[6].position == result.first
+
+
+async def test_discarding_a_family_of_jobs_by_prefix(memory_url: str, tmp_path: Path) -> None:
+    from walkit.log._link import discard_jobs
+
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "family")
+        older = await stage(log, "q.5.run1", 0, [b"x"])  # a run that died before its commit
+        mine = await stage(log, "q.5.run2", 1, [b"y"])
+        other_batch = await stage(log, "q.50.run2", 0, [b"z"])
+        deleted = await discard_jobs(log, "q.5.", ["q.5.run2", "q.5.run3"])
+        assert sorted(deleted) == sorted([older[0], mine[0]])
+        assert [s.ledger_id for s in await log.staged_ledgers()] == [other_batch[0]]
+        for job in ("q.5.run1", "q.5.run2", "q.5.run3"):  # every one of them has ended
+            with pytest.raises(InvalidArgumentError, match="has ended"):
+                await log.stage_ledger(job, 0)
+        await stage(log, "q.5.run4", 0, [b"a later run"])

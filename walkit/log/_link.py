@@ -13,6 +13,12 @@ does not append through it. Instead:
 3. a job that fails instead deletes what it staged (:func:`discard_staged`); so do the
    commit (the leftovers of failed task attempts) and an operator's sweep.
 
+Both the commit and the abort first mark the job as *ended* in the metadata store
+(:func:`end_job`), then sweep its unlinked ledgers. A task attempt still running after that (a
+zombie Spark kills too late) finds the mark right after creating its ledger and deletes it, so
+every ledger of an ended job is deleted by one side or the other. A job id is therefore used
+for one attempt at a commit: a retry (a replayed streaming batch) takes a new one.
+
 Nothing staged is visible before the CAS, and the CAS lists all of a job's ledgers or none.
 A streaming sink passes ``sink=(query id, batch id)``: the batch id is recorded in the same
 CAS, and a batch that was committed before is not linked again (its new ledgers are deleted).
@@ -21,6 +27,8 @@ CAS, and a batch that was committed before is not linked again (its new ledgers 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, final
 
@@ -33,6 +41,7 @@ from walkit._logging import get_logger
 from walkit.errors import (
     InvalidArgumentError,
     MetadataVersionError,
+    NodeExistsError,
     NoSuchLedgerError,
 )
 from walkit.ledger import LedgerWriter
@@ -46,12 +55,15 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 __all__ = [
+    "ENDED_JOBS_PATH",
     "JOB_KEY",
     "PART_KEY",
     "STAGED_KIND",
     "LinkResult",
     "StagedLedger",
+    "discard_jobs",
     "discard_staged",
+    "end_job",
     "link_ledgers",
     "stage_ledger",
     "staged_ledgers",
@@ -66,6 +78,9 @@ PART_KEY: Final = "walkit.part"
 LINK_ATTEMPTS: Final = 20
 #: Longest job id (it is stored in every staged ledger's metadata).
 MAX_JOB_LENGTH: Final = 200
+#: Where the metadata store records jobs that ended (committed or aborted): a task that stages
+#: a ledger after its job ended (a zombie task attempt) finds the mark and deletes its ledger.
+ENDED_JOBS_PATH: Final = "/staging/ended"
 
 
 @final
@@ -119,6 +134,26 @@ def check_job(job: object) -> str:
     return job
 
 
+def ended_job_path(name: str, job: str) -> str:
+    """The node that marks ``job`` (of log ``name``) as ended."""
+    digest = hashlib.sha256(f"{name}\0{job}".encode()).hexdigest()
+    return f"{ENDED_JOBS_PATH}/{digest}"
+
+
+async def end_job(owner: Log, job: str) -> None:
+    """Mark ``job`` as ended: from now on, a ledger staged for it is deleted by its stager. The
+    sweep of the job's ledgers comes after this mark, so every ledger is either swept or seen
+    by its stager as unwanted (the stager checks the mark after creating the ledger)."""
+    core = owner.client.core
+    value = json.dumps({"log": owner.name, "job": job}).encode()
+    try:
+        await core.retry_metadata(
+            functools.partial(core.store.create, ended_job_path(owner.name, job), value)
+        )
+    except NodeExistsError:
+        pass
+
+
 async def stage_ledger(owner: Log, job: str, part: int) -> LedgerWriter:
     """A new ledger for ``owner``'s records from task ``part`` of ``job``: created with the
     log's settings and password, tagged for :func:`staged_ledgers`. Append to it and close it;
@@ -144,6 +179,16 @@ async def stage_ledger(owner: Log, job: str, part: int) -> LedgerWriter:
             PART_KEY: str(part).encode(),
         },
     )
+    core = owner.client.core
+    ended = await core.retry_metadata(
+        functools.partial(core.store.exists, ended_job_path(owner.name, job))
+    )
+    if ended is not None:
+        await owner._discard_ledger(lw)
+        raise InvalidArgumentError(
+            f"job {job} of log {owner.name} has ended (committed or aborted): it takes no "
+            "more ledgers"
+        )
     log.debug("log_ledger_staged", log=owner.name, job=job, part=part, ledger_id=lw.id)
     return lw
 
@@ -170,15 +215,17 @@ async def staged_ledgers(owner: Log, job: str | None = None) -> list[StagedLedge
 async def discard_staged(
     owner: Log, job: str | None = None, *, created_before_ms: int | None = None
 ) -> list[int]:
-    """Delete the ledgers staged for ``owner`` and not linked into it: those of ``job``, or
-    (``job=None``) every job's. ``created_before_ms`` keeps those created at or after that
-    wall-clock time (a job still running); a sweep of orphans passes e.g. now - 1 day. Returns
-    the deleted ids."""
+    """Delete the ledgers staged for ``owner`` and not linked into it: those of ``job`` (which
+    ends first: it takes no more ledgers), or (``job=None``) every job's. ``created_before_ms``
+    keeps those created at or after that wall-clock time (a job still running); a sweep of
+    orphans passes e.g. now - 1 day. Returns the deleted ids."""
     if job is None and created_before_ms is None:
         raise InvalidArgumentError(
             "discarding every job's staged ledgers needs created_before_ms (jobs under way "
             "would lose theirs)"
         )
+    if job is not None:
+        await end_job(owner, job)
     doomed = [
         staged.ledger_id
         for staged in await staged_ledgers(owner, job)
@@ -191,6 +238,24 @@ async def discard_staged(
     deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
     if deleted:
         log.info("log_staged_discarded", log=owner.name, job=job, ledgers=deleted)
+    return deleted
+
+
+async def discard_jobs(owner: Log, prefix: str, jobs: Sequence[str] = ()) -> list[int]:
+    """End ``jobs`` and every job with a ledger staged under a job id starting with ``prefix``,
+    then delete every unlinked staged ledger of those jobs (a streaming batch's attempts across
+    runs of its query: ``"<sink>.<batch>."``). Returns the deleted ids."""
+    if not prefix:
+        raise InvalidArgumentError("discarding jobs by prefix needs a non-empty prefix")
+    found = {s.job for s in await staged_ledgers(owner) if s.job.startswith(prefix)}
+    for job in sorted(found | set(jobs)):
+        await end_job(owner, job)
+    doomed = [s.ledger_id for s in await staged_ledgers(owner) if s.job.startswith(prefix)]
+    await owner._delete_ledgers(doomed, "discarded")
+    remaining = set(await owner.client.list_ledgers()) if doomed else set()
+    deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
+    if deleted:
+        log.info("log_staged_discarded", log=owner.name, prefix=prefix, ledgers=deleted)
     return deleted
 
 
@@ -213,8 +278,8 @@ async def link_ledgers(
 
     ``sink=(query_id, batch_id)`` records the batch as committed in the same CAS; if that
     query committed this batch (or a later one) before, nothing is linked and the ledgers are
-    deleted (``replayed``). ``job``: after the CAS, the job's other staged ledgers (left by
-    failed task attempts) are deleted.
+    deleted (``replayed``). ``job``: after the CAS, the job ends (:func:`end_job`) and its
+    other staged ledgers (left by failed task attempts) are deleted.
     """
     owner._check_open()
     ids = [int(i) for i in ledger_ids]
@@ -295,6 +360,7 @@ async def link_ledgers(
     if garbage:
         await owner._delete_ledgers(garbage, "replayed" if plan.replayed else "empty")
     if job is not None:
+        await end_job(owner, job)
         linked = {lg.ledger_id for lg in plan.linked}
         leftovers = [s.ledger_id for s in await staged_ledgers(owner, job)]
         await owner._delete_ledgers([i for i in leftovers if i not in linked], "leftover")

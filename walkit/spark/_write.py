@@ -38,7 +38,7 @@ from walkit._logging import get_logger
 from walkit.client import Client
 from walkit.errors import ConfigurationError, InvalidArgumentError, WalkitError
 from walkit.log import Log
-from walkit.log._link import MAX_JOB_LENGTH
+from walkit.log._link import MAX_JOB_LENGTH, discard_jobs
 from walkit.spark._options import COMMON_OPTIONS, Connection, check_options, connection, log_name
 
 try:  # pyspark >= 4.1: the stream writer takes Arrow batches too
@@ -142,10 +142,10 @@ def write_options(raw: dict[str, str], schema: StructType, *, streaming: bool) -
         settings.append(("digest", digest))
     sink_id = options.get("sinkId")
     if sink_id is not None and (
-        not sink_id or len(sink_id) > MAX_JOB_LENGTH - 21 or not sink_id.isprintable()
+        not sink_id or len(sink_id) > MAX_JOB_LENGTH - 40 or not sink_id.isprintable()
     ):
         raise ConfigurationError(
-            f"walkit: option 'sinkId' is {sink_id!r}: expected 1-{MAX_JOB_LENGTH - 21} "
+            f"walkit: option 'sinkId' is {sink_id!r}: expected 1-{MAX_JOB_LENGTH - 40} "
             "printable characters"
         )
     return WriteOptions(
@@ -203,7 +203,7 @@ def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) 
     _refuse_overwrite(overwrite)
     opts = write_options(options, schema, streaming=True)
     _run(_ensure_log, opts)
-    return LogStreamWriter(opts)
+    return LogStreamWriter(opts, uuid.uuid4().hex[:12])
 
 
 def _refuse_overwrite(overwrite: bool) -> None:
@@ -243,8 +243,11 @@ class LogBatchWriter(DataSourceArrowWriter):
 class LogStreamWriter(_StreamWriterBase):
     """Streaming write: the batch write's steps per micro-batch, exactly once per batch id."""
 
-    def __init__(self, options: WriteOptions) -> None:
+    def __init__(self, options: WriteOptions, attempt: str) -> None:
         self.options = options
+        #: Tells this run of the query from earlier ones: a batch replayed after a restart is
+        #: another job (a job id is good for one commit or abort).
+        self.attempt = attempt
 
     def write(self, iterator: Iterator[Any]) -> PartWritten:
         from pyspark import TaskContext
@@ -257,7 +260,11 @@ class LogStreamWriter(_StreamWriterBase):
         if not sink or batch is None:  # pragma: no cover - set by every micro-batch
             raise InvalidArgumentError("walkit: Spark did not name the streaming query or batch")
         return _run(
-            _write_part, self.options, _stream_job(sink, int(batch)), ctx.partitionId(), iterator
+            _write_part,
+            self.options,
+            _stream_job(sink, int(batch), self.attempt),
+            ctx.partitionId(),
+            iterator,
         )
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
@@ -266,12 +273,15 @@ class LogStreamWriter(_StreamWriterBase):
             # No task reported and the query's id is unknown: nothing was staged.
             log.warning("spark_stream_commit_without_sink", log=self.options.log, batch=batchId)
             return
-        _run(_commit, self.options, _stream_job(sink, batchId), messages, (sink, batchId))
+        # Spark makes this writer apart from the one its tasks got: the tasks' job ids (sink,
+        # batch, their run's token) come from their messages.
+        _run(_commit, self.options, _stream_prefix(sink, batchId), messages, (sink, batchId))
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         sink = self._sink_id(messages)
         if sink is not None:
-            _run(_abort, self.options, _stream_job(sink, batchId))
+            jobs = [m.job for m in messages if isinstance(m, PartWritten)]
+            _run(_abort_stream, self.options, _stream_prefix(sink, batchId), jobs)
 
     def _sink_id(self, messages: Sequence[WriterCommitMessage | None]) -> str | None:
         """The sink id: the option, else the Spark query id the tasks saw, else the one in
@@ -280,12 +290,16 @@ class LogStreamWriter(_StreamWriterBase):
             return self.options.sink_id
         for message in messages:
             if isinstance(message, PartWritten):
-                return message.job.rsplit(".", 1)[0]
+                return message.job.rsplit(".", 2)[0]
         return _checkpoint_query_id(self.options.checkpoint)
 
 
-def _stream_job(sink: str, batch_id: int) -> str:
-    return f"{sink}.{batch_id}"
+def _stream_prefix(sink: str, batch_id: int) -> str:
+    return f"{sink}.{batch_id}."
+
+
+def _stream_job(sink: str, batch_id: int, attempt: str) -> str:
+    return f"{_stream_prefix(sink, batch_id)}{attempt}"
 
 
 def _checkpoint_query_id(checkpoint: str | None) -> str | None:
@@ -418,6 +432,8 @@ async def _commit(
     messages: Sequence[WriterCommitMessage | None],
     sink: tuple[str, int] | None,
 ) -> None:
+    """Link what the tasks staged. ``job``: the batch job's id, or (with ``sink``) the prefix of
+    the micro-batch's job ids."""
     written = sorted(
         (m for m in messages if isinstance(m, PartWritten)), key=lambda m: (m.part, m.job)
     )
@@ -425,7 +441,7 @@ async def _commit(
     if len(set(parts)) != len(parts):
         raise InvalidArgumentError(f"walkit: two tasks reported the same partition: {parts}")
     for message in written:
-        if message.job != job:
+        if message.job != job and not (sink is not None and message.job.startswith(job)):
             raise InvalidArgumentError(
                 f"walkit: a task of job {message.job} reported to the commit of job {job}"
             )
@@ -434,10 +450,12 @@ async def _commit(
         owner = await _open_log(client, opts, create=False)
         result = await owner.link_ledgers(
             [m.ledger_id for m in staged if m.ledger_id is not None],
-            job=job,
+            job=None if sink is not None else job,
             sink=sink,
             expected_last_entries=[m.last_entry_id for m in staged],
         )
+        if sink is not None:  # this batch's other attempts, of this run or earlier ones
+            await discard_jobs(owner, job, sorted({m.job for m in written}))
     log.info(
         "spark_write_committed",
         log=opts.log,
@@ -447,6 +465,13 @@ async def _commit(
         replayed=result.replayed,
         end=None if result.end is None else str(result.end),
     )
+
+
+async def _abort_stream(opts: WriteOptions, prefix: str, jobs: list[str]) -> None:
+    async with _connect(opts) as client:
+        owner = await _open_log(client, opts, create=False)
+        deleted = await discard_jobs(owner, prefix, jobs)
+    log.warning("spark_write_aborted", log=opts.log, job=prefix, deleted=len(deleted))
 
 
 async def _abort(opts: WriteOptions, job: str) -> None:
