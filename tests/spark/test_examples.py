@@ -14,6 +14,7 @@ import trio
 
 from tests._cluster import ProcessCluster
 from walkit import Client, Log
+from walkit.errors import NotEnoughBookiesError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "spark"
 
@@ -46,7 +47,13 @@ def test_replication_audit_finds_the_copies_a_dead_bookie_missed(
                 await lw.close()  # before the bookie is back: nothing is sent to it again
             finally:
                 await trio.to_thread.run_sync(bookie.start)
-            healthy = await client.create_ledger(3, 2, 2)
+            with trio.fail_after(60):  # until the client sees the bookie registered again
+                while True:
+                    try:
+                        healthy = await client.create_ledger(3, 2, 2)
+                        break
+                    except NotEnoughBookiesError:
+                        await trio.sleep(0.1)
             await healthy.append_batch([b"h%d" % i for i in range(10)])
             await healthy.close()
             return lw.id, healthy.id, str(victim)

@@ -32,7 +32,7 @@ async def test_chunks_in_order_early_stop_and_a_deleted_ledger(spark_metadata: s
         gone = await client.create_ledger(3, 2, 2, password=b"pw")
         await gone.append(b"x")
         await gone.close()
-        await client.delete_ledger(gone.id)
+        await client.delete_ledger(gone.id, password=b"pw")
     conn = Connection(url, b"pw")
     whole = Range(1, lw.id, 3, 99)
 
