@@ -8,31 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests._cluster import ProcessCluster, process_cluster
+from tests._cluster import ProcessCluster
+from tests.cli._run import walkit
 
 pytestmark = pytest.mark.processes
-
-
-def walkit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "walkit.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(os.environ, WALKIT_METADATA=""),
-    )
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
-    root = tmp_path_factory.mktemp("cli")
-    with process_cluster(f"sqlite:///{root / 'metadata.db'}", root, 3) as c:
-        yield c
 
 
 @pytest.mark.parametrize(
