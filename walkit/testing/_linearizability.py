@@ -27,6 +27,7 @@ from typing import Final, Literal, final, get_args
 
 import attrs
 
+from walkit.testing._stale_reads import find_stale_read
 from walkit.testing._wgl import Budget, LinearizabilityResult, search
 
 Kind = Literal["read", "write", "delete", "cas"]
@@ -221,6 +222,9 @@ def check_kv_linearizable(
     budget = Budget(time_budget, max_steps)
     for key in sorted(by_key, key=lambda k: (len(by_key[k]), k)):
         ops = by_key[key]
+        stale = find_stale_read(ops, initial.get(key), describe)
+        if stale is not None:
+            return LinearizabilityResult(False, key, f"key {key!r}: {stale}")
         model = RegisterModel(initial.get(key), ops)
         classes = [model.interchangeable(op) for op in ops]
         deadlines = [model.deadline(op) for op in ops]
