@@ -88,6 +88,8 @@ def test_stale_read_after_completed_write() -> None:
         ([r(2, b"a", 0, 1), w(1, b"a", 2, 3)], "before its only write was sent"),
         ([w(1, b"a", 0, 1), d(2, True, 2, 3), r(3, b"a", 4, 5)], "a stale read"),
         ([w(1, b"a", 0, 1), cas(2, b"a", b"b", True, 2, 3), r(3, b"a", 4, 5)], "a stale read"),
+        ([w(1, b"a", 0, 1), r(2, None, 2, 3)], "a lost write"),
+        ([cas(1, None, b"a", True, 0, 1), r(2, None, 2, 3)], "a lost write"),
     ],
 )
 def test_plain_violations_are_explained_without_search(
@@ -95,6 +97,13 @@ def test_plain_violations_are_explained_without_search(
 ) -> None:
     result = check_kv_linearizable(history, max_steps=1)
     assert result.ok is False and reason in result.explanation, result
+
+
+def test_absent_read_of_a_key_that_always_had_a_value() -> None:
+    result = check_kv_linearizable([r(1, None, 0, 1)], initial={"k": b"x"}, max_steps=1)
+    assert result.ok is False and "from the start" in result.explanation
+    # With a delete somewhere the search decides: here the delete may come first.
+    assert check([d(2, True, 0, 2), r(1, None, 1, 3)], initial={"k": b"x"})
 
 
 def test_overlapping_overwrite_is_not_a_stale_read() -> None:

@@ -10,6 +10,10 @@ value a read returned was written by exactly one operation:
 - its write was answered, and then another write, a delete or a successful cas ran entirely
   after that answer and entirely before the read was sent (a stale read, or a lost write).
 
+And for a read that found the key absent, when the key has no delete at all (nothing but a
+delete makes a key absent): the key held a value from the start, or a write or successful cas
+was answered before the read was sent.
+
 Each of these proves the history is not linearizable; finding none proves nothing, and the
 search runs as usual. Intervals are closed, as in the search: only strict order counts.
 """
@@ -67,6 +71,9 @@ def find_stale_read(
         done = setters[i].completed
         assert done is not None
         earliest[i] = i if done <= first else later
+    absent = _absent_after_a_write(ops, initial, describe)
+    if absent is not None:
+        return absent
     for read in ops:
         if read.kind != "read" or read.completed is None or read.value is None:
             continue
@@ -94,4 +101,28 @@ def find_stale_read(
                     f"{describe(write)}, and then {describe(over)} ran entirely after that "
                     "write and before the read"
                 )
+    return None
+
+
+def _absent_after_a_write(
+    ops: Sequence[Op], initial: bytes | None, describe: Callable[[Op], str]
+) -> str | None:
+    if any(op.kind == "delete" for op in ops):
+        return None
+    first: Op | None = None  # the write (or successful cas) answered first
+    first_done = float("inf")
+    for op in ops:
+        sets = op.kind == "write" or (op.kind == "cas" and op.found is True)
+        if sets and op.completed is not None and op.completed < first_done:
+            first, first_done = op, op.completed
+    for read in ops:
+        if read.kind != "read" or read.completed is None or read.value is not None:
+            continue
+        if initial is not None:
+            return f"{describe(read)}: the key held a value from the start and nothing deletes it"
+        if first is not None and first_done < read.invoked:
+            return (
+                f"{describe(read)}: a lost write; {describe(first)} was answered before the "
+                "read was sent, and nothing deletes the key"
+            )
     return None
