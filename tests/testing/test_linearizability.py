@@ -16,6 +16,9 @@ from walkit.testing import (
     check_kv_linearizable,
     check_linearizable,
 )
+from walkit.testing._linearizability import RegisterModel
+from walkit.testing._wgl import Budget, search
+from walkit.testing._wgl_lazy import search_lazy
 
 
 def w(c: int, v: bytes, t0: float, t1: float | None, key: str = "k") -> KVOperation:
@@ -384,6 +387,25 @@ def test_agrees_with_brute_force(history: list[KVOperation], initial: bytes | No
     expected = brute_force(history, initial)
     result = check_kv_linearizable(history, initial={} if initial is None else {"k": initial})
     assert result.ok is expected, (history, result)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_histories(), st.sampled_from([None, b"a"]), st.booleans())
+def test_both_search_orders_agree_with_brute_force(
+    history: list[KVOperation], initial: bytes | None, shortcuts: bool
+) -> None:
+    """The greedy search and the one that tries unanswered ops last, alone (without the
+    checks that run before them), with and without the shortcuts for unanswered ops."""
+    ops = [op for op in history if not (op.kind == "read" and op.completed is None)]
+    model = RegisterModel(initial, ops if shortcuts else ())
+    if not shortcuts:
+        model.observed = {v for op in ops for v in (op.value, op.expected)} | {None}
+    classes = [model.interchangeable(op) for op in ops] if shortcuts else None
+    deadlines = [model.deadline(op) for op in ops] if shortcuts else None
+    expected = brute_force(history, initial)
+    for search_fn in (search, search_lazy):
+        ok, _ = search_fn(ops, model, Budget(None, None), classes, deadlines)
+        assert ok is expected, (search_fn.__name__, history)
 
 
 def sequential_history(rng: random.Random, n: int, keys: int) -> list[KVOperation]:
