@@ -309,23 +309,34 @@ class TlsNetwork:
                     message = "this bookie serves TLS only: connect with walkit.TLSConfig"
                     frame = encode_frame(ErrorResponse(0, StatusCode.TLS_REQUIRED, message))
                     await raw.send_all(frame)
-                    # Close gently: closing with unread input would reset the connection and
-                    # could drop the answer before the client reads it.
-                    if isinstance(raw, trio.abc.HalfCloseableStream):
-                        await raw.send_eof()
-                    with trio.move_on_after(1.0):
-                        while await raw.receive_some(65536):
-                            pass
+                    await _close_gently(raw)
                     return None
                 stream = trio.SSLStream(_Prepended(raw, bytes(head)), context, server_side=True)
                 await stream.do_handshake()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 log.warning("tls_handshake_failed", peer=peer, error=_reason(exc))
+                # With TLS 1.3 the client may already be sending requests: a close with
+                # them unread would reset the connection, and the client would see a reset
+                # instead of the end of a TLS session that it can explain.
+                await _close_gently(raw)
                 return None
             return stream
         if scope.cancelled_caught:
             log.warning("tls_handshake_timeout", peer=peer, timeout=self.handshake_timeout)
         return None
+
+
+async def _close_gently(raw: trio.abc.Stream) -> None:
+    """Half-close and read what the peer still sends (up to a second), so that the final close
+    does not reset the connection and drop what was sent last."""
+    try:
+        if isinstance(raw, trio.abc.HalfCloseableStream):
+            await raw.send_eof()
+        with trio.move_on_after(1.0):
+            while await raw.receive_some(65536):
+                pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
 
 
 def peer_name(stream: trio.abc.Stream) -> str:

@@ -27,7 +27,9 @@ from typing import Final, Literal, final, get_args
 
 import attrs
 
+from walkit.testing._stale_reads import find_stale_read
 from walkit.testing._wgl import Budget, LinearizabilityResult, search
+from walkit.testing._wgl_lazy import search_lazy
 
 Kind = Literal["read", "write", "delete", "cas"]
 _KINDS: Final = frozenset(get_args(Kind))
@@ -221,10 +223,23 @@ def check_kv_linearizable(
     budget = Budget(time_budget, max_steps)
     for key in sorted(by_key, key=lambda k: (len(by_key[k]), k)):
         ops = by_key[key]
+        stale = find_stale_read(ops, initial.get(key), describe)
+        if stale is not None:
+            return LinearizabilityResult(False, key, f"key {key!r}: {stale}")
         model = RegisterModel(initial.get(key), ops)
         classes = [model.interchangeable(op) for op in ops]
         deadlines = [model.deadline(op) for op in ops]
-        ok, explanation = search(ops, model, budget, classes, deadlines)
+        # Greedy order first (it finds a linearization fastest), with a third of what is
+        # left; then the order that refutes failing histories with unanswered ops fastest.
+        phase = budget.share(1 / 3)
+        ok, explanation = search(ops, model, phase, classes, deadlines)
+        budget.absorb(phase)
+        if ok is None and not budget.exhausted:
+            phase = budget.share(1.0)
+            ok, explanation = search_lazy(ops, model, phase, classes, deadlines)
+            budget.absorb(phase)
+        if ok is None:
+            explanation = budget.describe()
         if ok is not True:
             return LinearizabilityResult(ok, key, f"key {key!r}: {explanation}")
     n = sum(len(ops) for ops in by_key.values())

@@ -100,6 +100,7 @@ class Budget:
         if max_steps is not None and max_steps <= 0:
             raise ValueError(f"max_steps must be > 0 or None, not {max_steps!r}")
         self.time_budget = time_budget
+        self.max_steps = max_steps
         self.deadline = None if time_budget is None else time.monotonic() + time_budget
         self.steps_left = max_steps
         self.steps = 0
@@ -119,12 +120,31 @@ class Budget:
                 return False
         return True
 
+    def share(self, fraction: float) -> Budget:
+        """A budget for one phase: ``fraction`` of what is left (charge it back with
+        :meth:`absorb`)."""
+        left = None if self.deadline is None else max(self.deadline - time.monotonic(), 1e-3)
+        steps = None if self.steps_left is None else max(1, int(self.steps_left * fraction))
+        return Budget(None if left is None else left * fraction, steps)
+
+    def absorb(self, phase: Budget) -> None:
+        """Charge the steps a phase took to this budget."""
+        self.steps += phase.steps
+        if self.steps_left is not None:
+            self.steps_left -= phase.steps
+
+    @property
+    def exhausted(self) -> bool:
+        if self.steps_left is not None and self.steps_left <= 0:
+            return True
+        return self.deadline is not None and time.monotonic() > self.deadline
+
     def describe(self) -> str:
         limits = []
         if self.time_budget is not None:
             limits.append(f"{self.time_budget:g} s")
-        if self.steps_left is not None:
-            limits.append(f"{self.steps} steps")
+        if self.max_steps is not None:
+            limits.append(f"{self.max_steps} steps")
         return f"search budget ({' / '.join(limits)}) exhausted after {self.steps} steps"
 
 
@@ -141,10 +161,17 @@ class _Entry:
         self.next: _Entry | None = None
 
 
-def _build_list(ops: Sequence[TimedOperation], ends: Sequence[float | None]) -> _Entry:
-    """The sentinel head of the call/return list, sorted by time, calls first on ties."""
+def _build_list(
+    ops: Sequence[TimedOperation],
+    ends: Sequence[float | None],
+    listed: Sequence[bool] | None = None,
+) -> _Entry:
+    """The sentinel head of the call/return list, sorted by time, calls first on ties (only
+    the ``listed`` ops, when given)."""
     keyed: list[tuple[float, int, int, _Entry]] = []
     for i, (op, end) in enumerate(zip(ops, ends, strict=True)):
+        if listed is not None and not listed[i]:
+            continue
         call = _Entry(i, True)
         keyed.append((op.invoked, 0, i, call))
         if end is not None:
