@@ -35,7 +35,6 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import final
 
-import structlog
 import trio
 from kv_state import KVState
 from kv_state import command as kv_command
@@ -316,8 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not url:
         parser.error("give a metadata URL first (or set WALKIT_METADATA)")
-    # Libraries log through structlog; the application decides what to show.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    # The demo and commands show errors only: walkit logs through the standard logging module.
+    logging.getLogger("walkit").setLevel(logging.ERROR)
     try:
         if args.action is None:
             trio.run(demo, url, args.log or "kv-demo")

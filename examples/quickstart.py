@@ -5,11 +5,9 @@ python examples/quickstart.py sqlite:///path/to/metadata.db   (or $WALKIT_METADA
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
-import structlog
 import trio
 
 import walkit
@@ -42,6 +40,6 @@ if __name__ == "__main__":
     target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("WALKIT_METADATA", "")
     if not target:
         sys.exit("usage: quickstart.py METADATA_URL (or set WALKIT_METADATA)")
-    # Libraries log through structlog; the application decides what to show.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    # walkit logs through the standard logging module and is silent below WARNING unless the
+    # application configures logging (logging.basicConfig(level=logging.INFO) shows its events).
     trio.run(main, target)
