@@ -3,6 +3,7 @@ shipping an example's own functions to the executors."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Any
@@ -42,3 +43,25 @@ def by_value(*modules: str) -> None:
         module = sys.modules.get(name)
         if module is not None and name != "__main__":
             cloudpickle.register_pickle_by_value(module)
+
+
+def cli_parser(doc: str, password_help: str) -> argparse.ArgumentParser:
+    """A parser with what every example takes: ``--metadata`` (default $WALKIT_METADATA),
+    ``--password`` (default: the one stored with the log) and ``--master``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument(
+        "--metadata",
+        default=os.environ.get("WALKIT_METADATA"),
+        help="metadata URL (default: $WALKIT_METADATA)",
+    )
+    p.add_argument("--password", default=None, help=password_help)
+    p.add_argument("--master", default="local[2]", help="Spark master of a new session")
+    return p
+
+
+def cli_parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; a missing metadata URL is a usage error."""
+    args = p.parse_args(argv)
+    if not args.metadata:
+        p.error("--metadata URL is required (or set WALKIT_METADATA)")
+    return args

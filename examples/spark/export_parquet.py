@@ -17,12 +17,10 @@ first position of a new export (earliest by default).
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from typing import Any
 
-from _session import session
+from _session import cli_parse, cli_parser, session
 
 
 def _options(url: str, password: str | None) -> dict[str, str]:
@@ -72,27 +70,16 @@ def export_stream(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--metadata",
-        default=os.environ.get("WALKIT_METADATA"),
-        help="metadata URL (default: $WALKIT_METADATA)",
-    )
+    parser = cli_parser(__doc__, "the log's password (default: the one stored with it)")
     parser.add_argument("--log", required=True, help="the log to export")
     parser.add_argument("--out", required=True, help="the Parquet directory")
-    parser.add_argument(
-        "--password", default=None, help="the log's password (default: the one stored with it)"
-    )
     parser.add_argument("--stream", action="store_true", help="export as a streaming job")
     parser.add_argument("--checkpoint", help="the streaming job's checkpoint directory")
     parser.add_argument(
         "--trigger", default="available-now", help='available-now, or an interval ("10 seconds")'
     )
     parser.add_argument("--start", default="earliest", help="first position of a new stream")
-    parser.add_argument("--master", default="local[2]", help="Spark master of a new session")
-    args = parser.parse_args(argv)
-    if not args.metadata:
-        parser.error("--metadata URL is required (or set WALKIT_METADATA)")
+    args = cli_parse(parser, argv)
     if args.stream and not args.checkpoint:
         parser.error("--stream needs --checkpoint DIR (where the exported position is kept)")
     spark, own = session(args.master, "walkit-export-parquet")

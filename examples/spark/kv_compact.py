@@ -23,15 +23,13 @@ job never takes the log over; the store's leader truncates the log at its next s
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import trio
-from _session import by_value, session
+from _session import by_value, cli_parse, cli_parser, session
 
 import walkit
 
@@ -147,20 +145,9 @@ def compact(spark: Any, url: str, name: str, password: str | None = None) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--metadata",
-        default=os.environ.get("WALKIT_METADATA"),
-        help="metadata URL (default: $WALKIT_METADATA)",
-    )
+    parser = cli_parser(__doc__, "the log's password (default: the one stored with it)")
     parser.add_argument("--log", default="kv", help="the KV store's log (default kv)")
-    parser.add_argument(
-        "--password", default=None, help="the log's password (default: the one stored with it)"
-    )
-    parser.add_argument("--master", default="local[2]", help="Spark master of a new session")
-    args = parser.parse_args(argv)
-    if not args.metadata:
-        parser.error("--metadata URL is required (or set WALKIT_METADATA)")
+    args = cli_parse(parser, argv)
     spark, own = session(args.master, "walkit-kv-compact")
     try:
         report = compact(spark, args.metadata, args.log, args.password)

@@ -19,14 +19,12 @@ its write set was down.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import trio
-from _session import by_value, session
+from _session import by_value, cli_parse, cli_parser, session
 
 import walkit
 from walkit._core.distribution import write_set
@@ -266,23 +264,12 @@ def print_report(problems: list[dict[str, Any]], summary: dict[str, int]) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--metadata",
-        default=os.environ.get("WALKIT_METADATA"),
-        help="metadata URL (default: $WALKIT_METADATA)",
+    parser = cli_parser(
+        __doc__, "the ledgers' password (mac digests; default: the one each ledger's log stored)"
     )
     parser.add_argument("--ledgers", default="all", help="all, or ledger ids like 12,15")
-    parser.add_argument(
-        "--password",
-        default=None,
-        help="the ledgers' password (mac digests; default: the one each ledger's log stored)",
-    )
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="entries per Spark task")
-    parser.add_argument("--master", default="local[2]", help="Spark master of a new session")
-    args = parser.parse_args(argv)
-    if not args.metadata:
-        parser.error("--metadata URL is required (or set WALKIT_METADATA)")
+    args = cli_parse(parser, argv)
     if args.chunk < 1:
         parser.error("--chunk must be >= 1")
     spark, own = session(args.master, "walkit-replication-audit")
