@@ -55,7 +55,7 @@ class KVState:
         current = self.data.get(key)
         if kind == "set":
             expect = op.get("expect")
-            if expect is not None and (current is None or current[1] != expect):
+            if expect is not None and (current is None or not _same_version(current[1], expect)):
                 return ("mismatch", None if current is None else current[1], str(position))
             self.data[key] = (op["value"], str(position))
             return ("ok", None if current is None else current[0], str(position))
@@ -76,3 +76,14 @@ class KVState:
             k: (v, "earliest") if isinstance(v, str) else (v[0], v[1])
             for k, v in loaded.items()
         }
+
+
+def _same_version(stored: str, expect: object) -> bool:
+    """Whether ``expect`` names the version ``stored`` (positions compare by value, so
+    "3:17" from a log written before record sets equals "3:17:0")."""
+    if not isinstance(expect, str):
+        return False
+    try:
+        return walkit.LogPosition.parse(stored) == walkit.LogPosition.parse(expect)
+    except walkit.errors.InvalidArgumentError:
+        return False

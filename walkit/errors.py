@@ -245,6 +245,24 @@ class LogTruncatedError(NoSuchEntryError):
     """Records a reader needs lie before the log's truncation point."""
 
 
+class CorruptEntryError(WalkitError):
+    """An entry of a log ledger passed its digest but is not a well-formed record set (written
+    by something other than a walkit log writer, or by a newer version)."""
+
+    retryable = False
+
+
+class DuplicateRecordError(WalkitError):
+    """An idempotent append whose producer sequence number is already in the log: the record
+    is stored once, at ``position`` (the first copy's position)."""
+
+    retryable = False
+
+    def __init__(self, message: str = "", position: object = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+
 @functools.cache
 def _by_code() -> dict[int, type[WalkitError]]:
     table: dict[int, type[WalkitError]] = {}

@@ -15,29 +15,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from kv_state import KVState, command, decode_value, encode_value
 
 
-def pos(seq: int, entry: int) -> LogPosition:
-    return LogPosition(seq, entry)
+def pos(seq: int, entry: int, slot: int = 0) -> LogPosition:
+    return LogPosition(seq, entry, slot)
 
 
 def test_set_get_delete() -> None:
     s = KVState()
-    assert s.apply(command("set", "a", "1"), pos(1, 0)) == ("ok", None, "1:0")
-    assert s.apply(command("set", "a", "2"), pos(1, 1)) == ("ok", "1", "1:1")
-    assert s.get("a") == ("2", "1:1")
-    assert s.apply(command("delete", "a"), pos(1, 2)) == ("ok", "2", "1:2")
-    assert s.apply(command("delete", "a"), pos(1, 3)) == ("absent", None, "1:3")
+    assert s.apply(command("set", "a", "1"), pos(1, 0)) == ("ok", None, "1:0:0")
+    assert s.apply(command("set", "a", "2"), pos(1, 0, 1)) == ("ok", "1", "1:0:1")
+    assert s.get("a") == ("2", "1:0:1")
+    assert s.apply(command("delete", "a"), pos(1, 2)) == ("ok", "2", "1:2:0")
+    assert s.apply(command("delete", "a"), pos(1, 3)) == ("absent", None, "1:3:0")
     assert s.get("a") is None
 
 
 def test_compare_and_set_is_decided_at_apply() -> None:
     s = KVState()
     s.apply(command("set", "k", "v1"), pos(1, 0))
-    # Two writers read position 1:0; the first to be applied wins, the second is refused.
-    assert s.apply(command("set", "k", "a", expect="1:0"), pos(1, 1))[0] == "ok"
-    assert s.apply(command("set", "k", "b", expect="1:0"), pos(1, 2)) == ("mismatch", "1:1", "1:2")
-    assert s.get("k") == ("a", "1:1")
+    # Two writers read position 1:0:0; the first to be applied wins, the second is refused.
+    assert s.apply(command("set", "k", "a", expect="1:0:0"), pos(1, 1))[0] == "ok"
+    assert s.apply(command("set", "k", "b", expect="1:0:0"), pos(1, 2)) == (
+        "mismatch",
+        "1:1:0",
+        "1:2:0",
+    )
+    assert s.get("k") == ("a", "1:1:0")
+    # A version written before record sets ("1:1") names the same position.
+    assert s.apply(command("set", "k", "c", expect="1:1"), pos(1, 2, 1))[0] == "ok"
+    assert s.apply(command("set", "k", "d", expect="junk"), pos(1, 2, 2))[0] == "mismatch"
     # An absent key never matches.
-    assert s.apply(command("set", "x", "v", expect="1:0"), pos(1, 3)) == ("mismatch", None, "1:3")
+    assert s.apply(command("set", "x", "v", expect="1:0"), pos(1, 3)) == (
+        "mismatch",
+        None,
+        "1:3:0",
+    )
     assert s.get("x") is None
 
 

@@ -17,8 +17,9 @@ import trio
 
 import walkit
 
-#: Small ledgers, so that rolls happen while the writer runs.
-ROLL_ENTRIES = 40
+#: Small ledgers, so that rolls happen while the writer runs (each batch of 4 records below is
+#: one record set, so 40 records per ledger).
+ROLL_ENTRIES = 10
 
 
 async def main(url: str, name: str, tag: str, count: int | None) -> None:

@@ -52,8 +52,8 @@ def test_round_trip_and_format() -> None:
         {"seq": 4, "ledger_id": 40},
         {"seq": 5, "ledger_id": 50},
     ]
-    assert d["truncated"] == "3:7"
-    assert d["snapshots"][0]["position"] == "3:9"
+    assert d["truncated"] == "3:7:0"
+    assert d["snapshots"][0]["position"] == "3:9:0"
     assert d["config"] == {"ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, "digest": "mac"}
     assert md.to_json() == d
 

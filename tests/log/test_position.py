@@ -13,7 +13,7 @@ from walkit._core.log_position import MAX_COMPONENT, position
 from walkit.errors import InvalidArgumentError
 
 components = st.integers(0, MAX_COMPONENT)
-positions = st.builds(LogPosition, components, components)
+positions = st.builds(LogPosition, components, components, components)
 
 
 @given(positions)
@@ -24,9 +24,12 @@ def test_str_parse_round_trip(pos: LogPosition) -> None:
 
 
 @given(positions, positions)
-def test_order_is_by_ledger_then_entry(a: LogPosition, b: LogPosition) -> None:
-    assert (a < b) == ((a.ledger_seq, a.entry_id) < (b.ledger_seq, b.entry_id))
-    assert (a == b) == ((a.ledger_seq, a.entry_id) == (b.ledger_seq, b.entry_id))
+def test_order_is_by_ledger_then_entry_then_slot(a: LogPosition, b: LogPosition) -> None:
+    def key(p: LogPosition) -> tuple[int, int, int]:
+        return (p.ledger_seq, p.entry_id, p.slot)
+
+    assert (a < b) == (key(a) < key(b))
+    assert (a == b) == (key(a) == key(b))
     assert LogPosition.EARLIEST <= a <= LogPosition.LATEST
 
 
@@ -34,22 +37,25 @@ def test_order_is_by_ledger_then_entry(a: LogPosition, b: LogPosition) -> None:
 def test_sorting_and_sets(items: list[LogPosition]) -> None:
     ordered = sorted(items)
     assert all(x <= y for x, y in itertools.pairwise(ordered))
-    assert len(set(items)) == len({(p.ledger_seq, p.entry_id) for p in items})
+    assert len(set(items)) == len({(p.ledger_seq, p.entry_id, p.slot) for p in items})
 
 
 def test_examples() -> None:
-    assert str(LogPosition(3, 17)) == "3:17"
-    assert LogPosition.parse("3:17") == LogPosition(3, 17)
-    assert LogPosition(2, 999) < LogPosition(3, 0) < LogPosition(3, 1)
+    assert str(LogPosition(3, 17, 2)) == "3:17:2"
+    assert str(LogPosition(3, 17)) == "3:17:0"
+    assert LogPosition.parse("3:17:2") == LogPosition(3, 17, 2)
+    assert LogPosition.parse("3:17") == LogPosition(3, 17, 0)  # written before record sets
+    assert LogPosition(2, 999) < LogPosition(3, 0) < LogPosition(3, 0, 1) < LogPosition(3, 1)
     assert str(LogPosition.EARLIEST) == "earliest"
     assert str(LogPosition.LATEST) == "latest"
     assert LogPosition.parse("earliest") is LogPosition.EARLIEST
     assert LogPosition.parse("latest") is LogPosition.LATEST
     assert LogPosition.parse("0:0") == LogPosition.EARLIEST
     assert LogPosition(1, 0) > LogPosition.EARLIEST
-    assert LogPosition(3, 4).next() == LogPosition(3, 5)
-    assert repr(LogPosition(3, 4)) == "LogPosition('3:4')"
-    assert {LogPosition(1, 2): "x"}[LogPosition.parse("1:2")] == "x"
+    assert LogPosition(3, 4).next() == LogPosition(3, 4, 1)
+    assert LogPosition(3, 4, 7).entry_start() == LogPosition(3, 4)
+    assert repr(LogPosition(3, 4)) == "LogPosition('3:4:0')"
+    assert {LogPosition(1, 2): "x"}[LogPosition.parse("1:2:0")] == "x"
 
 
 @pytest.mark.parametrize(
@@ -59,7 +65,10 @@ def test_examples() -> None:
         "3",
         "3:",
         ":3",
-        "3:4:5",
+        "3:4:5:6",
+        "3:4:",
+        "3::5",
+        "1:2:-1",
         "-1:0",
         "1:-1",
         "+1:2",
@@ -74,6 +83,7 @@ def test_examples() -> None:
         "99999999999999999999:0",
         f"{MAX_COMPONENT + 1}:0",
         f"0:{MAX_COMPONENT + 1}",
+        f"0:0:{MAX_COMPONENT + 1}",
     ],
 )
 def test_bad_strings_raise_invalid_argument(text: str) -> None:
@@ -87,8 +97,11 @@ def test_parse_refuses_non_strings(value: object) -> None:
         LogPosition.parse(value)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("args", [(-1, 0), (0, -1), (MAX_COMPONENT + 1, 0), (True, 0), (1.0, 2)])
-def test_bad_components(args: tuple[object, object]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [(-1, 0), (0, -1), (MAX_COMPONENT + 1, 0), (True, 0), (1.0, 2), (1, 2, -1), (1, 2, None)],
+)
+def test_bad_components(args: tuple[object, ...]) -> None:
     with pytest.raises(InvalidArgumentError):
         LogPosition(*args)  # type: ignore[arg-type]
 
@@ -99,6 +112,6 @@ def test_not_comparable_with_other_types() -> None:
     assert LogPosition(1, 2) != (1, 2)  # type: ignore[comparison-overlap]
 
 
-def test_no_position_after_the_largest_entry() -> None:
+def test_no_position_after_the_largest_slot() -> None:
     with pytest.raises(InvalidArgumentError):
-        LogPosition(1, MAX_COMPONENT).next()
+        LogPosition(1, 2, MAX_COMPONENT).next()

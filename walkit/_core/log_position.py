@@ -1,12 +1,14 @@
-"""Positions in a log: (ledger sequence number, entry id).
+"""Positions in a log: (ledger sequence number, entry id, slot).
 
 A log is a chain of ledgers; each ledger gets a per-log sequence number when it joins the log
-(1, 2, 3, ...; never reused, gaps allowed where empty ledgers were dropped). A record's position
-is the sequence number of its ledger and its entry id there, so positions order across ledgers
-(DistributedLog's DLSN without the slot).
+(1, 2, 3, ...; never reused, gaps allowed where empty ledgers were dropped). Records are packed
+into entries (record sets), so a record's position is the sequence number of its ledger, the
+entry id there, and its slot in the entry (DistributedLog's DLSN). Positions order across
+ledgers. Entries of logs written before record sets hold one record, at slot 0.
 
-``str(pos)`` is ``"SEQ:ENTRY"`` (``"3:17"``); the two sentinels print as ``"earliest"`` (before
-every record) and ``"latest"`` (after every record). :meth:`LogPosition.parse` reads all three.
+``str(pos)`` is ``"SEQ:ENTRY:SLOT"`` (``"3:17:2"``); the two sentinels print as ``"earliest"``
+(before every record) and ``"latest"`` (after every record). :meth:`LogPosition.parse` reads
+these and the older ``"SEQ:ENTRY"`` (slot 0).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from walkit.errors import InvalidArgumentError
 #: Largest sequence number or entry id a position may hold.
 MAX_COMPONENT: Final = 2**63 - 1
 
-_TEXT = re.compile(r"([0-9]{1,19}):([0-9]{1,19})")
+_TEXT = re.compile(r"([0-9]{1,19}):([0-9]{1,19})(?::([0-9]{1,19}))?")
 
 
 def _component(name: str, value: object) -> int:
@@ -43,6 +45,8 @@ class LogPosition:
 
     ledger_seq: int = attrs.field(validator=lambda _i, _a, v: _component("ledger_seq", v))
     entry_id: int = attrs.field(validator=lambda _i, _a, v: _component("entry_id", v))
+    #: The record's index in its entry (0 for the first record, and in old logs).
+    slot: int = attrs.field(default=0, validator=lambda _i, _a, v: _component("slot", v))
 
     EARLIEST: ClassVar[LogPosition]
     LATEST: ClassVar[LogPosition]
@@ -52,14 +56,15 @@ class LogPosition:
             return "earliest"
         if self == LogPosition.LATEST:
             return "latest"
-        return f"{self.ledger_seq}:{self.entry_id}"
+        return f"{self.ledger_seq}:{self.entry_id}:{self.slot}"
 
     def __repr__(self) -> str:
         return f"LogPosition({str(self)!r})"
 
     @classmethod
     def parse(cls, text: str) -> LogPosition:
-        """``"SEQ:ENTRY"``, ``"earliest"`` or ``"latest"``; InvalidArgumentError otherwise."""
+        """``"SEQ:ENTRY:SLOT"``, ``"SEQ:ENTRY"`` (slot 0), ``"earliest"`` or ``"latest"``;
+        InvalidArgumentError otherwise."""
         if not isinstance(text, str):
             raise InvalidArgumentError(
                 f"a log position must be a string, not {type(text).__name__}"
@@ -71,9 +76,11 @@ class LogPosition:
         match = _TEXT.fullmatch(text)
         if match is None:
             raise InvalidArgumentError(
-                f"bad log position {text!r}: expected SEQ:ENTRY (e.g. 3:17), earliest or latest"
+                f"bad log position {text!r}: expected SEQ:ENTRY:SLOT (e.g. 3:17:0), "
+                "earliest or latest"
             )
-        return cls(int(match.group(1)), int(match.group(2)))
+        slot = match.group(3)
+        return cls(int(match.group(1)), int(match.group(2)), 0 if slot is None else int(slot))
 
     @property
     def is_sentinel(self) -> bool:
@@ -81,15 +88,30 @@ class LogPosition:
         return self in (LogPosition.EARLIEST, LogPosition.LATEST)
 
     def next(self) -> LogPosition:
-        """The position just after this one in the same ledger (a valid reader start: a reader
-        moves on to the next ledger when this ledger ends before it)."""
-        if self.entry_id == MAX_COMPONENT:
+        """The position just after this one in the same entry (a valid reader start: a reader
+        moves on to the next entry when this one holds fewer records, and to the next ledger
+        when this ledger ends before it)."""
+        if self.slot == MAX_COMPONENT:
             raise InvalidArgumentError(f"no position after {self}")
-        return LogPosition(self.ledger_seq, self.entry_id + 1)
+        return LogPosition(self.ledger_seq, self.entry_id, self.slot + 1)
+
+    @classmethod
+    def _of(cls, ledger_seq: int, entry_id: int, slot: int) -> LogPosition:
+        """A position from components known to be valid (the hot paths of writers and
+        readers: validation costs more than the rest of a record's bookkeeping)."""
+        pos = object.__new__(cls)
+        object.__setattr__(pos, "ledger_seq", ledger_seq)
+        object.__setattr__(pos, "entry_id", entry_id)
+        object.__setattr__(pos, "slot", slot)
+        return pos
+
+    def entry_start(self) -> LogPosition:
+        """The position of the first record of this position's entry."""
+        return LogPosition(self.ledger_seq, self.entry_id, 0)
 
 
-LogPosition.EARLIEST = LogPosition(0, 0)
-LogPosition.LATEST = LogPosition(MAX_COMPONENT, MAX_COMPONENT)
+LogPosition.EARLIEST = LogPosition(0, 0, 0)
+LogPosition.LATEST = LogPosition(MAX_COMPONENT, MAX_COMPONENT, MAX_COMPONENT)
 
 
 def position(value: LogPosition | str) -> LogPosition:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import trio
 
@@ -59,6 +59,13 @@ def _copy(error: WalkitError) -> WalkitError:
     new = type(error)(*error.args)
     new.__cause__ = error.__cause__
     return new
+
+
+class EntryWaiter(Protocol):
+    """Woken (``set()``) when an entry is acknowledged or the writer fails: a trio.Event, or
+    the log writer's record set (which then sends the next one)."""
+
+    def set(self) -> None: ...
 
 
 def _payload(data: object) -> bytes:
@@ -146,7 +153,8 @@ class LedgerWriter:
         self._ensemble: list[BookieId] = list(metadata.current_ensemble)
         self._conns: list[BookieConnection] = [core.pool.get(b) for b in self._ensemble]
         self._sinks = [_SlotSink(self, s) for s in range(metadata.ensemble_size)]
-        self._waiters: deque[tuple[int, trio.Event]] = deque()
+        #: (entry id, what to wake when the LAC reaches it or the writer fails), in id order.
+        self._waiters: deque[tuple[int, EntryWaiter]] = deque()
         self._room = trio.Event()
         self._admission = trio.Lock()
         self._idle = trio.Event()
@@ -193,6 +201,37 @@ class LedgerWriter:
     def length(self) -> int:
         """Total payload bytes of the acknowledged entries."""
         return self._tracker.acked_length
+
+    @property
+    def pending_count(self) -> int:
+        """Entries sent and not acknowledged yet."""
+        return self._tracker.pending_count
+
+    @property
+    def has_room(self) -> bool:
+        """Whether another entry fits under ``max_pending_adds`` now."""
+        return self._tracker.pending_count < self._max_pending
+
+    def submit(self, payload: bytes, waiter: EntryWaiter) -> int:
+        """Send one entry now, without waiting (for writers that batch on top of the ledger,
+        such as the log writer); returns its id. ``waiter.set()`` is called, from the task
+        that sees it, once the entry is acknowledged or the writer fails (see
+        :meth:`check_acknowledged`). The caller keeps under ``max_pending_adds``
+        (:attr:`has_room`). Raises like :meth:`append`."""
+        data = _payload(payload)
+        self._check_appendable(len(data))
+        entry_id = self._add((data,))
+        if self._error is not None:
+            raise _copy(self._error)
+        self._waiters.append((entry_id, waiter))
+        return entry_id
+
+    def check_acknowledged(self, entry_id: int) -> None:
+        """Raise the writer's error unless ``entry_id`` is acknowledged."""
+        if entry_id > self._tracker.last_add_confirmed:
+            if self._error is None:
+                raise LedgerClosedError(f"ledger {self.id}: entry {entry_id} is not acknowledged")
+            raise _copy(self._error)
 
     async def append(self, payload: bytes) -> int:
         """Append one entry; returns its id once it is acknowledged.

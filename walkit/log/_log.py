@@ -26,6 +26,7 @@ import trio
 from walkit._core.digest import DigestType
 from walkit._core.log_metadata import LedgerConfig, LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition, position
+from walkit._core.record_set import FORMAT_KEY, FORMAT_RECORD_SETS
 from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
@@ -324,13 +325,16 @@ class Log:
 
     async def _create_ledger(self, kind: str) -> LedgerWriter:
         cfg = self.config
+        custom = {LOG_KEY: self.name.encode(), KIND_KEY: kind.encode()}
+        if kind == "data":
+            custom[FORMAT_KEY] = FORMAT_RECORD_SETS
         return await self._client.create_ledger(
             cfg.ensemble_size,
             cfg.write_quorum,
             cfg.ack_quorum,
             digest=cfg.digest,
             password=self.options.password,
-            custom_metadata={LOG_KEY: self.name.encode(), KIND_KEY: kind.encode()},
+            custom_metadata=custom,
         )
 
     async def _discard_ledger(self, lw: LedgerWriter) -> None:

@@ -7,6 +7,7 @@ from typing import Any, final
 
 import attrs
 
+from walkit._core.record_set import Codec, check_codec_available
 from walkit.errors import ConfigurationError
 
 __all__ = ["LogOptions"]
@@ -23,6 +24,14 @@ def _positive_int(optional: bool) -> Any:
             )
 
     return check
+
+
+def _codec(value: Any) -> Codec:
+    if not isinstance(value, str | Codec):
+        raise ConfigurationError(f"log option compression must be a string, not {value!r}")
+    codec = Codec.parse(value)
+    check_codec_available(codec)
+    return codec
 
 
 def _password(value: Any) -> bytes:
@@ -49,6 +58,12 @@ class LogOptions:
     snapshot_chunk_size: int = attrs.field(default=1024 * 1024, validator=_positive_int(False))
     #: Records a reader fetches from the bookies at once.
     read_batch: int = attrs.field(default=256, validator=_positive_int(False))
+    #: Largest record set: records that arrive while an entry is in flight share the next
+    #: entry, up to this many bytes (a lone record is sent at once, whatever its size).
+    batch_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int(False))
+    #: How the writer compresses each entry: "none", "zstd" or "lz4" (the ``compression``
+    #: extra). Each entry records its codec, so readers need no setting.
+    compression: Codec = attrs.field(default=Codec.NONE, converter=_codec)
     #: Rounds of a writer takeover (each re-reads the log after losing a race to another
     #: writer) before giving up with WriterFencedError.
     takeover_attempts: int = attrs.field(default=10, validator=_positive_int(False))

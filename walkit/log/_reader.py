@@ -27,6 +27,8 @@ import trio
 from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
+from walkit._core.record_set import ProducerTag, entry_records, uses_record_sets
+from walkit._core.types import Entry
 from walkit._logging import get_logger
 from walkit._retry import pause
 from walkit.errors import (
@@ -59,10 +61,12 @@ READ_BACKOFF: Final = Backoff(first=0.1, cap=2.0)
 @final
 @attrs.frozen
 class LogRecord:
-    """One record: its position and payload."""
+    """One record: its position and payload (and its producer's tag, when it was appended
+    by an idempotent producer)."""
 
     position: LogPosition
     payload: bytes
+    producer: ProducerTag | None = None
 
 
 @final
@@ -175,7 +179,7 @@ class LogReader:
             last = min(lac, entry_id + self._log.options.read_batch - 1)
             entries = await reader.read(entry_id, last)
             for got in entries:
-                self._buffer.append(LogRecord(LogPosition(ledger.seq, got.entry_id), got.payload))
+                self._add_entry(ledger, reader, got)
             self._pos = LogPosition(ledger.seq, last + 1)
             return True
         if reader.is_closed:
@@ -199,7 +203,7 @@ class LogReader:
         except LedgerClosedError:
             return True  # it ended before that entry: the next step moves on
         if entry is not None:
-            self._buffer.append(LogRecord(LogPosition(ledger.seq, entry.entry_id), entry.payload))
+            self._add_entry(ledger, reader, entry)
             self._pos = LogPosition(ledger.seq, entry.entry_id + 1)
             return True
         # A long quiet spell: check that the ledger is still the log's (truncation).
@@ -207,6 +211,24 @@ class LogReader:
         if log_md.ledger_with_seq(ledger.seq) != ledger:
             self._drop_ledger()
         return True
+
+    def _add_entry(self, ledger: LogLedger, reader: LedgerReader, entry: Entry) -> None:
+        """Buffer the records of one entry, from the slot the position names."""
+        record_set = entry_records(
+            entry.payload, uses_record_sets(reader.metadata.custom_metadata)
+        )
+        pos = self._pos
+        first = pos.slot if pos.ledger_seq == ledger.seq and pos.entry_id == entry.entry_id else 0
+        seq, entry_id = ledger.seq, entry.entry_id
+        append = self._buffer.append
+        for slot in range(first, len(record_set.records)):
+            append(
+                LogRecord(
+                    LogPosition._of(seq, entry_id, slot),
+                    record_set.records[slot],
+                    record_set.producer(slot),
+                )
+            )
 
     async def _reopen(self, ledger: LogLedger) -> None:
         self._reader = await self._log.client.open_ledger(

@@ -30,6 +30,7 @@ import trio
 from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
 from walkit._core.log_position import LogPosition, position
+from walkit._core.record_set import envelope_overhead
 from walkit._logging import get_logger
 from walkit._retry import pause, retry
 from walkit.errors import (
@@ -44,6 +45,7 @@ from walkit.errors import (
     WriterFencedError,
 )
 from walkit.ledger import LedgerWriter
+from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._store import read_log, update_log, write_log
 
 if TYPE_CHECKING:
@@ -101,6 +103,14 @@ class LogWriter:
         self._broken = False
         self._closing = False
         self._closed = False
+        opts = owner.options
+        self._batches = RecordBatcher(
+            self._current, batch_bytes=opts.batch_bytes, codec=opts.compression
+        )
+        self._max_record = owner.client.core.options.max_entry_size - envelope_overhead(1)
+
+    def _current(self) -> tuple[int, LedgerWriter]:
+        return self._ledger.seq, self._lw
 
     def __repr__(self) -> str:
         return f"LogWriter(log={self._log.name!r}, ledger_seq={self._ledger.seq}, ledger_id={self._lw.id})"
@@ -128,39 +138,62 @@ class LogWriter:
     async def append(self, payload: bytes) -> LogPosition:
         """Append one record; returns its position once it is durable.
 
-        Raises WriterFencedError (another writer took over; the record *may* be written),
-        LedgerClosedError (after close), InvalidArgumentError (not bytes, too big), and the
-        ledger's errors (NotEnoughBookiesError ...).
+        Records from concurrent tasks share entries (record sets, see ``batch_bytes``) and get
+        positions in call order. Raises WriterFencedError (another writer took over; the
+        record *may* be written), LedgerClosedError (after close), InvalidArgumentError (not
+        bytes, too big), and the ledger's errors (NotEnoughBookiesError ...).
         """
-        seq, lw = await self._current_ledger()
-        try:
-            entry_id = await lw.append(payload)
-        except WalkitError as exc:
-            raise self._append_failed(lw, exc) from exc
-        return LogPosition(seq, entry_id)
+        record = self._record(payload)
+        await self._current_ledger()
+        batch, slot = self._batches.add(record)
+        self._batches.pump()
+        await self._outcome(batch)
+        return batch.position(slot)
 
-    async def _current_ledger(self) -> tuple[int, LedgerWriter]:
-        """The ledger the next append goes to, after any roll that is due or under way."""
+    async def _current_ledger(self) -> None:
+        """Roll first if one is due or under way (no checkpoint otherwise: call order is
+        position order)."""
         self._check()
         if self._gate.locked() or self._roll_due():
             await self._through_gate()
             self._check()
         elif self._broken:
             await self._check_owner()  # the ledger failed and a roll must wait: still ours?
-        return self._ledger.seq, self._lw
 
     async def append_batch(self, payloads: Sequence[bytes]) -> list[LogPosition]:
-        """Append several records, pipelined, in one ledger; returns their positions once all
-        are durable."""
+        """Append several records, in order, packed into as few entries as ``batch_bytes``
+        allows and pipelined; returns their positions once all are durable."""
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
-        payloads = list(payloads)
-        seq, lw = await self._current_ledger()
+        records = [self._record(p) for p in payloads]
+        await self._current_ledger()
+        if not records:
+            return []
+        batcher = self._batches
+        added = [batcher.add(record) for record in records]
+        batcher.pump()
+        for batch in dict.fromkeys(b for b, _slot in added):
+            await self._outcome(batch)
+        return [batch.position(slot) for batch, slot in added]
+
+    def _record(self, payload: object) -> bytes:
+        if isinstance(payload, bytes):
+            record = payload
+        elif isinstance(payload, bytearray | memoryview):
+            record = bytes(payload)
+        else:
+            raise InvalidArgumentError(f"a record must be bytes, not {type(payload).__name__}")
+        if len(record) > self._max_record:
+            raise InvalidArgumentError(
+                f"record of {len(record)} bytes is larger than the maximum {self._max_record}"
+            )
+        return record
+
+    async def _outcome(self, batch: RecordBatch) -> None:
         try:
-            ids = await lw.append_batch(payloads)
+            await batch.wait()
         except WalkitError as exc:
-            raise self._append_failed(lw, exc) from exc
-        return [LogPosition(seq, entry_id) for entry_id in ids]
+            raise self._append_failed(batch.lw, exc) from exc
 
     async def truncate(self, pos: LogPosition | str) -> None:
         """Records before ``pos`` may be reclaimed: the truncation point moves to ``pos``
@@ -199,6 +232,9 @@ class LogWriter:
         self._closing = True
         async with self._gate:  # a roll under way finishes first
             pass
+        last = self._batches.flush()
+        if last is not None:  # the records queued before close are sent and waited for
+            await last.done.wait()
         await self._old_closed.wait()
         if self._error is not None:
             # Fenced or failed: the ledger is another writer's to recover; just stop ours.
@@ -244,7 +280,7 @@ class LogWriter:
             log.warning("log_writer_fenced", log=self._log.name, why=why)
         return _copy(self._error)
 
-    def _append_failed(self, lw: LedgerWriter, exc: WalkitError) -> WalkitError:
+    def _append_failed(self, lw: LedgerWriter | None, exc: WalkitError) -> WalkitError:
         """The error an append that failed with ``exc`` raises. A ledger that failed for good
         (no bookies to replace a failed one ...) is rolled away from at the next append."""
         if isinstance(exc, LedgerFencedError):
@@ -321,6 +357,7 @@ class LogWriter:
         self._lw, self._ledger = new_lw, new_ledger
         self._broken = False
         self._old_closed = trio.Event()
+        self._batches.pump()  # record sets queued meanwhile go to the new ledger
         log.info(
             "log_rolled",
             log=owner.name,

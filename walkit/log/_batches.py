@@ -1,0 +1,165 @@
+"""Adaptive batching of log records into record sets (one ledger entry each).
+
+Records join the newest unsent record set in call order. A record set is sent when it is full
+(``batch_bytes``), or at once when the writer has no record set in flight: a lone append is
+sent immediately (latency of one entry), and under load the records that arrive during one
+round trip share the next entry (Nagle without a timer, as DistributedLog and Pulsar batch).
+Nothing ever waits on a timer while the ledger is idle.
+
+The ledger writer wakes a record set (``set()``) when its entry is acknowledged or the ledger
+fails; that also sends the next one, from the task that saw the acknowledgement.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Final, final
+
+import trio
+
+from walkit._core.log_position import LogPosition
+from walkit._core.record_set import Codec, ProducerTag, encode_record_set, envelope_overhead
+from walkit.errors import WalkitError
+from walkit.ledger import LedgerWriter
+
+__all__ = ["RecordBatch", "RecordBatcher"]
+
+#: Per-record envelope bytes (its length), counted against the size bound.
+_PER_RECORD: Final = 4
+
+
+@final
+class RecordBatch:
+    """Records that share one entry; ``done`` is set once the entry is acknowledged or failed."""
+
+    __slots__ = ("batcher", "done", "entry_id", "error", "lw", "records", "seq", "size", "tags")
+
+    def __init__(self, batcher: RecordBatcher) -> None:
+        self.batcher = batcher
+        self.records: list[bytes] = []
+        self.tags: list[ProducerTag | None] | None = None
+        self.size = envelope_overhead(0)
+        self.done = trio.Event()
+        self.seq = 0
+        self.entry_id = -1
+        self.lw: LedgerWriter | None = None
+        self.error: WalkitError | None = None
+
+    def add(self, record: bytes, tag: ProducerTag | None) -> int:
+        slot = len(self.records)
+        self.records.append(record)
+        self.size += len(record) + _PER_RECORD
+        if tag is not None:
+            if self.tags is None:
+                self.tags = [None] * slot
+            self.tags.append(tag)
+        elif self.tags is not None:
+            self.tags.append(None)
+        return slot
+
+    def set(self) -> None:
+        """The ledger writer's wake-up: the entry was acknowledged, or the ledger failed."""
+        self.done.set()
+        self.batcher._entry_done()
+
+    def position(self, slot: int) -> LogPosition:
+        return LogPosition._of(self.seq, self.entry_id, slot)
+
+    async def wait(self) -> None:
+        """Wait for the outcome; raises the ledger's error if the entry was not acknowledged."""
+        await self.done.wait()
+        if self.error is not None:
+            raise type(self.error)(*self.error.args)  # one object per raising task
+        assert self.lw is not None
+        self.lw.check_acknowledged(self.entry_id)
+
+
+@final
+class RecordBatcher:
+    """The queue of record sets of one log writer (see the module docs).
+
+    ``current`` gives the ledger to send to and its sequence number at the moment a record set
+    is sent (a roll switches it; record sets not sent yet go to the new ledger).
+    """
+
+    def __init__(
+        self,
+        current: Callable[[], tuple[int, LedgerWriter]],
+        *,
+        batch_bytes: int,
+        codec: Codec,
+    ) -> None:
+        self._current = current
+        self._limit = batch_bytes
+        self._codec = codec
+        #: Record sets not sent yet, oldest first; only the last one takes more records.
+        self._queue: deque[RecordBatch] = deque()
+        self._open: RecordBatch | None = None
+        #: Record sets sent and not yet acknowledged or failed.
+        self.in_flight = 0
+
+    @property
+    def idle(self) -> bool:
+        return not self._queue and self.in_flight == 0
+
+    def add(self, record: bytes, tag: ProducerTag | None = None) -> tuple[RecordBatch, int]:
+        """Queue one record (call order is position order); returns its record set and slot.
+        Call :meth:`pump` after adding."""
+        batch = self._open
+        size = len(record) + _PER_RECORD
+        if batch is not None and batch.size + size > self._limit:
+            self._open = batch = None  # full: it goes as it is
+        if batch is None:
+            batch = self._open = RecordBatch(self)
+            self._queue.append(batch)
+        slot = batch.add(record, tag)
+        if batch.size >= self._limit:
+            self._open = None
+        return batch, slot
+
+    def flush(self) -> RecordBatch | None:
+        """Send whatever is queued as soon as room allows (close, roll); returns the last
+        record set, if any."""
+        self._open = None
+        self.pump()
+        return self._queue[-1] if self._queue else None
+
+    def pump(self) -> None:
+        """Send the record sets that are due: the full ones while the ledger has room, and the
+        one taking records when nothing is in flight."""
+        queue = self._queue
+        while queue:
+            batch = queue[0]
+            if batch is self._open and self.in_flight:
+                return
+            seq, lw = self._current()
+            if not lw.has_room:
+                return  # the next acknowledgement pumps again
+            queue.popleft()
+            if batch is self._open:
+                self._open = None
+            self._send(batch, seq, lw)
+
+    def _send(self, batch: RecordBatch, seq: int, lw: LedgerWriter) -> None:
+        batch.seq, batch.lw = seq, lw
+        try:
+            entry = encode_record_set(batch.records, producers=batch.tags, codec=self._codec)
+            batch.entry_id = lw.submit(entry, batch)
+        except WalkitError as exc:
+            batch.error = exc
+            batch.done.set()
+            return
+        self.in_flight += 1
+
+    def _entry_done(self) -> None:
+        self.in_flight -= 1
+        self.pump()
+
+    def fail_queued(self, error: WalkitError) -> None:
+        """Fail every record set not sent yet (the writer stops)."""
+        self._open = None
+        while self._queue:
+            batch = self._queue.popleft()
+            batch.error = error
+            batch.done.set()
