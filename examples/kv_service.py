@@ -44,10 +44,11 @@ class Options:
 class _Pending:
     """One write waiting for its batch."""
 
-    __slots__ = ("cmd", "done", "error", "position", "result")
+    __slots__ = ("cmd", "done", "duplicate", "error", "position", "result")
 
     def __init__(self, cmd: bytes) -> None:
         self.cmd = cmd
+        self.duplicate = False
         self.done = trio.Event()
         self.result: Any = None
         self.position: str | None = None
@@ -219,8 +220,22 @@ class KVService:
             p.error = exc
             p.done.set()
 
-    async def _write(self, cmd: bytes) -> _Pending:
+    async def _write(self, cmd: bytes, tag: tuple[str, int] | None = None) -> _Pending:
         p = _Pending(cmd)
+        if tag is not None:
+            # Idempotent: appended on its own, so that a duplicate fails only itself.
+            leader = self._leader
+            assert leader is not None
+            try:
+                p.result = await leader.submit(cmd, producer_id=tag[0], sequence=tag[1])
+                p.position = p.result[2]
+            except walkit.errors.DuplicateRecordError as exc:
+                p.duplicate = True
+                p.position = None if exc.position is None else str(exc.position)
+            except walkit.errors.WalkitError as exc:
+                p.error = exc
+                self._lead_failed.set()
+            return p
         self._pending.append(p)
         self._has_pending.set()
         await p.done.wait()
@@ -322,9 +337,14 @@ class KVService:
                 walkit.LogPosition.parse(expect)
             except (ValueError, walkit.errors.WalkitError):
                 return error(400, f"If-Match must be a log position like 1:0, not {expect!r}")
+        tag = _producer(request)
+        if isinstance(tag, Response):
+            return tag
         if self._leader is None:
             return self._not_leader(request)
-        p = await self._write(command("set", key, encode_value(request.body), expect))
+        p = await self._write(command("set", key, encode_value(request.body), expect), tag)
+        if p.duplicate:
+            return _duplicate(p)
         if p.error is not None:
             return self._write_failed(p.error)
         outcome, detail, _position = p.result
@@ -336,9 +356,14 @@ class KVService:
         return Response(200, b'{"position": "%s"}\n' % p.position.encode())
 
     async def _delete(self, request: Request, key: str) -> Response:
+        tag = _producer(request)
+        if isinstance(tag, Response):
+            return tag
         if self._leader is None:
             return self._not_leader(request)
-        p = await self._write(command("delete", key))
+        p = await self._write(command("delete", key), tag)
+        if p.duplicate:
+            return _duplicate(p)
         if p.error is not None:
             return self._write_failed(p.error)
         outcome, _detail, _position = p.result
@@ -354,6 +379,25 @@ class KVService:
             f"write outcome unknown, leader stepped down ({type(exc).__name__})",
             [("retry-after", "1")],
         )
+
+
+def _producer(request: Request) -> tuple[str, int] | Response | None:
+    """The ``Walkit-Producer``/``Walkit-Sequence`` headers of an idempotent write (a client
+    that retries a write with the same pair has it applied once)."""
+    producer = request.headers.get("walkit-producer")
+    sequence = request.headers.get("walkit-sequence")
+    if producer is None and sequence is None:
+        return None
+    if not producer or sequence is None or not sequence.isascii() or not sequence.isdigit():
+        return error(400, "give Walkit-Producer (an id) and Walkit-Sequence (an integer) together")
+    if len(producer.encode()) > 255 or int(sequence) >= 2**64:
+        return error(400, "Walkit-Producer is at most 255 bytes, Walkit-Sequence below 2^64")
+    return producer, int(sequence)
+
+
+def _duplicate(p: _Pending) -> Response:
+    """A retried write that the log already holds: it was applied once, at ``position``."""
+    return json_response(200, {"position": p.position, "duplicate": True})
 
 
 def _lease_store_options(opts: Options) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import itertools
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, final
 
 import attrs
@@ -130,20 +130,23 @@ def envelope_overhead(count: int, *, producers: int = 0) -> int:
 
 def check_codec_available(codec: Codec) -> None:
     """ConfigurationError when the codec's package is not installed."""
-    _compressor(codec)
+    if codec is not Codec.NONE:
+        _functions(codec)
 
 
-def _compressor(codec: Codec) -> tuple[object, object] | None:
-    if codec is Codec.NONE:
-        return None
+_Compress = Callable[[bytes], bytes]
+_Decompress = Callable[[bytes, int], bytes]
+
+
+def _functions(codec: Codec) -> tuple[_Compress, _Decompress]:
     try:
         if codec is Codec.ZSTD:
             import zstandard
 
-            return zstandard.compress, zstandard.decompress
+            return zstandard.compress, lambda data, n: zstandard.decompress(data, max_output_size=n)
         import lz4.frame
 
-        return lz4.frame.compress, lz4.frame.decompress
+        return lz4.frame.compress, lambda data, _n: lz4.frame.decompress(data)
     except ImportError:
         package = "zstandard" if codec is Codec.ZSTD else "lz4"
         raise ConfigurationError(
@@ -152,29 +155,15 @@ def _compressor(codec: Codec) -> tuple[object, object] | None:
         ) from None
 
 
-def _compress(codec: Codec, body: bytes) -> bytes:
-    pair = _compressor(codec)
-    if pair is None:
-        return body
-    compress = pair[0]
-    out = compress(body)  # type: ignore[operator]
-    assert isinstance(out, bytes)
-    return out
-
-
-def _decompress(codec: Codec, body: bytes | memoryview, length: int) -> bytes:
-    pair = _compressor(codec)
-    assert pair is not None
-    decompress = pair[1]
+def _decompress(codec: Codec, body: bytes, length: int) -> bytes:
+    decompress = _functions(codec)[1]
     try:
-        if codec is Codec.ZSTD:
-            out = decompress(body, max_output_size=length)  # type: ignore[operator]
-        else:
-            out = decompress(body)  # type: ignore[operator]
+        out = decompress(body, length)
     except Exception as exc:  # the codec's own error types
-        raise CorruptEntryError(f"record set: the {codec.value} body does not decompress: {exc}")
-    assert isinstance(out, bytes)
-    return out
+        raise CorruptEntryError(
+            f"record set: the {codec.value} body does not decompress: {exc}"
+        ) from None
+    return bytes(out)
 
 
 def encode_record_set(
@@ -198,7 +187,7 @@ def encode_record_set(
         flags |= _HAS_PRODUCERS
         parts.append(_encode_producers(producers))
     parts[0] = _HEAD.pack(VERSION, flags, count, len(body))
-    parts.append(_compress(codec, body))
+    parts.append(body if codec is Codec.NONE else _functions(codec)[0](body))
     return b"".join(parts)
 
 
@@ -252,7 +241,7 @@ def decode_record_set(entry: bytes) -> RecordSet:
             )
         body = entry
     else:
-        body = _decompress(codec, memoryview(entry)[offset:], body_length)
+        body = _decompress(codec, entry[offset:], body_length)
         if len(body) != body_length:
             raise CorruptEntryError("record set: the body decompresses to the wrong length")
         offset = 0

@@ -61,7 +61,7 @@ class RecordBatch:
     def set(self) -> None:
         """The ledger writer's wake-up: the entry was acknowledged, or the ledger failed."""
         self.done.set()
-        self.batcher._entry_done()
+        self.batcher._entry_done(self)
 
     def position(self, slot: int) -> LogPosition:
         return LogPosition._of(self.seq, self.entry_id, slot)
@@ -98,6 +98,8 @@ class RecordBatcher:
         self._open: RecordBatch | None = None
         #: Record sets sent and not yet acknowledged or failed.
         self.in_flight = 0
+        #: Told each record set's outcome, in log order (acknowledged or not).
+        self.on_done: Callable[[RecordBatch, bool], None] | None = None
 
     @property
     def idle(self) -> bool:
@@ -147,19 +149,19 @@ class RecordBatcher:
             entry = encode_record_set(batch.records, producers=batch.tags, codec=self._codec)
             batch.entry_id = lw.submit(entry, batch)
         except WalkitError as exc:
-            batch.error = exc
-            batch.done.set()
+            self._failed(batch, exc)
             return
         self.in_flight += 1
 
-    def _entry_done(self) -> None:
-        self.in_flight -= 1
-        self.pump()
+    def _failed(self, batch: RecordBatch, error: WalkitError) -> None:
+        batch.error = error
+        batch.done.set()
+        if self.on_done is not None:
+            self.on_done(batch, False)
 
-    def fail_queued(self, error: WalkitError) -> None:
-        """Fail every record set not sent yet (the writer stops)."""
-        self._open = None
-        while self._queue:
-            batch = self._queue.popleft()
-            batch.error = error
-            batch.done.set()
+    def _entry_done(self, batch: RecordBatch) -> None:
+        self.in_flight -= 1
+        if self.on_done is not None:
+            lw = batch.lw
+            self.on_done(batch, lw is not None and lw.last_add_confirmed >= batch.entry_id)
+        self.pump()

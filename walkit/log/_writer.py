@@ -30,7 +30,7 @@ import trio
 from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
 from walkit._core.log_position import LogPosition, position
-from walkit._core.record_set import envelope_overhead
+from walkit._core.record_set import ProducerTag, envelope_overhead
 from walkit._logging import get_logger
 from walkit._retry import pause, retry
 from walkit.errors import (
@@ -46,6 +46,7 @@ from walkit.errors import (
 )
 from walkit.ledger import LedgerWriter
 from walkit.log._batches import RecordBatch, RecordBatcher
+from walkit.log._producers import ProducerState, producer_tag, tail_start
 from walkit.log._store import read_log, update_log, write_log
 
 if TYPE_CHECKING:
@@ -87,7 +88,14 @@ class LogWriter:
     WriterFencedError (a LedgerFencedError); records acknowledged before are never lost.
     """
 
-    def __init__(self, owner: Log, ledger: LogLedger, lw: LedgerWriter) -> None:
+    def __init__(
+        self,
+        owner: Log,
+        ledger: LogLedger,
+        lw: LedgerWriter,
+        *,
+        tail: LogPosition | None = None,
+    ) -> None:
         self._log = owner
         self._ledger = ledger
         self._lw = lw
@@ -107,7 +115,15 @@ class LogWriter:
         self._batches = RecordBatcher(
             self._current, batch_bytes=opts.batch_bytes, codec=opts.compression
         )
-        self._max_record = owner.client.core.options.max_entry_size - envelope_overhead(1)
+        self._max_record = owner.client.core.options.max_entry_size - envelope_overhead(
+            1, producers=1
+        )
+        scan = None
+        if tail is not None:
+            start, end = tail, self.first_position
+            scan = lambda: owner.reader(start, end=end, follow=False)  # noqa: E731
+        self._producers = ProducerState(owner.name, scan)
+        self._batches.on_done = self._producers.done
 
     def _current(self) -> tuple[int, LedgerWriter]:
         return self._ledger.seq, self._lw
@@ -135,20 +151,44 @@ class LogWriter:
     def is_closed(self) -> bool:
         return self._closed
 
-    async def append(self, payload: bytes) -> LogPosition:
+    async def append(
+        self, payload: bytes, *, producer_id: str | None = None, sequence: int | None = None
+    ) -> LogPosition:
         """Append one record; returns its position once it is durable.
 
         Records from concurrent tasks share entries (record sets, see ``batch_bytes``) and get
-        positions in call order. Raises WriterFencedError (another writer took over; the
-        record *may* be written), LedgerClosedError (after close), InvalidArgumentError (not
-        bytes, too big), and the ledger's errors (NotEnoughBookiesError ...).
+        positions in call order. With ``producer_id`` and ``sequence`` (growing with every
+        record of that producer) the append is idempotent: a sequence number already in the
+        log raises DuplicateRecordError with the first copy's ``position``, so a retry after
+        an unknown outcome is stored once (see ``docs/log.md``).
+
+        Raises WriterFencedError (another writer took over; the record *may* be written),
+        LedgerClosedError (after close), InvalidArgumentError (not bytes, too big), and the
+        ledger's errors (NotEnoughBookiesError ...).
         """
         record = self._record(payload)
-        await self._current_ledger()
-        batch, slot = self._batches.add(record)
+        tag = producer_tag(producer_id, sequence)
+        if tag is None:
+            await self._current_ledger()
+        else:
+            await self._admit(tag)
+        batch, slot = self._batches.add(record, tag)
+        if tag is not None:
+            self._producers.sent(tag, batch)
         self._batches.pump()
         await self._outcome(batch)
         return batch.position(slot)
+
+    async def _admit(self, tag: ProducerTag) -> None:
+        """Wait until ``tag`` may be appended; no checkpoint between the last check and the
+        return (so no copy can slip in between)."""
+        while True:
+            await self._producers.ready()
+            await self._current_ledger()
+            earlier = self._producers.check(tag)
+            if earlier is None:
+                return
+            await earlier.done.wait()  # a copy in flight: its outcome decides
 
     async def _current_ledger(self) -> None:
         """Roll first if one is due or under way (no checkpoint otherwise: call order is
@@ -283,6 +323,8 @@ class LogWriter:
     def _append_failed(self, lw: LedgerWriter | None, exc: WalkitError) -> WalkitError:
         """The error an append that failed with ``exc`` raises. A ledger that failed for good
         (no bookies to replace a failed one ...) is rolled away from at the next append."""
+        if lw is None:  # never sent (record sets always are, or fail when sent)
+            return exc
         if isinstance(exc, LedgerFencedError):
             return self._was_fenced(f"ledger {lw.id} was fenced")
         if (
@@ -494,7 +536,9 @@ async def take_over(owner: Log) -> LogWriter:
         )
         if plan.dropped:
             await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
-        return LogWriter(owner, plan.ledger, new_lw)
+        tail = [lg.seq for lg in md.to_recover()]
+        # Producers are learned from the recovered tail, at the first tagged append.
+        return LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
     raise WriterFencedError(
         f"log {name}: could not take over: other writers kept taking it over "
         f"({owner.options.takeover_attempts} rounds)"

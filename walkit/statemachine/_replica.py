@@ -28,7 +28,12 @@ import trio
 
 from walkit._core.log_position import LogPosition
 from walkit._logging import get_logger
-from walkit.errors import ConfigurationError, InvalidArgumentError, WalkitError
+from walkit.errors import (
+    ConfigurationError,
+    DuplicateRecordError,
+    InvalidArgumentError,
+    WalkitError,
+)
 from walkit.log import Log, LogRecord, LogTruncatedError, LogWriter
 
 log = get_logger(__name__)
@@ -233,10 +238,17 @@ class Leader:
     def writer(self) -> LogWriter:
         return self._writer
 
-    async def submit(self, command: bytes) -> Any:
+    async def submit(
+        self, command: bytes, *, producer_id: str | None = None, sequence: int | None = None
+    ) -> Any:
         """Append ``command`` and, once it is durable and every earlier command is applied,
-        apply it; returns what the machine's ``apply`` returned."""
-        return (await self._submit([command], batch=False))[0]
+        apply it; returns what the machine's ``apply`` returned.
+
+        With ``producer_id``/``sequence`` the append is idempotent (see
+        :meth:`walkit.log.LogWriter.append`): a command already in the log raises
+        DuplicateRecordError (its ``position`` says where) and is not applied again.
+        """
+        return (await self._submit([command], batch=False, tag=(producer_id, sequence)))[0]
 
     async def submit_batch(self, commands: Sequence[bytes]) -> list[Any]:
         """Several commands, appended together (pipelined) and applied in order."""
@@ -256,7 +268,13 @@ class Leader:
         if self._stopped:
             raise InvalidArgumentError("the leader's block was left")
 
-    async def _submit(self, commands: list[Any], *, batch: bool) -> list[Any]:
+    async def _submit(
+        self,
+        commands: list[Any],
+        *,
+        batch: bool,
+        tag: tuple[str | None, int | None] = (None, None),
+    ) -> list[Any]:
         self._check()
         ticket = self._issued
         self._issued += 1
@@ -266,8 +284,10 @@ class Leader:
             if batch:
                 positions = await self._writer.append_batch(commands)
             else:
-                positions = [await self._writer.append(commands[0])]
-        except InvalidArgumentError:
+                positions = [
+                    await self._writer.append(commands[0], producer_id=tag[0], sequence=tag[1])
+                ]
+        except (InvalidArgumentError, DuplicateRecordError):
             self._done(ticket)  # nothing was written
             raise
         except BaseException as exc:
