@@ -122,7 +122,11 @@ async def _connection(
 
 
 async def load(
-    address: tuple[str, int], make: RequestMaker, warmup: float, seconds: float
+    address: tuple[str, int],
+    make: RequestMaker,
+    warmup: float,
+    seconds: float,
+    clients: int = CLIENTS,
 ) -> dict[str, float]:
     latencies: list[float] = []
     failures: list[int] = []
@@ -130,7 +134,7 @@ async def load(
     start_at = time.perf_counter() + warmup
     stop_at = start_at + seconds
     async with trio.open_nursery() as nursery:
-        for c in range(CLIENTS):
+        for c in range(clients):
             nursery.start_soon(
                 _connection, address, make, c, start_at, stop_at, latencies, failures, done
             )
