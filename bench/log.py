@@ -208,7 +208,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             f"{rs[f'append_batch {BATCH}']['records_per_s']:,.0f}/s (target 150,000); "
             f"{TASKS} tasks {rs[f'{TASKS} tasks']['records_per_s']:,.0f}/s (target 60,000); "
             f"1 in flight p50 {rs['1 in flight']['p50_ms']:.2f} ms (target "
-            f"{2 * sync + 0.3:.2f} ms = 2 × fdatasync p50 + 0.3); tail reader "
+            f"{2 * sync + 0.3:.2f} ms = 2 x fdatasync p50 + 0.3); tail reader "
             f"{rs['tail reader']['records_per_s']:,.0f}/s (target 500,000).",
         ]
     if args.plot:

@@ -97,6 +97,31 @@ async def test_api_and_bad_requests(kv_cluster: str) -> None:
             sock.sendall(b"body")
             assert sock.recv(1000).startswith(b"HTTP/1.1 200")
         assert (await http.get(f"{kv}/continued")).content == b"body"
+        # Idempotent writes: a retried PUT is applied once, even after a later write.
+        tagged = {"Walkit-Producer": "client-1", "Walkit-Sequence": "1"}
+        first = await http.put(f"{kv}/idem", content=b"v1", headers=tagged)
+        assert first.status_code == 200 and "duplicate" not in first.json()
+        second = await http.put(
+            f"{kv}/idem", content=b"v2", headers={**tagged, "Walkit-Sequence": "2"}
+        )
+        assert second.status_code == 200
+        retry = await http.put(f"{kv}/idem", content=b"v1", headers=tagged)
+        assert retry.status_code == 200, retry.text
+        assert retry.json() == {"position": first.json()["position"], "duplicate": True}
+        assert (await http.get(f"{kv}/idem")).content == b"v2"  # not set back to v1
+        gone = await http.delete(
+            f"{kv}/idem", headers={"Walkit-Producer": "client-1", "Walkit-Sequence": "3"}
+        )
+        assert gone.status_code == 200
+        for headers in (
+            {"Walkit-Producer": "client-1"},
+            {"Walkit-Sequence": "4"},
+            {"Walkit-Producer": "client-1", "Walkit-Sequence": "-4"},
+            {"Walkit-Producer": "c" * 256, "Walkit-Sequence": "4"},
+            {"Walkit-Producer": "client-1", "Walkit-Sequence": str(2**64)},
+        ):
+            bad = await http.put(f"{kv}/idem", content=b"v", headers=headers)
+            assert bad.status_code == 400 and "Walkit-" in bad.json()["error"], headers
         # Binary values round-trip.
         blob = bytes(range(256))
         assert (await http.put(f"{kv}/blob", content=blob)).status_code == 200
