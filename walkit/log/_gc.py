@@ -68,7 +68,8 @@ async def collect_orphans(
 ) -> list[Orphan]:
     """Find the orphan ledgers of log ``name`` (None: of every log) created over ``grace``
     seconds ago, and delete them unless ``dry_run``. ``password``: the ledgers' password
-    when the log was created with one of its own (default: the one stored with the log).
+    when the log was created with one of its own (default: the one stored with the log; the
+    ledgers of a log that no longer exists are deleted without a password check).
 
     Needs a client with a ``wall_clock`` (ConfigurationError otherwise): ages come from the
     ledgers' creation times. Ledgers of unknown age are never deleted.
@@ -116,9 +117,14 @@ async def collect_orphans(
         md = fresh[orphan.log]
         if md is _UNKNOWN or (md is not None and orphan.ledger_id in md.ledger_ids()):
             continue
-        pw = password if password is not None else (b"" if md is None else md.config.password)
         try:
-            await client.delete_ledger(orphan.ledger_id, password=pw)
+            if md is None and password is None:
+                # The log is gone, and with it the password it kept (a deletion that died
+                # half-way): delete at the metadata level, as whoever reaches the store can.
+                await core.retry_metadata(functools.partial(core.ledgers.delete, orphan.ledger_id))
+            else:
+                pw = password if password is not None else md.config.password  # type: ignore[union-attr]
+                await client.delete_ledger(orphan.ledger_id, password=pw)
         except NoSuchLedgerError:
             continue
         except (UnauthorizedAccessError, WalkitError) as exc:
