@@ -90,3 +90,22 @@ async def test_a_reader_recovering_the_old_ledger_is_not_a_takeover(
                 await w.close()
         assert pos.ledger_seq > LogPosition.EARLIEST.ledger_seq
         assert [r.payload async for r in log.reader(follow=False)] == [b"a", b"b", b"c"]
+
+
+async def test_an_idle_writer_of_a_deleted_log_gets_no_such_log(
+    memory_url: str, tmp_path: Path
+) -> None:
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "idle")
+        w = await log.writer()
+        await w.append(b"a")
+        await Log.delete(client, "idle")
+        with pytest.raises(NoSuchLogError):
+            await w.close()
+        w = await (await Log.open(client, "idle")).writer()  # a new log of that name
+        await w.append(b"b")
+        await Log.delete(client, "idle")
+        with pytest.raises(NoSuchLogError):
+            await w.append(b"c")
+        with pytest.raises(NoSuchLogError):
+            await w.close()

@@ -1,7 +1,8 @@
 """Retention and stalled-ledger recovery in the simulator (walkit.testing.SimCluster on a
-MockClock). A writer with ``retain_records`` rolls often; it is cut off from every bookie at a
-random moment (sometimes in the middle of a roll: the next ledger listed, the old one never
-closed); a reader tails all along. Checkers:
+MockClock). A writer with ``retain_records`` rolls often; its process dies (its client's tasks
+stop, cut off from every bookie) at a random moment or right when it lists a new ledger, which
+leaves the old ledger open with acknowledged entries beyond the LAC the bookies know (the
+writer sends no explicit LAC). A reader tails all along. Checkers:
 
 - while nobody takes over, a reader whose ledger is followed by a later one gets every record
   acknowledged in it within the bound (it recovers the ledger itself);
@@ -10,7 +11,7 @@ closed); a reader tails all along. Checkers:
   only records behind the truncation point; the ledgers that stay hold at least
   ``retain_records`` closed records whenever the log was truncated.
 
-Seeds replay (``WALKIT_SIM_SEED=<seed>``)."""
+Seeds replay (``WALKIT_SIM_SEED=<seed>``); the default seeds include deaths at a roll."""
 
 from __future__ import annotations
 

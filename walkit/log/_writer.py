@@ -214,7 +214,11 @@ class LogWriter:
             await self._lw.close()
         except (LedgerFencedError, LedgerInRecoveryError) as exc:
             self._closed = True
-            raise self._was_fenced(f"ledger {self._lw.id} was recovered by another writer") from exc
+            why = f"ledger {self._lw.id} was recovered by another writer"
+            raise await self._gone_or(self._was_fenced(why)) from exc
+        except NoSuchLedgerError as exc:  # deleted with its log?
+            self._closed = True
+            raise await self._gone_or(exc) from exc
         self._closed = True
         log.debug("log_writer_closed", log=self._log.name, ledger_id=self._lw.id)
 
@@ -328,7 +332,7 @@ class LogWriter:
                     "writer acknowledged"
                 )
         else:
-            self._was_fenced(why)
+            await self._gone_or(self._was_fenced(why))
 
     def _start_housekeeping(self, *, takeover: bool) -> None:
         """Retention (and after a takeover, orphan collection) in the background."""
