@@ -367,6 +367,18 @@ async def test_orphans_are_collected_after_the_grace_period(bookies: ProcessClus
         snapshot = await log.latest_snapshot()
         assert snapshot is not None and await snapshot.read() == b"snap"
 
+        # A ledger of an earlier log of the same name (deleted half-way, then created again
+        # with another password): deleted at the metadata level.
+        reborn = await Log.open(client, "tidy-reborn")
+        ancient = await reborn._create_ledger("data")
+        await client.metadata_store.delete("/logs/tidy-reborn")
+        now[0] += 1
+        reborn = await Log.open(client, "tidy-reborn")
+        now[0] += 50
+        [swept_old] = await Log.collect_orphans(client, "tidy-reborn", grace=10)
+        assert swept_old.ledger_id == ancient.id and swept_old.deleted, swept_old
+        assert ancient.id not in await client.list_ledgers()
+
         # A writer's takeover collects the log's orphans in the background.
         lost2 = await log._create_ledger("data")
         now[0] += 50

@@ -118,9 +118,11 @@ async def collect_orphans(
         if md is _UNKNOWN or (md is not None and orphan.ledger_id in md.ledger_ids()):
             continue
         try:
-            if md is None and password is None:
-                # The log is gone, and with it the password it kept (a deletion that died
-                # half-way): delete at the metadata level, as whoever reaches the store can.
+            older = md is not None and 0 < orphan.ctime_ms < md.ctime_ms
+            if (md is None or older) and password is None:
+                # The log is gone (a deletion that died half-way), or this ledger belonged to
+                # an earlier log of that name: the password went with it. Delete at the
+                # metadata level, as whoever reaches the store can.
                 await core.retry_metadata(functools.partial(core.ledgers.delete, orphan.ledger_id))
             else:
                 pw = password if password is not None else md.config.password  # type: ignore[union-attr]
