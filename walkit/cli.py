@@ -7,6 +7,8 @@
     walkit simpletest [--entries N] [--ensemble E] [--write-quorum QW] [--ack-quorum QA]
     walkit bench [--entries N] [--size B] [--in-flight K] [--batch B] [--log NAME]
     walkit log list | log show NAME | log tail NAME [--from POS] [--follow]
+    walkit log retain NAME [--records N] [--bytes N] [--age S] [--dry-run]
+    walkit log delete NAME [--yes] | log gc [NAME] [--grace S] [--dry-run]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
 Logs go to stderr: WARNING and above by default; ``--log-level`` and ``--log-format`` (before or

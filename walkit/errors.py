@@ -238,7 +238,8 @@ class TLSError(BookieUnavailableError):
 
 
 class NoSuchLogError(NoSuchNodeError):
-    """The log does not exist (``Log.open(..., create=False)``, ``walkit log show``)."""
+    """The log does not exist (``Log.open(..., create=False)``, ``walkit log show``), or was
+    deleted under its readers and writers (``Log.delete``)."""
 
 
 class LogTruncatedError(NoSuchEntryError):

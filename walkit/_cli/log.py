@@ -1,17 +1,19 @@
-"""``walkit log list | show NAME | tail NAME [--from POS] [--follow]``."""
+"""``walkit log list | show NAME | tail NAME [--from POS] [--follow] | retain NAME ... |
+delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run]``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any, TextIO
 
 from walkit._cli.admin import _printable
 from walkit._cli.output import emit, emit_record
-from walkit._core.log_metadata import LogMetadata
+from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition
-from walkit.errors import InvalidMetadataError, NoSuchLedgerError, WalkitError
+from walkit.errors import ConfigurationError, InvalidMetadataError, NoSuchLedgerError, WalkitError
 
 
 def position_arg(text: str) -> LogPosition:
@@ -24,7 +26,9 @@ def position_arg(text: str) -> LogPosition:
 
 def add_parsers(sub: Any, with_metadata: Any) -> None:
     """Register ``log list|show|tail`` under the ``walkit`` command's subparsers."""
-    log = sub.add_parser("log", help="inspect logs (list, show, tail)")
+    log = sub.add_parser(
+        "log", help="inspect and maintain logs (list, show, tail, retain, delete, gc)"
+    )
     log_sub = log.add_subparsers(dest="log_command", required=True, metavar="ACTION")
     with_metadata(log_sub.add_parser("list", help="list logs"))
     show = with_metadata(log_sub.add_parser("show", help="print a log's metadata and ledgers"))
@@ -48,9 +52,82 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
         help="the log's ledger password (default: the one stored with the log)",
     )
 
+    _add_maintenance(log_sub, with_metadata)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _add_maintenance(log_sub: Any, with_metadata: Any) -> None:
+    password_help = "the log's ledger password (default: the one stored with the log)"
+    retain = with_metadata(
+        log_sub.add_parser(
+            "retain",
+            help="truncate a log at its retention point (whole ledgers) and delete what is "
+            "behind it",
+        )
+    )
+    retain.add_argument("name")
+    retain.add_argument("--records", type=_count, help="keep at least this many records")
+    retain.add_argument("--bytes", type=_count, help="keep at least this many payload bytes")
+    retain.add_argument(
+        "--age", type=_seconds, metavar="SECONDS", help="keep records younger than this"
+    )
+    retain.add_argument(
+        "--dry-run", action="store_true", help="print what would go, change nothing"
+    )
+    retain.add_argument("--password", default=None, help=password_help)
+    delete = with_metadata(
+        log_sub.add_parser("delete", help="delete a log with its ledgers and snapshots")
+    )
+    delete.add_argument("name")
+    delete.add_argument(
+        "--yes", action="store_true", help="really delete (without it: print what would go)"
+    )
+    delete.add_argument("--password", default=None, help=password_help)
+    gc = with_metadata(
+        log_sub.add_parser(
+            "gc", help="delete ledgers tagged with a log that the log does not list (orphans)"
+        )
+    )
+    gc.add_argument("name", nargs="?", default=None, help="only this log's (default: every log's)")
+    gc.add_argument(
+        "--grace",
+        type=_seconds,
+        default=3600.0,
+        metavar="SECONDS",
+        help="only ledgers created this long ago or more (default: 3600)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="print the orphans, delete nothing")
+    gc.add_argument("--password", default=None, help=password_help)
+
 
 def handler(args: argparse.Namespace) -> Any:
-    return {"list": log_list, "show": log_show, "tail": log_tail}[args.log_command]
+    return {
+        "list": log_list,
+        "show": log_show,
+        "tail": log_tail,
+        "retain": log_retain,
+        "delete": log_delete,
+        "gc": log_gc,
+    }[args.log_command]
 
 
 def _summary(md: LogMetadata) -> dict[str, Any]:
@@ -162,3 +239,84 @@ async def log_tail(url: str, args: argparse.Namespace, out: TextIO) -> int:
                 )
             out.flush()
     return 0
+
+
+async def log_retain(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+    from walkit.log import Log
+
+    if args.records is None and args.bytes is None and args.age is None:
+        raise ConfigurationError("give at least one of --records, --bytes, --age")
+    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+        secret = {} if args.password is None else {"password": args.password.encode()}
+        log = await Log.open(client, args.name, create=False, **secret)
+        result = await log.apply_retention(
+            retain_records=args.records,
+            retain_bytes=args.bytes,
+            retain_age=args.age,
+            dry_run=args.dry_run,
+        )
+    record = {
+        "name": args.name,
+        "dry_run": args.dry_run,
+        "truncated": None if result.truncated is None else str(result.truncated),
+        "ledgers": [lg.ledger_id for lg in result.dropped],
+        "records": result.records,
+        "bytes": result.size,
+    }
+    emit_record(record, as_json=args.json, out=out)
+    return 0
+
+
+async def log_delete(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+    from walkit.log import Log, read_log
+
+    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+        if not args.yes:
+            md, _version = await read_log(client.metadata_store, args.name)
+            ids = [lg.ledger_id for lg in md.ledgers] + [s.ledger_id for s in md.snapshots]
+            emit_record(
+                {"name": args.name, "deleted": False, "ledgers": ids}, as_json=args.json, out=out
+            )
+            print(
+                f"walkit: log {args.name} not deleted: pass --yes to delete it and its "
+                f"{len(ids)} ledger(s)",
+                file=sys.stderr,
+            )
+            return 1
+        password = None if args.password is None else args.password.encode()
+        ids = await Log.delete(client, args.name, password=password)
+    emit_record({"name": args.name, "deleted": True, "ledgers": ids}, as_json=args.json, out=out)
+    return 0
+
+
+async def log_gc(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+    from walkit.log import Log
+
+    if args.name is not None:
+        check_log_name(args.name)
+    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+        password = None if args.password is None else args.password.encode()
+        orphans = await Log.collect_orphans(
+            client, args.name, grace=args.grace, dry_run=args.dry_run, password=password
+        )
+    rows = [
+        {
+            "ledger_id": o.ledger_id,
+            "log": o.log,
+            "kind": o.kind,
+            "ctime_ms": o.ctime_ms,
+            "deleted": o.deleted,
+            "error": o.error,
+        }
+        for o in orphans
+    ]
+    emit(
+        rows,
+        ["ledger_id", "log", "kind", "ctime_ms", "deleted", "error"],
+        as_json=args.json,
+        out=out,
+    )
+    return 1 if any(o.error for o in orphans) else 0

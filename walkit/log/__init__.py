@@ -12,11 +12,13 @@ from walkit._core.log_metadata import (
 )
 from walkit._core.log_position import LogPosition
 from walkit.errors import LogTruncatedError, NoSuchLogError
+from walkit.log._gc import Orphan
 from walkit.log._link import LinkResult, StagedLedger
 from walkit.log._log import Log
 from walkit.log._options import LogOptions
 from walkit.log._passwords import ledger_password, log_password
 from walkit.log._reader import LogReader, LogRecord
+from walkit.log._retention import RetentionResult
 from walkit.log._snapshot import Snapshot
 from walkit.log._store import list_logs, log_path, read_log
 from walkit.log._writer import LogWriter
@@ -34,6 +36,8 @@ __all__ = [
     "LogTruncatedError",
     "LogWriter",
     "NoSuchLogError",
+    "Orphan",
+    "RetentionResult",
     "SinkMark",
     "Snapshot",
     "SnapshotRecord",

@@ -27,6 +27,7 @@ from walkit._core.digest import DigestType
 from walkit._core.log_metadata import LedgerConfig, LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition, position
 from walkit._core.record_set import FORMAT_KEY, FORMAT_RECORD_SETS
+from walkit._core.retention import RetentionLimits
 from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
@@ -36,6 +37,8 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger import LedgerWriter
+from walkit.log._delete import delete_log
+from walkit.log._gc import Orphan, collect_orphans
 from walkit.log._link import (
     LinkResult,
     StagedLedger,
@@ -47,6 +50,7 @@ from walkit.log._link import (
 from walkit.log._options import LogOptions
 from walkit.log._passwords import LOG_KEY
 from walkit.log._reader import LogReader
+from walkit.log._retention import RetentionResult, apply_retention, limits_of
 from walkit.log._snapshot import Snapshot, save_snapshot
 from walkit.log._store import create_or_read, read_log
 from walkit.log._writer import LogWriter, take_over
@@ -212,6 +216,11 @@ class Log:
                 )
         if not explicit_password:
             options = attrs.evolve(options, password=md.config.password)
+        if options.retain_age is not None and core.options.wall_clock is None:
+            raise ConfigurationError(
+                f"log {name}: retain_age needs a client with a wall_clock "
+                "(Client.connect(..., wall_clock=time.time))"
+            )
         return cls(client, name, options, md.config)
 
     # --- handles ---------------------------------------------------------------------------
@@ -312,6 +321,54 @@ class Log:
         """Delete staged, unlinked ledgers: those of ``job``, or every job's created before
         ``created_before_ms`` (wall-clock ms). Returns the deleted ids."""
         return await discard_staged(self, job, created_before_ms=created_before_ms)
+
+    # --- retention, deletion, orphans (walkit.log._retention, _delete, _gc) -----------------
+
+    async def apply_retention(
+        self,
+        *,
+        retain_records: int | None = None,
+        retain_bytes: int | None = None,
+        retain_age: float | None = None,
+        dry_run: bool = False,
+    ) -> RetentionResult:
+        """Truncate the log at its retention point now (whole ledgers only) and delete the
+        ledgers behind it. The limits default to the handle's ``retain_*`` options when none
+        is given. The writer does this by itself after each roll and after its takeover."""
+        self._check_open()
+        given = (retain_records, retain_bytes, retain_age)
+        if all(v is None for v in given):
+            limits = limits_of(self)
+        else:
+            try:
+                limits = RetentionLimits(records=retain_records, size=retain_bytes, age=retain_age)
+            except InvalidArgumentError as exc:
+                raise ConfigurationError(str(exc)) from None
+        if limits.age is not None and self._client.core.options.wall_clock is None:
+            raise ConfigurationError("retain_age needs a client with a wall_clock")
+        return await apply_retention(self, limits, dry_run=dry_run)
+
+    @staticmethod
+    async def delete(client: Client, name: str, *, password: bytes | None = None) -> list[int]:
+        """Delete the log ``name``, its ledgers and its snapshots; returns the deleted ledger
+        ids. Its readers and writers get NoSuchLogError from then on. ``password``: the
+        ledgers' password if the log was created with one (default: the stored one). Raises
+        NoSuchLogError if there is no such log."""
+        return await delete_log(client, name, password=password)
+
+    @staticmethod
+    async def collect_orphans(
+        client: Client,
+        name: str | None = None,
+        *,
+        grace: float = 3600.0,
+        dry_run: bool = False,
+        password: bytes | None = None,
+    ) -> list[Orphan]:
+        """Delete the ledgers tagged with log ``name`` (None: any log) that the log does not
+        list and that were created over ``grace`` seconds ago (``dry_run``: only list them).
+        Needs a client with a ``wall_clock``. See :mod:`walkit.log._gc`."""
+        return await collect_orphans(client, name, grace=grace, dry_run=dry_run, password=password)
 
     # --- internals -------------------------------------------------------------------------
 

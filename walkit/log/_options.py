@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -32,6 +33,31 @@ def _codec(value: Any) -> Codec:
     codec = Codec.parse(value)
     check_codec_available(codec)
     return codec
+
+
+def _seconds(optional: bool, positive: bool = False) -> Any:
+    def check(_instance: Any, attribute: Any, value: Any) -> None:
+        if value is None and optional:
+            return
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if not bad:
+            bad = not (0 < value < math.inf) if positive else not (0 <= value < math.inf)
+        if bad:
+            raise ConfigurationError(
+                f"log option {attribute.name} must be a number of seconds "
+                f"{'> 0' if positive else '>= 0'}{' or None' if optional else ''}, not {value!r}"
+            )
+
+    return check
+
+
+def _non_negative_int(_instance: Any, attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"log option {attribute.name} must be an int >= 0 or None, not {value!r}"
+        )
 
 
 def _password(value: Any) -> bytes:
@@ -67,6 +93,24 @@ class LogOptions:
     #: Rounds of a writer takeover (each re-reads the log after losing a race to another
     #: writer) before giving up with WriterFencedError.
     takeover_attempts: int = attrs.field(default=10, validator=_positive_int(False))
+    #: Retention (None: no limit of that kind): the writer drops whole closed ledgers from the
+    #: front of the log once the ledgers after them hold at least this many records ...
+    retain_records: int | None = attrs.field(default=None, validator=_non_negative_int)
+    #: ... or at least this many payload bytes ...
+    retain_bytes: int | None = attrs.field(default=None, validator=_non_negative_int)
+    #: ... or once their newest record is older than this many seconds (needs a client with a
+    #: ``wall_clock``). Never the current ledger, nor the latest snapshot's or later ones.
+    retain_age: float | None = attrs.field(default=None, validator=_seconds(True))
+    #: A reader tailing an open ledger while a later one is listed (its writer died in the
+    #: middle of a roll) recovers that ledger itself after this many seconds without progress
+    #: (None: wait for the next writer's takeover).
+    stalled_ledger_timeout: float | None = attrs.field(
+        default=3.0, validator=_seconds(True, positive=True)
+    )
+    #: After a takeover, the writer deletes (in the background) ledgers tagged with the log's
+    #: name that the log does not list and that were created over this many seconds ago
+    #: (None: never; needs a client with a ``wall_clock``).
+    orphan_gc_grace: float | None = attrs.field(default=3600.0, validator=_seconds(True))
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> LogOptions:

@@ -11,6 +11,12 @@ last two ledgers before listing its own, so a reader never skips a record and ne
 than "closed, and a later one exists". Ledgers that vanish under a reader (truncated, or
 dropped as empty) send it back to the log's node: it starts again at the first listed ledger at
 or after its position, and never before the truncation point.
+
+A writer that dies in the middle of a roll lists the next ledger but never closes the old one,
+whose last acknowledged entries then lie beyond the LAC the bookies know. A reader that sees a
+later ledger listed while its own makes no progress for ``stalled_ledger_timeout`` seconds
+recovers the ledger itself (fences and closes it, as a takeover would) and reads it to its true
+end (the decision: :func:`walkit._core.log_tail.check_tail`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import trio
 from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
+from walkit._core.log_tail import TailAction, check_tail
 from walkit._core.record_set import ProducerTag, entry_records, uses_record_sets
 from walkit._core.types import Entry
 from walkit._logging import get_logger
@@ -101,6 +108,8 @@ class LogReader:
         self._ledger: LogLedger | None = None
         self._reader: LedgerReader | None = None
         self._buffer: collections.deque[LogRecord] = collections.deque()
+        #: When a later ledger was first seen listed while this one made no progress.
+        self._later_seen_at: float | None = None
 
     def __repr__(self) -> str:
         return f"LogReader(log={self._log.name!r}, position={self._pos})"
@@ -181,6 +190,7 @@ class LogReader:
             for got in entries:
                 self._add_entry(ledger, reader, got)
             self._pos = LogPosition(ledger.seq, last + 1)
+            self._later_seen_at = None
             return True
         if reader.is_closed:
             self._move_past(ledger)
@@ -199,17 +209,17 @@ class LogReader:
         by a roll or a takeover is seen at once and the reader's metadata is current after it.
         """
         try:
-            entry = await reader.wait_for_entry(entry_id, timeout=TAIL_ROUND)
+            entry = await reader.wait_for_entry(entry_id, timeout=self._tail_round())
         except LedgerClosedError:
             return True  # it ended before that entry: the next step moves on
         if entry is not None:
+            self._later_seen_at = None
             self._add_entry(ledger, reader, entry)
             self._pos = LogPosition(ledger.seq, entry.entry_id + 1)
             return True
-        # A long quiet spell: check that the ledger is still the log's (truncation).
-        log_md = await self._read_metadata()
-        if log_md.ledger_with_seq(ledger.seq) != ledger:
-            self._drop_ledger()
+        # A quiet spell: is the ledger still the log's (truncation), or stalled behind a later
+        # one (its writer died in the middle of a roll)?
+        await self._check_stalled(ledger)
         return True
 
     def _add_entry(self, ledger: LogLedger, reader: LedgerReader, entry: Entry) -> None:
@@ -227,6 +237,36 @@ class LogReader:
                     record_set.producer(slot),
                 )
             )
+
+    # --- stalled ledgers (walkit._core.log_tail) ---------------------------------------------
+
+    def _tail_round(self) -> float:
+        timeout = self._log.options.stalled_ledger_timeout
+        return TAIL_ROUND if timeout is None else min(TAIL_ROUND, max(timeout / 2, 0.01))
+
+    async def _check_stalled(self, ledger: LogLedger) -> None:
+        log_md = await self._read_metadata()
+        check = check_tail(
+            now=trio.current_time(),
+            still_listed=log_md.ledger_with_seq(ledger.seq) == ledger,
+            later_listed=log_md.ledger_at_or_after(ledger.seq + 1) is not None,
+            later_seen_at=self._later_seen_at,
+            stalled_timeout=self._log.options.stalled_ledger_timeout,
+        )
+        self._later_seen_at = check.later_seen_at
+        if check.action is TailAction.RELOCATE:
+            self._drop_ledger()
+        elif check.action is TailAction.RECOVER:
+            log.warning(
+                "log_reader_recovers_stalled_ledger",
+                log=self._log.name,
+                ledger_id=ledger.ledger_id,
+                position=str(self._pos),
+            )
+            self._reader = await self._log.client.open_ledger(
+                ledger.ledger_id, password=self._log.options.password, recovery=True
+            )
+            self._later_seen_at = None
 
     async def _reopen(self, ledger: LogLedger) -> None:
         self._reader = await self._log.client.open_ledger(
@@ -307,6 +347,7 @@ class LogReader:
     def _drop_ledger(self) -> None:
         self._reader = None
         self._ledger = None
+        self._later_seen_at = None
 
 
 async def _close_watch(events: AsyncIterator[WatchEvent]) -> None:

@@ -30,6 +30,7 @@ import trio
 from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
 from walkit._core.log_position import LogPosition, position
+from walkit._core.log_tail import CloseOutcome, close_outcome
 from walkit._core.record_set import ProducerTag, envelope_overhead
 from walkit._logging import get_logger
 from walkit._retry import pause, retry
@@ -41,12 +42,14 @@ from walkit.errors import (
     LedgerInRecoveryError,
     MetadataVersionError,
     NoSuchLedgerError,
+    NoSuchLogError,
     WalkitError,
     WriterFencedError,
 )
 from walkit.ledger import LedgerWriter
 from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._producers import ProducerState, producer_tag, tail_start
+from walkit.log._retention import housekeeping
 from walkit.log._store import read_log, update_log, write_log
 
 if TYPE_CHECKING:
@@ -124,6 +127,7 @@ class LogWriter:
             scan = lambda: owner.reader(start, end=end, follow=False)  # noqa: E731
         self._producers = ProducerState(owner.name, scan)
         self._batches.on_done = self._producers.done
+        self._housekeeping_running = False
 
     def _current(self) -> tuple[int, LedgerWriter]:
         return self._ledger.seq, self._lw
@@ -233,7 +237,7 @@ class LogWriter:
         try:
             await batch.wait()
         except WalkitError as exc:
-            raise self._append_failed(batch.lw, exc) from exc
+            raise await self._append_error(batch.lw, exc) from exc
 
     async def truncate(self, pos: LogPosition | str) -> None:
         """Records before ``pos`` may be reclaimed: the truncation point moves to ``pos``
@@ -286,7 +290,11 @@ class LogWriter:
             await self._lw.close()
         except (LedgerFencedError, LedgerInRecoveryError) as exc:
             self._closed = True
-            raise self._was_fenced(f"ledger {self._lw.id} was recovered by another writer") from exc
+            why = f"ledger {self._lw.id} was recovered by another writer"
+            raise await self._gone_or(self._was_fenced(why)) from exc
+        except NoSuchLedgerError as exc:  # deleted with its log?
+            self._closed = True
+            raise await self._gone_or(exc) from exc
         self._closed = True
         log.debug("log_writer_closed", log=self._log.name, ledger_id=self._lw.id)
 
@@ -325,6 +333,13 @@ class LogWriter:
         (no bookies to replace a failed one ...) is rolled away from at the next append."""
         if lw is None:  # never sent (record sets always are, or fail when sent)
             return exc
+        if isinstance(exc, LedgerFencedError) and lw is not self._lw:
+            # A ledger left by a roll, recovered by a reader while this append was pending:
+            # its close (_close_old) decides whether that was a takeover.
+            return LedgerFencedError(
+                f"log {self._log.name}: ledger {lw.id} was recovered while this append was "
+                "pending (the record may be written)"
+            )
         if isinstance(exc, LedgerFencedError):
             return self._was_fenced(f"ledger {lw.id} was fenced")
         if (
@@ -335,6 +350,83 @@ class LogWriter:
             self._broken = True
             log.warning("log_ledger_failed", log=self._log.name, ledger_id=lw.id, error=str(exc))
         return exc
+
+    # --- hooks of retention, deletion and stalled-ledger recovery (walkit.log._retention) ---
+
+    async def _append_error(self, lw: LedgerWriter | None, exc: WalkitError) -> WalkitError:
+        """:meth:`_append_failed`, and NoSuchLogError instead of a fence if the log is gone."""
+        error = self._append_failed(lw, exc)
+        if isinstance(error, WriterFencedError):
+            return await self._gone_or(error)
+        return error
+
+    async def _gone_or(self, error: WalkitError) -> WalkitError:
+        """NoSuchLogError (kept as this writer's error) if the log was deleted, else ``error``."""
+        core = self._log.client.core
+        try:
+            await core.retry_metadata(functools.partial(read_log, core.store, self._log.name))
+        except NoSuchLogError:
+            gone = NoSuchLogError(f"log {self._log.name!r} was deleted")
+            self._error = gone
+            log.warning("log_writer_log_deleted", log=self._log.name)
+            return _copy(gone)
+        except WalkitError:
+            pass
+        return error
+
+    async def _closed_by_other(self, old: LedgerWriter) -> None:
+        """The close of ``old`` (left by a roll) found it fenced: by a reader that recovered it
+        (harmless when it kept every acknowledged entry and the log is still ours), or by
+        another writer's takeover."""
+        core = self._log.client.core
+        why = f"ledger {old.id} was recovered by another writer"
+        try:
+            closed_at = await _recover(self._log, old.id)
+            md, _version = await core.retry_metadata(
+                functools.partial(read_log, core.store, self._log.name)
+            )
+            outcome = close_outcome(
+                acknowledged=old.last_add_confirmed,
+                closed_at=closed_at,
+                still_owner=md.owned_by(self._ledger),
+            )
+        except NoSuchLogError:
+            await self._gone_or(self._was_fenced(why))
+            return
+        except WalkitError:
+            outcome = CloseOutcome.FENCED
+        if outcome is CloseOutcome.CLOSED:
+            log.info("log_old_ledger_closed_by_reader", log=self._log.name, ledger_id=old.id)
+        elif outcome is CloseOutcome.SHORT:
+            log.error(
+                "log_old_ledger_closed_short",
+                log=self._log.name,
+                ledger_id=old.id,
+                acknowledged=old.last_add_confirmed,
+            )
+            if self._error is None:
+                self._error = LedgerClosedError(
+                    f"log {self._log.name}: ledger {old.id} was closed before entries this "
+                    "writer acknowledged"
+                )
+        else:
+            await self._gone_or(self._was_fenced(why))
+
+    def _start_housekeeping(self, *, takeover: bool) -> None:
+        """Retention (and after a takeover, orphan collection) in the background."""
+        if self._housekeeping_running:
+            return
+        self._housekeeping_running = True
+        try:
+            self._log.client.core.nursery.start_soon(self._housekeeping, takeover)
+        except RuntimeError:  # the client is closing
+            self._housekeeping_running = False
+
+    async def _housekeeping(self, takeover: bool) -> None:
+        try:
+            await housekeeping(self._log, takeover=takeover)
+        finally:
+            self._housekeeping_running = False
 
     async def _check_owner(self) -> None:
         core = self._log.client.core
@@ -391,6 +483,10 @@ class LogWriter:
         except WriterFencedError as exc:
             await owner._discard_ledger(new_lw)
             raise self._was_fenced(str(exc)) from None
+        except NoSuchLogError as exc:
+            await owner._discard_ledger(new_lw)
+            self._error = exc
+            raise _copy(exc) from None
         except WalkitError as exc:
             await owner._discard_ledger(new_lw)
             self._roll_failed(exc)
@@ -423,9 +519,10 @@ class LogWriter:
             for attempt in range(CLOSE_ATTEMPTS):
                 try:
                     await old.close()
+                    self._start_housekeeping(takeover=False)
                     return
                 except (LedgerFencedError, LedgerInRecoveryError):
-                    self._was_fenced(f"ledger {old.id} was recovered by another writer")
+                    await self._closed_by_other(old)
                     return
                 except WalkitError as exc:
                     if not exc.retryable or attempt == CLOSE_ATTEMPTS - 1:
@@ -538,7 +635,9 @@ async def take_over(owner: Log) -> LogWriter:
             await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
         tail = [lg.seq for lg in md.to_recover()]
         # Producers are learned from the recovered tail, at the first tagged append.
-        return LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
+        writer = LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
+        writer._start_housekeeping(takeover=True)
+        return writer
     raise WriterFencedError(
         f"log {name}: could not take over: other writers kept taking it over "
         f"({owner.options.takeover_attempts} rounds)"

@@ -1,0 +1,143 @@
+"""Retention: truncate a log at its retention point (whole ledgers only).
+
+The decision is :func:`walkit._core.retention.retention_point`; this module reads the ledgers'
+metadata (record counts, sizes, creation times), moves the truncation point with a
+compare-and-set, and deletes the ledgers that left the list. Run by the log's writer after a
+roll and after its takeover (in the background), and by ``walkit log retain``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, final
+
+import attrs
+
+from walkit._core.log_metadata import LogLedger, LogMetadata, Truncation
+from walkit._core.log_position import LogPosition
+from walkit._core.retention import LedgerStats, RetentionLimits, ledger_records, retention_point
+from walkit._logging import get_logger
+from walkit.errors import NoSuchLedgerError, WalkitError
+from walkit.log._store import read_log, update_log
+
+if TYPE_CHECKING:
+    from walkit.log._log import Log
+
+log = get_logger(__name__)
+
+__all__ = ["RetentionResult", "apply_retention", "limits_of"]
+
+
+@final
+@attrs.frozen
+class RetentionResult:
+    """What a retention pass did (or, with ``dry_run``, would do)."""
+
+    #: The new truncation point (None: nothing to drop).
+    truncated: LogPosition | None
+    #: The ledgers that left the log (deleted unless ``dry_run``).
+    dropped: tuple[LogLedger, ...] = ()
+    #: Records and payload bytes in them.
+    records: int = 0
+    size: int = 0
+
+
+def limits_of(owner: Log) -> RetentionLimits:
+    opts = owner.options
+    return RetentionLimits(records=opts.retain_records, size=opts.retain_bytes, age=opts.retain_age)
+
+
+async def _stats(owner: Log, md: LogMetadata) -> list[LedgerStats]:
+    """Stats of the listed ledgers up to and including the first open (or missing) one."""
+    client = owner.client
+    stats: list[LedgerStats] = []
+    for lg in md.ledgers:
+        try:
+            lmd = await client.ledger_metadata(lg.ledger_id)
+        except NoSuchLedgerError:
+            break  # deleted under us (another truncation): decide on what we have
+        if not lmd.is_closed:
+            stats.append(LedgerStats(lg.seq, lg.ledger_id, closed=False, ctime_ms=lmd.ctime_ms))
+            break
+        stats.append(
+            LedgerStats(
+                lg.seq,
+                lg.ledger_id,
+                closed=True,
+                records=ledger_records(lmd.last_entry_id, lmd.custom_metadata),
+                size=lmd.length,
+                ctime_ms=lmd.ctime_ms,
+            )
+        )
+    return stats
+
+
+async def apply_retention(
+    owner: Log, limits: RetentionLimits | None = None, *, dry_run: bool = False
+) -> RetentionResult:
+    """Truncate ``owner``'s log at its retention point for ``limits`` (default: the handle's
+    ``retain_*`` options) and delete the ledgers behind it. Raises NoSuchLogError,
+    MetadataStoreError ...; a ledger that cannot be deleted is left (and logged)."""
+    limits = limits_of(owner) if limits is None else limits
+    if not limits.any:
+        return RetentionResult(None)
+    core = owner.client.core
+    clock = core.options.wall_clock
+    now_ms = int(clock() * 1000) if clock is not None else None
+    md, _version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
+    stats = await _stats(owner, md)
+    point = retention_point(md, stats, limits, now_ms)
+    if point is None:
+        return RetentionResult(None)
+    by_seq = {s.seq: s for s in stats}
+    if dry_run:
+        dropped = tuple(lg for lg in md.ledgers if lg.seq < point.ledger_seq)
+    else:
+
+        def change(current: LogMetadata) -> tuple[LogMetadata, Truncation]:
+            # Only ledgers judged above may go: the list may have changed since (a takeover
+            # dropped empty ones, links added some at the end: those are never before point).
+            if point <= current.truncated or point.ledger_seq >= current.next_seq:
+                return current, Truncation(current, ())
+            result = current.truncated_at(point)
+            if any(lg.seq not in by_seq for lg in result.dropped):
+                return current, Truncation(current, ())
+            return result.metadata, result
+
+        _md, _version, truncation = await update_log(core, owner.name, change)
+        dropped = truncation.dropped
+        if not dropped:
+            return RetentionResult(None)
+        log.info(
+            "log_retention_truncated",
+            log=owner.name,
+            at=str(point),
+            dropped=[lg.ledger_id for lg in dropped],
+        )
+        await owner._delete_ledgers([lg.ledger_id for lg in dropped], "retention")
+    return RetentionResult(
+        point,
+        dropped,
+        records=sum(by_seq[lg.seq].records for lg in dropped if lg.seq in by_seq),
+        size=sum(by_seq[lg.seq].size for lg in dropped if lg.seq in by_seq),
+    )
+
+
+async def housekeeping(owner: Log, *, takeover: bool) -> None:
+    """What a writer runs in the background after a roll (retention) and after its takeover
+    (retention, then orphan collection). Never raises: failures are logged, and the next
+    roll or takeover tries again."""
+    from walkit.log._gc import collect_orphans
+
+    try:
+        if limits_of(owner).any:
+            await apply_retention(owner)
+        grace = owner.options.orphan_gc_grace
+        if takeover and grace is not None and owner.client.core.options.wall_clock is not None:
+            await collect_orphans(
+                owner.client, owner.name, grace=grace, password=owner.options.password
+            )
+    except WalkitError as exc:
+        log.warning("log_housekeeping_failed", log=owner.name, error=str(exc))
+    except Exception:  # pragma: no cover - a bug must not take the client down
+        log.exception("log_housekeeping_crashed", log=owner.name)
