@@ -27,6 +27,7 @@ from pathlib import Path
 
 import trio
 
+from walkit._cli._connect import add_tls_options
 from walkit._logging import LOG_FORMATS, configure_cli_logging
 from walkit.errors import WalkitError
 
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
             default="default",
             help="placement policy: name, module:Class, or entry point",
         )
+        add_tls_options(p)
         return p
 
     sandbox = sub.add_parser(
@@ -158,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="metadata URL; default: sqlite:///DATA_DIR/metadata.db (or the one used last time)",
     )
     sandbox.add_argument("--host", default="127.0.0.1", help="address the bookies listen on")
+    sandbox.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS between clients and bookies: make a CA and certificates in DATA_DIR/tls "
+        "(kept), start the bookies requiring client certificates, and print the "
+        "WALKIT_TLS_* exports",
+    )
     sandbox.add_argument(
         "--exit-on-bookie-failure",
         action="store_true",
@@ -215,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.host,
             exit_on_bookie_failure=args.exit_on_bookie_failure,
             bookie_args=["--log-level", level, "--log-format", fmt],
+            tls=args.tls,
         )
     else:
         url = _metadata_url(args)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import base64
-import time
 from typing import Any, TextIO
 
 import trio
 
+from walkit._cli._connect import connect_options
 from walkit._cli.output import bytes_as_text, emit, emit_record
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit.errors import NoSuchLedgerError
@@ -128,7 +128,7 @@ def _fragment_rows(md: LedgerMetadata, fragments: dict[str, list[str]]) -> list[
 async def ledger_read(url: str, args: argparse.Namespace, out: TextIO) -> int:
     from walkit.client import Client
 
-    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+    async with Client.connect(url, **connect_options(args)) as client:
         reader = await client.open_ledger(
             args.ledger_id, password=args.password.encode(), recovery=False
         )
@@ -160,7 +160,7 @@ async def simpletest(url: str, args: argparse.Namespace, out: TextIO) -> int:
     payloads = [
         (f"simpletest-{i}-".encode() + b"x" * args.size)[: args.size] for i in range(args.entries)
     ]
-    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+    async with Client.connect(url, **connect_options(args)) as client:
         started = trio.current_time()
         writer = await client.create_ledger(
             ensemble_size=args.ensemble,

@@ -8,11 +8,11 @@ to a fresh ledger that is deleted afterwards, or with ``--log NAME`` to that log
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any, TextIO
 
 import trio
 
+from walkit._cli._connect import connect_options
 from walkit._cli.output import emit_record
 
 __all__ = ["add_parser", "bench"]
@@ -57,7 +57,7 @@ async def bench(url: str, args: argparse.Namespace, out: TextIO) -> int:
     latencies: list[float] = []
     next_call = 0
 
-    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+    async with Client.connect(url, **connect_options(args)) as client:
         quorums = {
             "ensemble_size": args.ensemble,
             "write_quorum": args.write_quorum,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any, TextIO
 
+from walkit._cli._connect import connect_options
 from walkit._cli.admin import _printable
 from walkit._cli.output import emit, emit_record
 from walkit._core.log_metadata import LogMetadata, check_log_name
@@ -217,7 +217,7 @@ async def log_tail(url: str, args: argparse.Namespace, out: TextIO) -> int:
     from walkit.client import Client
     from walkit.log import Log
 
-    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+    async with Client.connect(url, **connect_options(args)) as client:
         secret = {} if args.password is None else {"password": args.password.encode()}
         log = await Log.open(client, args.name, create=False, **secret)
         if not args.json:
@@ -247,7 +247,7 @@ async def log_retain(url: str, args: argparse.Namespace, out: TextIO) -> int:
 
     if args.records is None and args.bytes is None and args.age is None:
         raise ConfigurationError("give at least one of --records, --bytes, --age")
-    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+    async with Client.connect(url, **connect_options(args)) as client:
         secret = {} if args.password is None else {"password": args.password.encode()}
         log = await Log.open(client, args.name, create=False, **secret)
         result = await log.apply_retention(
@@ -272,7 +272,7 @@ async def log_delete(url: str, args: argparse.Namespace, out: TextIO) -> int:
     from walkit.client import Client
     from walkit.log import Log, read_log
 
-    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+    async with Client.connect(url, **connect_options(args)) as client:
         if not args.yes:
             md, _version = await read_log(client.metadata_store, args.name)
             ids = [lg.ledger_id for lg in md.ledgers] + [s.ledger_id for s in md.snapshots]
@@ -297,7 +297,7 @@ async def log_gc(url: str, args: argparse.Namespace, out: TextIO) -> int:
 
     if args.name is not None:
         check_log_name(args.name)
-    async with Client.connect(url, placement=args.placement, wall_clock=time.time) as client:
+    async with Client.connect(url, **connect_options(args)) as client:
         password = None if args.password is None else args.password.encode()
         orphans = await Log.collect_orphans(
             client, args.name, grace=args.grace, dry_run=args.dry_run, password=password

@@ -26,6 +26,7 @@ from typing import TextIO, final
 import attrs
 import trio
 
+from walkit._cli._certs import sandbox_certificates
 from walkit._cli._child import Child, guarded_python
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, WalkitError
@@ -200,12 +201,30 @@ async def run_sandbox(
     *,
     exit_on_bookie_failure: bool = False,
     bookie_args: Sequence[str] = (),
+    tls: bool = False,
 ) -> int:
     """Run the sandbox until SIGTERM or SIGINT (0), or until a bookie fails with
-    ``exit_on_bookie_failure`` (1). ``bookie_args`` go to every ``walkit-bookie``."""
+    ``exit_on_bookie_failure`` (1). ``bookie_args`` go to every ``walkit-bookie``. With
+    ``tls``, the bookies serve TLS only and require client certificates signed by the
+    sandbox's CA (made in ``DATA_DIR/tls``)."""
     if bookies < 1:
         raise ConfigurationError("--bookies must be at least 1")
     layout = SandboxLayout.load_or_create(data_dir, bookies, metadata_url)
+    exports = {"WALKIT_METADATA": layout.metadata_url}
+    if tls:
+        certs = sandbox_certificates(layout.data_dir / "tls", host)
+        bookie_args = [
+            *bookie_args,
+            "--tls-cert", str(certs.bookie_cert.resolve()),
+            "--tls-key", str(certs.bookie_key.resolve()),
+            "--tls-ca", str(certs.ca.resolve()),
+            "--tls-client-auth", "require",
+        ]  # fmt: skip
+        exports.update(
+            WALKIT_TLS_CA=str(certs.ca.resolve()),
+            WALKIT_TLS_CERT=str(certs.client_cert.resolve()),
+            WALKIT_TLS_KEY=str(certs.client_key.resolve()),
+        )
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     supervisors = [
         _Supervisor(
@@ -231,7 +250,9 @@ async def run_sandbox(
                     file=out,
                 )
                 print(f"metadata URL: {layout.metadata_url}", file=out)
-                export = f"export WALKIT_METADATA={shlex.quote(layout.metadata_url)}"
+                if tls:
+                    print("TLS: bookies require client certificates of the sandbox's CA", file=out)
+                export = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in exports.items())
                 print(export, file=out, flush=True)  # ready to paste into a shell
                 if ready is not None:
                     ready.set()
