@@ -24,8 +24,8 @@ import trio
 
 from walkit._logging import configure_cli_logging, get_logger
 from walkit.errors import ConfigurationError, WalkitError
-from walkit_bookie._bookie import Bookie
 from walkit_bookie._config import BookieConfig
+from walkit_bookie.lifecycle import Bookie
 
 log = get_logger("walkit_bookie.cli")
 

@@ -25,8 +25,8 @@ from walkit._core.types import BookieId
 from walkit._core.wire import ReadRequest, ReadResponse, StatusCode
 from walkit.metadata import LedgerManager, MetadataStore, open_metadata_store, registration_path
 from walkit_bookie import Bookie, BookieConfig
-from walkit_bookie._entrylog import ENTRYLOG_DIR
-from walkit_bookie._index import INDEX_DIR
+from walkit_bookie.storage._entrylog import ENTRYLOG_DIR
+from walkit_bookie.storage._index import INDEX_DIR
 
 SIZE = 1000
 TOKEN = b"compaction-test-admin-token"

@@ -32,8 +32,8 @@ from walkit._core.wire import (
     peek_request_id,
 )
 from walkit.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
-from walkit_bookie._bookie import _ADD_OK, _ADD_OK_HEAD
-from walkit_bookie._ledger import packet_lac
+from walkit_bookie.server._requests import _ADD_OK, _ADD_OK_HEAD
+from walkit_bookie.storage._ledger import packet_lac
 
 U64 = st.integers(0, 2**64 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)

@@ -16,7 +16,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, Protocol, final
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -25,9 +25,9 @@ from prometheus_client.registry import Collector
 
 from walkit._logging import get_logger
 from walkit.errors import BookieIOError
-
-if TYPE_CHECKING:
-    from walkit_bookie._bookie import Bookie
+from walkit_bookie._config import BookieConfig
+from walkit_bookie.server._requests import RequestHandler
+from walkit_bookie.storage import BookieStorage, GarbageCollector, GcReport
 
 log = get_logger(__name__)
 
@@ -40,17 +40,51 @@ _LINGER_BYTES = 1 << 20
 _METHOD = re.compile(r"[A-Z]{1,20}")
 
 
+class MetadataSession(Protocol):
+    """What the admin endpoint reads of the bookie's metadata registration."""
+
+    @property
+    def registered(self) -> bool: ...
+
+    @property
+    def reregistrations(self) -> int: ...
+
+
+class AdminTarget(Protocol):
+    """What the admin endpoint and the metrics read of a running bookie (a ``Bookie``)."""
+
+    config: BookieConfig
+    storage: BookieStorage
+    handler: RequestHandler
+    gc: GarbageCollector
+
+    @property
+    def bookie_id(self) -> object: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def ledger_count(self) -> int: ...
+
+    @property
+    def registration(self) -> MetadataSession | None: ...
+
+    async def collect_garbage(self, compaction: str | None = None) -> GcReport: ...
+
+
 @final
 class BookieCollector(Collector):
     """Reads a bookie's counters at scrape time."""
 
-    def __init__(self, bookie: Bookie) -> None:
+    def __init__(self, bookie: AdminTarget) -> None:
         self._bookie = bookie
 
     def collect(self) -> Iterator[Metric]:
-        b = self._bookie
-        s = b.storage.stats
-        usage = b.storage.entry_log_usage()
+        bookie = self._bookie
+        b = bookie.handler
+        s = bookie.storage.stats
+        usage = bookie.storage.entry_log_usage()
         counters = [
             ("requests", "Requests taken off the wire", b.requests),
             ("adds_answered", "Adds answered (any status)", b.adds_answered),
@@ -87,19 +121,19 @@ class BookieCollector(Collector):
                 "Warnings about bad input not logged (rate limit); counted in bad_input",
                 b.bad_input.suppressed,
             ),
-            ("gc_rounds", "Garbage collection rounds", b.gc.rounds),
+            ("gc_rounds", "Garbage collection rounds", bookie.gc.rounds),
             (
                 "gc_skipped",
                 "Rounds whose ledger part was skipped (metadata store error)",
-                b.gc.skipped,
+                bookie.gc.skipped,
             ),
             (
                 "gc_ledgers_deleted",
                 "Ledgers forgotten because the metadata store no longer has them",
-                b.gc.ledgers_deleted,
+                bookie.gc.ledgers_deleted,
             ),
-            ("minor_compactions", "Minor compaction passes", b.gc.minor_compactions),
-            ("major_compactions", "Major compaction passes", b.gc.major_compactions),
+            ("minor_compactions", "Minor compaction passes", bookie.gc.minor_compactions),
+            ("major_compactions", "Major compaction passes", bookie.gc.major_compactions),
             (
                 "entry_logs_compacted",
                 "Entry logs whose live entries were copied out, then removed",
@@ -124,7 +158,7 @@ class BookieCollector(Collector):
             (
                 "metadata_reregistrations",
                 "Registrations redone after the metadata session was lost",
-                0 if b.registration is None else b.registration.reregistrations,
+                0 if bookie.registration is None else bookie.registration.reregistrations,
             ),
         ]
         for name, text, value in counters:
@@ -160,12 +194,12 @@ class BookieCollector(Collector):
                 "Bytes of receive buffers held by open connections",
                 b.receive_buffer_bytes,
             ),
-            ("ledgers", "Ledgers this bookie holds state for", b.ledger_count),
-            ("read_only", "1 when the bookie refuses writes", 1 if b.read_only else 0),
+            ("ledgers", "Ledgers this bookie holds state for", bookie.ledger_count),
+            ("read_only", "1 when the bookie refuses writes", 1 if bookie.read_only else 0),
             (
                 "disk_usage_ratio",
                 "Highest used fraction of the data dirs' disks",
-                b.storage.disk_usage(),
+                bookie.storage.disk_usage(),
             ),
             ("entry_logs", "Entry log files", len(usage)),
             ("entry_log_bytes", "Bytes in entry log files", sum(u.size for u in usage)),
@@ -177,7 +211,7 @@ class BookieCollector(Collector):
             (
                 "metadata_registered",
                 "1 while the bookie is registered in the metadata store",
-                1 if b.registration is not None and b.registration.registered else 0,
+                1 if bookie.registration is not None and bookie.registration.registered else 0,
             ),
         ]
         for gauge, text, level in gauges:
@@ -319,7 +353,7 @@ def _allow(request: _Request, *methods: str) -> None:
         )
 
 
-def gc_status(bookie: Bookie) -> dict[str, Any]:
+def gc_status(bookie: AdminTarget) -> dict[str, Any]:
     """What ``GET /admin/gc`` answers: garbage collection and compaction, so far."""
     gc = bookie.gc
     config = bookie.config
@@ -352,7 +386,7 @@ def gc_status(bookie: Bookie) -> dict[str, Any]:
     }
 
 
-async def _route(bookie: Bookie, registry: CollectorRegistry, request: _Request) -> bytes:
+async def _route(bookie: AdminTarget, registry: CollectorRegistry, request: _Request) -> bytes:
     path = request.path
     if path == "/metrics":
         _allow(request, "GET")
@@ -360,7 +394,7 @@ async def _route(bookie: Bookie, registry: CollectorRegistry, request: _Request)
         return _response("200 OK", body, CONTENT_TYPE_LATEST)
     if path in ("/health", "/healthz"):
         _allow(request, "GET")
-        full = bookie.degraded
+        full = bookie.handler.degraded
         doc: dict[str, Any] = {
             "status": "degraded" if full else "ok",
             "bookie_id": str(bookie.bookie_id),
@@ -383,7 +417,7 @@ async def _route(bookie: Bookie, registry: CollectorRegistry, request: _Request)
 
 
 async def _handle(
-    bookie: Bookie, registry: CollectorRegistry, slots: trio.Semaphore, stream: trio.abc.Stream
+    bookie: AdminTarget, registry: CollectorRegistry, slots: trio.Semaphore, stream: trio.abc.Stream
 ) -> None:
     try:
         if slots.value == 0:
@@ -436,7 +470,7 @@ async def _linger(stream: trio.abc.Stream) -> None:
 
 
 async def serve_admin(
-    bookie: Bookie,
+    bookie: AdminTarget,
     host: str,
     port: int,
     registry: CollectorRegistry,

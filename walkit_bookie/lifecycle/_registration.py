@@ -35,7 +35,7 @@ from walkit.metadata import (
     write_cookie,
 )
 from walkit_bookie._config import BookieConfig
-from walkit_bookie._cookie import LAYOUT_VERSION
+from walkit_bookie.storage import LAYOUT_VERSION
 
 log = get_logger(__name__)
 

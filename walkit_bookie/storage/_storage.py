@@ -31,13 +31,13 @@ from walkit._core.wire import (
 )
 from walkit._logging import get_logger
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
-from walkit_bookie._compaction import CompactionResult, EntryLogUsage, batches, choose
 from walkit_bookie._config import BookieConfig
-from walkit_bookie._cookie import check_or_create, recorded_cookie
-from walkit_bookie._entrylog import ENTRYLOG_DIR, EntryLogger
-from walkit_bookie._index import INDEX_DIR, Index, entry_key, location_bytes
-from walkit_bookie._journal import JournalWriter, LogMark, journal_files, replay
-from walkit_bookie._ledger import LedgerInfo, apply_request
+from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage, batches, choose
+from walkit_bookie.storage._cookie import check_or_create, recorded_cookie
+from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
+from walkit_bookie.storage._index import INDEX_DIR, Index, entry_key, location_bytes
+from walkit_bookie.storage._journal import JournalWriter, LogMark, journal_files, replay
+from walkit_bookie.storage._ledger import LedgerInfo, apply_request
 
 log = get_logger(__name__)
 
