@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.bookie._helpers import KEY, packet
-from walkit._core.digest import read_header
+from walkit._core.digest import packet_lac, read_header
 from walkit._core.wire import (
+    ADD_RESPONSE_FRAME_SIZE,
     AddFlag,
     AddRequest,
     AddResponse,
@@ -26,14 +27,15 @@ from walkit._core.wire import (
     StatusCode,
     WriteLacRequest,
     WriteLacResponse,
+    decode_add_response_at,
     decode_message,
+    encode_add_response,
     encode_body,
     encode_frame,
+    frame_length,
     peek_request_id,
 )
 from walkit.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
-from walkit_bookie.server._requests import _ADD_OK, _ADD_OK_HEAD
-from walkit_bookie.storage._ledger import packet_lac
 
 U64 = st.integers(0, 2**64 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -175,8 +177,37 @@ def test_encoding_refuses_what_the_wire_cannot_carry() -> None:
 def test_bookie_fast_add_answer_is_the_codec_frame(
     request_id: int, ledger: int, entry: int
 ) -> None:
-    fast = _ADD_OK.pack(*_ADD_OK_HEAD, request_id, 0, ledger, entry)
+    fast = encode_add_response(request_id, 0, ledger, entry)
     assert fast == encode_frame(AddResponse(request_id, StatusCode.OK, ledger, entry))
+    assert len(fast) == ADD_RESPONSE_FRAME_SIZE
+    # The client's fast decoder reads it back, at any offset of a buffer.
+    assert decode_add_response_at(b"xy" + fast, 2) == (request_id, 0, ledger, entry)
+
+
+@given(st.sampled_from(list(StatusCode)), U64, U64, I64)
+@settings(deadline=None)  # timing-free: a loaded machine must not fail it
+def test_fast_add_response_decoder_agrees_with_the_codec(
+    status: StatusCode, request_id: int, ledger: int, entry: int
+) -> None:
+    frame = encode_frame(AddResponse(request_id, status, ledger, entry))
+    assert decode_add_response_at(frame, 0) == (request_id, int(status), ledger, entry)
+    assert decode_add_response_at(frame[:-1], 0) is None  # not all of it here
+
+
+def test_fast_add_response_decoder_leaves_other_frames_to_the_codec() -> None:
+    read = encode_frame(ReadResponse(7, StatusCode.OK, 1, 2, b"p" * 40))
+    assert decode_add_response_at(read, 0) is None
+    other_version = bytearray(encode_frame(AddResponse(7, StatusCode.OK, 1, 2)))
+    other_version[4] = 2
+    assert decode_add_response_at(other_version, 0) is None
+    assert frame_length(other_version, 0, 1 << 20) == len(other_version) - 4
+    with pytest.raises(RemoteProtocolError, match="version 2"):
+        decode_message(bytes(other_version[4:]))
+    assert frame_length(b"\0\0\0", 0, 100) is None
+    with pytest.raises(RemoteProtocolError, match="empty frame"):
+        frame_length(b"\0\0\0\0", 0, 100)
+    with pytest.raises(FrameTooLargeError):
+        frame_length(b"\0\0\0\x65", 0, 100)
 
 
 @given(st.integers(0, 2**63 - 1), st.integers(-1, 2**62), st.binary(max_size=64))

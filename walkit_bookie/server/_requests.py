@@ -11,22 +11,19 @@ reasons set and a callback for a full disk are passed in.
 from __future__ import annotations
 
 import errno
-import struct
 from collections.abc import Callable
 from typing import Any, final
 
 import trio
 
-from walkit._core.digest import HEADER_SIZE, read_header
+from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.types import BookieId
 from walkit._core.wire import (
-    PROTOCOL_VERSION,
     AddFlag,
     AddRequest,
     AddResponse,
     ErrorResponse,
     Message,
-    MessageType,
     ReadFlag,
     ReadLacFlag,
     ReadLacRequest,
@@ -37,6 +34,7 @@ from walkit._core.wire import (
     StatusCode,
     WriteLacRequest,
     WriteLacResponse,
+    encode_add_response,
     encode_frame,
 )
 from walkit._logging import get_logger
@@ -49,7 +47,6 @@ from walkit_bookie.storage import (
     LedgerInfo,
     StoredEntry,
     apply_request,
-    packet_lac,
     stored_entry_decision,
 )
 
@@ -58,10 +55,6 @@ log = get_logger(__name__)
 _DISK_READERS = 2
 _DISK_READ_BATCH = 256
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-# An OK AddResponse frame, built in one pack (the hot path answers one per add); it must equal
-# encode_frame(AddResponse(...)), which the tests check.
-_ADD_OK = struct.Struct(">IBBQhQq")
-_ADD_OK_HEAD = (_ADD_OK.size - 4, PROTOCOL_VERSION, MessageType.ADD_RESPONSE.value)
 
 
 @final
@@ -498,7 +491,7 @@ class RequestHandler:
                     sink(error)
             return
         woken: set[int] = set()
-        ok_frame = _ADD_OK.pack
+        ok_frame = encode_add_response
         pending = self._adds_pending
         for req, sink in zip(requests, sinks, strict=True):
             lid = req.ledger_id
@@ -520,7 +513,7 @@ class RequestHandler:
             else:
                 apply_request(ledgers, req)
             if type(req) is AddRequest:
-                self._add_done(sink, ok_frame(*_ADD_OK_HEAD, req.request_id, 0, lid, req.entry_id))
+                self._add_done(sink, ok_frame(req.request_id, 0, lid, req.entry_id))
             else:
                 sink(None)
         for lid in woken:

@@ -13,7 +13,6 @@ from walkit_bookie.storage._ledger import (
     LedgerInfo,
     StoredEntry,
     apply_request,
-    packet_lac,
     stored_entry_decision,
 )
 from walkit_bookie.storage._memory import MemoryStorage
@@ -33,6 +32,5 @@ __all__ = [
     "StorageStats",
     "StoredEntry",
     "apply_request",
-    "packet_lac",
     "stored_entry_decision",
 ]
