@@ -4,9 +4,10 @@ It imports :mod:`walkit_bookie.storage`, never :mod:`walkit_bookie.lifecycle`: w
 endpoint needs of the running bookie is the :class:`AdminTarget` protocol.
 """
 
-from walkit_bookie.server._admin import AdminTarget, BookieCollector, serve_admin
+from walkit_bookie.server._admin import serve_admin
 from walkit_bookie.server._badinput import BadInputLog
 from walkit_bookie.server._connection import Connection, handle_stream
+from walkit_bookie.server._metrics import AdminTarget, BookieCollector
 from walkit_bookie.server._requests import RequestHandler
 
 __all__ = [
