@@ -6,12 +6,13 @@ import functools
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, final
+from typing import final
 
 import trio
 from prometheus_client import CollectorRegistry
 
 from walkit._core.types import BookieId
+from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.errors import BookieIOError, WalkitError
 from walkit.metadata import MetadataStore
@@ -155,7 +156,7 @@ class Bookie:
                 bookie_id = await self._start(nursery)
                 task_status.started(bookie_id)
         except BaseExceptionGroup as group:
-            raise _collapse(group) from None
+            raise collapse(group) from None
         finally:
             with trio.CancelScope(shield=True):
                 await self._shutdown()
@@ -274,23 +275,3 @@ class Bookie:
         (with a store), remove entry logs with nothing live, and with ``compaction``
         ("minor" or "major") compact entry logs below that threshold."""
         return await self.gc.collect(compaction)
-
-
-def _collapse(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The one real error of a nursery's group (no ExceptionGroup escapes a public call)."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for sub in exc.exceptions:
-                walk(sub)
-        elif not isinstance(exc, trio.Cancelled):
-            leaves.append(exc)
-
-    walk(group)
-    if not leaves:
-        return group
-    for leaf in leaves:
-        if isinstance(leaf, WalkitError):
-            return leaf
-    return leaves[0]
