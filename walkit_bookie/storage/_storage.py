@@ -56,8 +56,7 @@ class StorageStats:
     checkpoints: int = 0
     entries_flushed: int = 0
     replayed_records: int = 0
-    #: Compaction passes run (any threshold), and what they did in total.
-    compactions: int = 0
+    #: What compaction passes did in total (the passes are counted by the garbage collector).
     entry_logs_compacted: int = 0
     entry_logs_removed: int = 0
     compaction_entries_moved: int = 0
@@ -65,7 +64,6 @@ class StorageStats:
     compaction_bytes_reclaimed: int = 0
 
     def add(self, result: CompactionResult) -> None:
-        self.compactions += 1
         self.entry_logs_compacted += result.logs_compacted
         self.entry_logs_removed += result.logs_removed
         self.compaction_entries_moved += result.entries_moved
