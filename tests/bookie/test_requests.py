@@ -24,6 +24,7 @@ from walkit._core.wire import (
     StatusCode,
     encode_frame,
 )
+from walkit_bookie import Bookie
 
 OTHER_KEY = master_key(b"not the password")
 
@@ -127,7 +128,7 @@ async def test_fencing_is_durable_across_a_clean_restart(tmp_path: Path) -> None
 
 async def test_long_poll_returns_on_a_new_lac_and_on_timeout(tmp_path: Path) -> None:
     async with (
-        running_bookie(config([tmp_path / "d"])) as (_, bid),
+        running_bookie(config([tmp_path / "d"])) as (bookie, bid),
         connect(bid) as poller,
         connect(bid) as writer,
     ):
@@ -147,7 +148,7 @@ async def test_long_poll_returns_on_a_new_lac_and_on_timeout(tmp_path: Path) -> 
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(poll)
-            await trio.sleep(0.05)
+            await _until_polls(bookie, 1)
             assert "answer" not in result  # waiting for a newer LAC
             await writer.add(3, 2, b"two", lac=1)
         answer = result["answer"]
@@ -160,9 +161,16 @@ async def test_long_poll_returns_on_a_new_lac_and_on_timeout(tmp_path: Path) -> 
         # An explicit LAC wakes long polls too.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_poll_into, poller, result, 1)
-            await trio.sleep(0.05)
+            await _until_polls(bookie, 1)
             await writer.write_lac(3, 2)
         assert result["second"].lac == 2  # type: ignore[attr-defined]
+
+
+async def _until_polls(bookie: Bookie, count: int) -> None:
+    """Wait until the bookie holds ``count`` long polls (they are parked, not answered)."""
+    with trio.fail_after(10):
+        while bookie.handler.long_polls != count:  # noqa: ASYNC110 (the bookie's own count)
+            await trio.sleep(0.005)
 
 
 async def _poll_into(poller: object, result: dict[str, object], previous: int) -> None:

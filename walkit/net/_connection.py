@@ -20,7 +20,8 @@ import trio
 
 from walkit._core.types import BookieId
 from walkit._core.wire import (
-    ADD_RESPONSE_FRAME_SIZE,
+    ADD_RESPONSE_FRAME,
+    ADD_RESPONSE_HEAD,
     DEFAULT_MAX_FRAME_SIZE,
     AddFlag,
     AddResponse,
@@ -31,7 +32,6 @@ from walkit._core.wire import (
     Response,
     StatusCode,
     WriteLacResponse,
-    decode_add_response_at,
     decode_message,
     encode_adds_into,
     encode_frame,
@@ -434,22 +434,25 @@ class BookieConnection:
         size = len(buffer)
         pending = self._pending
         max_frame_size = self._max_frame_size
-        while True:
-            add = decode_add_response_at(buffer, pos)
-            if add is not None:
+        unpack_add = ADD_RESPONSE_FRAME.unpack_from
+        add_size = ADD_RESPONSE_FRAME.size
+        add_length, add_version, add_type = ADD_RESPONSE_HEAD
+        while size - pos >= 4:
+            if size - pos >= add_size:
                 # The hot path of the writer: one unpack, no message object.
-                pos += ADD_RESPONSE_FRAME_SIZE
-                rid, status, ledger_id, entry_id = add
-                rec = pending.pop(rid, None)
-                if rec is not None:
-                    msg: Response | None = None
-                    if type(rec[0]) is _Waiter:  # an awaited call wants the message
-                        msg = AddResponse(rid, _status(status), ledger_id, entry_id)
-                    try:
-                        rec[0].on_response(rec[1], status, msg)
-                    except Exception:  # a handler bug must not kill the connection
-                        log.exception("response_handler_failed", bookie=str(self.bookie))
-                continue
+                length, version, mtype, rid, status, ledger_id, entry_id = unpack_add(buffer, pos)
+                if length == add_length and mtype == add_type and version == add_version:
+                    pos += add_size
+                    rec = pending.pop(rid, None)
+                    if rec is not None:
+                        msg: Response | None = None
+                        if type(rec[0]) is _Waiter:  # an awaited call wants the message
+                            msg = AddResponse(rid, _status(status), ledger_id, entry_id)
+                        try:
+                            rec[0].on_response(rec[1], status, msg)
+                        except Exception:  # a handler bug must not kill the connection
+                            log.exception("response_handler_failed", bookie=str(self.bookie))
+                    continue
             length = frame_length(buffer, pos, max_frame_size)
             if length is None or pos + 4 + length > size:
                 break

@@ -1,4 +1,8 @@
-"""The bookie: request semantics (adds, reads, fencing, LAC, long polls) over a storage."""
+"""The bookie's lifecycle: start (listen, check the cookie, open the storage, register), keep
+(read-only mode, checkpoints, disk checks, garbage collection) and stop (flush and close).
+
+Request handling is the :class:`~walkit_bookie.server.RequestHandler`'s (``Bookie.handler``).
+"""
 
 from __future__ import annotations
 
