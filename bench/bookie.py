@@ -16,6 +16,7 @@ docs/benchmarks.md unless ``--no-append``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -207,23 +208,32 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_once(
-    tmp: Path, seconds: float, tls: tuple[list[str], ssl.SSLContext] | None = None
-) -> dict[str, Any]:
+@dataclasses.dataclass
+class Run:
+    """One run's figures: by entry size (adds_per_s, mib_per_s, bookie_cpu_us...), and the
+    low-load add p50."""
+
+    sizes: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    p50_ms: float = 0.0
+
+
+def run_once(tmp: Path, seconds: float, tls: tuple[list[str], ssl.SSLContext] | None = None) -> Run:
     """One bookie, every size; ``tls``: the bookie's TLS arguments and the client context."""
     data = tmp / "bookie"
     proc, bookie = start_bookie(data, tls[0] if tls else None)
     context = tls[1] if tls else None
     try:
-        out: dict[str, Any] = {}
+        out = Run()
 
         async def main() -> None:
             for i, size in enumerate(SIZES):
                 before = _cpu_seconds(proc.pid)
-                out[size] = await throughput(bookie, 100 + i, size, seconds, context)
+                figures = out.sizes[size] = await throughput(
+                    bookie, 100 + i, size, seconds, context
+                )
                 used = _cpu_seconds(proc.pid) - before
-                out[size]["bookie_cpu_us"] = used / out[size]["adds"] * 1e6
-            out["p50_ms"] = await latency(bookie, 200, 1024, 2000, context)
+                figures["bookie_cpu_us"] = used / figures["adds"] * 1e6
+            out.p50_ms = await latency(bookie, 200, 1024, 2000, context)
 
         trio.run(main)
         return out
@@ -257,12 +267,12 @@ def main() -> None:
             limits[k] = statistics.median([limits[k], limits_again[k]])
     med = {
         size: {
-            k: statistics.median(run[size][k] for run in runs)
+            k: statistics.median(run.sizes[size][k] for run in runs)
             for k in ("adds_per_s", "mib_per_s", "bookie_cpu_us")
         }
         for size in SIZES
     }
-    p50 = statistics.median(run["p50_ms"] for run in runs)
+    p50 = statistics.median(run.p50_ms for run in runs)
     report(limits, med, p50, args, os.getloadavg()[0])
 
 
@@ -300,8 +310,8 @@ def compare_tls(args: Any) -> None:
             tls_runs.append(run_once(tmp / f"tls{r}", args.seconds, tls))
     cipher = "TLS 1.3 (the ssl module's default suite)"
 
-    def med(runs: list[dict[str, Any]], size: int, key: str) -> float:
-        return statistics.median(run[size][key] for run in runs)
+    def med(runs: list[Run], size: int, key: str) -> float:
+        return statistics.median(run.sizes[size][key] for run in runs)
 
     rows = [
         "| entry size | plain adds/s | TLS adds/s | TLS ÷ plain | plain MiB/s | TLS MiB/s | "
@@ -316,8 +326,8 @@ def compare_tls(args: Any) -> None:
             f"{med(plain_runs, size, 'mib_per_s'):,.1f} | {med(tls_runs, size, 'mib_per_s'):,.1f} | "
             f"{med(plain_runs, size, 'bookie_cpu_us'):.1f} | {med(tls_runs, size, 'bookie_cpu_us'):.1f} |"
         )
-    p50_plain = statistics.median(run["p50_ms"] for run in plain_runs)
-    p50_tls = statistics.median(run["p50_ms"] for run in tls_runs)
+    p50_plain = statistics.median(run.p50_ms for run in plain_runs)
+    p50_tls = statistics.median(run.p50_ms for run in tls_runs)
     rows += [
         "",
         "| add p50 at low load (1 KiB, one at a time) | plain | TLS |",

@@ -77,9 +77,7 @@ async def measure_log(
     data = os.urandom(size)
     out: dict[str, dict[str, float]] = {}
     async with Client.connect(url) as client:
-        log = await Log.open(
-            client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options
-        )
+        log = await Log.open(client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options)
         async with log.writer() as w:
             await w.append_batch([data] * 64)  # warm up connections
 

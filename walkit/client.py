@@ -32,6 +32,7 @@ from walkit._core.ledger_metadata import (
     validate_quorums,
 )
 from walkit._core.types import BookieId
+from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
@@ -107,24 +108,6 @@ def _unreachable_error(wanted: int, dead: Mapping[BookieId, WalkitError]) -> Wal
             return TLSError(f"cannot create a ledger: {error}")
     reasons = "; ".join(f"{bookie}: {error}" for bookie, error in failures)
     return NotEnoughBookiesError(f"cannot find {wanted} reachable bookies ({reasons})")
-
-
-def _unwrap(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """One error out of a group (background tasks should never raise; if they do, say so)."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for sub in exc.exceptions:
-                walk(sub)
-        else:
-            leaves.append(exc)
-
-    walk(group)
-    for exc in leaves:
-        if isinstance(exc, WalkitError):
-            return exc
-    return leaves[0] if leaves else group
 
 
 def _load_policy(
@@ -470,7 +453,7 @@ async def _open_client(
             # body's error, re-raised below, must not be replaced by a Cancelled that the
             # enclosing scope would swallow.
             if body_error is None or group.split(trio.Cancelled)[1] is not None:
-                raise _unwrap(group) from None
+                raise collapse(group) from None
     finally:
         with trio.CancelScope(shield=True):
             try:

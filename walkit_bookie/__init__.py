@@ -5,14 +5,19 @@ Run one with ``walkit-bookie --data-dir DIR --port 3181`` or embed it::
     bookie = Bookie(BookieConfig(data_dirs=["/var/lib/walkit/bookie"]))
     bookie_id = await nursery.start(bookie.run)
 
-See docs/bookie.md.
+The package has three rooms whose imports run one way, ``lifecycle`` -> ``server`` ->
+``storage``; all three read ``BookieConfig``. See docs/bookie.md.
 """
 
-from walkit_bookie._bookie import Bookie
 from walkit_bookie._config import BookieConfig
-from walkit_bookie._ledger import LedgerInfo
-from walkit_bookie._memory import MemoryStorage
-from walkit_bookie._storage import BookieStorage, DiskStorage, StorageStats
+from walkit_bookie.lifecycle import Bookie
+from walkit_bookie.storage import (
+    BookieStorage,
+    DiskStorage,
+    LedgerInfo,
+    MemoryStorage,
+    StorageStats,
+)
 
 __all__ = [
     "Bookie",

@@ -22,10 +22,11 @@ from typing import Any
 
 import trio
 
+from walkit._groups import leaves as group_leaves
 from walkit._logging import configure_cli_logging, get_logger
 from walkit.errors import ConfigurationError, WalkitError
-from walkit_bookie._bookie import Bookie
 from walkit_bookie._config import BookieConfig
+from walkit_bookie.lifecycle import Bookie
 
 log = get_logger("walkit_bookie.cli")
 
@@ -406,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     except BaseExceptionGroup as group:
-        leaves = [leaf for leaf in _leaves(group) if not isinstance(leaf, KeyboardInterrupt)]
+        leaves = [leaf for leaf in group_leaves(group) if not isinstance(leaf, KeyboardInterrupt)]
         for leaf in leaves:
             _report(leaf)
         return _exit_code(leaves)
@@ -429,16 +430,6 @@ def _report(exc: BaseException) -> None:
     if not isinstance(exc, WalkitError | OSError):
         log.error("bookie_crashed", exc_info=exc)
     print(f"walkit-bookie: error: {exc}", file=sys.stderr)
-
-
-def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            out.extend(_leaves(exc))
-        else:
-            out.append(exc)
-    return out
 
 
 if __name__ == "__main__":

@@ -47,30 +47,34 @@ async def test_metrics_and_health(tmp_path: Path) -> None:
     ("raw", "status"),
     [
         (b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 404),
-        (b"GET /metrics/../etc/passwd HTTP/1.1\r\n\r\n", 404),
-        (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405),
-        (b"HEAD /health HTTP/1.1\r\n\r\n", 405),
-        (b"DELETE /admin/gc HTTP/1.1\r\n\r\n", 405),
+        (b"GET /metrics/../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+        (b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405),
+        (b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+        (b"DELETE /admin/gc HTTP/1.1\r\nHost: x\r\n\r\n", 405),
         (b"\xff\xfe garbage\r\n\r\n", 400),
         (b"\x00\x01\x02\x03\n\n", 400),
         (b"GET\r\n\r\n", 400),
-        (b"get /health HTTP/1.1\r\n\r\n", 400),
-        (b"GET  /health HTTP/1.1\r\n\r\n", 400),
-        (b"GET health HTTP/1.1\r\n\r\n", 400),
-        (b"GET /health HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+        (b"get /health HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET  /health HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET health HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
         (b"GET /health HTTP/1.1\r\nHost: \xe9\r\n\r\n", 400),
         (b"GET /health HTTP/2.0\r\n\r\n", 505),
-        (b"GET /health SMTP/1.0\r\n\r\n", 505),
-        (b"POST /admin/gc HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
-        (b"POST /admin/gc HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
-        (b"POST /admin/gc HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
-        (b"POST /admin/gc?compact=everything HTTP/1.1\r\n" + AUTH + b"\r\n", 400),
-        (b"POST /admin/gc?compact=minor&compact=major HTTP/1.1\r\n" + AUTH + b"\r\n", 400),
-        (b"POST /admin/gc?=&&= HTTP/1.1\r\n" + AUTH + b"\r\n", 400),
-        (b"POST /admin/gc HTTP/1.1\r\n\r\n", 401),
-        (b"POST /admin/gc HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n", 401),
-        (b"POST /admin/gc HTTP/1.1\r\n" + AUTH + AUTH + b"\r\n", 400),
-        (b"GET /health HTTP/1.1\r\nX: " + b"A" * 20_000 + b"\r\n\r\n", 431),
+        (b"GET /health SMTP/1.0\r\n\r\n", 400),  # not HTTP at all
+        (b"GET /health HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without Host (RFC 9112)
+        (b"POST /admin/gc HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", 413),
+        (b"POST /admin/gc HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+        (b"POST /admin/gc HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+        (b"POST /admin/gc?compact=everything HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n", 400),
+        (
+            b"POST /admin/gc?compact=minor&compact=major HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n",
+            400,
+        ),
+        (b"POST /admin/gc?=&&= HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n", 400),
+        (b"POST /admin/gc HTTP/1.1\r\nHost: x\r\n\r\n", 401),
+        (b"POST /admin/gc HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n\r\n", 401),
+        (b"POST /admin/gc HTTP/1.1\r\nHost: x\r\n" + AUTH + AUTH + b"\r\n", 400),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"A" * 20_000 + b"\r\n\r\n", 431),
         (b"A" * 100_000, 431),
         (b"GET /health HTTP/1.1\r\nHost: x\r\n", 400),  # then EOF: incomplete
     ],
@@ -84,8 +88,45 @@ async def test_bad_http_requests_get_a_clear_4xx_and_the_bookie_goes_on(
         assert address is not None
         got, body = await http_request(address, raw, half_close=True)
         assert got == status, body
-        assert body  # says why
+        assert body or raw.startswith(b"HEAD ")  # says why (a HEAD's answer has no body)
         assert (await _get(address, "/health"))[0] == 200
+        async with connect(bid) as c:
+            assert (await c.add(1, 0, b"still serving")).status is StatusCode.OK
+
+
+async def test_http_1_0_needs_no_host(tmp_path: Path) -> None:
+    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
+        assert bookie.admin_address is not None
+        status, body = await http_request(bookie.admin_address, b"GET /health HTTP/1.0\r\n\r\n")
+        assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+async def test_slow_partial_requests_get_408_and_the_bookie_goes_on(tmp_path: Path) -> None:
+    """Slowloris: heads that never end hold a slot for 5 s at most, then get a 408."""
+    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, bid):
+        address = bookie.admin_address
+        assert address is not None
+        answers: list[bytes] = []
+
+        async def slow(part: bytes) -> None:
+            stream = await trio.open_tcp_stream(*address)
+            async with stream:
+                await stream.send_all(part)  # and nothing more, never EOF
+                data = b""
+                while chunk := await stream.receive_some(65536):
+                    data += chunk
+                answers.append(data)
+
+        with trio.fail_after(15):
+            async with trio.open_nursery() as nursery:
+                for part in (b"GET /hea", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A", b""):
+                    nursery.start_soon(slow, part)
+                # Meanwhile the endpoint answers others at once.
+                assert (await _get(address, "/health"))[0] == 200
+        assert len(answers) == 3
+        for answer in answers:
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408 ") and body == b"request not received in time\n"
         async with connect(bid) as c:
             assert (await c.add(1, 0, b"still serving")).status is StatusCode.OK
 
@@ -93,7 +134,7 @@ async def test_bad_http_requests_get_a_clear_4xx_and_the_bookie_goes_on(
 async def test_wrong_method_names_the_allowed_ones(tmp_path: Path) -> None:
     async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
         assert bookie.admin_address is not None
-        head = await http_raw(bookie.admin_address, b"PUT /metrics HTTP/1.1\r\n\r\n")
+        head = await http_raw(bookie.admin_address, b"PUT /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 405 ")
         assert b"\r\nAllow: GET\r\n" in head
 

@@ -25,8 +25,8 @@ from walkit._core.types import BookieId
 from walkit._core.wire import ReadRequest, ReadResponse, StatusCode
 from walkit.metadata import LedgerManager, MetadataStore, open_metadata_store, registration_path
 from walkit_bookie import Bookie, BookieConfig
-from walkit_bookie._entrylog import ENTRYLOG_DIR
-from walkit_bookie._index import INDEX_DIR
+from walkit_bookie.storage._entrylog import ENTRYLOG_DIR
+from walkit_bookie.storage._index import INDEX_DIR
 
 SIZE = 1000
 TOKEN = b"compaction-test-admin-token"
@@ -267,7 +267,7 @@ async def test_sigkill_in_the_middle_of_compaction_loses_no_live_entry(
                     with contextlib.suppress(trio.BrokenResourceError, OSError, IndexError):
                         await http_request(
                             admin,
-                            b"POST /admin/gc?compact=major HTTP/1.1\r\nAuthorization: Bearer "
+                            b"POST /admin/gc?compact=major HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                             + TOKEN
                             + b"\r\n\r\n",
                         )
@@ -289,19 +289,21 @@ async def test_sigkill_in_the_middle_of_compaction_loses_no_live_entry(
                 admin = await _admin_port(store, bid)
                 status, body = await http_request(
                     admin,
-                    b"POST /admin/gc?compact=major HTTP/1.1\r\nAuthorization: Bearer "
+                    b"POST /admin/gc?compact=major HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                     + TOKEN
                     + b"\r\n\r\n",
                 )
                 assert status == 200 and json.loads(body)["entry_logs"]["logs_compacted"] > 0
                 await _read_all(c, live, gone, entries)
-                status, body = await http_request(admin, b"GET /admin/gc HTTP/1.1\r\n\r\n")
+                status, body = await http_request(
+                    admin, b"GET /admin/gc HTTP/1.1\r\nHost: x\r\n\r\n"
+                )
                 info = json.loads(body)
                 assert info["compaction_bytes_reclaimed"] > 0
                 after = sum(_log_files(config(dirs)).values())
                 assert info["entry_log_bytes"] == after
                 assert after < 0.75 * before, (before, after)
-                _, metrics = await http_request(admin, b"GET /metrics HTTP/1.1\r\n\r\n")
+                _, metrics = await http_request(admin, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
                 assert b"walkit_bookie_entry_logs_compacted_total" in metrics
         finally:
             assert again.terminate() == 0

@@ -17,8 +17,8 @@ from tests.bookie._helpers import config, connect, packet, payload_for, running_
 from walkit._core.wire import StatusCode
 from walkit.errors import BookieIOError, CookieError
 from walkit_bookie import Bookie
-from walkit_bookie._directio import BLOCK
-from walkit_bookie._journal import JournalWriter, LogMark, replay
+from walkit_bookie.storage._directio import BLOCK
+from walkit_bookie.storage._journal import JournalWriter, LogMark, replay
 
 
 def test_journal_replay_skips_padding_and_stops_at_a_torn_tail(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_journal_records_ending_just_before_a_block_boundary(tmp_path: Path) -> 
 
 
 def test_entry_log_round_trips_entries_larger_than_a_write_chunk(tmp_path: Path) -> None:
-    from walkit_bookie._entrylog import ENTRYLOG_DIR, EntryLogger
+    from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
 
     (tmp_path / ENTRYLOG_DIR).mkdir()
     logger = EntryLogger([tmp_path], max_size=1 << 30)
@@ -286,8 +286,8 @@ async def test_forget_ledger_removes_its_index_and_state(tmp_path: Path) -> None
 
 
 def test_index_grows_its_map_once_then_reports_a_full_disk(tmp_path: Path) -> None:
-    from walkit_bookie._index import Index, entry_key
-    from walkit_bookie._ledger import LedgerInfo
+    from walkit_bookie.storage._index import Index, entry_key
+    from walkit_bookie.storage._ledger import LedgerInfo
 
     index = Index(tmp_path / "index", map_size=1 << 20)
     try:

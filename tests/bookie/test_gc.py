@@ -237,19 +237,23 @@ async def test_gc_over_http(tmp_path: Path, store: ListingHook) -> None:
         await _write(c, 3)
         status, body = await http_request(
             bookie.admin_address,
-            b"POST /admin/gc?compact=major HTTP/1.1\r\n"
+            b"POST /admin/gc?compact=major HTTP/1.1\r\nHost: x\r\n"
             b"Authorization: Bearer gc-test-admin-token\r\n\r\n",
         )
         assert status == 200
         report = json.loads(body)
         assert report["ledgers_deleted"] == [3] and report["compaction"] == "major"
         assert report["entry_logs"]["threshold"] == 0.8
-        status, body = await http_request(bookie.admin_address, b"GET /admin/gc HTTP/1.1\r\n\r\n")
+        status, body = await http_request(
+            bookie.admin_address, b"GET /admin/gc HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         assert status == 200
         info = json.loads(body)
         assert info["ledger_gc"] is True
         assert (info["rounds"], info["ledgers_deleted"], info["major_compactions"]) == (1, 1, 1)
         assert info["last_round"]["ledgers_deleted"] == [3]
-        status, body = await http_request(bookie.admin_address, b"GET /metrics HTTP/1.1\r\n\r\n")
+        status, body = await http_request(
+            bookie.admin_address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         assert b"walkit_bookie_gc_ledgers_deleted_total 1.0" in body
         assert b"walkit_bookie_major_compactions_total 1.0" in body

@@ -24,6 +24,7 @@ from walkit._core.wire import (
     StatusCode,
     encode_frame,
 )
+from walkit_bookie import Bookie
 
 OTHER_KEY = master_key(b"not the password")
 
@@ -127,7 +128,7 @@ async def test_fencing_is_durable_across_a_clean_restart(tmp_path: Path) -> None
 
 async def test_long_poll_returns_on_a_new_lac_and_on_timeout(tmp_path: Path) -> None:
     async with (
-        running_bookie(config([tmp_path / "d"])) as (_, bid),
+        running_bookie(config([tmp_path / "d"])) as (bookie, bid),
         connect(bid) as poller,
         connect(bid) as writer,
     ):
@@ -147,7 +148,7 @@ async def test_long_poll_returns_on_a_new_lac_and_on_timeout(tmp_path: Path) -> 
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(poll)
-            await trio.sleep(0.05)
+            await _until_polls(bookie, 1)
             assert "answer" not in result  # waiting for a newer LAC
             await writer.add(3, 2, b"two", lac=1)
         answer = result["answer"]
@@ -160,9 +161,16 @@ async def test_long_poll_returns_on_a_new_lac_and_on_timeout(tmp_path: Path) -> 
         # An explicit LAC wakes long polls too.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_poll_into, poller, result, 1)
-            await trio.sleep(0.05)
+            await _until_polls(bookie, 1)
             await writer.write_lac(3, 2)
         assert result["second"].lac == 2  # type: ignore[attr-defined]
+
+
+async def _until_polls(bookie: Bookie, count: int) -> None:
+    """Wait until the bookie holds ``count`` long polls (they are parked, not answered)."""
+    with trio.fail_after(10):
+        while bookie.handler.long_polls != count:  # noqa: ASYNC110 (the bookie's own count)
+            await trio.sleep(0.005)
 
 
 async def _poll_into(poller: object, result: dict[str, object], previous: int) -> None:
@@ -198,7 +206,7 @@ async def test_small_in_flight_limits_still_answer_everything(tmp_path: Path) ->
         async with trio.open_nursery() as nursery:
             for ledger in (1, 2, 3):
                 nursery.start_soon(worker, ledger)
-        assert bookie.adds_in_flight == 0 and bookie.reads_in_flight == 0
+        assert bookie.handler.adds_in_flight == 0 and bookie.handler.reads_in_flight == 0
 
 
 async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> None:
@@ -210,7 +218,7 @@ async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> Non
         stream = await trio.open_tcp_stream(bid.host, bid.port)
         try:
             greedy = Client(stream)  # asks for 2000 x 256 KiB and never reads an answer
-            before = bookie.requests
+            before = bookie.handler.requests
             await stream.send_all(
                 b"".join(encode_frame(ReadRequest(greedy.next_id(), 1, 0)) for _ in range(2000))
             )
@@ -220,7 +228,7 @@ async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> Non
             await trio.sleep(0.2)
             # It stopped taking that peer's requests once the answers it could not deliver
             # passed the limit (what is left fits the kernel's socket buffers, ~36 MiB here).
-            assert bookie.requests - before - 2 < 400
+            assert bookie.handler.requests - before - 2 < 400
         finally:
             await trio.aclose_forcefully(stream)
 
@@ -246,7 +254,7 @@ async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             nursery.start_soon(poll)
             with trio.fail_after(10):
-                while bookie.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
+                while bookie.handler.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
                     await trio.sleep(0.005)
             assert bookie.ledger_info(7) is None
             await writer.add(7, 0, b"zero")  # the ledger exists now, its LAC is still -1
@@ -260,7 +268,7 @@ async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Pa
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_poll_unknown, poller, result)
-                while bookie.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
+                while bookie.handler.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
                     await trio.sleep(0.005)
                 await writer.add(10, 0, b"zero")
         first = result["first"]
@@ -268,7 +276,7 @@ async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Pa
         # Still unknown when the poll times out: NO_SUCH_LEDGER then.
         timed = await poller.read_lac(8, flags=flags, previous_lac=-1, timeout_ms=50)
         assert timed.status is StatusCode.NO_SUCH_LEDGER
-        assert bookie.reads_in_flight == 0 and bookie.long_polls == 0
+        assert bookie.handler.reads_in_flight == 0 and bookie.handler.long_polls == 0
 
 
 async def test_fencing_an_unknown_ledger_with_a_long_poll_still_fences_at_once(

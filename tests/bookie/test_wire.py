@@ -9,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.bookie._helpers import KEY, packet
-from walkit._core.digest import read_header
+from walkit._core.digest import packet_lac, read_header
 from walkit._core.wire import (
+    ADD_RESPONSE_FRAME,
+    ADD_RESPONSE_HEAD,
     AddFlag,
     AddRequest,
     AddResponse,
@@ -27,13 +29,13 @@ from walkit._core.wire import (
     WriteLacRequest,
     WriteLacResponse,
     decode_message,
+    encode_add_response,
     encode_body,
     encode_frame,
+    frame_length,
     peek_request_id,
 )
 from walkit.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
-from walkit_bookie._bookie import _ADD_OK, _ADD_OK_HEAD
-from walkit_bookie._ledger import packet_lac
 
 U64 = st.integers(0, 2**64 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -175,8 +177,41 @@ def test_encoding_refuses_what_the_wire_cannot_carry() -> None:
 def test_bookie_fast_add_answer_is_the_codec_frame(
     request_id: int, ledger: int, entry: int
 ) -> None:
-    fast = _ADD_OK.pack(*_ADD_OK_HEAD, request_id, 0, ledger, entry)
+    fast = encode_add_response(request_id, 0, ledger, entry)
     assert fast == encode_frame(AddResponse(request_id, StatusCode.OK, ledger, entry))
+    # The client's fast path reads it back in place, at any offset of a buffer.
+    assert ADD_RESPONSE_FRAME.unpack_from(b"xy" + fast, 2) == (
+        *ADD_RESPONSE_HEAD,
+        request_id,
+        0,
+        ledger,
+        entry,
+    )
+
+
+@given(st.sampled_from(list(StatusCode)), U64, U64, I64)
+@settings(deadline=None)  # timing-free: a loaded machine must not fail it
+def test_the_add_response_layout_is_the_codec_s(
+    status: StatusCode, request_id: int, ledger: int, entry: int
+) -> None:
+    frame = encode_frame(AddResponse(request_id, status, ledger, entry))
+    assert len(frame) == ADD_RESPONSE_FRAME.size
+    fields = ADD_RESPONSE_FRAME.unpack(frame)
+    assert fields == (*ADD_RESPONSE_HEAD, request_id, int(status), ledger, entry)
+
+
+def test_frame_lengths_are_checked() -> None:
+    other_version = bytearray(encode_frame(AddResponse(7, StatusCode.OK, 1, 2)))
+    other_version[4] = 2
+    assert ADD_RESPONSE_FRAME.unpack(other_version)[:3] != ADD_RESPONSE_HEAD
+    assert frame_length(other_version, 0, 1 << 20) == len(other_version) - 4
+    with pytest.raises(RemoteProtocolError, match="version 2"):
+        decode_message(bytes(other_version[4:]))
+    assert frame_length(b"\0\0\0", 0, 100) is None
+    with pytest.raises(RemoteProtocolError, match="empty frame"):
+        frame_length(b"\0\0\0\0", 0, 100)
+    with pytest.raises(FrameTooLargeError):
+        frame_length(b"\0\0\0\x65", 0, 100)
 
 
 @given(st.integers(0, 2**63 - 1), st.integers(-1, 2**62), st.binary(max_size=64))

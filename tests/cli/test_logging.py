@@ -143,7 +143,9 @@ def _bookie_stderr(tmp_path: Path, *log_args: str) -> list[str]:
 def test_walkit_bookie_log_options_console_and_json(tmp_path: Path) -> None:
     console = _bookie_stderr(tmp_path)  # default: info, console
     assert console and all(CONSOLE_LINE.match(line) for line in console), console
-    assert any("[info   ] walkit_bookie._bookie: bookie_started" in line for line in console)
+    assert any(
+        "[info   ] walkit_bookie.lifecycle._bookie: bookie_started" in line for line in console
+    )
     assert not any("[debug" in line for line in console)
 
     for args in (["--log-format", "json"], ["--log-json"]):
@@ -151,7 +153,7 @@ def test_walkit_bookie_log_options_console_and_json(tmp_path: Path) -> None:
             json.loads(line) for line in _bookie_stderr(tmp_path, "--log-level", "debug", *args)
         ]
         started = [e for e in events if e["event"] == "bookie_started"]
-        assert started and started[0]["logger"] == "walkit_bookie._bookie"
+        assert started and started[0]["logger"] == "walkit_bookie.lifecycle._bookie"
         assert started[0]["level"] == "info" and "bookie_id" in started[0]
 
     assert _bookie_stderr(tmp_path, "--log-level", "error") == []

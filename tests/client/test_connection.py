@@ -25,10 +25,17 @@ from walkit._core.wire import (
     ReadRequest,
     StatusCode,
     decode_message,
+    encode_adds_into,
     encode_frame,
+    encode_read_request,
 )
-from walkit.errors import BookieTimeoutError, BookieUnavailableError, ClientClosedError, WalkitError
-from walkit.net._connection import encode_add_prefix, encode_read_request
+from walkit.errors import (
+    BookieTimeoutError,
+    BookieUnavailableError,
+    ClientClosedError,
+    LocalProtocolError,
+    WalkitError,
+)
 from walkit.net._pool import ConnectionPool
 from walkit.testing import SimNetwork
 
@@ -95,7 +102,10 @@ def ack_all_reversed(batch: list[Message]) -> list[Message]:
 def add_frame(rid: int, entry_id: int) -> tuple[bytes, bytes, bytes]:
     key = b"k" * 32
     packet = b"packet-%d" % entry_id
-    return encode_add_prefix(rid, 9, entry_id, key, len(packet)), key, packet
+    parts: list[bytes] = []
+    assert encode_adds_into(parts, rid, 9, key, [(entry_id, packet)]) == rid + 1
+    prefix, key_part, packet_part = parts
+    return prefix, key_part, packet_part
 
 
 def test_read_request_matches_the_codec() -> None:
@@ -105,11 +115,21 @@ def test_read_request_matches_the_codec() -> None:
     )
 
 
-def test_add_prefix_matches_the_codec() -> None:
-    key, packet = b"x" * 32, b"p" * 100
+def test_adds_into_match_the_codec() -> None:
+    key = b"x" * 32
+    entries = [(12, b"p" * 100), (13, b""), (14, b"q" * 70000)]
     for flags in (AddFlag.NONE, AddFlag.RECOVERY):
-        prefix = encode_add_prefix(77, 5, 12, key, len(packet), flags)
-        assert prefix + key + packet == encode_frame(AddRequest(77, 5, 12, key, packet, flags))
+        parts: list[bytes] = [b"before"]
+        assert encode_adds_into(parts, 77, 5, key, entries, flags) == 80
+        assert parts[0] == b"before" and len(parts) == 1 + 3 * len(entries)
+        assert parts[2] is key and parts[3] is entries[0][1]  # nothing copied
+        expected = [
+            encode_frame(AddRequest(77 + i, 5, entry, key, packet, flags))
+            for i, (entry, packet) in enumerate(entries)
+        ]
+        assert b"".join(parts[1:]) == b"".join(expected)
+    with pytest.raises(LocalProtocolError):
+        encode_adds_into([], 1, 5, b"k" * 256, entries)
 
 
 async def test_many_in_flight_dispatched_by_request_id_and_coalesced() -> None:

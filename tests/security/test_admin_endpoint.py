@@ -44,9 +44,14 @@ async def test_admin_posts_need_the_token(tmp_path: Path) -> None:
         status, body = await http_request(bookie.admin_address, _post(TOKEN))
         assert status == 200 and "entry_logs" in json.loads(body)
         # Reading stays open (metrics scrapers and health checks carry no token).
-        status, _ = await http_request(bookie.admin_address, b"GET /admin/gc HTTP/1.1\r\n\r\n")
+        status, _ = await http_request(
+            bookie.admin_address, b"GET /admin/gc HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         assert status == 200
     assert "a-long-enough" not in repr(cfg)  # never printed
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 def _slow_reader(address: tuple[str, int]) -> bytes:
@@ -70,16 +75,19 @@ async def test_over_limit_admin_connections_get_503_not_a_reset(tmp_path: Path) 
         idle = [await trio.open_tcp_stream(*address) for _ in range(40)]  # each holds a slot
         try:
             with trio.fail_after(20):
-                while (await http_request(address, b"GET /health HTTP/1.1\r\n\r\n"))[0] != 503:  # noqa: ASYNC110
+                while (await http_request(address, HEALTH))[0] != 503:  # noqa: ASYNC110
                     await trio.sleep(0.01)  # the bookie accepts the idle ones asynchronously
             for _ in range(5):
                 answer = await trio.to_thread.run_sync(_slow_reader, address)
-                assert answer.startswith(b"HTTP/1.1 503 ") and b"too many admin" in answer
+                head, _, body = answer.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 1" in head
+                assert body == b"too many admin connections\n"
+                assert f"Content-Length: {len(body)}".encode() in head
         finally:
             for stream in idle:
                 await stream.aclose()
         with trio.fail_after(10):
-            while (await http_request(address, b"GET /health HTTP/1.1\r\n\r\n"))[0] != 200:  # noqa: ASYNC110
+            while (await http_request(address, HEALTH))[0] != 200:  # noqa: ASYNC110
                 await trio.sleep(0.01)
 
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from walkit_bookie._badinput import BadInputLog
+from walkit_bookie.server._badinput import BadInputLog
 
 
 def test_warnings_are_limited_per_interval_and_drops_are_counted(

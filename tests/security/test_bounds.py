@@ -29,7 +29,7 @@ from walkit._core.wire import (
     StatusCode,
     decode_message,
 )
-from walkit_bookie._server import FIRST_RECEIVE_SIZE
+from walkit_bookie.server._connection import FIRST_RECEIVE_SIZE
 
 FOREVER_MS = 2**32 - 1
 
@@ -62,8 +62,8 @@ async def test_a_thousand_endless_long_polls_do_not_stop_adds(tmp_path: Path) ->
         await attacker.send_all(
             b"".join(encode_frame(long_poll(i, 10**6 + i)) for i in range(1000))
         )
-        await _wait_until(lambda: bookie.long_polls == 1000)
-        assert bookie.reads_in_flight == 0 and not bookie.saturated
+        await _wait_until(lambda: bookie.handler.long_polls == 1000)
+        assert bookie.handler.reads_in_flight == 0 and not bookie.handler.saturated
         async with connect(bid) as writer:
             with trio.fail_after(20):
                 for e in range(20):
@@ -71,7 +71,9 @@ async def test_a_thousand_endless_long_polls_do_not_stop_adds(tmp_path: Path) ->
                 assert (await writer.read(1, 19)).status is StatusCode.OK
         # Closing the connection releases its waits.
         await attacker.aclose()
-        await _wait_until(lambda: bookie.long_polls == 0 and bookie.connections == 0)
+        await _wait_until(
+            lambda: bookie.handler.long_polls == 0 and bookie.handler.connections == 0
+        )
 
 
 async def test_long_polls_are_capped_in_time_and_number(tmp_path: Path) -> None:
@@ -99,7 +101,7 @@ async def test_the_long_poll_cap_over_all_connections_answers_too_many(tmp_path:
         assert bookie.admin_address is not None
         attacker = await trio.open_tcp_stream(bid.host, bid.port)
         await attacker.send_all(b"".join(encode_frame(long_poll(i, 7)) for i in range(1, 6)))
-        await _wait_until(lambda: bookie.long_polls == 5)
+        await _wait_until(lambda: bookie.handler.long_polls == 5)
         status, body = await http_request(
             bookie.admin_address, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
         )
@@ -111,7 +113,7 @@ async def test_the_long_poll_cap_over_all_connections_answers_too_many(tmp_path:
                 assert refused.status is StatusCode.TOO_MANY_REQUESTS  # type: ignore[attr-defined]
                 assert (await c.add(7, 0, b"x")).status is StatusCode.OK
         await attacker.aclose()
-        await _wait_until(lambda: bookie.long_polls == 0)
+        await _wait_until(lambda: bookie.handler.long_polls == 0)
         status, body = await http_request(
             bookie.admin_address, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
         )
@@ -125,34 +127,34 @@ async def test_idle_connections_hold_no_receive_buffer(tmp_path: Path) -> None:
         try:
             for _ in range(2000):
                 streams.append(await trio.open_tcp_stream(bid.host, bid.port))
-            await _wait_until(lambda: bookie.connections == 2000)
-            assert bookie.receive_buffer_bytes == 0  # was 1 MiB each, zero-filled
+            await _wait_until(lambda: bookie.handler.connections == 2000)
+            assert bookie.handler.receive_buffer_bytes == 0  # was 1 MiB each, zero-filled
             async with connect(bid) as c:
                 assert (await c.add(1, 0, b"x" * 100)).status is StatusCode.OK
-                assert bookie.receive_buffer_bytes == FIRST_RECEIVE_SIZE
+                assert bookie.handler.receive_buffer_bytes == FIRST_RECEIVE_SIZE
                 # A big frame grows that one buffer, up to 1 MiB.
                 assert (await c.add(1, 1, b"y" * (3 << 20))).status is StatusCode.OK
-                assert FIRST_RECEIVE_SIZE < bookie.receive_buffer_bytes <= 1 << 20
+                assert FIRST_RECEIVE_SIZE < bookie.handler.receive_buffer_bytes <= 1 << 20
         finally:
             for s in streams:
                 await s.aclose()
-        await _wait_until(lambda: bookie.connections == 0)
-        assert bookie.receive_buffer_bytes == 0
+        await _wait_until(lambda: bookie.handler.connections == 0)
+        assert bookie.handler.receive_buffer_bytes == 0
 
 
 async def test_connections_over_the_cap_get_a_clear_answer(tmp_path: Path) -> None:
     async with running_bookie(config([tmp_path / "d"], max_connections=3)) as (bookie, bid):
         streams = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(3)]
-        await _wait_until(lambda: bookie.connections == 3)
+        await _wait_until(lambda: bookie.handler.connections == 3)
         async with connect(bid) as extra:
             with trio.fail_after(20):
                 answer = await extra.call(long_poll(extra.next_id(), 1))
         assert isinstance(answer, ErrorResponse)
         assert answer.status is StatusCode.TOO_MANY_REQUESTS and "connections" in answer.message
-        assert bookie.connections_refused == 1
+        assert bookie.handler.connections_refused == 1
         for s in streams:
             await s.aclose()
-        await _wait_until(lambda: bookie.connections == 0)
+        await _wait_until(lambda: bookie.handler.connections == 0)
         async with connect(bid) as c:
             assert (await c.add(1, 0, b"x")).status is StatusCode.OK
 
@@ -263,7 +265,7 @@ async def test_a_tailing_reader_goes_on_when_long_polls_are_refused(
             bid = await nursery.start(bookie.run)
             attacker = await trio.open_tcp_stream(bid.host, bid.port)
             await attacker.send_all(encode_frame(long_poll(1, 10**9)))  # holds the only slot
-            await _wait_until(lambda: bookie.long_polls == 1)
+            await _wait_until(lambda: bookie.handler.long_polls == 1)
             async with walkit.Client.connect(memory_url) as client:
                 lw = await client.create_ledger(1, 1, 1)
                 await lw.append(b"zero")
@@ -275,7 +277,7 @@ async def test_a_tailing_reader_goes_on_when_long_polls_are_refused(
 
                 async with trio.open_nursery() as inner:
                     inner.start_soon(tail)
-                    await _wait_until(lambda: bookie.requests_refused > 0)
+                    await _wait_until(lambda: bookie.handler.requests_refused > 0)
                     await lw.append(b"one")
                 assert got[0] is not None and got[0].payload == b"one"  # type: ignore[attr-defined]
                 await lw.close()
@@ -301,7 +303,7 @@ async def test_partly_sent_big_frames_cannot_pin_memory(tmp_path: Path) -> None:
             stream = await trio.open_tcp_stream(bid.host, bid.port)
             streams.append(stream)
             await stream.send_all(frame[: 400 << 10])
-        await _wait_until(lambda: bookie.partial_frame_bytes == 800 << 10)
+        await _wait_until(lambda: bookie.handler.partial_frame_bytes == 800 << 10)
         third = await trio.open_tcp_stream(bid.host, bid.port)
         await third.send_all(frames[2][: 400 << 10])
         decoder = FrameDecoder()
@@ -314,7 +316,7 @@ async def test_partly_sent_big_frames_cannot_pin_memory(tmp_path: Path) -> None:
         with trio.fail_after(20):
             assert await third.receive_some(65536) == b""  # then closed
         await third.aclose()
-        assert bookie.bad_input.counts["too_many_partial_frames"] == 1
+        assert bookie.handler.bad_input.counts["too_many_partial_frames"] == 1
         # The first two finish their frames and are answered.
         for stream, frame in zip(streams, frames, strict=False):
             await stream.send_all(frame[400 << 10 :])
@@ -324,5 +326,5 @@ async def test_partly_sent_big_frames_cannot_pin_memory(tmp_path: Path) -> None:
                     decoder.feed(await stream.receive_some(65536))
             assert decode_message(body).status is StatusCode.OK  # type: ignore[attr-defined]
             await stream.aclose()
-        await _wait_until(lambda: bookie.connections == 0)
-        assert bookie.partial_frame_bytes == 0
+        await _wait_until(lambda: bookie.handler.connections == 0)
+        assert bookie.handler.partial_frame_bytes == 0

@@ -28,6 +28,7 @@ import trio
 
 from walkit._cli._certs import sandbox_certificates
 from walkit._cli._child import Child, guarded_python
+from walkit._groups import leaves as group_leaves
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, WalkitError
 
@@ -257,7 +258,7 @@ async def run_sandbox(
                 if ready is not None:
                     ready.set()
         except BaseExceptionGroup as group:
-            leaves = _leaves(group)
+            leaves = group_leaves(group)
             failed = [leaf for leaf in leaves if isinstance(leaf, BookieFailedError)]
             if failed:
                 print(f"walkit sandbox: {failed[0]}", file=out, flush=True)
@@ -291,10 +292,3 @@ async def _stop_all(children: list[Child]) -> None:
             child.send_signal(signal.SIGKILL)
             await child.wait()
         await child.aclose()
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out

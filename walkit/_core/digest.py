@@ -139,3 +139,14 @@ def read_header(packet: bytes | memoryview) -> EntryHeader:
     if len(packet) < HEADER_SIZE:
         raise RemoteProtocolError(f"entry packet of {len(packet)} bytes is shorter than its header")
     return EntryHeader(*_HEADER.unpack_from(packet, 0))
+
+
+# The LAC field of the header (ledger u64, entry i64, lac i64, length u64).
+_LAC = struct.Struct(">q")
+_LAC_OFFSET = 16
+
+
+def packet_lac(packet: bytes) -> int:
+    """The LAC in a packet's header, read alone: the bookie's hot path, for a packet already
+    checked with :func:`read_header` (the tests check they agree)."""
+    return int(_LAC.unpack_from(packet, _LAC_OFFSET)[0])

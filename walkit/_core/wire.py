@@ -8,12 +8,21 @@ order. Responses carry a ``status`` (:class:`StatusCode`, the same numbers as
 Decoding is total: :func:`decode_message` turns any byte string into a message or raises
 :class:`~walkit.errors.RemoteProtocolError`; :class:`FrameDecoder` refuses a length above its
 maximum *before* buffering it, so a hostile length cannot make us allocate.
+
+This module owns every byte layout of a frame, the hot paths' included: the adds the client
+sends (:func:`encode_adds_into`, parts for one scatter-gather send), the reads it sends
+(:func:`encode_read_request`), the OK answers the bookie sends (:func:`encode_add_response`)
+and the client's decoding of them (:data:`ADD_RESPONSE_FRAME`), each equal to the slow path
+(``encode_frame``/``decode_message``) on the same message; the tests check it. I/O code does not
+pack frames itself.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import struct
+from collections.abc import Iterable
 from typing import Final, final
 
 import attrs
@@ -345,6 +354,99 @@ def _exact(view: memoryview, size: int) -> None:
         raise RemoteProtocolError(f"message has {len(view)} bytes, expected {size}")
 
 
+# --- fast paths: whole frames without message objects ---------------------------------------
+
+# An AddRequest frame up to its master key: length | version, type, request id | ledger id,
+# entry id, flags, key length. The master key and the packet follow.
+_ADD_PREFIX = struct.Struct(">IBBQQqBB")
+_ADD_PREFIX_BODY: Final = _ADD_PREFIX.size - _LEN.size
+# A ReadRequest frame up to its master key (the same fixed layout as an add's).
+_READ_PREFIX = _ADD_PREFIX
+#: A whole AddResponse frame, precompiled for the hot paths: length | version, type, request
+#: id | status, ledger id, entry id. Every AddResponse frame has this size, and its first three
+#: fields are ADD_RESPONSE_HEAD; the client's dispatcher unpacks it in place with
+#: ``ADD_RESPONSE_FRAME.unpack_from`` (a call of a function of ours per answer would cost it
+#: more than the unpack).
+ADD_RESPONSE_FRAME: Final = struct.Struct(">IBBQhQq")
+ADD_RESPONSE_HEAD: Final = (
+    ADD_RESPONSE_FRAME.size - _LEN.size,
+    PROTOCOL_VERSION,
+    int(MessageType.ADD_RESPONSE),
+)
+
+
+def encode_adds_into(
+    out: list[bytes],
+    first_request_id: int,
+    ledger_id: int,
+    master_key: bytes,
+    entries: Iterable[tuple[int, bytes]],
+    flags: AddFlag = AddFlag.NONE,
+) -> int:
+    """Append the AddRequest frames of ``(entry_id, packet)`` pairs to ``out`` as parts
+    (prefix, master key, packet: nothing copied), request ids counting up from
+    ``first_request_id``; return the next free request id. ``b"".join`` of the parts of one
+    entry is ``encode_frame(AddRequest(...))``."""
+    _check_key(master_key)
+    pack = _ADD_PREFIX.pack
+    append = out.append
+    key_len = len(master_key)
+    base = _ADD_PREFIX_BODY + key_len
+    add = MessageType.ADD_REQUEST
+    rid = first_request_id
+    for entry_id, packet in entries:
+        append(
+            pack(
+                base + len(packet), PROTOCOL_VERSION, add, rid, ledger_id, entry_id, flags, key_len
+            )
+        )
+        append(master_key)
+        append(packet)
+        rid += 1
+    return rid
+
+
+def encode_read_request(
+    request_id: int, ledger_id: int, entry_id: int, flags: int = 0, master_key: bytes = b""
+) -> bytes:
+    """``encode_frame(ReadRequest(...))`` without building the message."""
+    return (
+        _READ_PREFIX.pack(
+            _ADD_PREFIX_BODY + len(master_key),
+            PROTOCOL_VERSION,
+            MessageType.READ_REQUEST,
+            request_id,
+            ledger_id,
+            entry_id,
+            flags,
+            len(master_key),
+        )
+        + master_key
+    )
+
+
+#: ``encode_add_response(request_id, status, ledger_id, entry_id)``: the frame of that
+#: AddResponse, in one pack (the bookie answers one per add).
+encode_add_response = functools.partial(ADD_RESPONSE_FRAME.pack, *ADD_RESPONSE_HEAD)
+
+
+def frame_length(
+    buffer: bytes | bytearray | memoryview, pos: int, max_frame_size: int
+) -> int | None:
+    """The body length announced by the frame at ``buffer[pos:]`` (None until its prefix is
+    there); RemoteProtocolError for an empty frame, FrameTooLargeError above the maximum."""
+    if len(buffer) - pos < _LEN.size:
+        return None
+    (length,) = _LEN.unpack_from(buffer, pos)
+    if length == 0:
+        raise RemoteProtocolError("empty frame")
+    if length > max_frame_size:
+        raise FrameTooLargeError(
+            f"frame of {length} bytes is larger than the maximum {max_frame_size}"
+        )
+    return int(length)
+
+
 @final
 class FrameDecoder:
     """Splits a byte stream into frame bodies.
@@ -374,16 +476,7 @@ class FrameDecoder:
 
     def pending_frame_length(self) -> int | None:
         """The announced length of the next frame, if its prefix has arrived (checked)."""
-        if self.buffered < _LEN.size:
-            return None
-        (length,) = _LEN.unpack_from(self._buffer, self._start)
-        if length == 0:
-            raise RemoteProtocolError("empty frame")
-        if length > self.max_frame_size:
-            raise FrameTooLargeError(
-                f"frame of {length} bytes is larger than the maximum {self.max_frame_size}"
-            )
-        return int(length)
+        return frame_length(self._buffer, self._start, self.max_frame_size)
 
     def next_frame(self) -> bytes | None:
         length = self.pending_frame_length()

@@ -25,11 +25,11 @@ from walkit._core.wire import (
     Response,
     StatusCode,
     encode_frame,
+    encode_read_request,
 )
 from walkit._logging import get_logger
 from walkit.errors import DigestMismatchError, RemoteProtocolError, WalkitError
 from walkit.ledger._core import ClientCore, status_error
-from walkit.net._connection import encode_read_request
 
 log = get_logger(__name__)
 

@@ -13,7 +13,6 @@ failure reconnects.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol, final
 
@@ -21,12 +20,12 @@ import trio
 
 from walkit._core.types import BookieId
 from walkit._core.wire import (
+    ADD_RESPONSE_FRAME,
+    ADD_RESPONSE_HEAD,
     DEFAULT_MAX_FRAME_SIZE,
-    PROTOCOL_VERSION,
     AddFlag,
     AddResponse,
     ErrorResponse,
-    MessageType,
     ReadLacResponse,
     ReadResponse,
     Request,
@@ -34,7 +33,9 @@ from walkit._core.wire import (
     StatusCode,
     WriteLacResponse,
     decode_message,
+    encode_adds_into,
     encode_frame,
+    frame_length,
 )
 from walkit._logging import get_logger
 from walkit.errors import (
@@ -50,19 +51,7 @@ from walkit.net._transport import Network
 
 log = get_logger(__name__)
 
-__all__ = ["BookieConnection", "ResponseHandler", "encode_add_prefix", "encode_read_request"]
-
-_LEN = struct.Struct(">I")
-_HEAD = struct.Struct(">BBQ")
-_HEAD_SIZE: Final = _HEAD.size
-# An add request's frame up to the master key: length | version, type, request id |
-# ledger id, entry id, flags, key length (the layout of walkit._core.wire).
-_ADD_PREFIX = struct.Struct(">IBBQQqBB")
-_ADD_PREFIX_BODY: Final = _ADD_PREFIX.size - _LEN.size
-# An add response's whole body: header | status, ledger id, entry id.
-_ADD_RESPONSE_BODY: Final = _HEAD_SIZE + struct.calcsize(">hQq")
-_ADD_RESPONSE_FRAME = struct.Struct(">IBBQhQq")
-_ADD_RESPONSE: Final = int(MessageType.ADD_RESPONSE)
+__all__ = ["BookieConnection", "ResponseHandler"]
 
 _RESPONSES = (AddResponse, ReadResponse, ReadLacResponse, WriteLacResponse, ErrorResponse)
 
@@ -70,54 +59,6 @@ _RESPONSES = (AddResponse, ReadResponse, ReadLacResponse, WriteLacResponse, Erro
 _RECEIVE_SIZE: Final = 256 * 1024
 #: Largest single ``send_all``: beyond this, queued frames go out in several writes.
 _MAX_SEND: Final = 4 * 1024 * 1024
-
-
-def encode_add_prefix(
-    request_id: int,
-    ledger_id: int,
-    entry_id: int,
-    master_key: bytes,
-    packet_size: int,
-    flags: AddFlag = AddFlag.NONE,
-) -> bytes:
-    """The bytes of an AddRequest frame before its master key and packet.
-
-    ``prefix + master_key + packet`` is exactly ``wire.encode_frame(AddRequest(...))``, without
-    building the message or copying the packet.
-    """
-    return _ADD_PREFIX.pack(
-        _ADD_PREFIX_BODY + len(master_key) + packet_size,
-        PROTOCOL_VERSION,
-        MessageType.ADD_REQUEST,
-        request_id,
-        ledger_id,
-        entry_id,
-        flags,
-        len(master_key),
-    )
-
-
-_READ_REQUEST = struct.Struct(">IBBQQqBB")
-_READ_REQUEST_BODY: Final = _READ_REQUEST.size - _LEN.size
-
-
-def encode_read_request(
-    request_id: int, ledger_id: int, entry_id: int, flags: int = 0, master_key: bytes = b""
-) -> bytes:
-    """``wire.encode_frame(ReadRequest(...))`` without building the message."""
-    return (
-        _READ_REQUEST.pack(
-            _READ_REQUEST_BODY + len(master_key),
-            PROTOCOL_VERSION,
-            MessageType.READ_REQUEST,
-            request_id,
-            ledger_id,
-            entry_id,
-            flags,
-            len(master_key),
-        )
-        + master_key
-    )
 
 
 #: Average bytes per queued part above which parts are sent with one sendmsg, not joined.
@@ -290,30 +231,14 @@ class BookieConnection:
             self._tx_ready.set()
         if timeout < self._min_timeout:
             self._min_timeout = timeout
-        pack = _ADD_PREFIX.pack
-        key_len = len(master_key)
-        base = _ADD_PREFIX_BODY + key_len
         deadline = now + timeout
         rid = self._next_rid
-        add = MessageType.ADD_REQUEST
-        for entry_id, packet in entries:
+        for entry_id, _ in entries:
             pending[rid] = (handler, entry_id, deadline, now)
-            out.append(
-                pack(
-                    base + len(packet),
-                    PROTOCOL_VERSION,
-                    add,
-                    rid,
-                    ledger_id,
-                    entry_id,
-                    flags,
-                    key_len,
-                )
-            )
-            out.append(master_key)
-            out.append(packet)
             rid += 1
-        self._next_rid = rid
+        self._next_rid = encode_adds_into(
+            out, self._next_rid, ledger_id, master_key, entries, flags
+        )
         if not self._connected and not self._connecting:
             self._connecting = True
             self._wanted.set()
@@ -508,16 +433,16 @@ class BookieConnection:
         pos = 0
         size = len(buffer)
         pending = self._pending
-        unpack_len = _LEN.unpack_from
-        unpack_head = _HEAD.unpack_from
-        unpack_add = _ADD_RESPONSE_FRAME.unpack_from
-        frame_size = _ADD_RESPONSE_FRAME.size
+        max_frame_size = self._max_frame_size
+        unpack_add = ADD_RESPONSE_FRAME.unpack_from
+        add_size = ADD_RESPONSE_FRAME.size
+        add_length, add_version, add_type = ADD_RESPONSE_HEAD
         while size - pos >= 4:
-            if size - pos >= frame_size:
+            if size - pos >= add_size:
                 # The hot path of the writer: one unpack, no message object.
                 length, version, mtype, rid, status, ledger_id, entry_id = unpack_add(buffer, pos)
-                if length == _ADD_RESPONSE_BODY and mtype == _ADD_RESPONSE and version == 1:
-                    pos += frame_size
+                if length == add_length and mtype == add_type and version == add_version:
+                    pos += add_size
                     rec = pending.pop(rid, None)
                     if rec is not None:
                         msg: Response | None = None
@@ -528,17 +453,14 @@ class BookieConnection:
                         except Exception:  # a handler bug must not kill the connection
                             log.exception("response_handler_failed", bookie=str(self.bookie))
                     continue
-            (length,) = unpack_len(buffer, pos)
-            if length < _HEAD_SIZE or length > self._max_frame_size:
-                raise RemoteProtocolError(f"bad frame length {length}")
-            end = pos + 4 + length
-            if end > size:
+            length = frame_length(buffer, pos, max_frame_size)
+            if length is None or pos + 4 + length > size:
                 break
-            version, mtype, rid = unpack_head(buffer, pos + 4)
-            rec = pending.pop(rid, None)
+            end = pos + 4 + length
             decoded = decode_message(bytes(buffer[pos + 4 : end]))
             if not isinstance(decoded, _RESPONSES):
                 raise RemoteProtocolError(f"got a {type(decoded).__name__} from a bookie")
+            rec = pending.pop(decoded.request_id, None)
             if (
                 rec is None
                 and isinstance(decoded, ErrorResponse)

@@ -34,9 +34,10 @@ import attrs
 import trio
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.client import Client
-from walkit.errors import ConfigurationError, InvalidArgumentError, WalkitError
+from walkit.errors import ConfigurationError, InvalidArgumentError
 from walkit.log import Log
 from walkit.log._link import MAX_JOB_LENGTH, discard_jobs
 from walkit.spark._options import COMMON_OPTIONS, Connection, check_options, connection, log_name
@@ -324,22 +325,7 @@ def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     try:
         return trio.run(fn, *args)
     except BaseExceptionGroup as group:
-        raise _first(group) from None
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    leaves: list[BaseException] = []
-    stack: list[BaseException] = [group]
-    while stack:
-        exc = stack.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            stack.extend(reversed(exc.exceptions))
-        else:
-            leaves.append(exc)
-    for exc in leaves:
-        if isinstance(exc, WalkitError):
-            return exc
-    return leaves[0] if leaves else group
+        raise collapse(group) from None
 
 
 def _connect(opts: WriteOptions) -> Any:

@@ -1,28 +1,29 @@
-"""The bookie: request semantics (adds, reads, fencing, LAC, long polls) over a storage."""
+"""Request semantics: adds, reads, fencing, LAC and long polls, over a storage.
+
+Connections hand each decoded request to :meth:`RequestHandler.handle`, which answers at once
+(refusals, cached reads, LAC reads), or queues it: adds, fences and explicit LACs go to the
+group commit and are answered from :meth:`RequestHandler._on_committed`; reads of entries not
+in the write cache go to the disk readers. The handler also keeps the in-flight counts that
+backpressure and ``/health`` read. It knows nothing of the bookie's lifecycle: the read-only
+reasons set and a callback for a full disk are passed in.
+"""
 
 from __future__ import annotations
 
 import errno
-import functools
-import random
-import struct
-import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from typing import Any, final
 
 import trio
-from prometheus_client import CollectorRegistry
 
-from walkit._core.digest import HEADER_SIZE, read_header
+from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.types import BookieId
 from walkit._core.wire import (
-    PROTOCOL_VERSION,
     AddFlag,
     AddRequest,
     AddResponse,
     ErrorResponse,
     Message,
-    MessageType,
     ReadFlag,
     ReadLacFlag,
     ReadLacRequest,
@@ -33,75 +34,53 @@ from walkit._core.wire import (
     StatusCode,
     WriteLacRequest,
     WriteLacResponse,
+    encode_add_response,
     encode_frame,
 )
 from walkit._logging import get_logger
-from walkit.errors import BookieIOError, WalkitError
-from walkit.metadata import MetadataStore
-from walkit.net import Network, TcpNetwork, TlsNetwork
-from walkit_bookie._admin import BookieCollector, serve_admin
-from walkit_bookie._badinput import BadInputLog
 from walkit_bookie._config import BookieConfig
-from walkit_bookie._gc import GarbageCollector, GcReport
-from walkit_bookie._journal import GroupCommit
-from walkit_bookie._ledger import (
+from walkit_bookie.server._badinput import BadInputLog
+from walkit_bookie.server._connection import Connection
+from walkit_bookie.storage import (
+    BookieStorage,
+    GroupCommit,
     LedgerInfo,
     StoredEntry,
     apply_request,
-    packet_lac,
     stored_entry_decision,
 )
-from walkit_bookie._registration import Registration
-from walkit_bookie._server import Connection, handle_stream
-from walkit_bookie._storage import BookieStorage, DiskStorage
 
 log = get_logger(__name__)
 
 _DISK_READERS = 2
 _DISK_READ_BATCH = 256
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-# An OK AddResponse frame, built in one pack (the hot path answers one per add); it must equal
-# encode_frame(AddResponse(...)), which the tests check.
-_ADD_OK = struct.Struct(">IBBQhQq")
-_ADD_OK_HEAD = (_ADD_OK.size - 4, PROTOCOL_VERSION, MessageType.ADD_RESPONSE.value)
 
 
 @final
-class Bookie:
-    """A bookie server: ``await Bookie(config).run()`` serves until cancelled.
+class RequestHandler:
+    """Answers a bookie's requests; ``await run()`` runs its tasks (group commit, disk reads).
 
-    ``run`` reports the bound :class:`~walkit.BookieId` through ``task_status.started`` once the
-    storage is recovered and connections are answered; on cancellation it flushes and closes
-    its storage. ``network`` defaults to TCP, ``storage`` to :class:`DiskStorage` on the
-    configured data dirs. With ``metadata`` the bookie takes its cluster instance id from the
-    store, checks its cookie there, registers itself (read-only when it is), registers again
-    through a new store (``reopen_metadata()``, default ``open_metadata_store(metadata.url)``)
-    when the session is lost, and garbage-collects the ledgers deleted there. With
-    ``config.http_port`` set it serves ``/metrics`` (from ``registry``, a fresh
-    ``CollectorRegistry`` by default), ``/health`` and ``/admin/gc`` over HTTP.
+    ``read_only`` is the bookie's set of reasons to refuse writes (shared, read here);
+    ``on_disk_full(detail)`` is called when a commit fails for lack of space.
     """
 
     def __init__(
         self,
         config: BookieConfig,
+        storage: BookieStorage,
         *,
-        network: Network | None = None,
-        storage: BookieStorage | None = None,
-        metadata: MetadataStore | None = None,
-        rng: random.Random | None = None,
-        registry: CollectorRegistry | None = None,
-        reopen_metadata: Callable[[], Awaitable[MetadataStore]] | None = None,
+        read_only: set[str],
+        on_disk_full: Callable[[str], None],
     ) -> None:
         self.config = config
-        self.storage: BookieStorage = storage if storage is not None else DiskStorage(config)
-        self._network: Network = network if network is not None else TcpNetwork()
-        tls = config.tls_server_context()
-        if tls is not None:  # every connection is TLS; a plain client gets TLS_REQUIRED
-            self._network = TlsNetwork(self._network, server_context=tls)
-        self._metadata = metadata
-        self._reopen_metadata = reopen_metadata
-        self._rng = rng if rng is not None else random.Random()
+        self.storage = storage
+        self._read_only = read_only
+        self._on_disk_full = on_disk_full
+        #: The bookie's address once bound (for log lines).
         self.bookie_id: BookieId | None = None
+        #: What this bookie knows of each ledger (set from the storage when it opens).
+        self.ledgers: dict[int, LedgerInfo] = {}
         self.capacity = trio.lowlevel.ParkingLot()
         #: Requests taken off the wire so far, and those accepted but not yet answered.
         self.requests = 0
@@ -121,48 +100,33 @@ class Bookie:
         self.long_polls = 0
         #: Malformed input, counted by kind; warnings about it are rate-limited.
         self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
-        #: Where the HTTP admin endpoint listens (with ``config.http_port`` set), once started.
-        self.admin_address: tuple[str, int] | None = None
-        #: The prometheus registry the bookie's metrics are collected into.
-        self.registry = registry if registry is not None else CollectorRegistry()
-        self.registry.register(BookieCollector(self))
         self.adds_in_flight = 0
         self.reads_in_flight = 0
-        self._ledgers: dict[int, LedgerInfo] = {}
+        #: Adds answered from the stored entry (same bytes), and adds refused (other bytes).
+        self.adds_idempotent = 0
+        self.adds_refused_rewrite = 0
         self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
         self._disk_queue: list[tuple[Connection, ReadRequest]] = []
+        self._disk_wake = trio.Event()
         #: Packets of adds on their way to the journal, by (ledger, entry).
         self._adds_pending: dict[tuple[int, int], bytes] = {}
         #: Adds waiting for a disk lookup of the entry they would rewrite.
         self._add_checks: list[tuple[Connection, bytes, AddRequest]] = []
         self._add_check_wake = trio.Event()
-        #: Adds answered from the stored entry (same bytes), and adds refused (other bytes).
-        self.adds_idempotent = 0
-        self.adds_refused_rewrite = 0
-        self._disk_wake = trio.Event()
-        self._read_only_reasons: set[str] = set()
-        self._mode_changed = trio.Event()
-        self._ready = trio.Event()
-        self._registration: Registration | None = None
-        #: Garbage collection and compaction (rounds on a schedule, or ``collect_garbage()``).
-        self.gc = GarbageCollector(
-            self,
-            lambda: None if self._registration is None else self._registration.store,
-            lambda: None if self._registration is None else self._registration.instance_id,
-        )
-        self._started = False
         self.group_commit = GroupCommit(
-            self.storage,
+            storage,
             self._on_committed,
             max_wait=config.group_commit_max_wait,
             max_bytes=config.group_commit_max_bytes,
         )
 
-    # --- state -------------------------------------------------------------------------------
-
-    @property
-    def read_only(self) -> bool:
-        return bool(self._read_only_reasons)
+    async def run(self) -> None:
+        """The group commit, the disk readers and the checker of rewrites, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.group_commit.run)
+            for _ in range(_DISK_READERS):
+                nursery.start_soon(self._disk_reader)
+            nursery.start_soon(self._stored_add_checker)
 
     @property
     def saturated(self) -> bool:
@@ -170,175 +134,6 @@ class Bookie:
             self.adds_in_flight >= self.config.max_inflight_adds
             or self.reads_in_flight >= self.config.max_inflight_reads
         )
-
-    @property
-    def ledger_count(self) -> int:
-        return len(self._ledgers)
-
-    def ledger_ids(self) -> list[int]:
-        """The ledgers this bookie holds state for."""
-        return list(self._ledgers)
-
-    @property
-    def registration(self) -> Registration | None:
-        """The metadata session (None without a metadata store)."""
-        return self._registration
-
-    def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
-        """A copy of what this bookie knows of a ledger (None if nothing)."""
-        info = self._ledgers.get(ledger_id)
-        return None if info is None else info.copy()
-
-    def _set_read_only(self, reason: str, detail: str = "") -> None:
-        if reason not in self._read_only_reasons:
-            was = self.read_only
-            self._read_only_reasons.add(reason)
-            log.warning(
-                "bookie_read_only", reason=reason, detail=detail, bookie_id=str(self.bookie_id)
-            )
-            if not was:
-                self._mode_changed.set()
-
-    def _clear_read_only(self, reason: str) -> None:
-        if reason in self._read_only_reasons:
-            self._read_only_reasons.discard(reason)
-            if not self.read_only:
-                log.info("bookie_writable", bookie_id=str(self.bookie_id))
-                self._mode_changed.set()
-
-    # --- run ---------------------------------------------------------------------------------
-
-    async def run(
-        self, *, task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        if self._started:
-            raise BookieIOError("a Bookie object runs once; make a new one to restart")
-        self._started = True
-        try:
-            async with trio.open_nursery() as nursery:
-                bookie_id = await self._start(nursery)
-                task_status.started(bookie_id)
-        except BaseExceptionGroup as group:
-            raise _collapse(group) from None
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._shutdown()
-
-    async def _start(self, nursery: trio.Nursery) -> BookieId:
-        config = self.config
-        instance_id = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
-        known = False
-        if self._metadata is not None:
-            self._registration = Registration(
-                self._metadata, config, reopen=self._reopen_metadata, rng=self._rng
-            )
-            instance_id = await self._registration.cluster_instance_id()
-            known = True
-        port = config.port
-        recorded = self.storage.recorded_bookie_id()
-        if port == 0 and recorded is not None:
-            port = recorded.port
-        serve = functools.partial(
-            self._network.serve,
-            config.host,
-            port,
-            functools.partial(handle_stream, self, self._ready),
-        )
-        try:
-            bookie_id: BookieId = await nursery.start(serve)
-        except OSError as exc:
-            raise BookieIOError(f"cannot listen on {config.host}:{port}: {exc}") from exc
-        if config.advertised_address is not None:
-            # Listening on a wildcard (or behind NAT): register what clients can reach.
-            bookie_id = BookieId(config.advertised_address, bookie_id.port)
-        self.bookie_id = bookie_id
-        if self._registration is not None:
-            await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())
-        self._ledgers = await self.storage.open(bookie_id, instance_id, instance_id_is_known=known)
-        if self._registration is not None:
-            await self._registration.store_cookie(bookie_id, config)
-        self._check_disk()
-        nursery.start_soon(self.group_commit.run)
-        nursery.start_soon(self._checkpoint_loop)
-        nursery.start_soon(self._disk_check_loop)
-        nursery.start_soon(self.gc.run)
-        for _ in range(_DISK_READERS):
-            nursery.start_soon(self._disk_reader)
-        nursery.start_soon(self._stored_add_checker)
-        if config.http_port is not None:
-            self.admin_address = await nursery.start(
-                serve_admin, self, config.http_host or config.host, config.http_port, self.registry
-            )
-        if self._registration is not None:
-            if self.admin_address is not None:
-                self._registration.info["http_port"] = self.admin_address[1]
-            await nursery.start(self._registration.run, bookie_id, self._mode_source)
-        self._ready.set()
-        log.info(
-            "bookie_started",
-            bookie_id=str(bookie_id),
-            ledgers=len(self._ledgers),
-            read_only=self.read_only,
-            data_dirs=list(config.data_dirs),
-        )
-        return bookie_id
-
-    def _mode_source(self) -> tuple[bool, trio.Event]:
-        """(read only now, an event set at the next change) for the registration task."""
-        if self._mode_changed.is_set():
-            self._mode_changed = trio.Event()
-        return self.read_only, self._mode_changed
-
-    async def _shutdown(self) -> None:
-        try:
-            await self.storage.aclose()
-        except (OSError, WalkitError) as exc:
-            log.error("storage_close_failed", error=str(exc))
-        if self._registration is not None:
-            await self._registration.aclose()
-        log.info("bookie_stopped", bookie_id=str(self.bookie_id))
-
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            with trio.move_on_after(self.config.checkpoint_interval):
-                await self.storage.checkpoint_due()
-            try:
-                await self.storage.checkpoint()
-            except (BookieIOError, OSError) as exc:
-                self._set_read_only("checkpoint_failed", str(exc))
-            else:
-                self._clear_read_only("checkpoint_failed")
-
-    def _check_disk(self) -> None:
-        usage = self.storage.disk_usage()
-        if usage >= self.config.disk_usage_threshold:
-            self._set_read_only("disk_usage", f"{usage:.3f} >= {self.config.disk_usage_threshold}")
-        elif usage < self.config.writable_again_below:
-            self._clear_read_only("disk_usage")
-            self._clear_read_only("disk_full")
-
-    async def _disk_check_loop(self) -> None:
-        while True:
-            await trio.sleep(self.config.disk_check_interval)
-            self._check_disk()
-
-    async def forget_ledger(self, ledger_id: int) -> None:
-        """Remove a ledger's entries from the index and its state (garbage collection's hook)."""
-        await self.forget_ledgers([ledger_id])
-
-    async def forget_ledgers(self, ledger_ids: Iterable[int]) -> None:
-        """Forget several ledgers (one checkpoint for all). Their entry logs are reclaimed by
-        the next garbage collection round or compaction."""
-        ids = list(ledger_ids)
-        for ledger_id in ids:
-            self._ledgers.pop(ledger_id, None)
-        await self.storage.delete_ledgers(ids)
-
-    async def collect_garbage(self, compaction: str | None = None) -> GcReport:
-        """Run a garbage collection round now: forget ledgers deleted in the metadata store
-        (with a store), remove entry logs with nothing live, and with ``compaction``
-        ("minor" or "major") compact entry logs below that threshold."""
-        return await self.gc.collect(compaction)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -434,7 +229,7 @@ class Bookie:
         )
 
     def _add(self, conn: Connection, body: bytes, req: AddRequest) -> None:
-        if self._read_only_reasons:
+        if self._read_only:
             return self._answer_add(conn, req, StatusCode.BOOKIE_READ_ONLY)
         packet = req.packet
         if req.entry_id < 0 or len(packet) < HEADER_SIZE:
@@ -442,9 +237,9 @@ class Bookie:
         header = read_header(packet)
         if header.ledger_id != req.ledger_id or header.entry_id != req.entry_id:
             return self._answer_add(conn, req, StatusCode.BAD_REQUEST)
-        info = self._ledgers.get(req.ledger_id)
+        info = self.ledgers.get(req.ledger_id)
         if info is None:
-            self._ledgers[req.ledger_id] = LedgerInfo(req.master_key)
+            self.ledgers[req.ledger_id] = LedgerInfo(req.master_key)
         elif info.master_key != req.master_key:
             return self._answer_add(conn, req, StatusCode.UNAUTHORIZED_ACCESS)
         elif info.fenced and not req.flags & AddFlag.RECOVERY:
@@ -512,11 +307,11 @@ class Bookie:
                 conn, encode_frame(WriteLacResponse(req.request_id, status, req.ledger_id))
             )
 
-        if self._read_only_reasons:
+        if self._read_only:
             return answer(StatusCode.BOOKIE_READ_ONLY)
-        info = self._ledgers.get(req.ledger_id)
+        info = self.ledgers.get(req.ledger_id)
         if info is None:
-            self._ledgers[req.ledger_id] = LedgerInfo(req.master_key)
+            self.ledgers[req.ledger_id] = LedgerInfo(req.master_key)
         elif info.master_key != req.master_key:
             return answer(StatusCode.UNAUTHORIZED_ACCESS)
         self.group_commit.submit(
@@ -528,9 +323,9 @@ class Bookie:
         self, body: bytes, req: ReadRequest | ReadLacRequest, then: Callable[[Any], None]
     ) -> bool:
         """Fence the ledger durably, then call ``then(error)``; False if the key is wrong."""
-        info = self._ledgers.get(req.ledger_id)
+        info = self.ledgers.get(req.ledger_id)
         if info is None:
-            info = self._ledgers[req.ledger_id] = LedgerInfo(req.master_key)
+            info = self.ledgers[req.ledger_id] = LedgerInfo(req.master_key)
         elif info.master_key != req.master_key:
             return False
         if not info.fenced:
@@ -562,7 +357,7 @@ class Bookie:
         )
 
     def _read_entry(self, conn: Connection, req: ReadRequest) -> None:
-        info = self._ledgers.get(req.ledger_id)
+        info = self.ledgers.get(req.ledger_id)
         if info is None:
             return self._answer_read(conn, req, StatusCode.NO_SUCH_LEDGER)
         if not 0 <= req.entry_id <= info.last_entry:
@@ -626,7 +421,7 @@ class Bookie:
         self._read_lac_now(conn, req)
 
     def _read_lac_now(self, conn: Connection, req: ReadLacRequest) -> None:
-        info = self._ledgers.get(req.ledger_id)
+        info = self.ledgers.get(req.ledger_id)
         if info is None and not req.flags & ReadLacFlag.LONG_POLL:
             # A long poll waits for a ledger this bookie has not seen yet (a tailing reader
             # may ask before the first entry arrives); anything else answers at once.
@@ -642,7 +437,7 @@ class Bookie:
         frame: bytes | None = None
         try:
             lid = req.ledger_id
-            info = self._ledgers.get(lid)
+            info = self.ledgers.get(lid)
             if req.flags & ReadLacFlag.LONG_POLL and (
                 info is None or info.last_add_confirmed <= req.previous_lac
             ):
@@ -651,14 +446,14 @@ class Bookie:
                     # Capped: a client may ask for 2^32-1 ms (49 days).
                     with trio.move_on_after(min(req.timeout_ms / 1000, self.config.max_long_poll)):
                         while True:
-                            info = self._ledgers.get(lid)
+                            info = self.ledgers.get(lid)
                             if info is not None and info.last_add_confirmed > req.previous_lac:
                                 break
                             await lot.park()
                 finally:
                     if not lot and self._lac_waiters.get(lid) is lot:
                         del self._lac_waiters[lid]
-            info = self._ledgers.get(lid)
+            info = self.ledgers.get(lid)
             if info is None:
                 frame = encode_frame(
                     ReadLacResponse(req.request_id, StatusCode.NO_SUCH_LEDGER, lid, -1)
@@ -682,12 +477,12 @@ class Bookie:
     def _on_committed(
         self, requests: list[Request], sinks: list[Any], error: BaseException | None
     ) -> None:
-        ledgers = self._ledgers
+        ledgers = self.ledgers
         waiters = self._lac_waiters
         if error is not None:
             status = _io_status(error)
             if status is StatusCode.BOOKIE_READ_ONLY:
-                self._set_read_only("disk_full", str(error))
+                self._on_disk_full(str(error))
             for req, sink in zip(requests, sinks, strict=True):
                 if type(req) is AddRequest:
                     self._adds_pending.pop((req.ledger_id, req.entry_id), None)
@@ -696,7 +491,7 @@ class Bookie:
                     sink(error)
             return
         woken: set[int] = set()
-        ok_frame = _ADD_OK.pack
+        ok_frame = encode_add_response
         pending = self._adds_pending
         for req, sink in zip(requests, sinks, strict=True):
             lid = req.ledger_id
@@ -718,7 +513,7 @@ class Bookie:
             else:
                 apply_request(ledgers, req)
             if type(req) is AddRequest:
-                self._add_done(sink, ok_frame(*_ADD_OK_HEAD, req.request_id, 0, lid, req.entry_id))
+                self._add_done(sink, ok_frame(req.request_id, 0, lid, req.entry_id))
             else:
                 sink(None)
         for lid in woken:
@@ -731,23 +526,3 @@ def _io_status(error: BaseException) -> StatusCode:
     if isinstance(error, OSError) and error.errno in _FULL:
         return StatusCode.BOOKIE_READ_ONLY
     return StatusCode.IO_ERROR
-
-
-def _collapse(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The one real error of a nursery's group (no ExceptionGroup escapes a public call)."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for sub in exc.exceptions:
-                walk(sub)
-        elif not isinstance(exc, trio.Cancelled):
-            leaves.append(exc)
-
-    walk(group)
-    if not leaves:
-        return group
-    for leaf in leaves:
-        if isinstance(leaf, WalkitError):
-            return leaf
-    return leaves[0]

@@ -24,8 +24,8 @@ from typing import Any, final
 import lmdb
 
 from walkit._logging import get_logger
-from walkit_bookie._journal import LogMark
-from walkit_bookie._ledger import LedgerInfo
+from walkit_bookie.storage._journal import LogMark
+from walkit_bookie.storage._ledger import LedgerInfo
 
 log = get_logger(__name__)
 

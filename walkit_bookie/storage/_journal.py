@@ -12,7 +12,7 @@ import errno
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, Protocol, final
 
 import attrs
 import crc32c
@@ -20,11 +20,8 @@ import trio
 
 from walkit._core.wire import Request
 from walkit._logging import get_logger
-from walkit_bookie._cookie import fsync_dir
-from walkit_bookie._directio import BLOCK, AlignedBuffer, AlignedFile
-
-if TYPE_CHECKING:
-    from walkit_bookie._storage import BookieStorage
+from walkit_bookie.storage._cookie import fsync_dir
+from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
 
 log = get_logger(__name__)
 
@@ -205,6 +202,12 @@ Sink = Any
 CommittedCallback = Callable[[list[Request], list[Sink], BaseException | None], None]
 
 
+class Committer(Protocol):
+    """Where group commits go (a :class:`~walkit_bookie.BookieStorage`)."""
+
+    async def commit(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> None: ...
+
+
 @final
 class GroupCommit:
     """Collects journal records and commits them in groups: one write and one sync each.
@@ -219,7 +222,7 @@ class GroupCommit:
 
     def __init__(
         self,
-        storage: BookieStorage,
+        storage: Committer,
         on_committed: CommittedCallback,
         *,
         max_wait: float,

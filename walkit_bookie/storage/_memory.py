@@ -11,8 +11,8 @@ import trio
 from walkit._core.types import BookieId
 from walkit._core.wire import AddRequest, Request
 from walkit.errors import CookieError
-from walkit_bookie._ledger import LedgerInfo, apply_request
-from walkit_bookie._storage import BookieStorage, StorageStats
+from walkit_bookie.storage._ledger import LedgerInfo, apply_request
+from walkit_bookie.storage._storage import BookieStorage, StorageStats
 
 
 @final

@@ -12,6 +12,7 @@ from typing import final
 
 import attrs
 
+from walkit._core.digest import packet_lac
 from walkit._core.wire import (
     AddRequest,
     ReadFlag,
@@ -24,16 +25,6 @@ from walkit._core.wire import (
 from walkit.errors import InvalidMetadataError
 
 _STATE = struct.Struct(">BqqqB")  # flags, lac, explicit_lac, last_entry, key length
-# The LAC field of a packet header (see walkit._core.digest: ledger u64, entry i64, lac i64).
-# The bookie validates each packet's header with read_header once, on arrival; afterwards this
-# reads just the LAC, on the hot path (tests check it agrees with read_header).
-_LAC = struct.Struct(">q")
-_LAC_OFFSET = 16
-
-
-def packet_lac(packet: bytes) -> int:
-    """The LAC in a packet's header (the packet was checked with ``read_header`` already)."""
-    return int(_LAC.unpack_from(packet, _LAC_OFFSET)[0])
 
 
 @final
@@ -118,7 +109,7 @@ def apply_request(ledgers: dict[int, LedgerInfo], request: Request) -> LedgerInf
     if type(request) is AddRequest:
         if info is None:
             info = ledgers[request.ledger_id] = LedgerInfo(request.master_key)
-        lac = _LAC.unpack_from(request.packet, _LAC_OFFSET)[0]
+        lac = packet_lac(request.packet)
         if lac > info.lac:
             info.lac = lac
         if request.entry_id > info.last_entry:

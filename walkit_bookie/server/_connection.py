@@ -26,8 +26,8 @@ from walkit.errors import FrameTooLargeError, RemoteProtocolError, UnsupportedVe
 from walkit.net import principal_of
 
 if TYPE_CHECKING:
-    from walkit_bookie._badinput import BadInputLog
     from walkit_bookie._config import BookieConfig
+    from walkit_bookie.server._badinput import BadInputLog
 
 log = get_logger(__name__)
 

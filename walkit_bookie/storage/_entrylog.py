@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import final
 
-from walkit_bookie._cookie import fsync_dir
-from walkit_bookie._directio import BLOCK, AlignedBuffer, AlignedFile
-from walkit_bookie._index import LOCATION, RECORD_HEADER, entry_key
+from walkit_bookie.storage._cookie import fsync_dir
+from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
+from walkit_bookie.storage._index import LOCATION, RECORD_HEADER, entry_key
 
 ENTRYLOG_DIR = "entrylogs"
 _REC = struct.Struct(">IQq")

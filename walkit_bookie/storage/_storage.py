@@ -31,13 +31,13 @@ from walkit._core.wire import (
 )
 from walkit._logging import get_logger
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
-from walkit_bookie._compaction import CompactionResult, EntryLogUsage, batches, choose
 from walkit_bookie._config import BookieConfig
-from walkit_bookie._cookie import check_or_create, recorded_cookie
-from walkit_bookie._entrylog import ENTRYLOG_DIR, EntryLogger
-from walkit_bookie._index import INDEX_DIR, Index, entry_key, location_bytes
-from walkit_bookie._journal import JournalWriter, LogMark, journal_files, replay
-from walkit_bookie._ledger import LedgerInfo, apply_request
+from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage, batches, choose
+from walkit_bookie.storage._cookie import check_or_create, recorded_cookie
+from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
+from walkit_bookie.storage._index import INDEX_DIR, Index, entry_key, location_bytes
+from walkit_bookie.storage._journal import JournalWriter, LogMark, journal_files, replay
+from walkit_bookie.storage._ledger import LedgerInfo, apply_request
 
 log = get_logger(__name__)
 
@@ -56,8 +56,7 @@ class StorageStats:
     checkpoints: int = 0
     entries_flushed: int = 0
     replayed_records: int = 0
-    #: Compaction passes run (any threshold), and what they did in total.
-    compactions: int = 0
+    #: What compaction passes did in total (the passes are counted by the garbage collector).
     entry_logs_compacted: int = 0
     entry_logs_removed: int = 0
     compaction_entries_moved: int = 0
@@ -65,7 +64,6 @@ class StorageStats:
     compaction_bytes_reclaimed: int = 0
 
     def add(self, result: CompactionResult) -> None:
-        self.compactions += 1
         self.entry_logs_compacted += result.logs_compacted
         self.entry_logs_removed += result.logs_removed
         self.compaction_entries_moved += result.entries_moved

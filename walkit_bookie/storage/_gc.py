@@ -16,8 +16,8 @@ entry logs with nothing live are removed, and a minor or major compaction runs w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Awaitable, Callable
+from typing import Any, final
 
 import attrs
 import trio
@@ -25,10 +25,9 @@ import trio
 from walkit._logging import get_logger
 from walkit.errors import WalkitError
 from walkit.metadata import INSTANCE_ID_PATH, LedgerManager, MetadataStore
-from walkit_bookie._compaction import CompactionResult
-
-if TYPE_CHECKING:
-    from walkit_bookie._bookie import Bookie
+from walkit_bookie._config import BookieConfig
+from walkit_bookie.storage._compaction import CompactionResult
+from walkit_bookie.storage._storage import BookieStorage
 
 log = get_logger(__name__)
 
@@ -59,16 +58,27 @@ class GcReport:
 
 @final
 class GarbageCollector:
-    """Runs rounds on a schedule (``run``) or on demand (``collect``), one at a time."""
+    """Runs rounds on a schedule (``run``) or on demand (``collect``), one at a time.
+
+    ``ledger_ids()`` lists the ledgers the bookie holds state for, ``forget(ids)`` drops
+    ledgers from it and from ``storage``; ``store()`` and ``instance_id()`` give the metadata
+    session (None: no ledger part in a round).
+    """
 
     def __init__(
         self,
-        bookie: Bookie,
+        config: BookieConfig,
+        storage: BookieStorage,
+        *,
+        ledger_ids: Callable[[], list[int]],
+        forget: Callable[[list[int]], Awaitable[None]],
         store: Callable[[], MetadataStore | None],
         instance_id: Callable[[], str | None],
     ) -> None:
-        self._bookie = bookie
-        self._config = bookie.config
+        self._config = config
+        self._storage = storage
+        self._ledger_ids = ledger_ids
+        self._forget = forget
         self._store = store
         self._instance_id = instance_id
         self._lock = trio.Lock()
@@ -128,7 +138,7 @@ class GarbageCollector:
             elif compaction == "minor":
                 threshold = self._config.minor_compaction_threshold
                 self.minor_compactions += 1
-            report.result = await self._bookie.storage.compact(threshold)
+            report.result = await self._storage.compact(threshold)
             self.rounds += 1
             now = trio.current_time()
             self.last["gc"] = now
@@ -152,7 +162,7 @@ class GarbageCollector:
         if store is None or instance_id is None:
             report.skipped = "no metadata store"
             return
-        known = set(self._bookie.ledger_ids())  # before the listing starts
+        known = set(self._ledger_ids())  # before the listing starts
         if not known:
             return
         gone: list[int] = []
@@ -173,7 +183,7 @@ class GarbageCollector:
             log.warning("gc_ledgers_skipped", reason=report.skipped)
             return
         if gone:
-            await self._bookie.forget_ledgers(gone)
+            await self._forget(gone)
             report.ledgers_deleted = gone
             self.ledgers_deleted += len(gone)
             log.info("gc_ledgers_deleted", count=len(gone), first=gone[0], last=gone[-1])

@@ -11,6 +11,7 @@ import trio
 
 from walkit._core.backoff import Backoff, Jitter
 from walkit._core.types import BookieId
+from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
@@ -35,7 +36,7 @@ from walkit.metadata import (
     write_cookie,
 )
 from walkit_bookie._config import BookieConfig
-from walkit_bookie._cookie import LAYOUT_VERSION
+from walkit_bookie.storage import LAYOUT_VERSION
 
 log = get_logger(__name__)
 
@@ -238,9 +239,7 @@ class Registration:
                     error = exc
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+            raise collapse(group) from None
         finally:
             with trio.CancelScope(shield=True):
                 await _close_events(events)

@@ -1,0 +1,336 @@
+"""The bookie's HTTP admin endpoint: ``/metrics`` (prometheus text format), ``/health`` and
+``/admin/gc`` (status; POST runs a garbage collection round), on h11.
+
+h11 parses and frames HTTP/1.1; this module moves bytes between it and a trio stream, and
+bounds everything: one request per connection, the head's size (h11's
+``max_incomplete_event_size``), the body's size, the time to send the request, and the
+connections at a time (one more gets ``503``, after its request was read, so that it is an
+answer and not a reset). Anything else gets a clear 4xx (or 5xx) and the bookie goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import http
+import json
+import re
+import urllib.parse
+from typing import Any, final
+
+import attrs
+import h11
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from walkit._logging import get_logger
+from walkit.errors import BookieIOError
+from walkit_bookie.server._metrics import AdminTarget
+
+log = get_logger(__name__)
+
+_MAX_HEAD = 8192  # request line and headers
+_MAX_BODY = 4096
+_REQUEST_TIMEOUT = 5.0  # to send the whole request
+_MAX_CONNECTIONS = 32
+_REFUSE_WAIT = 1.0  # an over-limit connection's time to send the request its 503 answers
+_RECEIVE_SIZE = 4096
+_LINGER = 1.0
+_LINGER_BYTES = 1 << 20
+_METHOD = re.compile(rb"[A-Z]{1,20}")
+_TEXT = "text/plain; charset=utf-8"
+
+
+@final
+@attrs.frozen
+class _Answer:
+    status: int
+    body: bytes
+    content_type: str = _TEXT
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@final
+class _HttpError(Exception):
+    def __init__(
+        self, status: int, message: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+    def answer(self) -> _Answer:
+        return _Answer(self.status, f"{self}\n".encode(), headers=self.headers)
+
+
+def _json(doc: Any) -> _Answer:
+    return _Answer(200, json.dumps(doc).encode() + b"\n", "application/json")
+
+
+@final
+@attrs.frozen
+class _Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    authorization: str | None
+
+
+def _request(head: h11.Request) -> _Request:
+    """Check what h11 leaves to the application; the request, or an _HttpError."""
+    if not _METHOD.fullmatch(head.method) or not head.target.startswith(b"/"):
+        raise _HttpError(400, "malformed request line")
+    if head.http_version not in (b"1.0", b"1.1"):
+        raise _HttpError(505, f"HTTP/{head.http_version.decode()} not supported")
+    authorization: str | None = None
+    for name, value in head.headers:
+        if not value.isascii():
+            raise _HttpError(400, "request head is not ASCII")
+        if name == b"authorization":
+            if authorization is not None:
+                raise _HttpError(400, "Authorization given twice")
+            authorization = value.decode("ascii")
+        elif name == b"transfer-encoding":
+            raise _HttpError(501, "chunked bodies are not accepted")
+        elif name == b"content-length" and int(value) > _MAX_BODY:
+            raise _HttpError(413, f"body above {_MAX_BODY} bytes")
+    path, _, query = head.target.decode("ascii").partition("?")
+    try:
+        params = urllib.parse.parse_qs(query, strict_parsing=bool(query), max_num_fields=10)
+    except ValueError:
+        raise _HttpError(400, "malformed query string") from None
+    return _Request(head.method.decode("ascii"), urllib.parse.unquote(path), params, authorization)
+
+
+@final
+class _Exchange:
+    """One connection: its h11 state, its stream, and whether the request was a HEAD (whose
+    answer has no body)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
+        self.stream = stream
+        self.head_only = False
+
+
+async def _read_request(exchange: _Exchange) -> _Request | None:
+    """Read one request (its body is read and dropped); None when the peer closed without
+    sending one."""
+    conn = exchange.conn
+    request: _Request | None = None
+    while True:
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise _HttpError(exc.error_status_hint, f"malformed request: {exc}") from None
+        if event is h11.NEED_DATA:
+            data = await exchange.stream.receive_some(_RECEIVE_SIZE)
+            conn.receive_data(bytes(data))  # b"": the end of the stream
+        elif isinstance(event, h11.Request):
+            exchange.head_only = event.method == b"HEAD"
+            request = _request(event)
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+        # h11.Data: the body (at most _MAX_BODY bytes) is not used
+
+
+async def _send(exchange: _Exchange, answer: _Answer) -> None:
+    conn = exchange.conn
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return
+    headers = [
+        ("Content-Type", answer.content_type),
+        ("Content-Length", str(len(answer.body))),
+        *answer.headers,
+        ("Connection", "close"),
+    ]
+    reason = http.HTTPStatus(answer.status).phrase.encode("ascii")
+    data = conn.send(h11.Response(status_code=answer.status, headers=headers, reason=reason))
+    if not exchange.head_only:
+        data += conn.send(h11.Data(data=answer.body))
+    data += conn.send(h11.EndOfMessage())
+    with trio.move_on_after(_REQUEST_TIMEOUT):
+        await exchange.stream.send_all(data)
+
+
+def _authorize(token: str | None, request: _Request) -> None:
+    """POSTs change the bookie: they need ``Authorization: Bearer <admin token>``."""
+    if token is None:
+        raise _HttpError(
+            403,
+            f"{request.method} {request.path} is disabled: start the bookie with "
+            "--admin-token or --admin-token-file to allow admin POSTs",
+        )
+    scheme, _, given = (request.authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    ):
+        raise _HttpError(
+            401,
+            f"{request.method} {request.path} needs the admin token (Authorization: Bearer TOKEN)",
+            (("WWW-Authenticate", 'Bearer realm="walkit-bookie"'),),
+        )
+
+
+def _allow(request: _Request, *methods: str) -> None:
+    if request.method not in methods:
+        raise _HttpError(
+            405,
+            f"{request.path} takes {' or '.join(methods)}",
+            (("Allow", ", ".join(methods)),),
+        )
+
+
+def gc_status(bookie: AdminTarget) -> dict[str, Any]:
+    """What ``GET /admin/gc`` answers: garbage collection and compaction, so far."""
+    gc = bookie.gc
+    config = bookie.config
+    stats = bookie.storage.stats
+    usage = bookie.storage.entry_log_usage()
+    return {
+        "ledger_gc": bookie.registration is not None,
+        "rounds": gc.rounds,
+        "skipped": gc.skipped,
+        "ledgers_deleted": gc.ledgers_deleted,
+        "minor_compactions": gc.minor_compactions,
+        "major_compactions": gc.major_compactions,
+        "entry_logs": len(usage),
+        "entry_log_bytes": sum(u.size for u in usage),
+        "entry_log_live_bytes": sum(u.live for u in usage),
+        "entry_logs_compacted": stats.entry_logs_compacted,
+        "entry_logs_removed": stats.entry_logs_removed,
+        "compaction_entries_moved": stats.compaction_entries_moved,
+        "compaction_bytes_moved": stats.compaction_bytes_moved,
+        "compaction_bytes_reclaimed": stats.compaction_bytes_reclaimed,
+        "last_round": None if gc.last_report is None else gc.last_report.to_dict(),
+        "config": {
+            "gc_interval": config.gc_interval,
+            "minor_compaction_threshold": config.minor_compaction_threshold,
+            "minor_compaction_interval": config.minor_compaction_interval,
+            "major_compaction_threshold": config.major_compaction_threshold,
+            "major_compaction_interval": config.major_compaction_interval,
+            "compaction_max_rate": config.compaction_max_rate,
+        },
+    }
+
+
+async def _route(bookie: AdminTarget, registry: CollectorRegistry, request: _Request) -> _Answer:
+    path = request.path
+    if path == "/metrics":
+        _allow(request, "GET")
+        body = await trio.to_thread.run_sync(generate_latest, registry)
+        return _Answer(200, body, CONTENT_TYPE_LATEST)
+    if path in ("/health", "/healthz"):
+        _allow(request, "GET")
+        full = bookie.handler.degraded
+        doc: dict[str, Any] = {
+            "status": "degraded" if full else "ok",
+            "bookie_id": str(bookie.bookie_id),
+            "read_only": bookie.read_only,
+        }
+        if full:
+            doc["full"] = full
+        return _json(doc)
+    if path == "/admin/gc":
+        _allow(request, "GET", "POST")
+        if request.method == "GET":
+            return _json(gc_status(bookie))
+        _authorize(bookie.config.admin_token, request)
+        compaction = request.query.get("compact", ["none"])
+        if len(compaction) != 1 or compaction[0] not in ("none", "minor", "major"):
+            raise _HttpError(400, "compact must be none, minor or major")
+        report = await bookie.collect_garbage(None if compaction[0] == "none" else compaction[0])
+        return _json(report.to_dict())
+    raise _HttpError(404, "try /metrics, /health or /admin/gc")
+
+
+async def _answer(bookie: AdminTarget, registry: CollectorRegistry, exchange: _Exchange) -> None:
+    try:
+        with trio.move_on_after(_REQUEST_TIMEOUT) as timer:
+            request = await _read_request(exchange)
+        if timer.cancelled_caught:
+            raise _HttpError(408, "request not received in time")
+        if request is None:
+            return
+        answer = await _route(bookie, registry, request)
+    except _HttpError as exc:
+        answer = exc.answer()
+    except Exception as exc:  # never let a bad request or a bug stop the bookie
+        log.exception("admin_request_failed", error=str(exc))
+        answer = _Answer(500, f"{exc}\n".encode())
+    await _send(exchange, answer)
+    await _linger(exchange.stream)
+
+
+async def _refuse(exchange: _Exchange) -> None:
+    """Over the limit: take the request (briefly), answer 503, then linger as for any answer
+    (closing with the request unread would reset the connection, and the client would see a
+    reset instead of the 503)."""
+    with trio.move_on_after(_REFUSE_WAIT):
+        try:
+            if await _read_request(exchange) is None:
+                return  # closed without asking
+        except _HttpError:
+            pass
+    busy = _Answer(503, b"too many admin connections\n", headers=(("Retry-After", "1"),))
+    await _send(exchange, busy)
+    await _linger(exchange.stream)
+
+
+async def _handle(
+    bookie: AdminTarget,
+    registry: CollectorRegistry,
+    slots: trio.Semaphore,
+    stream: trio.abc.Stream,
+) -> None:
+    exchange = _Exchange(stream)
+    try:
+        if slots.value == 0:
+            await _refuse(exchange)
+            return
+        async with slots:
+            await _answer(bookie, registry, exchange)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        log.debug("admin_connection_broken", error=str(exc))
+    except Exception as exc:  # one connection's trouble must not stop the endpoint
+        log.exception("admin_connection_failed", error=str(exc))
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """Half-close, then drain what the peer still sends (briefly, boundedly): closing with
+    unread input resets the connection, which can destroy the answer before it is read."""
+    if not isinstance(stream, trio.abc.HalfCloseableStream):
+        return
+    await stream.send_eof()
+    drained = 0
+    with trio.move_on_after(_LINGER):
+        while drained < _LINGER_BYTES:
+            chunk = await stream.receive_some(16384)
+            if not chunk:
+                return
+            drained += len(chunk)
+
+
+async def serve_admin(
+    bookie: AdminTarget,
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the admin endpoint until cancelled; report the bound (host, port)."""
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise BookieIOError(f"cannot listen for HTTP on {host}:{port}: {exc}") from exc
+    bound = listeners[0].socket.getsockname()[:2]
+    async with trio.open_nursery() as nursery:
+        handler = functools.partial(_handle, bookie, registry, trio.Semaphore(_MAX_CONNECTIONS))
+        await nursery.start(functools.partial(trio.serve_listeners, handler, listeners))
+        log.info("admin_listening", host=bound[0], port=bound[1])
+        task_status.started((str(bound[0]), int(bound[1])))

@@ -1,0 +1,195 @@
+"""The bookie's prometheus metrics, read from its own counters when scraped.
+
+A custom collector: the request path pays nothing for metrics. :class:`AdminTarget` is what
+the metrics and the admin endpoint read of a running bookie (a ``Bookie`` is one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol, final
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from walkit_bookie._config import BookieConfig
+from walkit_bookie.server._requests import RequestHandler
+from walkit_bookie.storage import BookieStorage, GarbageCollector, GcReport
+
+
+class MetadataSession(Protocol):
+    """What the admin endpoint reads of the bookie's metadata registration."""
+
+    @property
+    def registered(self) -> bool: ...
+
+    @property
+    def reregistrations(self) -> int: ...
+
+
+class AdminTarget(Protocol):
+    """What the admin endpoint and the metrics read of a running bookie (a ``Bookie``)."""
+
+    config: BookieConfig
+    storage: BookieStorage
+    handler: RequestHandler
+    gc: GarbageCollector
+
+    @property
+    def bookie_id(self) -> object: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def ledger_count(self) -> int: ...
+
+    @property
+    def registration(self) -> MetadataSession | None: ...
+
+    async def collect_garbage(self, compaction: str | None = None) -> GcReport: ...
+
+
+@final
+class BookieCollector(Collector):
+    """Reads a bookie's counters at scrape time."""
+
+    def __init__(self, bookie: AdminTarget) -> None:
+        self._bookie = bookie
+
+    def collect(self) -> Iterator[Metric]:
+        bookie = self._bookie
+        b = bookie.handler
+        s = bookie.storage.stats
+        usage = bookie.storage.entry_log_usage()
+        counters = [
+            ("requests", "Requests taken off the wire", b.requests),
+            ("adds_answered", "Adds answered (any status)", b.adds_answered),
+            (
+                "adds_idempotent",
+                "Adds of an entry already stored with the same bytes (answered OK, not rewritten)",
+                b.adds_idempotent,
+            ),
+            (
+                "adds_refused_rewrite",
+                "Adds refused with ENTRY_EXISTS: other bytes for an entry already stored",
+                b.adds_refused_rewrite,
+            ),
+            ("reads_answered", "Reads and LAC reads answered (any status)", b.reads_answered),
+            ("journal_syncs", "Durable journal writes (one per group commit)", s.journal_syncs),
+            ("journal_records", "Records written to the journal", s.journal_records),
+            ("journal_bytes", "Bytes written to the journal (with padding)", s.journal_bytes),
+            ("group_commits", "Group commits", b.group_commit.groups),
+            ("checkpoints", "Completed checkpoints", s.checkpoints),
+            ("entries_flushed", "Entries written to entry logs at checkpoints", s.entries_flushed),
+            ("connections_opened", "Client connections accepted", b.connections_opened),
+            (
+                "connections_refused",
+                "Client connections closed at once: max_connections were open",
+                b.connections_refused,
+            ),
+            (
+                "requests_refused",
+                "Requests answered TOO_MANY_REQUESTS (per-connection or long-poll cap)",
+                b.requests_refused,
+            ),
+            (
+                "bad_input_log_suppressed",
+                "Warnings about bad input not logged (rate limit); counted in bad_input",
+                b.bad_input.suppressed,
+            ),
+            ("gc_rounds", "Garbage collection rounds", bookie.gc.rounds),
+            (
+                "gc_skipped",
+                "Rounds whose ledger part was skipped (metadata store error)",
+                bookie.gc.skipped,
+            ),
+            (
+                "gc_ledgers_deleted",
+                "Ledgers forgotten because the metadata store no longer has them",
+                bookie.gc.ledgers_deleted,
+            ),
+            ("minor_compactions", "Minor compaction passes", bookie.gc.minor_compactions),
+            ("major_compactions", "Major compaction passes", bookie.gc.major_compactions),
+            (
+                "entry_logs_compacted",
+                "Entry logs whose live entries were copied out, then removed",
+                s.entry_logs_compacted,
+            ),
+            (
+                "entry_logs_removed",
+                "Entry logs removed because nothing in them was live",
+                s.entry_logs_removed,
+            ),
+            (
+                "compaction_entries_moved",
+                "Entries copied by compaction",
+                s.compaction_entries_moved,
+            ),
+            ("compaction_bytes_moved", "Bytes copied by compaction", s.compaction_bytes_moved),
+            (
+                "compaction_bytes_reclaimed",
+                "Disk bytes given back by removing entry logs (minus what was copied out)",
+                s.compaction_bytes_reclaimed,
+            ),
+            (
+                "metadata_reregistrations",
+                "Registrations redone after the metadata session was lost",
+                0 if bookie.registration is None else bookie.registration.reregistrations,
+            ),
+        ]
+        for name, text, value in counters:
+            yield CounterMetricFamily(f"walkit_bookie_{name}", text, value=value)
+        bad = CounterMetricFamily(
+            "walkit_bookie_bad_input",
+            "Malformed frames and messages (and refused connections), by kind",
+            labels=["kind"],
+        )
+        for kind, count in sorted(b.bad_input.counts.items()):
+            bad.add_metric([kind], count)
+        yield bad
+        gauges: list[tuple[str, str, float]] = [
+            (
+                "adds_in_flight",
+                "Adds (and explicit LACs) accepted, not yet answered",
+                b.adds_in_flight,
+            ),
+            (
+                "reads_in_flight",
+                "Reads (and long polls) accepted, not yet answered",
+                b.reads_in_flight,
+            ),
+            ("connections", "Open client connections", b.connections),
+            ("long_polls", "Long-poll LAC reads waiting", b.long_polls),
+            (
+                "partial_frame_bytes",
+                "Bytes of frames received in part, over all connections",
+                b.partial_frame_bytes,
+            ),
+            (
+                "receive_buffer_bytes",
+                "Bytes of receive buffers held by open connections",
+                b.receive_buffer_bytes,
+            ),
+            ("ledgers", "Ledgers this bookie holds state for", bookie.ledger_count),
+            ("read_only", "1 when the bookie refuses writes", 1 if bookie.read_only else 0),
+            (
+                "disk_usage_ratio",
+                "Highest used fraction of the data dirs' disks",
+                bookie.storage.disk_usage(),
+            ),
+            ("entry_logs", "Entry log files", len(usage)),
+            ("entry_log_bytes", "Bytes in entry log files", sum(u.size for u in usage)),
+            (
+                "entry_log_live_bytes",
+                "Bytes of entry logs the index still points at",
+                sum(u.live for u in usage),
+            ),
+            (
+                "metadata_registered",
+                "1 while the bookie is registered in the metadata store",
+                1 if bookie.registration is not None and bookie.registration.registered else 0,
+            ),
+        ]
+        for gauge, text, level in gauges:
+            yield GaugeMetricFamily(f"walkit_bookie_{gauge}", text, value=float(level))
