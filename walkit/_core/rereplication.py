@@ -189,3 +189,36 @@ def with_replacements(
     return attrs.evolve(
         md, fragments=tuple((first, tuple(ensemble)) for first, ensemble in fragments.items())
     )
+
+
+@final
+@attrs.define
+class LostBookies:
+    """When each unregistered bookie was first seen gone, and which are due to be marked.
+
+    ``now`` is the caller's clock (trio's). A bookie is *due* once it has been gone for the
+    lost-bookie delay; one that registers again is forgotten (its restart beat the delay).
+    """
+
+    since: dict[BookieId, float] = attrs.Factory(dict)
+
+    def update(
+        self, registered: Collection[BookieId], gone: Collection[BookieId], now: float
+    ) -> None:
+        """``registered``: the bookies registered now; ``gone``: bookies known to be absent
+        (they left the registration lists, or ledgers list them and they are not registered)."""
+        alive = set(registered)
+        for bookie in list(self.since):
+            if bookie in alive:
+                del self.since[bookie]
+        for bookie in gone:
+            if bookie not in alive:
+                self.since.setdefault(bookie, now)
+
+    def due(self, now: float, delay: float) -> set[BookieId]:
+        return {b for b, t in self.since.items() if now - t >= delay}
+
+    def next_deadline(self, now: float, delay: float) -> float | None:
+        """The earliest time a bookie not yet due becomes due (None if none is waiting)."""
+        waiting = [t + delay for t in self.since.values() if now - t < delay]
+        return min(waiting) if waiting else None
