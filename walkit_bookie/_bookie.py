@@ -273,6 +273,19 @@ class Bookie:
             if self.admin_address is not None:
                 self._registration.info["http_port"] = self.admin_address[1]
             await nursery.start(self._registration.run, bookie_id, self._mode_source)
+        if config.autorecovery and self._metadata is not None:
+            from walkit.autorecovery import run_bookie_autorecovery
+
+            nursery.start_soon(
+                functools.partial(
+                    run_bookie_autorecovery,
+                    self._metadata.url,
+                    bookie_id,
+                    lost_bookie_delay=config.lost_bookie_delay,
+                    tls_files=(config.tls_cert, config.tls_key, config.tls_ca),
+                    registry=self.registry,
+                )
+            )
         self._ready.set()
         log.info(
             "bookie_started",

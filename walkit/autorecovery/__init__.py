@@ -2,7 +2,7 @@
 
 - :class:`Auditor`: one per cluster (elected); marks the ledgers of lost bookies.
 - :class:`ReplicationWorker`: copies the lost copies to replacement bookies.
-- :func:`run_autorecovery`: both, as a bookie runs them.
+- :func:`run_autorecovery`: both; :func:`run_bookie_autorecovery`: the same, as a bookie runs it.
 - :func:`recover_bookie`, :func:`decommission_bookie`: the operator commands' engines.
 """
 
@@ -23,6 +23,7 @@ from walkit.autorecovery._recover import (
     ledgers_listing,
     recover_bookie,
 )
+from walkit.autorecovery._service import run_bookie_autorecovery
 from walkit.autorecovery._worker import ReplicationWorker
 from walkit.metadata import AutorecoverySettings, UnderreplicatedLedger, UnderreplicationManager
 
@@ -44,6 +45,7 @@ __all__ = [
     "ledgers_listing",
     "recover_bookie",
     "run_autorecovery",
+    "run_bookie_autorecovery",
 ]
 
 
