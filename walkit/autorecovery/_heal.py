@@ -144,8 +144,10 @@ class Healer:
                     f"no valid replacement for {chosen.gap.bookie} in fragment "
                     f"{chosen.gap.first_entry}: {chosen.reason}"
                 )
+                # Said once per ledger and reason: passes repeat every poll interval.
+                said = self.last_problem.get(ledger_id) == reason
                 self.last_problem[ledger_id] = reason
-                log.warning(
+                (log.debug if said else log.warning)(
                     "rereplication_no_replacement",
                     ledger_id=ledger_id,
                     bookie_id=str(chosen.gap.bookie),

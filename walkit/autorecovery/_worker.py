@@ -19,7 +19,7 @@ from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.errors import WalkitError
-from walkit.metadata import UnderreplicationManager, WatchEvent
+from walkit.metadata import UnderreplicationManager, WatchEvent, watch_bookies
 
 if TYPE_CHECKING:
     from walkit.client import Client
@@ -63,6 +63,8 @@ class ReplicationWorker:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._follow, self.urm.watch())
             nursery.start_soon(self._follow, self.urm.watch_settings())
+            # A bookie joining may be the replacement a marked ledger was waiting for.
+            nursery.start_soon(self._follow, watch_bookies(self.urm.store))
             task_status.started()
             while True:
                 self._wake = trio.Event()
@@ -96,7 +98,8 @@ class ReplicationWorker:
             try:
                 outcome = await self.healer.heal(ledger_id)
             except WalkitError as exc:
-                log.warning(
+                said = self.healer.last_problem.get(ledger_id) == str(exc)
+                (log.debug if said else log.warning)(
                     "rereplication_failed", worker=self.name, ledger_id=ledger_id, error=str(exc)
                 )
                 self.healer.last_problem[ledger_id] = str(exc)
