@@ -3,13 +3,14 @@
 Each entry is read from another bookie of its write set (in the placement policy's read
 order), its digest checked, and the exact stored bytes are sent to the replacement as a
 recovery add, which a bookie treats as idempotent: the same bytes again are accepted, other
-bytes are refused (ENTRY_EXISTS). A window of entries is in flight; a token bucket keeps the
-rate under the entries/s and bytes/s limits.
+bytes are refused (ENTRY_EXISTS). Adds go out in entry order on one connection: a bookie takes
+an add above the highest entry it has without looking on disk, while one below it (out of order)
+costs a lookup. A token bucket keeps the rate under the entries/s and bytes/s limits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import final
 
 import trio
@@ -20,7 +21,7 @@ from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.rate_limit import TokenBucket
 from walkit._core.rereplication import FragmentGap
 from walkit._core.types import BookieId
-from walkit._core.wire import AddFlag, AddRequest, ReadRequest, ReadResponse, StatusCode
+from walkit._core.wire import AddFlag, ReadRequest, ReadResponse, Response, StatusCode
 from walkit._logging import get_logger
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.errors import DigestMismatchError, RereplicationError, WalkitError
@@ -91,24 +92,62 @@ async def _read_packet(
     )
 
 
-async def _write_packet(
-    core: ClientCore, md: LedgerMetadata, target: BookieId, entry_id: int, key: bytes, packet: bytes
+@final
+class _Acks:
+    """Answers to one chunk of recovery adds (``tag`` is the entry id)."""
+
+    def __init__(self, expected: int) -> None:
+        self.left = expected
+        self.problems: list[str] = []
+        self.done = trio.Event()
+        if expected == 0:
+            self.done.set()
+
+    def _count(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.done.set()
+
+    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
+        if status != StatusCode.OK:
+            try:
+                name = StatusCode(status).name
+            except ValueError:
+                name = str(status)
+            self.problems.append(f"entry {tag}: {name}")
+        self._count()
+
+    def on_error(self, tag: int, error: WalkitError) -> None:
+        self.problems.append(f"entry {tag}: {error}")
+        self._count()
+
+
+async def _write_chunk(
+    core: ClientCore,
+    md: LedgerMetadata,
+    target: BookieId,
+    key: bytes,
+    chunk: list[tuple[int, bytes]],
 ) -> None:
-    try:
-        answer = await core.call(
-            target,
-            lambda rid: AddRequest(rid, md.ledger_id, entry_id, key, packet, AddFlag.RECOVERY),
-            core.options.add_timeout,
-        )
-    except WalkitError as exc:
+    """Send a chunk of recovery adds in entry order on one connection (so the bookie sees
+    them in order, its fast path) and wait for every answer."""
+    acks = _Acks(len(chunk))
+    conn = core.pool.get(target)
+    conn.send_adds(
+        md.ledger_id,
+        key,
+        chunk,
+        acks,
+        core.options.add_timeout,
+        trio.current_time(),
+        AddFlag.RECOVERY,
+    )
+    await acks.done.wait()
+    if acks.problems:
         core.pool.record_failure(target)
         raise RereplicationError(
-            f"ledger {md.ledger_id}: could not write entry {entry_id} to {target}: {exc}"
-        ) from exc
-    if answer.status != StatusCode.OK:
-        name = StatusCode(answer.status).name
-        raise RereplicationError(
-            f"ledger {md.ledger_id}: {target} refused entry {entry_id} ({name})"
+            f"ledger {md.ledger_id}: {target} did not store "
+            f"{len(acks.problems)} of {len(chunk)} entries ({'; '.join(acks.problems[:3])})"
         )
 
 
@@ -128,35 +167,56 @@ async def copy_fragment(
 ) -> int:
     """Copy every entry ``gap`` covers to ``target``; return how many were copied.
 
+    Entries go in chunks of ``window``: a chunk's reads run at once (from any surviving
+    replica), then its writes go out in entry order, pipelined, while the next chunk is read.
     ``skip``: bookies not to read from (the lost ones). ``progress(entries, bytes)`` is called
-    after each entry. Raises RereplicationError (the first failure; the rest are cancelled).
+    after each chunk. Raises RereplicationError.
     """
-    entries: Iterator[int] = gap.entries(md.ensemble_size, md.write_quorum)
-    copied = 0
+    ids = list(gap.entries(md.ensemble_size, md.write_quorum))
+    size = max(1, window)
+    chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
     failure: list[WalkitError] = []
 
-    async def run(cancel: trio.CancelScope) -> None:
-        nonlocal copied
-        for entry_id in entries:  # shared by every task: each takes the next entry
-            await limiter.entries()
+    async def read_chunk(chunk: list[int], into: dict[int, bytes]) -> None:
+        await limiter.entries(len(chunk))
+
+        async def one(entry_id: int) -> None:
             try:
-                packet = await _read_packet(core, md, gap, entry_id, digests, skip)
-                await limiter.bytes(len(packet))
-                await _write_packet(core, md, target, entry_id, key, packet)
+                into[entry_id] = await _read_packet(core, md, gap, entry_id, digests, skip)
             except WalkitError as exc:
                 failure.append(exc)
-                cancel.cancel()
-                return
-            copied += 1
-            metrics.copied(1, len(packet))
-            if progress is not None:
-                progress(1, len(packet))
 
-    async with trio.open_nursery() as nursery:
-        for _ in range(max(1, window)):
-            nursery.start_soon(run, nursery.cancel_scope)
-    if failure:
-        raise failure[0]
+        async with trio.open_nursery() as nursery:
+            for entry_id in chunk:
+                nursery.start_soon(one, entry_id)
+
+    async def write_chunk(chunk: list[int], packets: dict[int, bytes]) -> None:
+        try:
+            await _write_chunk(core, md, target, key, [(e, packets[e]) for e in chunk])
+        except WalkitError as exc:
+            failure.append(exc)
+
+    copied = 0
+    packets: dict[int, bytes] = {}
+    if chunks:
+        await read_chunk(chunks[0], packets)
+    for index, chunk in enumerate(chunks):
+        if failure:
+            raise failure[0]
+        size_bytes = sum(len(packets[e]) for e in chunk)
+        await limiter.bytes(size_bytes)
+        upcoming: dict[int, bytes] = {}
+        async with trio.open_nursery() as nursery:
+            if index + 1 < len(chunks):
+                nursery.start_soon(read_chunk, chunks[index + 1], upcoming)
+            nursery.start_soon(write_chunk, chunk, packets)
+        if failure:
+            raise failure[0]
+        copied += len(chunk)
+        metrics.copied(len(chunk), size_bytes)
+        if progress is not None:
+            progress(len(chunk), size_bytes)
+        packets = upcoming
     log.debug(
         "fragment_copied",
         ledger_id=md.ledger_id,

@@ -70,8 +70,8 @@ class AutorecoveryOptions:
     poll_interval: float = attrs.field(default=10.0, validator=_positive)
     check_interval: float = attrs.field(default=3600.0, validator=_positive)
     check_entries: bool = True
-    entries_per_second: float | None = attrs.field(default=20_000, converter=_rate)
-    bytes_per_second: float | None = attrs.field(default=64 * 1024 * 1024, converter=_rate)
+    entries_per_second: float | None = attrs.field(default=5_000, converter=_rate)
+    bytes_per_second: float | None = attrs.field(default=16 * 1024 * 1024, converter=_rate)
     window: int = attrs.field(default=64, validator=_positive)
     election_lease: float = attrs.field(default=5.0, validator=_positive)
     passwords: tuple[bytes, ...] = attrs.field(default=(), converter=_passwords)
