@@ -7,9 +7,11 @@ import pytest
 from tests.placement._placement_util import cluster
 from walkit import BookieId
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
+from walkit._core.rate_limit import TokenBucket, check_rate
 from walkit._core.rereplication import (
     Action,
     FragmentGap,
+    LostBookies,
     NoReplacement,
     choose_replacements,
     fragment_ranges,
@@ -18,7 +20,7 @@ from walkit._core.rereplication import (
     next_action,
     with_replacements,
 )
-from walkit.errors import InvalidMetadataError
+from walkit.errors import InvalidArgumentError, InvalidMetadataError
 from walkit.placement import (
     DefaultEnsemblePlacementPolicy,
     RackawareEnsemblePlacementPolicy,
@@ -140,3 +142,34 @@ def test_rack_awareness_is_kept() -> None:
     outcome = choose_replacements(strict, md, gaps_for(md, {b(2)}))
     assert isinstance(outcome, NoReplacement)
     assert "rack" in outcome.reason.lower()
+
+
+def test_lost_bookies_due_at_their_deadline() -> None:
+    lost = LostBookies()
+    lost.update({b(1)}, {b(2)}, now=1.502)
+    assert lost.due(2.0, 1.0) == set()
+    # The simulation found this: woken exactly at the deadline, where (t + d) - t < d in
+    # floating point, the bookie must be due (or the auditor spins at that instant).
+    deadline = lost.next_deadline(2.0, 1.0)
+    assert deadline == 1.502 + 1.0
+    assert lost.due(deadline, 1.0) == {b(2)}
+    assert lost.next_deadline(deadline, 1.0) is None
+    # Seen gone again later: the first time stands. Registered again: forgotten.
+    lost.update({b(1)}, {b(2), b(3)}, now=5.0)
+    assert lost.since == {b(2): 1.502, b(3): 5.0}
+    lost.update({b(1), b(2)}, set(), now=6.0)
+    assert lost.since == {b(3): 5.0}
+    assert lost.due(6.0, 0) == {b(3)}
+
+
+def test_token_bucket() -> None:
+    assert TokenBucket(None).reserve(10**9, 0.0) == 0.0
+    bucket = TokenBucket(100.0)  # 100/s, one second's burst
+    assert bucket.reserve(100, 0.0) == 0.0
+    assert bucket.reserve(50, 0.0) == pytest.approx(0.5)  # in debt: wait half a second
+    assert bucket.reserve(50, 1.0) == pytest.approx(0.0)  # refilled 100, owed 50, took 50
+    assert bucket.reserve(1000, 1.0) == pytest.approx(10.0)  # a large item passes, later
+    assert check_rate(0, "x") is None and check_rate(None, "x") is None
+    for bad in (-1, float("inf"), "fast", True):
+        with pytest.raises(InvalidArgumentError):
+            check_rate(bad, "x")

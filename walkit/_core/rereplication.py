@@ -216,9 +216,12 @@ class LostBookies:
                 self.since.setdefault(bookie, now)
 
     def due(self, now: float, delay: float) -> set[BookieId]:
-        return {b for b, t in self.since.items() if now - t >= delay}
+        # Compared as deadlines (``t + delay``), exactly as next_deadline computes them: a
+        # caller woken at the deadline must find the bookie due (``now - t`` may round below
+        # ``delay`` and spin the caller at that instant for ever).
+        return {b for b, t in self.since.items() if now >= t + delay}
 
     def next_deadline(self, now: float, delay: float) -> float | None:
         """The earliest time a bookie not yet due becomes due (None if none is waiting)."""
-        waiting = [t + delay for t in self.since.values() if now - t < delay]
+        waiting = [t + delay for t in self.since.values() if now < t + delay]
         return min(waiting) if waiting else None
