@@ -42,7 +42,8 @@ class GcReport:
 
     #: "minor", "major" or None (no compaction, only removal of empty entry logs).
     compaction: str | None
-    #: Ledgers forgotten because the metadata store no longer has them.
+    #: Ledgers forgotten because the metadata store no longer has them (or, with
+    #: autorecovery, they are closed and no longer list this bookie).
     ledgers_deleted: list[int] = attrs.field(factory=list)
     #: Why the ledger part was skipped (None: it ran).
     skipped: str | None = None
@@ -177,3 +178,12 @@ class GarbageCollector:
             report.ledgers_deleted = gone
             self.ledgers_deleted += len(gone)
             log.info("gc_ledgers_deleted", count=len(gone), first=gone[0], last=gone[-1])
+        if self._config.autorecovery and self._bookie.bookie_id is not None:
+            # Closed ledgers rereplicated away from this bookie (walkit.autorecovery).
+            from walkit.autorecovery import collect_overreplicated
+
+            extra = await collect_overreplicated(
+                store, self._bookie.bookie_id, known - set(gone), self._bookie.forget_ledgers
+            )
+            report.ledgers_deleted += extra
+            self.ledgers_deleted += len(extra)

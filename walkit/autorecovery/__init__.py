@@ -17,6 +17,7 @@ from walkit.autorecovery._auditor import Auditor
 from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.autorecovery._overreplicated import collect_overreplicated
 from walkit.autorecovery._recover import (
     RecoveryReport,
     decommission_bookie,
@@ -41,6 +42,7 @@ __all__ = [
     "ReplicationWorker",
     "UnderreplicatedLedger",
     "UnderreplicationManager",
+    "collect_overreplicated",
     "decommission_bookie",
     "ledgers_listing",
     "recover_bookie",
