@@ -62,5 +62,11 @@ async def run_bookie_autorecovery(
                 )
         except WalkitError as exc:
             log.warning("autorecovery_stopped", bookie_id=str(bookie_id), error=str(exc))
+        except Exception as exc:  # a bug here must not take the bookie down with it
+            log.error(
+                "autorecovery_crashed",
+                bookie_id=str(bookie_id),
+                error=f"{type(exc).__name__}: {exc}",
+            )
         registry = None  # the metrics stay registered from the first run
         await trio.sleep(RESTART_DELAY)
