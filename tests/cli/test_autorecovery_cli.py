@@ -21,7 +21,7 @@ from walkit.metadata import UnderreplicationManager, open_metadata_store, read_c
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
     root = tmp_path_factory.mktemp("autorecovery-cli")
     with process_cluster(
-        f"sqlite:///{root / 'metadata.db'}", root, 5, extra_args=["--no-autorecovery"]
+        f"sqlite:///{root / 'metadata.db'}", root, 6, extra_args=["--no-autorecovery"]
     ) as c:
         yield c
 
@@ -154,3 +154,57 @@ def test_bad_arguments(cluster: ProcessCluster, tmp_path: Path) -> None:
     result = walkit("recover", "127.0.0.1:1", "--metadata", url, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["ledgers"] == 0
+
+
+def test_recover_killed_while_copying_then_finished(cluster: ProcessCluster) -> None:
+    """`walkit recover` SIGKILLed mid-copy: its lock goes with its metadata session, the
+    ledger stays marked, and the next run finishes the job."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    url = cluster.metadata_url
+    written = write(url, 1, 200)
+    (lid,) = written
+    victim = cluster.by_address(sorted(ensembles(url, [lid])[lid])[0])
+    victim.kill()
+    slow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "walkit.cli",
+            "recover",
+            str(victim.address),
+            "--password",
+            "pw",
+            "--entries-per-second",
+            "20",
+            "--metadata",
+            url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, WALKIT_METADATA=""),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it holds the lock (it is copying)
+            rows = json.loads(walkit("underreplicated", "--metadata", url, "--json").stdout)
+            if any(r["ledger_id"] == lid and r["locked_by"] == "walkit recover" for r in rows):
+                break
+            if slow.poll() is not None:
+                raise AssertionError(slow.communicate()[0])
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        slow.kill()
+    finally:
+        slow.kill()
+        slow.wait(timeout=30)
+    rows = json.loads(walkit("underreplicated", "--metadata", url, "--json").stdout)
+    assert [r["ledger_id"] for r in rows] == [lid]  # still marked
+    done = walkit("recover", str(victim.address), "--password", "pw", "--metadata", url, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr  # waits for the dead lock to expire
+    assert json.loads(done.stdout)["healed"] >= 1
+    assert victim.address not in ensembles(url, [lid])[lid]
+    read_back(url, written)
