@@ -164,11 +164,15 @@ def test_lost_bookies_due_at_their_deadline() -> None:
 
 def test_token_bucket() -> None:
     assert TokenBucket(None).reserve(10**9, 0.0) == 0.0
-    bucket = TokenBucket(100.0)  # 100/s, one second's burst
+    bucket = TokenBucket(100.0, burst=100.0)  # 100/s, one second's burst
     assert bucket.reserve(100, 0.0) == 0.0
     assert bucket.reserve(50, 0.0) == pytest.approx(0.5)  # in debt: wait half a second
     assert bucket.reserve(50, 1.0) == pytest.approx(0.0)  # refilled 100, owed 50, took 50
     assert bucket.reserve(1000, 1.0) == pytest.approx(10.0)  # a large item passes, later
+    # By default a tenth of a second's worth is saved up.
+    small = TokenBucket(100.0)
+    assert small.reserve(10, 0.0) == 0.0
+    assert small.reserve(10, 0.0) == pytest.approx(0.1)
     assert check_rate(0, "x") is None and check_rate(None, "x") is None
     for bad in (-1, float("inf"), "fast", True):
         with pytest.raises(InvalidArgumentError):

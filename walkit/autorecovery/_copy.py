@@ -50,6 +50,16 @@ class RateLimiter:
         if delay > 0:
             await trio.sleep(delay)
 
+    def chunk_entries(self, window: int, average_size: float | None) -> int:
+        """Entries to send at once: ``window``, fewer under a bytes/s limit so a chunk is no
+        bigger than the bucket's burst (a big chunk is one big journal write on the target,
+        which delays the foreground adds that share its fsync)."""
+        window = max(1, window)
+        burst = self._bytes.burst if self._bytes.rate is not None else None
+        if burst is None or not average_size:
+            return window
+        return max(1, min(window, int(burst // average_size)))
+
 
 async def _read_packet(
     core: ClientCore,
@@ -167,14 +177,24 @@ async def copy_fragment(
 ) -> int:
     """Copy every entry ``gap`` covers to ``target``; return how many were copied.
 
-    Entries go in chunks of ``window``: a chunk's reads run at once (from any surviving
-    replica), then its writes go out in entry order, pipelined, while the next chunk is read.
+    Entries go in chunks of ``window`` (fewer under a bytes/s limit): a chunk's reads run at
+    once (from any surviving replica), then its writes go out in entry order, pipelined, while
+    the next chunk is read.
     ``skip``: bookies not to read from (the lost ones). ``progress(entries, bytes)`` is called
     after each chunk. Raises RereplicationError.
     """
     ids = list(gap.entries(md.ensemble_size, md.write_quorum))
-    size = max(1, window)
-    chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
+    position = 0
+    seen = [0, 0]  # entries and bytes read so far (for the chunk size under a bytes limit)
+
+    def next_chunk() -> list[int]:
+        nonlocal position
+        average = seen[1] / seen[0] if seen[0] else None
+        count = limiter.chunk_entries(window, average)
+        chunk = ids[position : position + count]
+        position += len(chunk)
+        return chunk
+
     failure: list[WalkitError] = []
 
     async def read_chunk(chunk: list[int], into: dict[int, bytes]) -> None:
@@ -182,9 +202,13 @@ async def copy_fragment(
 
         async def one(entry_id: int) -> None:
             try:
-                into[entry_id] = await _read_packet(core, md, gap, entry_id, digests, skip)
+                packet = await _read_packet(core, md, gap, entry_id, digests, skip)
             except WalkitError as exc:
                 failure.append(exc)
+                return
+            into[entry_id] = packet
+            seen[0] += 1
+            seen[1] += len(packet)
 
         async with trio.open_nursery() as nursery:
             for entry_id in chunk:
@@ -198,17 +222,19 @@ async def copy_fragment(
 
     copied = 0
     packets: dict[int, bytes] = {}
-    if chunks:
-        await read_chunk(chunks[0], packets)
-    for index, chunk in enumerate(chunks):
+    chunk = next_chunk()
+    if chunk:
+        await read_chunk(chunk, packets)
+    while chunk:
         if failure:
             raise failure[0]
         size_bytes = sum(len(packets[e]) for e in chunk)
         await limiter.bytes(size_bytes)
         upcoming: dict[int, bytes] = {}
+        following = next_chunk()
         async with trio.open_nursery() as nursery:
-            if index + 1 < len(chunks):
-                nursery.start_soon(read_chunk, chunks[index + 1], upcoming)
+            if following:
+                nursery.start_soon(read_chunk, following, upcoming)
             nursery.start_soon(write_chunk, chunk, packets)
         if failure:
             raise failure[0]
@@ -216,7 +242,7 @@ async def copy_fragment(
         metrics.copied(len(chunk), size_bytes)
         if progress is not None:
             progress(len(chunk), size_bytes)
-        packets = upcoming
+        chunk, packets = following, upcoming
     log.debug(
         "fragment_copied",
         ledger_id=md.ledger_id,

@@ -78,9 +78,11 @@ async def recover_bookie(
     on_ledger: Callable[[int, int, int], None] | None = None,
     on_entry: Callable[[int, int], None] | None = None,
     lock_wait: float = 60.0,
+    parallel: int = 4,
 ) -> RecoveryReport:
     """Replace ``bookie`` in every ledger that lists it, now, in this task.
 
+    ``parallel`` ledgers are healed at once (the rate limits hold for all of them together).
     ``on_ledger(done, total, ledger_id)`` and ``on_entry(entries, bytes)`` report progress.
     Open ledgers are recovered (fenced and closed) at once: an operator asked for it.
     """
@@ -94,21 +96,40 @@ async def recover_bookie(
     for ledger_id in report.ledgers:
         await urm.mark(ledger_id, [bookie])
     total = len(report.ledgers)
-    for done, ledger_id in enumerate(report.ledgers, 1):
-        try:
-            outcome = await _heal_locked(healer, urm, ledger_id, owner, on_entry, lock_wait)
-        except WalkitError as exc:
-            report.failed[ledger_id] = str(exc)
-        else:
-            if outcome is HealOutcome.NO_REPLACEMENT:
-                report.failed[ledger_id] = healer.last_problem.get(ledger_id, "no replacement")
+    done = 0
+    slots = trio.Semaphore(max(1, parallel))
+
+    async def heal_one(ledger_id: int) -> None:
+        nonlocal done
+        async with slots:
+            try:
+                outcome = await _heal_locked(healer, urm, ledger_id, owner, on_entry, lock_wait)
+            except WalkitError as exc:
+                report.failed[ledger_id] = str(exc)
             else:
-                report.healed.append(ledger_id)
-        if on_ledger is not None:
-            on_ledger(done, total, ledger_id)
+                if outcome is HealOutcome.NO_REPLACEMENT:
+                    report.failed[ledger_id] = healer.last_problem.get(ledger_id, "no replacement")
+                else:
+                    report.healed.append(ledger_id)
+            done += 1
+            if on_ledger is not None:
+                on_ledger(done, total, ledger_id)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for ledger_id in report.ledgers:
+                nursery.start_soon(heal_one, ledger_id)
+    except BaseExceptionGroup as group:  # no group escapes a public call: its first leaf
+        raise _first_leaf(group) from None
+    report.healed.sort()
     report.entries = metrics.entries_copied
     report.bytes = metrics.bytes_copied
     return report
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def _heal_locked(
