@@ -146,6 +146,9 @@ def test_bad_arguments(cluster: ProcessCluster, tmp_path: Path) -> None:
         ["recover", "127.0.0.1:99999"],
         ["bookie", "decommission"],
         ["bookie", "explode", "127.0.0.1:1"],
+        ["recover", "127.0.0.1:1", "--entries-per-second", "-5"],
+        ["recover", "127.0.0.1:1", "--bytes-per-second", "lots"],
+        ["recover", "127.0.0.1:1", "--bytes-per-second", "inf"],
     ):
         result = walkit(*args, "--metadata", url)
         assert result.returncode == 2, args

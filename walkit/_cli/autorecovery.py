@@ -36,6 +36,17 @@ def delay_arg(text: str) -> float:
         ) from None
 
 
+def rate_arg(text: str) -> float:
+    from walkit._core.rate_limit import check_rate
+
+    try:
+        return check_rate(float(text), "rate") or 0.0
+    except (ValueError, InvalidArgumentError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a rate (a number >= 0; 0: no limit)"
+        ) from None
+
+
 def add_parsers(sub: Any, with_metadata: Any) -> None:
     """Register the commands under the ``walkit`` command's subparsers."""
     with_metadata(sub.add_parser("underreplicated", help="list ledgers marked under-replicated"))
@@ -50,10 +61,10 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
             "logs are always tried)",
         )
         p.add_argument(
-            "--entries-per-second", type=float, default=None, help="copy rate limit (0: none)"
+            "--entries-per-second", type=rate_arg, default=None, help="copy rate limit (0: none)"
         )
         p.add_argument(
-            "--bytes-per-second", type=float, default=None, help="copy rate limit (0: none)"
+            "--bytes-per-second", type=rate_arg, default=None, help="copy rate limit (0: none)"
         )
         return p
 
