@@ -300,3 +300,29 @@ async def test_log_ledgers_with_mac_digests_and_metrics(memory_url: str, tmp_pat
                     if len(got) == len(records):
                         break
             assert got == records
+
+
+async def test_periodic_check_finds_a_copy_missing_on_a_live_bookie(
+    memory_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            written = await write_ledgers(client, 2, 25)
+            lid = next(iter(written))
+            emptied = (await client.ledger_metadata(lid)).fragments[0][1][2]
+            # The bookie keeps running under the same address but lost the ledger (a wiped
+            # disk restored from an old backup, say).
+            await bookies.objects[bookies.index_of(emptied)].forget_ledgers([lid])
+            auditor = Auditor(client, name="a", options=FAST, rng=random.Random(4))
+            registered = set(bookies.ids.values())
+            assert await auditor.check(registered, set(), entries=False) == 0
+            assert await auditor.check(registered, set(), entries=True) == 1
+            urm = UnderreplicationManager(client.metadata_store)
+            found = await urm.read(lid)
+            assert found is not None and found[0].missing == (emptied,)
+            worker = ReplicationWorker(client, name="w", options=FAST, rng=random.Random(6))
+            assert await worker.run_once() == 1
+            assert emptied not in (await client.ledger_metadata(lid)).all_bookies()
+            # Nothing is missing any more.
+            assert await auditor.check(registered, set(), entries=True) == 0
+            await read_all(client, written)

@@ -60,12 +60,13 @@ class Auditor:
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
         self.urm = UnderreplicationManager(client.metadata_store)
+        self.rng = rng or random.Random()
         self.election = LeaderElection(
             client.url,
             AUDITOR_PATH,
             advertise=name,
             lease_timeout=self.options.election_lease,
-            rng=rng or random.Random(),
+            rng=self.rng,
             store_options=store_options,
         )
         self.lost = LostBookies()
@@ -171,7 +172,13 @@ class Auditor:
             self.lost.update(registered, gone, now)
             to_mark = gone & due
             if entries and md.state is LedgerState.CLOSED:
-                to_mark |= await bookies_missing_entries(core, md, listed & registered)
+                to_mark |= await bookies_missing_entries(
+                    core,
+                    md,
+                    listed & registered,
+                    samples=self.options.check_samples,
+                    rng=self.rng,
+                )
             if to_mark and await self.urm.mark(ledger_id, to_mark):
                 marked += 1
         self.checks += 1

@@ -1,13 +1,14 @@
 """Finding copies missing on live bookies (BookKeeper's LedgerChecker).
 
 For each fragment of a closed ledger, each bookie of its ensemble is asked for the first and
-the last entry it should hold there. A bookie that answers "no such entry" or "no such ledger"
+the last entry it should hold there, and for a few more picked at random (``samples``). A bookie that answers "no such entry" or "no such ledger"
 lost its copy (a wiped disk under the same address, a bad restore) and is reported; one that
 does not answer is left to the registration check (it is down, not empty).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -31,15 +32,23 @@ _MISSING = (StatusCode.NO_SUCH_ENTRY, StatusCode.NO_SUCH_LEDGER)
 
 
 async def bookies_missing_entries(
-    core: ClientCore, md: LedgerMetadata, live: Collection[BookieId]
+    core: ClientCore,
+    md: LedgerMetadata,
+    live: Collection[BookieId],
+    *,
+    samples: int = 0,
+    rng: random.Random | None = None,
 ) -> set[BookieId]:
-    """The live bookies of closed ledger ``md`` that lack an entry they should hold."""
+    """The live bookies of closed ledger ``md`` that lack an entry they should hold (probing
+    the first, the last and ``samples`` random entries of each fragment on each bookie)."""
     missing: set[BookieId] = set()
     probes: list[tuple[BookieId, int]] = []
     for gap in gaps_for(md, set(live) & md.all_bookies()):
         entries = list(gap.entries(md.ensemble_size, md.write_quorum))
-        for entry_id in {entries[0], entries[-1]} if entries else ():
-            probes.append((gap.bookie, entry_id))
+        chosen = {entries[0], entries[-1]} if entries else set()
+        if samples > 0 and rng is not None and len(entries) > 2:
+            chosen.update(rng.sample(entries[1:-1], min(samples, len(entries) - 2)))
+        probes.extend((gap.bookie, entry_id) for entry_id in sorted(chosen))
 
     async def probe(bookie: BookieId, entry_id: int) -> None:
         try:

@@ -58,7 +58,8 @@ class AutorecoveryOptions:
       when one is added).
     - ``check_interval``: the auditor's periodic check of every ledger (seconds).
     - ``check_entries``: the periodic check also asks live bookies for the first and last entry
-      of each fragment they should hold (BookKeeper's LedgerChecker).
+      of each fragment they should hold (BookKeeper's LedgerChecker), and ``check_samples``
+      more entries picked at random.
     - ``entries_per_second`` / ``bytes_per_second``: copy rate limits per worker (None or 0:
       no limit).
     - ``window``: entries copied at once.
@@ -70,6 +71,7 @@ class AutorecoveryOptions:
     poll_interval: float = attrs.field(default=10.0, validator=_positive)
     check_interval: float = attrs.field(default=3600.0, validator=_positive)
     check_entries: bool = True
+    check_samples: int = attrs.field(default=2, validator=_non_negative)
     entries_per_second: float | None = attrs.field(default=5_000, converter=_rate)
     bytes_per_second: float | None = attrs.field(default=16 * 1024 * 1024, converter=_rate)
     window: int = attrs.field(default=64, validator=_positive)
