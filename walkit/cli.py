@@ -9,6 +9,8 @@
     walkit log list | log show NAME | log tail NAME [--from POS] [--follow]
     walkit log retain NAME [--records N] [--bytes N] [--age S] [--dry-run]
     walkit log delete NAME [--yes] | log gc [NAME] [--grace S] [--dry-run]
+    walkit underreplicated | recover BOOKIE | bookie decommission BOOKIE
+    walkit autorecovery status | enable | disable | delay SECONDS
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
 Logs go to stderr: WARNING and above by default; ``--log-level`` and ``--log-format`` (before or
@@ -203,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     from walkit._cli import bench as bench_cli
 
     bench_cli.add_parser(sub, with_metadata, _positive)
+
+    from walkit._cli import autorecovery as autorecovery_cli
+
+    autorecovery_cli.add_parsers(sub, with_metadata)
     return parser
 
 
@@ -242,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             from walkit._cli import log as log_cli
 
             handler = log_cli.handler(args)
+        elif args.command in ("underreplicated", "recover", "bookie", "autorecovery"):
+            from walkit._cli import autorecovery as autorecovery_cli
+
+            handler = autorecovery_cli.handler(args)
         else:
             handler = handlers[args.command]
         command = functools.partial(handler, url, args, sys.stdout)

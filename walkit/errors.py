@@ -264,6 +264,11 @@ class DuplicateRecordError(WalkitError):
         self.position = position
 
 
+class RereplicationError(LedgerRecoveryError):
+    """A ledger could not be healed this time (no surviving copy reachable, no valid
+    replacement bookie, unknown password); its under-replication marker stays."""
+
+
 @functools.cache
 def _by_code() -> dict[int, type[WalkitError]]:
     table: dict[int, type[WalkitError]] = {}

@@ -191,6 +191,12 @@ class BookieConfig:
     tls_ca: str | None = attrs.field(default=None, converter=_optional_path)
     #: Ask clients for a certificate: "none", "optional" (checked if given) or "require".
     tls_client_auth: str = "none"
+    #: Run an autorecovery auditor candidate and replication worker (docs/autorecovery.md).
+    #: ``walkit-bookie`` turns it on unless ``--no-autorecovery``; an embedded Bookie opts in.
+    autorecovery: bool = False
+    #: Seconds a bookie stays unregistered before its ledgers are marked (stored in the
+    #: metadata by the first bookie; ``walkit autorecovery delay`` changes it at run time).
+    lost_bookie_delay: float = attrs.field(default=30.0, validator=_non_negative)
 
     def tls_server_context(self) -> ssl.SSLContext | None:
         """The TLS context to serve with (None: plain TCP). Reads the files: raises

@@ -272,6 +272,18 @@ def build_parser() -> argparse.ArgumentParser:
         "partial frame over 64KiB gets TOO_MANY_REQUESTS and is closed (default 256MiB)",
     )
     p.add_argument(
+        "--lost-bookie-delay",
+        type=_non_negative_float,
+        metavar="SECONDS",
+        help="autorecovery: seconds a bookie must stay gone before its ledgers are rereplicated "
+        "(default 30; stored cluster-wide by the first bookie, see `walkit autorecovery delay`)",
+    )
+    p.add_argument(
+        "--no-autorecovery",
+        action="store_true",
+        help="run no autorecovery auditor or replication worker in this bookie",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -327,10 +339,12 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("max_connections", "max_connections"),
         ("max_requests_per_connection", "max_requests_per_connection"),
         ("max_partial_frame_bytes", "max_partial_frame_bytes"),
+        ("lost_bookie_delay", "lost_bookie_delay"),
     ):
         value = getattr(args, arg)
         if value is not None:
             options[field] = value
+    options["autorecovery"] = not args.no_autorecovery
     return BookieConfig(**options)
 
 

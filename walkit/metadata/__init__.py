@@ -35,6 +35,11 @@ from walkit.metadata._store import (
     WatchEvent,
     WatchEventKind,
 )
+from walkit.metadata._underreplication import (
+    AutorecoverySettings,
+    UnderreplicatedLedger,
+    UnderreplicationManager,
+)
 from walkit.metadata._watch import WatchStream
 
 __all__ = [
@@ -45,10 +50,13 @@ __all__ = [
     "LEDGERS_PATH",
     "LOGS_PATH",
     "MAX_VALUE_SIZE",
+    "AutorecoverySettings",
     "BookieList",
     "LedgerManager",
     "MemoryMetadataStore",
     "MetadataStore",
+    "UnderreplicatedLedger",
+    "UnderreplicationManager",
     "Versioned",
     "WatchEvent",
     "WatchEventKind",

@@ -97,6 +97,7 @@ class Bookie:
             instance_id=lambda: (
                 None if self._registration is None else self._registration.instance_id
             ),
+            bookie_id=lambda: self.bookie_id,
         )
         #: The prometheus registry the bookie's metrics are collected into.
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -213,6 +214,19 @@ class Bookie:
             if self.admin_address is not None:
                 self._registration.info["http_port"] = self.admin_address[1]
             await nursery.start(self._registration.run, bookie_id, self._mode_source)
+        if config.autorecovery and self._metadata is not None:
+            from walkit.autorecovery import run_bookie_autorecovery
+
+            nursery.start_soon(
+                functools.partial(
+                    run_bookie_autorecovery,
+                    self._metadata.url,
+                    bookie_id,
+                    lost_bookie_delay=config.lost_bookie_delay,
+                    tls_files=(config.tls_cert, config.tls_key, config.tls_ca),
+                    registry=self.registry,
+                )
+            )
         self._ready.set()
         log.info(
             "bookie_started",

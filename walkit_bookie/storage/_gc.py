@@ -22,6 +22,7 @@ from typing import Any, final
 import attrs
 import trio
 
+from walkit._core.types import BookieId
 from walkit._logging import get_logger
 from walkit.errors import WalkitError
 from walkit.metadata import INSTANCE_ID_PATH, LedgerManager, MetadataStore
@@ -41,7 +42,8 @@ class GcReport:
 
     #: "minor", "major" or None (no compaction, only removal of empty entry logs).
     compaction: str | None
-    #: Ledgers forgotten because the metadata store no longer has them.
+    #: Ledgers forgotten because the metadata store no longer has them (or, with
+    #: autorecovery, they are closed and no longer list this bookie).
     ledgers_deleted: list[int] = attrs.field(factory=list)
     #: Why the ledger part was skipped (None: it ran).
     skipped: str | None = None
@@ -62,7 +64,8 @@ class GarbageCollector:
 
     ``ledger_ids()`` lists the ledgers the bookie holds state for, ``forget(ids)`` drops
     ledgers from it and from ``storage``; ``store()`` and ``instance_id()`` give the metadata
-    session (None: no ledger part in a round).
+    session (None: no ledger part in a round), ``bookie_id()`` this bookie's id once it serves
+    (for the cleanup of ledgers rereplicated away from it).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class GarbageCollector:
         forget: Callable[[list[int]], Awaitable[None]],
         store: Callable[[], MetadataStore | None],
         instance_id: Callable[[], str | None],
+        bookie_id: Callable[[], BookieId | None] = lambda: None,
     ) -> None:
         self._config = config
         self._storage = storage
@@ -81,6 +85,7 @@ class GarbageCollector:
         self._forget = forget
         self._store = store
         self._instance_id = instance_id
+        self._bookie_id = bookie_id
         self._lock = trio.Lock()
         self.rounds = 0
         self.skipped = 0
@@ -187,3 +192,11 @@ class GarbageCollector:
             report.ledgers_deleted = gone
             self.ledgers_deleted += len(gone)
             log.info("gc_ledgers_deleted", count=len(gone), first=gone[0], last=gone[-1])
+        bookie_id = self._bookie_id()
+        if self._config.autorecovery and bookie_id is not None:
+            # Closed ledgers rereplicated away from this bookie (walkit.autorecovery).
+            from walkit.autorecovery import collect_overreplicated
+
+            extra = await collect_overreplicated(store, bookie_id, known - set(gone), self._forget)
+            report.ledgers_deleted += extra
+            self.ledgers_deleted += len(extra)

@@ -1,0 +1,180 @@
+"""Benchmark rereplication: time to heal after a bookie loss, and foreground appends meanwhile.
+
+Five ``walkit-bookie`` processes (``--no-autorecovery``: this process does the healing, so it
+can time it) on sqlite metadata under ``--dir``. ``--mib`` MiB of 64 KiB entries are written
+across ``--ledgers`` ledgers (E=Qw=3, Qa=2). Then, twice:
+
+1. a foreground writer appends 1 KiB entries, one at a time, to a new ledger, and its latency
+   is measured for a few seconds with no healing (the baseline);
+2. a bookie is SIGKILLed and ``walkit.autorecovery.recover_bookie`` heals every ledger that
+   listed it, while the foreground writer keeps appending; time to heal, MiB/s copied and the
+   foreground p50/p99 are recorded.
+
+The first loss is healed without a rate limit, the second with the default limits. The disk's
+1 MiB write+fsync rate is measured in the same run. Appends a section to docs/benchmarks.md
+unless ``--no-append``.
+
+    python bench/rereplication.py [--mib 1024] [--ledgers 16] [--dir DIR] [--no-append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._limits import fsync_1m
+from tests._cluster import ProcessCluster, process_cluster
+from walkit.autorecovery import AutorecoveryOptions, recover_bookie
+from walkit.client import Client
+from walkit.metadata import list_bookies
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+ENTRY = 64 * 1024
+BASELINE_SECONDS = 4.0
+
+
+async def write_data(client: Client, mib: int, ledgers: int) -> list[int]:
+    per_ledger = max(1, mib * 1024 * 1024 // ENTRY // ledgers)
+    payload = bytes(range(256)) * (ENTRY // 256)
+    ids = []
+    for _ in range(ledgers):
+        lw = await client.create_ledger(3, 3, 2)
+        for start in range(0, per_ledger, 64):
+            await lw.append_batch([payload] * min(64, per_ledger - start))
+        await lw.close()
+        ids.append(lw.id)
+    return ids
+
+
+async def foreground(client: Client, stop: trio.Event, latencies: list[float]) -> None:
+    """Append 1 KiB entries one at a time until ``stop``; record each latency (ms)."""
+    lw = await client.create_ledger(3, 3, 2)
+    payload = b"f" * 1024
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        await lw.append(payload)
+        latencies.append((time.perf_counter() - t0) * 1e3)
+    await lw.close()
+
+
+def p(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def heal_once(
+    cluster: ProcessCluster, url: str, victim_index: int, options: AutorecoveryOptions
+) -> dict[str, Any]:
+    victim = cluster.bookies[victim_index]
+    async with Client.connect(url) as client:
+        base: list[float] = []
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(foreground, client, stop, base)
+            await trio.sleep(BASELINE_SECONDS)
+            stop.set()
+        victim.kill()
+        # Let the bookie's registration expire so the placement policy stops offering it.
+        while victim.address in (await list_bookies(client.metadata_store)).writable:  # noqa: ASYNC110
+            await trio.sleep(0.1)
+    async with Client.connect(url) as client:
+        during: list[float] = []
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(foreground, client, stop, during)
+            t0 = time.perf_counter()
+            report = await recover_bookie(client, victim.address, options=options)
+            elapsed = time.perf_counter() - t0
+            stop.set()
+    assert report.ok, report.failed
+    return {
+        "ledgers": len(report.healed),
+        "entries": report.entries,
+        "mib": report.bytes / 1048576,
+        "seconds": elapsed,
+        "mib_s": report.bytes / 1048576 / elapsed,
+        "base_p50": p(base, 0.5),
+        "base_p99": p(base, 0.99),
+        "heal_p50": p(during, 0.5),
+        "heal_p99": p(during, 0.99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=1024, help="data written before the loss")
+    parser.add_argument("--ledgers", type=int, default=16)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--window", type=int, default=None, help="entries copied at once")
+    parser.add_argument("--no-append", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        root = Path(tmp)
+        disk = fsync_1m(root, total_mib=256)["fsync_1m_mib_s"]
+        url = f"sqlite:///{root / 'metadata.db'}"
+        with process_cluster(url, root, 5, extra_args=["--no-autorecovery"]) as cluster:
+            append_rate: list[float] = []
+
+            async def run() -> list[dict[str, Any]]:
+                async with Client.connect(url) as client:
+                    t0 = time.perf_counter()
+                    await write_data(client, args.mib, args.ledgers)
+                    append_rate.append(args.mib / (time.perf_counter() - t0))
+                window = {} if args.window is None else {"window": args.window}
+                unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0, **window)
+                first = await heal_once(cluster, url, 0, unlimited)
+                second = await heal_once(cluster, url, 1, AutorecoveryOptions(**window))
+                return [first, second]
+
+            results = trio.run(run)
+    defaults = AutorecoveryOptions()
+    lines = [
+        "",
+        f"## Rereplication ({datetime.date.today()}, {platform.machine()}, "
+        f"{args.mib} MiB of 64 KiB entries in {args.ledgers} ledgers, E=Qw=3 Qa=2, 5 bookies)",
+        "",
+        f"Disk: 1 MiB write + fsync {disk:,.0f} MiB/s; the client's own `append_batch` of the "
+        f"data: {append_rate[0]:,.0f} MiB/s (x3 replicas; same run). One bookie SIGKILLed, then "
+        "`recover_bookie` heals every ledger that listed it; a foreground writer appends 1 KiB "
+        "entries one at a time before (baseline) and during the healing.",
+        "",
+        "| rate limit | ledgers | copied | time to heal | copy rate | vs disk | "
+        "fg p50 before / during | fg p99 before / during |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, r in zip(
+        (
+            "none",
+            f"default ({defaults.entries_per_second:,.0f} entries/s, "
+            f"{(defaults.bytes_per_second or 0) / 1048576:.0f} MiB/s)",
+        ),
+        results,
+        strict=True,
+    ):
+        lines.append(
+            f"| {label} | {r['ledgers']} | {r['mib']:,.0f} MiB ({r['entries']:,} entries) | "
+            f"{r['seconds']:.1f} s | {r['mib_s']:,.0f} MiB/s | {r['mib_s'] / disk:.0%} | "
+            f"{r['base_p50']:.2f} / {r['heal_p50']:.2f} ms | "
+            f"{r['base_p99']:.2f} / {r['heal_p99']:.2f} ms |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_append:
+        with DOCS.open("a") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

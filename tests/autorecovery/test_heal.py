@@ -1,0 +1,328 @@
+"""Autorecovery with real bookies in this process (disk storage, loopback TCP, memory metadata):
+the auditor marks, workers heal, entries survive the loss of the rest of the ensemble."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.client.conftest import cluster, connect
+from walkit import BookieId
+from walkit.autorecovery import (
+    Auditor,
+    AutorecoveryOptions,
+    HealOutcome,
+    ReplicationWorker,
+    recover_bookie,
+    run_autorecovery,
+)
+from walkit.client import Client
+from walkit.metadata import UnderreplicationManager, open_metadata_store
+
+#: Only a guard against hangs; nothing here is about speed.
+HANG_GUARD = 60
+FAST = AutorecoveryOptions(poll_interval=0.2, election_lease=1.0, grace_period=0.5)
+
+
+async def write_ledgers(
+    client: Client, count: int, entries: int, *, password: bytes = b""
+) -> dict[int, list[bytes]]:
+    written: dict[int, list[bytes]] = {}
+    for n in range(count):
+        lw = await client.create_ledger(3, 3, 2, password=password)
+        payloads = [f"ledger {n} entry {i} ".encode() * (1 + i % 7) for i in range(entries)]
+        await lw.append_batch(payloads)
+        await lw.close()
+        written[lw.id] = payloads
+    return written
+
+
+async def wait_healed(client: Client, ledgers: list[int], lost: BookieId) -> None:
+    """Poll the metadata until no ledger lists ``lost`` and no marker is left."""
+    urm = UnderreplicationManager(client.metadata_store)
+    while True:
+        listing = [
+            lid for lid in ledgers if lost in (await client.ledger_metadata(lid)).all_bookies()
+        ]
+        if not listing and not await urm.list_ids():
+            return
+        await trio.sleep(0.05)
+
+
+async def read_all(client: Client, written: dict[int, list[bytes]], password: bytes = b"") -> None:
+    for lid, payloads in written.items():
+        reader = await client.open_ledger(lid, password=password)
+        got = await reader.read(0, reader.last_add_confirmed)
+        assert [e.payload for e in got] == payloads
+
+
+async def test_lost_bookie_is_healed_and_survives_the_rest_of_the_ensemble(
+    memory_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            written = await write_ledgers(client, 4, 40)
+            ensemble = (await client.ledger_metadata(next(iter(written)))).fragments[0][1]
+            async with connect(memory_url) as service_client, trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: run_autorecovery(
+                        service_client,
+                        name="svc",
+                        options=FAST,
+                        rng=random.Random(1),
+                        lost_bookie_delay=0,
+                        task_status=task_status,
+                    )
+                )
+                lost = ensemble[0]
+                await bookies.stop(bookies.index_of(lost))
+                await wait_healed(client, list(written), lost)
+                nursery.cancel_scope.cancel()
+            for lid in written:
+                md = await client.ledger_metadata(lid)
+                assert lost not in md.all_bookies()
+                assert md.is_closed
+            # Stop the other two bookies of the original ensemble: only the replacement is
+            # left, and every entry must read back from it, byte for byte.
+            for other in ensemble[1:]:
+                await bookies.stop(bookies.index_of(other))
+            async with connect(memory_url) as reader_client:
+                await read_all(reader_client, written)
+
+
+async def test_no_valid_replacement_keeps_the_marker_and_says_why(
+    memory_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="walkit")
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 3) as bookies, connect(memory_url) as client:
+            written = await write_ledgers(client, 1, 10)
+            (lid,) = written
+            lost = (await client.ledger_metadata(lid)).fragments[0][1][1]
+            await bookies.stop(bookies.index_of(lost))
+            auditor = Auditor(client, name="a", options=FAST, rng=random.Random(2))
+            listed = (await client.ledger_metadata(lid)).all_bookies() - {lost}
+            assert await auditor.check(listed, {lost}) == 1
+            worker = ReplicationWorker(client, name="w", options=FAST, rng=random.Random(3))
+            assert await worker.run_once() == 0
+            assert worker.outcomes == {HealOutcome.NO_REPLACEMENT: 1}
+            urm = UnderreplicationManager(client.metadata_store)
+            assert await urm.list_ids() == [lid]  # the marker stays
+            assert await urm.lock_owner(lid) is None  # and is free for the next attempt
+            assert any(
+                "rereplication_no_replacement" in r.getMessage() and str(lost) in r.getMessage()
+                for r in caplog.records
+            ), [r.getMessage() for r in caplog.records]
+            # A fourth bookie joins: the next pass heals it.
+            await bookies.start(3)
+            with trio.fail_after(HANG_GUARD):
+                while await worker.run_once() == 0:  # noqa: ASYNC110 (a pass per poll)
+                    await trio.sleep(0.05)
+            assert await urm.list_ids() == []
+            assert lost not in (await client.ledger_metadata(lid)).all_bookies()
+
+
+async def test_worker_killed_while_copying_another_finishes(
+    memory_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            written = await write_ledgers(client, 1, 60)
+            (lid,) = written
+            lost = (await client.ledger_metadata(lid)).fragments[0][1][2]
+            await bookies.stop(bookies.index_of(lost))
+            urm = UnderreplicationManager(client.metadata_store)
+            await urm.ensure_paths()
+            await urm.mark(lid, [lost])
+            # Worker A copies slowly (10 entries/s) and dies mid-copy: its session is lost.
+            slow = AutorecoveryOptions(entries_per_second=10, window=1, poll_interval=0.2)
+            store_a = await open_metadata_store(memory_url)
+            async with connect(memory_url) as client_a:
+                worker_a = ReplicationWorker(client_a, name="a", options=slow)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(worker_a.run_once)
+                    while worker_a.healer.metrics.entries_copied < 5:  # noqa: ASYNC110 (polls a counter)
+                        await trio.sleep(0.02)
+                    assert await urm.lock_owner(lid) == "a"
+                    # The crash: the session ends without any cleanup by the worker.
+                    await client_a.metadata_store.expire_session()
+                    nursery.cancel_scope.cancel()
+            await store_a.aclose()
+            assert await urm.lock_owner(lid) is None
+            assert await urm.list_ids() == [lid]
+            assert lost in (await client.ledger_metadata(lid)).all_bookies()
+            worker_b = ReplicationWorker(client, name="b", options=FAST)
+            assert await worker_b.run_once() == 1
+            assert await urm.list_ids() == []
+            md = await client.ledger_metadata(lid)
+            assert lost not in md.all_bookies()
+            await read_all(client, written)
+
+
+async def test_open_ledger_waits_then_is_recovered_and_healed(
+    memory_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            lw = await client.create_ledger(3, 3, 2)
+            payloads = [b"open %d" % i for i in range(20)]
+            await lw.append_batch(payloads)
+            lost = (await client.ledger_metadata(lw.id)).fragments[0][1][1]
+            urm = UnderreplicationManager(client.metadata_store)
+            await urm.ensure_paths()
+            await urm.mark(lw.id, [lost])
+            await bookies.stop(bookies.index_of(lost))
+            worker = ReplicationWorker(client, name="w", options=FAST)
+            assert await worker.run_once() == 0
+            assert worker.outcomes == {HealOutcome.WAITING: 1}
+            assert not (await client.ledger_metadata(lw.id)).is_closed
+            with trio.fail_after(HANG_GUARD):
+                while await worker.run_once() == 0:  # noqa: ASYNC110 (a pass per poll)
+                    await trio.sleep(0.1)
+            md = await client.ledger_metadata(lw.id)
+            assert md.is_closed and md.last_entry_id == 19
+            assert lost not in md.all_bookies()
+            reader = await client.open_ledger(lw.id)
+            assert [e.payload for e in await reader.read(0, 19)] == payloads
+
+
+async def test_recover_bookie_in_the_foreground(memory_url: str, tmp_path: Path) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            written = await write_ledgers(client, 3, 30, password=b"secret")
+            lost = (await client.ledger_metadata(next(iter(written)))).fragments[0][1][0]
+            await bookies.stop(bookies.index_of(lost))
+            listing = [
+                lid for lid in written if lost in (await client.ledger_metadata(lid)).all_bookies()
+            ]
+            # Without the password the marker stays and the reason is given.
+            report = await recover_bookie(client, lost)
+            assert report.ledgers == listing and not report.healed
+            assert all("password" in why for why in report.failed.values())
+            progress: list[tuple[int, int, int]] = []
+            report = await recover_bookie(
+                client,
+                lost,
+                options=AutorecoveryOptions(passwords=[b"secret"]),
+                on_ledger=lambda done, total, lid: progress.append((done, total, lid)),
+            )
+            assert report.ok and report.healed == listing
+            assert report.entries == 30 * len(listing)  # E == Qw: the lost bookie held them all
+            assert [p[0] for p in progress] == list(range(1, len(listing) + 1))
+            assert await UnderreplicationManager(client.metadata_store).list_ids() == []
+            await read_all(client, written, b"secret")
+
+
+async def test_concurrent_workers_on_one_ledger(memory_url: str, tmp_path: Path) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            written = await write_ledgers(client, 1, 80)
+            (lid,) = written
+            lost = (await client.ledger_metadata(lid)).fragments[0][1][1]
+            await bookies.stop(bookies.index_of(lost))
+            urm = UnderreplicationManager(client.metadata_store)
+            await urm.ensure_paths()
+            await urm.mark(lid, [lost])
+            healed: list[int] = []
+            async with connect(memory_url) as c1, connect(memory_url) as c2:
+                workers = [
+                    ReplicationWorker(c, name=f"w{i}", options=FAST, rng=random.Random(i))
+                    for i, c in enumerate((c1, c2))
+                ]
+
+                async def one(worker: ReplicationWorker) -> None:
+                    healed.append(await worker.run_once())
+
+                async with trio.open_nursery() as nursery:
+                    for worker in workers:
+                        nursery.start_soon(one, worker)
+            # One of them took the lock and healed it; the other found it locked (or gone).
+            assert sorted(healed) == [0, 1]
+            md = await client.ledger_metadata(lid)
+            assert lost not in md.all_bookies()
+            assert len(md.fragments) == 1  # one swap, not two stacked ones
+            assert await urm.list_ids() == []
+            await read_all(client, written)
+
+
+async def test_log_ledgers_with_mac_digests_and_metrics(memory_url: str, tmp_path: Path) -> None:
+    """A log created without a password keeps a generated one: workers find it, check MAC
+    digests with it and give the replacement the right master key. The metrics count."""
+    from prometheus_client import CollectorRegistry
+
+    from walkit import Log, LogPosition
+
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            records = [b"record %d" % i for i in range(50)]
+            async with (
+                Log.open(
+                    client, "orders", ensemble_size=3, write_quorum=3, ack_quorum=2, digest="mac"
+                ) as log,
+                log.writer() as writer,
+            ):
+                await writer.append_batch(records)
+            ledgers = await client.list_ledgers()
+            assert len(ledgers) == 1
+            original = set((await client.ledger_metadata(ledgers[0])).fragments[0][1])
+            lost = min(original)
+            registry = CollectorRegistry()
+            async with connect(memory_url) as service, trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: run_autorecovery(
+                        service,
+                        name="svc",
+                        options=FAST,
+                        registry=registry,
+                        rng=random.Random(5),
+                        lost_bookie_delay=0,
+                        task_status=task_status,
+                    )
+                )
+                await bookies.stop(bookies.index_of(lost))
+                await wait_healed(client, ledgers, lost)
+                nursery.cancel_scope.cancel()
+            copied = registry.get_sample_value("walkit_autorecovery_entries_copied_total")
+            assert copied is not None and copied >= len(records)
+            assert registry.get_sample_value("walkit_autorecovery_bytes_copied_total")
+            assert registry.get_sample_value("walkit_autorecovery_heal_seconds_count")
+            # Stop the two other original bookies: the log reads back from the replacement.
+            for other in original - {lost}:
+                await bookies.stop(bookies.index_of(other))
+            async with Log.open(client, "orders", create=False) as log:
+                got = []
+                async for rec in log.reader(start=LogPosition.EARLIEST):
+                    got.append(rec.payload)
+                    if len(got) == len(records):
+                        break
+            assert got == records
+
+
+async def test_periodic_check_finds_a_copy_missing_on_a_live_bookie(
+    memory_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+            written = await write_ledgers(client, 2, 25)
+            lid = next(iter(written))
+            emptied = (await client.ledger_metadata(lid)).fragments[0][1][2]
+            # The bookie keeps running under the same address but lost the ledger (a wiped
+            # disk restored from an old backup, say).
+            await bookies.objects[bookies.index_of(emptied)].forget_ledgers([lid])
+            auditor = Auditor(client, name="a", options=FAST, rng=random.Random(4))
+            registered = set(bookies.ids.values())
+            assert await auditor.check(registered, set(), entries=False) == 0
+            assert await auditor.check(registered, set(), entries=True) == 1
+            urm = UnderreplicationManager(client.metadata_store)
+            found = await urm.read(lid)
+            assert found is not None and found[0].missing == (emptied,)
+            worker = ReplicationWorker(client, name="w", options=FAST, rng=random.Random(6))
+            assert await worker.run_once() == 1
+            assert emptied not in (await client.ledger_metadata(lid)).all_bookies()
+            # Nothing is missing any more.
+            assert await auditor.check(registered, set(), entries=True) == 0
+            await read_all(client, written)

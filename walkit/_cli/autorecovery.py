@@ -1,0 +1,239 @@
+"""Rereplication commands (BookKeeper's listunderreplicated, recover, decommissionbookie,
+autorecovery and lostbookierecoverydelay)::
+
+    walkit underreplicated [--json]
+    walkit recover BOOKIE [--password PW ...]
+    walkit bookie decommission BOOKIE [--password PW ...]
+    walkit autorecovery status | enable | disable | delay SECONDS
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from walkit._cli.output import emit, emit_record
+from walkit._core.types import BookieId
+from walkit.errors import InvalidArgumentError
+
+
+def bookie_arg(text: str) -> BookieId:
+    try:
+        return BookieId.parse(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def delay_arg(text: str) -> float:
+    from walkit.metadata._underreplication import check_delay
+
+    try:
+        return check_delay(float(text))
+    except (ValueError, InvalidArgumentError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a delay in seconds (a number >= 0)"
+        ) from None
+
+
+def rate_arg(text: str) -> float:
+    from walkit._core.rate_limit import check_rate
+
+    try:
+        return check_rate(float(text), "rate") or 0.0
+    except (ValueError, InvalidArgumentError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a rate (a number >= 0; 0: no limit)"
+        ) from None
+
+
+def add_parsers(sub: Any, with_metadata: Any) -> None:
+    """Register the commands under the ``walkit`` command's subparsers."""
+    with_metadata(sub.add_parser("underreplicated", help="list ledgers marked under-replicated"))
+
+    def with_passwords(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("bookie", type=bookie_arg, help="the bookie, as host:port")
+        p.add_argument(
+            "--password",
+            action="append",
+            default=[],
+            help="a ledger password to try (repeatable; b'' and the passwords stored with "
+            "logs are always tried)",
+        )
+        p.add_argument(
+            "--entries-per-second", type=rate_arg, default=None, help="copy rate limit (0: none)"
+        )
+        p.add_argument(
+            "--bytes-per-second", type=rate_arg, default=None, help="copy rate limit (0: none)"
+        )
+        return p
+
+    with_passwords(
+        with_metadata(
+            sub.add_parser(
+                "recover",
+                help="replace a bookie in every ledger that lists it, now (foreground)",
+            )
+        )
+    )
+    bookie = sub.add_parser("bookie", help="bookie administration")
+    bookie_sub = bookie.add_subparsers(dest="bookie_command", required=True, metavar="ACTION")
+    with_passwords(
+        with_metadata(
+            bookie_sub.add_parser(
+                "decommission",
+                help="rereplicate a stopped bookie's ledgers, then remove its cookie",
+            )
+        )
+    )
+    auto = sub.add_parser("autorecovery", help="show or change the autorecovery settings")
+    auto_sub = auto.add_subparsers(dest="autorecovery_command", required=True, metavar="ACTION")
+    with_metadata(auto_sub.add_parser("status", help="settings, auditor and marked ledgers"))
+    with_metadata(auto_sub.add_parser("enable", help="let the auditor mark and workers heal"))
+    with_metadata(auto_sub.add_parser("disable", help="stop marking and healing"))
+    delay = with_metadata(
+        auto_sub.add_parser("delay", help="set the lost-bookie delay (seconds) at run time")
+    )
+    delay.add_argument("seconds", type=delay_arg)
+
+
+def handler(args: argparse.Namespace) -> Any:
+    if args.command == "underreplicated":
+        return underreplicated
+    if args.command in ("recover", "bookie"):
+        return recover
+    return autorecovery
+
+
+async def underreplicated(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.metadata import UnderreplicationManager, open_metadata_store
+
+    async with await open_metadata_store(url) as store:
+        urm = UnderreplicationManager(store)
+        rows = [
+            {
+                "ledger_id": marker.ledger_id,
+                "missing": [str(b) for b in marker.missing],
+                "locked_by": await urm.lock_owner(marker.ledger_id),
+            }
+            for marker in await urm.markers()
+        ]
+    emit(rows, ["ledger_id", "missing", "locked_by"], as_json=args.json, out=out)
+    return 0
+
+
+class _Progress:
+    """A progress bar on stderr (one line per ledger when stderr is not a terminal)."""
+
+    def __init__(self, what: str, stream: TextIO) -> None:
+        self.what = what
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.entries = 0
+        self.bytes = 0
+
+    def entry(self, entries: int, size: int) -> None:
+        self.entries += entries
+        self.bytes += size
+
+    def ledger(self, done: int, total: int, ledger_id: int) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        bar = "#" * filled + "-" * (width - filled)
+        line = (
+            f"{self.what}: [{bar}] {done}/{total} ledgers, {self.entries} entries, "
+            f"{self.bytes / 1048576:.1f} MiB (ledger {ledger_id})"
+        )
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if done == total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+async def recover(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    import attrs
+
+    from walkit._cli._connect import connect_options
+    from walkit.autorecovery import AutorecoveryOptions, decommission_bookie, recover_bookie
+    from walkit.client import Client
+
+    options = AutorecoveryOptions(passwords=[p.encode() for p in args.password])
+    if args.entries_per_second is not None:
+        options = attrs.evolve(options, entries_per_second=args.entries_per_second)
+    if args.bytes_per_second is not None:
+        options = attrs.evolve(options, bytes_per_second=args.bytes_per_second)
+    decommission = args.command == "bookie"
+    progress = _Progress("decommission" if decommission else "recover", sys.stderr)
+    async with Client.connect(url, **connect_options(args)) as client:
+        run = decommission_bookie if decommission else recover_bookie
+        report = await run(
+            client, args.bookie, options=options, on_ledger=progress.ledger, on_entry=progress.entry
+        )
+    record: dict[str, Any] = {
+        "bookie": str(report.bookie),
+        "ledgers": len(report.ledgers),
+        "healed": len(report.healed),
+        "failed": len(report.failed),
+        "entries_copied": report.entries,
+        "bytes_copied": report.bytes,
+    }
+    if decommission:
+        record["decommissioned"] = report.ok
+    if args.json:
+        record["failures"] = {str(k): v for k, v in report.failed.items()}
+        emit_record(record, as_json=True, out=out)
+    else:
+        emit_record(record, as_json=False, out=out)
+        for ledger_id, why in sorted(report.failed.items()):
+            out.write(f"ledger {ledger_id}: {why}\n")
+    return 0 if report.ok else 1
+
+
+async def autorecovery(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.metadata import UnderreplicationManager, open_metadata_store
+    from walkit.metadata._underreplication import AUDITOR_PATH
+
+    action = args.autorecovery_command
+    async with await open_metadata_store(url) as store:
+        urm = UnderreplicationManager(store)
+        if action == "enable":
+            settings = await urm.update_settings(enabled=True)
+        elif action == "disable":
+            settings = await urm.update_settings(enabled=False)
+        elif action == "delay":
+            settings = await urm.update_settings(lost_bookie_delay=args.seconds)
+        else:
+            settings = await urm.settings()
+        marked = len(await urm.list_ids())
+        auditor = await _auditor(store, AUDITOR_PATH)
+    emit_record(
+        {
+            "enabled": settings.enabled,
+            "lost_bookie_delay": settings.lost_bookie_delay,
+            "auditor": auditor,
+            "underreplicated_ledgers": marked,
+        },
+        as_json=args.json,
+        out=out,
+    )
+    return 0
+
+
+async def _auditor(store: Any, path: str) -> str | None:
+    """What the elected auditor advertises (its bookie id), or None."""
+    import json
+
+    from walkit.errors import NoSuchNodeError
+
+    try:
+        raw = (await store.get(path)).value
+    except NoSuchNodeError:
+        return None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return str(raw.decode("utf-8", "replace"))
+    if isinstance(doc, dict) and "advertise" in doc:
+        return str(doc["advertise"])
+    return str(doc)

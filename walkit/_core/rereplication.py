@@ -1,0 +1,227 @@
+"""Rereplication decisions (BookKeeper's AutoRecovery), pure and synchronous.
+
+Given a ledger's metadata and the bookies to replace, these say which fragments lost a copy,
+which entries of each the replacement must receive, which bookie the ledger's placement policy
+picks (or why none fits), and the new metadata that swaps the bookie in (for a CAS). The
+trio code in :mod:`walkit.autorecovery` only reads, writes and waits.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterator, Mapping, Sequence, Set
+from typing import Protocol, final
+
+import attrs
+
+from walkit._core.distribution import stores_entry
+from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
+from walkit._core.types import BookieId
+from walkit.errors import InvalidMetadataError, WalkitError
+
+
+class ReplacementPolicy(Protocol):
+    """The part of ``walkit.placement.EnsemblePlacementPolicy`` these decisions use."""
+
+    def replace_bookie(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        current_ensemble: Sequence[BookieId],
+        bookie_to_replace: BookieId,
+        exclude: Set[BookieId] = ...,
+        custom_metadata: Mapping[str, bytes] | None = ...,
+    ) -> BookieId: ...
+
+
+@final
+@attrs.frozen
+class FragmentGap:
+    """One fragment's copy on ``bookie`` (position ``index`` of its ensemble) is to be rebuilt.
+
+    The fragment holds entries ``first_entry .. last_entry`` (``last_entry < first_entry``
+    when it holds none).
+    """
+
+    first_entry: int
+    last_entry: int
+    index: int
+    bookie: BookieId
+    ensemble: tuple[BookieId, ...]
+
+    def entries(self, ensemble_size: int, write_quorum: int) -> Iterator[int]:
+        """The entry ids this copy holds (those whose write set includes ``index``)."""
+        for entry_id in range(self.first_entry, self.last_entry + 1):
+            if stores_entry(self.index, entry_id, ensemble_size, write_quorum):
+                yield entry_id
+
+    def entry_count(self, ensemble_size: int, write_quorum: int) -> int:
+        return sum(1 for _ in self.entries(ensemble_size, write_quorum))
+
+
+class Action(enum.Enum):
+    """What a worker does with a marked ledger now."""
+
+    HEAL = "heal"  # closed: copy and swap
+    WAIT = "wait"  # open, within the writer's grace period
+    RECOVER = "recover"  # open past the grace period: fence and close it first, then heal
+    DONE = "done"  # nothing lists a bookie to replace: drop the marker
+
+
+def fragment_ranges(md: LedgerMetadata) -> list[tuple[int, int, tuple[BookieId, ...]]]:
+    """``(first, last, ensemble)`` of every fragment of a CLOSED ledger."""
+    if md.state is not LedgerState.CLOSED:
+        raise InvalidMetadataError(
+            f"ledger {md.ledger_id}: fragments of an open ledger have no end"
+        )
+    out: list[tuple[int, int, tuple[BookieId, ...]]] = []
+    for i, (first, ensemble) in enumerate(md.fragments):
+        last = md.fragments[i + 1][0] - 1 if i + 1 < len(md.fragments) else md.last_entry_id
+        out.append((first, last, ensemble))
+    return out
+
+
+def gaps_for(md: LedgerMetadata, bookies: Collection[BookieId]) -> list[FragmentGap]:
+    """Every (fragment, position) of a closed ledger that lists one of ``bookies``."""
+    wanted = set(bookies)
+    return [
+        FragmentGap(first, last, index, bookie, ensemble)
+        for first, last, ensemble in fragment_ranges(md)
+        for index, bookie in enumerate(ensemble)
+        if bookie in wanted
+    ]
+
+
+def missing_bookies(md: LedgerMetadata, registered: Collection[BookieId]) -> set[BookieId]:
+    """The bookies ``md`` lists that are not registered (neither writable nor read-only)."""
+    return md.all_bookies() - set(registered)
+
+
+def next_action(
+    md: LedgerMetadata,
+    to_replace: Collection[BookieId],
+    *,
+    open_since: float | None,
+    now: float,
+    grace: float,
+) -> Action:
+    """Decide what to do with a marked ledger.
+
+    ``open_since``: when this worker first saw the ledger open (None if it never did).
+    """
+    if not md.all_bookies() & set(to_replace):
+        return Action.DONE
+    if md.state is LedgerState.CLOSED:
+        return Action.HEAL
+    if open_since is not None and now - open_since >= grace:
+        return Action.RECOVER
+    return Action.WAIT
+
+
+@final
+@attrs.frozen
+class NoReplacement:
+    """Why no bookie can take ``bookie``'s place in a fragment."""
+
+    gap: FragmentGap
+    reason: str
+
+
+def choose_replacements(
+    policy: ReplacementPolicy,
+    md: LedgerMetadata,
+    gaps: Sequence[FragmentGap],
+    avoid: Collection[BookieId] = (),
+) -> dict[tuple[int, int], BookieId] | NoReplacement:
+    """A replacement for each gap, keyed by ``(first_entry, index)``, through ``policy``.
+
+    The policy sees the fragment's ensemble as it will be (earlier replacements of the same
+    fragment applied), so rack and region rules hold for the result. ``avoid``: bookies never
+    to pick (the ones being replaced, bookies that refused the ledger). The first gap without
+    a valid replacement gives :class:`NoReplacement` with the policy's reason.
+    """
+    chosen: dict[tuple[int, int], BookieId] = {}
+    by_fragment: dict[int, list[BookieId]] = {}
+    replaced = {gap.bookie for gap in gaps} | set(avoid)
+    for gap in gaps:
+        ensemble = by_fragment.setdefault(gap.first_entry, list(gap.ensemble))
+        exclude = frozenset(ensemble) | replaced
+        try:
+            new = policy.replace_bookie(
+                md.ensemble_size,
+                md.write_quorum,
+                md.ack_quorum,
+                list(ensemble),
+                gap.bookie,
+                exclude,
+                md.custom_metadata,
+            )
+        except WalkitError as exc:
+            return NoReplacement(gap, str(exc))
+        if new in exclude:  # a policy bug must not put a bookie twice in a fragment
+            return NoReplacement(gap, f"the placement policy offered {new}, which is excluded")
+        ensemble[gap.index] = new
+        chosen[(gap.first_entry, gap.index)] = new
+    return chosen
+
+
+def with_replacements(
+    md: LedgerMetadata,
+    swaps: Mapping[tuple[int, int], BookieId],
+    old: Mapping[tuple[int, int], BookieId],
+) -> LedgerMetadata:
+    """``md`` with ``swaps[(first_entry, index)]`` in place of ``old[(first_entry, index)]``.
+
+    Raises InvalidMetadataError if a fragment no longer starts there or no longer lists the old
+    bookie at that position (the metadata changed: plan again).
+    """
+    fragments = {first: list(ensemble) for first, ensemble in md.fragments}
+    for key, new in swaps.items():
+        first, index = key
+        ensemble = fragments.get(first)
+        if ensemble is None or index >= len(ensemble) or ensemble[index] != old[key]:
+            raise InvalidMetadataError(
+                f"ledger {md.ledger_id}: fragment {first} no longer lists {old[key]} at {index}"
+            )
+        ensemble[index] = new
+    # LedgerMetadata's own checks refuse a duplicate bookie in a fragment.
+    return attrs.evolve(
+        md, fragments=tuple((first, tuple(ensemble)) for first, ensemble in fragments.items())
+    )
+
+
+@final
+@attrs.define
+class LostBookies:
+    """When each unregistered bookie was first seen gone, and which are due to be marked.
+
+    ``now`` is the caller's clock (trio's). A bookie is *due* once it has been gone for the
+    lost-bookie delay; one that registers again is forgotten (its restart beat the delay).
+    """
+
+    since: dict[BookieId, float] = attrs.Factory(dict)
+
+    def update(
+        self, registered: Collection[BookieId], gone: Collection[BookieId], now: float
+    ) -> None:
+        """``registered``: the bookies registered now; ``gone``: bookies known to be absent
+        (they left the registration lists, or ledgers list them and they are not registered)."""
+        alive = set(registered)
+        for bookie in list(self.since):
+            if bookie in alive:
+                del self.since[bookie]
+        for bookie in gone:
+            if bookie not in alive:
+                self.since.setdefault(bookie, now)
+
+    def due(self, now: float, delay: float) -> set[BookieId]:
+        # Compared as deadlines (``t + delay``), exactly as next_deadline computes them: a
+        # caller woken at the deadline must find the bookie due (``now - t`` may round below
+        # ``delay`` and spin the caller at that instant for ever).
+        return {b for b, t in self.since.items() if now >= t + delay}
+
+    def next_deadline(self, now: float, delay: float) -> float | None:
+        """The earliest time a bookie not yet due becomes due (None if none is waiting)."""
+        waiting = [t + delay for t in self.since.values() if now < t + delay]
+        return min(waiting) if waiting else None

@@ -1,0 +1,187 @@
+"""The auditor: one per cluster, elected through the metadata store; it marks ledgers.
+
+While it leads it:
+
+- follows the bookie registrations; a bookie that has been gone for the lost-bookie delay
+  (``walkit autorecovery delay``; set at run time, stored in the metadata) gets every ledger
+  that lists it marked under-replicated;
+- every ``check_interval`` seconds (and when it takes office) checks every ledger: fragments
+  listing bookies that are not registered, and (``check_entries``) copies missing on live
+  bookies (see :mod:`walkit.autorecovery._checker`);
+- publishes the number of marked ledgers as a metric.
+
+Nothing is marked while autorecovery is disabled (``walkit autorecovery disable``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, final
+
+import trio
+
+from walkit._core.ledger_metadata import LedgerState
+from walkit._core.rereplication import LostBookies
+from walkit._core.types import BookieId
+from walkit._logging import get_logger
+from walkit.autorecovery._checker import bookies_missing_entries
+from walkit.autorecovery._metrics import AutorecoveryMetrics
+from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.errors import InvalidMetadataError, NoSuchLedgerError, WalkitError
+from walkit.metadata import UnderreplicationManager, WatchEvent, list_bookies, watch_bookies
+from walkit.metadata._underreplication import AUDITOR_PATH
+from walkit.recipes import LeaderElection
+
+if TYPE_CHECKING:
+    from walkit.client import Client
+
+log = get_logger(__name__)
+
+__all__ = ["Auditor"]
+
+
+@final
+class Auditor:
+    """A candidate for the cluster's auditor (see module docs); run until cancelled."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        name: str,
+        options: AutorecoveryOptions | None = None,
+        metrics: AutorecoveryMetrics | None = None,
+        rng: random.Random | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.options = options or AutorecoveryOptions()
+        self.metrics = metrics or AutorecoveryMetrics()
+        self.urm = UnderreplicationManager(client.metadata_store)
+        self.rng = rng or random.Random()
+        self.election = LeaderElection(
+            client.url,
+            AUDITOR_PATH,
+            advertise=name,
+            lease_timeout=self.options.election_lease,
+            rng=self.rng,
+            store_options=store_options,
+        )
+        self.lost = LostBookies()
+        #: Bookies already handled (their ledgers marked) since they went away.
+        self._marked: set[BookieId] = set()
+        self._wake = trio.Event()
+        #: Completed checks (for tests).
+        self.checks = 0
+
+    @property
+    def is_auditor(self) -> bool:
+        return self.election.is_leader
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.election.run)
+            task_status.started()
+            while True:
+                generation = self.election.generation
+                if self.election.is_leader:
+                    log.info("auditor_elected", auditor=self.name)
+                    with trio.CancelScope() as scope:
+                        nursery.start_soon(self._step_down_watch, generation, scope)
+                        await self._audit()
+                    log.info("auditor_stepped_down", auditor=self.name)
+                else:
+                    await self.election.wait_changed(generation)
+
+    async def _step_down_watch(self, generation: int, scope: trio.CancelScope) -> None:
+        await self.election.wait_changed(generation)
+        scope.cancel()
+
+    async def _follow(self, events: AsyncIterator[WatchEvent]) -> None:
+        try:
+            async for _ in events:
+                self._wake.set()
+        except WalkitError as exc:
+            log.info("auditor_watch_ended", error=str(exc))
+        finally:
+            aclose: Any = getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+
+    async def _audit(self) -> None:
+        await self.urm.ensure_paths()
+        self.lost = LostBookies()
+        self._marked = set()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow, watch_bookies(self.client.metadata_store))
+            nursery.start_soon(self._follow, self.urm.watch_settings())
+            next_check = trio.current_time()
+            registered_before: set[BookieId] = set()
+            while True:
+                self._wake = trio.Event()
+                wait = self.options.poll_interval
+                try:
+                    found = await list_bookies(self.client.metadata_store)
+                    registered = set(found.writable) | set(found.readonly)
+                    now = trio.current_time()
+                    self.lost.update(registered, registered_before - registered, now)
+                    self._marked &= set(self.lost.since)
+                    registered_before = registered
+                    settings = await self.urm.settings()
+                    due = self.lost.due(now, settings.lost_bookie_delay)
+                    full = now >= next_check
+                    if settings.enabled and (full or due - self._marked):
+                        await self.check(
+                            registered, due, entries=full and self.options.check_entries
+                        )
+                        self._marked |= due
+                        if full:
+                            next_check = now + self.options.check_interval
+                    deadline = self.lost.next_deadline(
+                        trio.current_time(), settings.lost_bookie_delay
+                    )
+                    wait = next_check - trio.current_time()
+                    if deadline is not None:
+                        wait = min(wait, deadline - trio.current_time())
+                except WalkitError as exc:
+                    log.warning("auditor_check_failed", auditor=self.name, error=str(exc))
+                with trio.move_on_after(max(0.0, wait)):
+                    await self._wake.wait()
+
+    async def check(
+        self, registered: set[BookieId], due: set[BookieId], *, entries: bool = False
+    ) -> int:
+        """Check every ledger: mark those listing a bookie in ``due``; remember the other
+        unregistered bookies they list (their delay starts now). Returns ledgers marked."""
+        core = self.client.core
+        marked = 0
+        now = trio.current_time()
+        for ledger_id in await core.ledgers.list_ids():
+            try:
+                md, _version = await core.read_metadata(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            except InvalidMetadataError as exc:
+                log.warning("auditor_ledger_unreadable", ledger_id=ledger_id, error=str(exc))
+                continue
+            listed = md.all_bookies()
+            gone = listed - registered
+            self.lost.update(registered, gone, now)
+            to_mark = gone & due
+            if entries and md.state is LedgerState.CLOSED:
+                to_mark |= await bookies_missing_entries(
+                    core,
+                    md,
+                    listed & registered,
+                    samples=self.options.check_samples,
+                    rng=self.rng,
+                )
+            if to_mark and await self.urm.mark(ledger_id, to_mark):
+                marked += 1
+        self.checks += 1
+        self.metrics.underreplicated(len(await self.urm.list_ids()))
+        log.info("auditor_check_done", auditor=self.name, newly_marked=marked)
+        return marked

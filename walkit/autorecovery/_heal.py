@@ -1,0 +1,193 @@
+"""Healing one marked ledger: the replication worker's job, also run by ``walkit recover``.
+
+The caller holds the ledger's lock. Steps (see docs/autorecovery.md):
+
+1. Read the marker and the ledger's metadata; decide (:func:`walkit._core.rereplication.next_action`).
+2. An OPEN ledger is left to its writer for the grace period, then fenced and recovered
+   (opened with recovery, which closes it).
+3. The placement policy picks a replacement for each (fragment, lost bookie); none valid: the
+   marker stays and a warning says why.
+4. Every entry of each affected fragment is copied to its replacement (digests checked).
+5. The bookie swap is CASed into the metadata; a lost CAS plans again (copies are idempotent).
+6. The marker is dropped at the version read in step 1 (if the auditor added a bookie
+   meanwhile, it stays and the ledger is healed again).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from walkit._core.digest import DigestManager, master_key
+from walkit._core.ledger_metadata import LedgerMetadata, password_matches
+from walkit._core.rereplication import (
+    Action,
+    NoReplacement,
+    choose_replacements,
+    gaps_for,
+    next_action,
+    with_replacements,
+)
+from walkit._logging import get_logger
+from walkit.autorecovery._copy import RateLimiter, copy_fragment
+from walkit.autorecovery._metrics import AutorecoveryMetrics
+from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.errors import MetadataVersionError, NoSuchLedgerError, RereplicationError
+from walkit.log._passwords import ledger_password
+from walkit.metadata import UnderreplicationManager
+
+if TYPE_CHECKING:
+    from walkit.client import Client
+
+log = get_logger(__name__)
+
+__all__ = ["HealOutcome", "Healer"]
+
+_ROUNDS = 10
+
+
+class HealOutcome(enum.Enum):
+    HEALED = "healed"  # copied, swapped, marker dropped
+    NOTHING = "nothing"  # no marker, or the ledger no longer lists a lost bookie
+    GONE = "gone"  # the ledger was deleted: marker dropped
+    WAITING = "waiting"  # open, within the writer's grace period
+    NO_REPLACEMENT = "no_replacement"  # the placement policy has no valid bookie: marker stays
+
+
+@final
+class Healer:
+    """Heals marked ledgers through one client (its placement policy and connections)."""
+
+    def __init__(
+        self,
+        client: Client,
+        options: AutorecoveryOptions | None = None,
+        metrics: AutorecoveryMetrics | None = None,
+    ) -> None:
+        self.client = client
+        self.options = options or AutorecoveryOptions()
+        self.metrics = metrics or AutorecoveryMetrics()
+        self.urm = UnderreplicationManager(client.metadata_store)
+        self.limiter = RateLimiter(self.options.entries_per_second, self.options.bytes_per_second)
+        #: When this healer first found each ledger open (the grace period runs from there).
+        self.open_since: dict[int, float] = {}
+        #: The last reason a ledger could not be healed (for status output).
+        self.last_problem: dict[int, str] = {}
+
+    async def password_for(self, md: LedgerMetadata) -> bytes:
+        """The ledger's password among those this healer knows; RereplicationError if none."""
+        stored = md.password_sha256
+        candidates = [*self.options.passwords, b""]
+        if not stored:
+            return candidates[-1]
+        candidates.append(await ledger_password(self.client, md))
+        for password in candidates:
+            if password_matches(stored, password):
+                return password
+        raise RereplicationError(
+            f"ledger {md.ledger_id}: its password is not known to autorecovery (not b'', not "
+            "stored with a log); give it with `walkit recover --password` or the passwords option"
+        )
+
+    async def heal(
+        self, ledger_id: int, *, progress: Callable[[int, int], None] | None = None
+    ) -> HealOutcome:
+        """Heal ``ledger_id`` (the caller holds its lock). Raises RereplicationError when this
+        attempt failed (the marker stays; another attempt may succeed)."""
+        core = self.client.core
+        started = trio.current_time()
+        for _ in range(_ROUNDS):
+            found = await self.urm.read(ledger_id)
+            if found is None:
+                return HealOutcome.NOTHING
+            marker, marker_version = found
+            try:
+                md, version = await core.read_metadata(ledger_id)
+            except NoSuchLedgerError:
+                await self.urm.remove(ledger_id, marker_version)
+                self.open_since.pop(ledger_id, None)
+                return HealOutcome.GONE
+            lost = set(marker.missing)
+            now = trio.current_time()
+            action = next_action(
+                md,
+                lost,
+                open_since=self.open_since.get(ledger_id),
+                now=now,
+                grace=self.options.grace_period,
+            )
+            if action is Action.DONE:
+                if await self.urm.remove(ledger_id, marker_version):
+                    self.open_since.pop(ledger_id, None)
+                    return HealOutcome.NOTHING
+                continue
+            if action is Action.WAIT:
+                self.open_since.setdefault(ledger_id, now)
+                log.info(
+                    "rereplication_waiting_for_writer",
+                    ledger_id=ledger_id,
+                    grace_period=self.options.grace_period,
+                )
+                return HealOutcome.WAITING
+            password = await self.password_for(md)
+            if action is Action.RECOVER:
+                log.info("rereplication_recovering_open_ledger", ledger_id=ledger_id)
+                await self.client.open_ledger(ledger_id, password=password, recovery=True)
+                continue
+            gaps = gaps_for(md, lost)
+            chosen = choose_replacements(core.placement, md, gaps, avoid=lost)
+            if isinstance(chosen, NoReplacement):
+                reason = (
+                    f"no valid replacement for {chosen.gap.bookie} in fragment "
+                    f"{chosen.gap.first_entry}: {chosen.reason}"
+                )
+                # Said once per ledger and reason: passes repeat every poll interval.
+                said = self.last_problem.get(ledger_id) == reason
+                self.last_problem[ledger_id] = reason
+                (log.debug if said else log.warning)(
+                    "rereplication_no_replacement",
+                    ledger_id=ledger_id,
+                    bookie_id=str(chosen.gap.bookie),
+                    first_entry=chosen.gap.first_entry,
+                    reason=chosen.reason,
+                )
+                return HealOutcome.NO_REPLACEMENT
+            digests = DigestManager(ledger_id, md.digest, password)
+            key = master_key(password)
+            for gap in gaps:
+                target = chosen[(gap.first_entry, gap.index)]
+                await copy_fragment(
+                    core,
+                    md,
+                    gap,
+                    target,
+                    key=key,
+                    digests=digests,
+                    limiter=self.limiter,
+                    window=self.options.window,
+                    skip=lost,
+                    metrics=self.metrics,
+                    progress=progress,
+                )
+            old = {(g.first_entry, g.index): g.bookie for g in gaps}
+            try:
+                await core.ledgers.write(with_replacements(md, chosen, old), version)
+            except MetadataVersionError:
+                continue  # the ledger changed meanwhile: plan again (copies are idempotent)
+            log.info(
+                "ledger_rereplicated",
+                ledger_id=ledger_id,
+                replaced={str(g.bookie): str(chosen[k]) for k, g in zip(old, gaps, strict=True)},
+                fragments=len({g.first_entry for g in gaps}),
+            )
+            self.last_problem.pop(ledger_id, None)
+            if await self.urm.remove(ledger_id, marker_version):
+                self.open_since.pop(ledger_id, None)
+                self.metrics.healed(trio.current_time() - started)
+                return HealOutcome.HEALED
+        raise RereplicationError(
+            f"ledger {ledger_id}: its metadata or marker kept changing while healing it"
+        )

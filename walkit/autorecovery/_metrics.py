@@ -1,0 +1,84 @@
+"""Autorecovery metrics on an injected prometheus registry (or none)."""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+from walkit._logging import get_logger
+
+log = get_logger(__name__)
+
+__all__ = ["AutorecoveryMetrics"]
+
+
+@final
+class AutorecoveryMetrics:
+    """Under-replicated ledgers, entries and bytes copied, time to heal; no-ops without a
+    registry."""
+
+    def __init__(self, registry: Any = None) -> None:
+        self._underreplicated: Any = None
+        self._entries: Any = None
+        self._bytes: Any = None
+        self._heal: Any = None
+        self._outcomes: Any = None
+        #: Kept here too, for tests and status output.
+        self.entries_copied = 0
+        self.bytes_copied = 0
+        self.ledgers_healed = 0
+        if registry is None:
+            return
+        from prometheus_client import Counter, Gauge, Histogram
+
+        try:
+            self._underreplicated = Gauge(
+                "walkit_autorecovery_underreplicated_ledgers",
+                "Ledgers marked under-replicated (as the auditor last counted them)",
+                registry=registry,
+            )
+            self._entries = Counter(
+                "walkit_autorecovery_entries_copied",
+                "Entries copied to replacement bookies",
+                registry=registry,
+            )
+            self._bytes = Counter(
+                "walkit_autorecovery_bytes_copied",
+                "Bytes of entries copied to replacement bookies",
+                registry=registry,
+            )
+            self._heal = Histogram(
+                "walkit_autorecovery_heal_seconds",
+                "Time from a worker taking a marked ledger to its marker being dropped",
+                buckets=(0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800),
+                registry=registry,
+            )
+            self._outcomes = Counter(
+                "walkit_autorecovery_ledgers",
+                "Marked ledgers a worker handled, by outcome",
+                ["outcome"],
+                registry=registry,
+            )
+        except ValueError as exc:  # already registered (a second worker on one registry)
+            log.warning("autorecovery_metrics_unavailable", error=str(exc))
+            self._underreplicated = self._entries = self._bytes = None
+            self._heal = self._outcomes = None
+
+    def underreplicated(self, count: int) -> None:
+        if self._underreplicated is not None:
+            self._underreplicated.set(count)
+
+    def copied(self, entries: int, size: int) -> None:
+        self.entries_copied += entries
+        self.bytes_copied += size
+        if self._entries is not None:
+            self._entries.inc(entries)
+            self._bytes.inc(size)
+
+    def healed(self, seconds: float) -> None:
+        self.ledgers_healed += 1
+        if self._heal is not None:
+            self._heal.observe(seconds)
+
+    def outcome(self, name: str) -> None:
+        if self._outcomes is not None:
+            self._outcomes.labels(outcome=name).inc()

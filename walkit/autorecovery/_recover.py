@@ -1,0 +1,195 @@
+"""Foreground healing for operators: ``walkit recover BOOKIE`` and ``walkit bookie decommission``.
+
+``recover_bookie`` marks every ledger that lists the bookie (so that, if this process dies,
+the bookies' workers finish the job), then heals them one by one under the same locks the
+workers take. A ledger another worker holds is waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, final
+
+import attrs
+import trio
+
+from walkit._core.types import BookieId
+from walkit._logging import get_logger
+from walkit.autorecovery._heal import Healer, HealOutcome
+from walkit.autorecovery._metrics import AutorecoveryMetrics
+from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.errors import (
+    BookieUnavailableError,
+    NoSuchLedgerError,
+    NoSuchNodeError,
+    RereplicationError,
+    WalkitError,
+)
+from walkit.metadata import (
+    UnderreplicationManager,
+    delete_cookie,
+    list_bookies,
+    registration_path,
+)
+
+if TYPE_CHECKING:
+    from walkit.client import Client
+
+log = get_logger(__name__)
+
+__all__ = ["RecoveryReport", "decommission_bookie", "ledgers_listing", "recover_bookie"]
+
+
+@final
+@attrs.define
+class RecoveryReport:
+    bookie: BookieId
+    ledgers: list[int] = attrs.Factory(list)
+    healed: list[int] = attrs.Factory(list)
+    #: ledger id -> why it could not be healed now (its marker stays)
+    failed: dict[int, str] = attrs.Factory(dict)
+    entries: int = 0
+    bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+async def ledgers_listing(client: Client, bookie: BookieId) -> list[int]:
+    """The ledgers whose metadata lists ``bookie`` in some fragment."""
+    out = []
+    for ledger_id in await client.list_ledgers():
+        try:
+            md = await client.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        if bookie in md.all_bookies():
+            out.append(ledger_id)
+    return out
+
+
+async def recover_bookie(
+    client: Client,
+    bookie: BookieId,
+    *,
+    options: AutorecoveryOptions | None = None,
+    owner: str = "walkit recover",
+    on_ledger: Callable[[int, int, int], None] | None = None,
+    on_entry: Callable[[int, int], None] | None = None,
+    lock_wait: float = 60.0,
+    parallel: int = 4,
+) -> RecoveryReport:
+    """Replace ``bookie`` in every ledger that lists it, now, in this task.
+
+    ``parallel`` ledgers are healed at once (the rate limits hold for all of them together).
+    ``on_ledger(done, total, ledger_id)`` and ``on_entry(entries, bytes)`` report progress.
+    Open ledgers are recovered (fenced and closed) at once: an operator asked for it.
+    """
+    opts = attrs.evolve(options or AutorecoveryOptions(), grace_period=0.0)
+    metrics = AutorecoveryMetrics()
+    healer = Healer(client, opts, metrics)
+    urm = UnderreplicationManager(client.metadata_store)
+    await urm.ensure_paths()
+    report = RecoveryReport(bookie)
+    report.ledgers = await ledgers_listing(client, bookie)
+    for ledger_id in report.ledgers:
+        await urm.mark(ledger_id, [bookie])
+    total = len(report.ledgers)
+    done = 0
+    slots = trio.Semaphore(max(1, parallel))
+
+    async def heal_one(ledger_id: int) -> None:
+        nonlocal done
+        async with slots:
+            try:
+                outcome = await _heal_locked(healer, urm, ledger_id, owner, on_entry, lock_wait)
+            except WalkitError as exc:
+                report.failed[ledger_id] = str(exc)
+            else:
+                if outcome is HealOutcome.NO_REPLACEMENT:
+                    report.failed[ledger_id] = healer.last_problem.get(ledger_id, "no replacement")
+                else:
+                    report.healed.append(ledger_id)
+            done += 1
+            if on_ledger is not None:
+                on_ledger(done, total, ledger_id)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for ledger_id in report.ledgers:
+                nursery.start_soon(heal_one, ledger_id)
+    except BaseExceptionGroup as group:  # no group escapes a public call: its first leaf
+        raise _first_leaf(group) from None
+    report.healed.sort()
+    report.entries = metrics.entries_copied
+    report.bytes = metrics.bytes_copied
+    return report
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+async def _heal_locked(
+    healer: Healer,
+    urm: UnderreplicationManager,
+    ledger_id: int,
+    owner: str,
+    on_entry: Callable[[int, int], None] | None,
+    lock_wait: float,
+) -> HealOutcome:
+    with trio.move_on_after(lock_wait):
+        while True:
+            if await urm.try_lock(ledger_id, owner):
+                try:
+                    return await healer.heal(ledger_id, progress=on_entry)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await urm.unlock(ledger_id)
+            # A worker holds it: it is healing it now; wait until it lets go.
+            if await urm.read(ledger_id) is None:
+                return HealOutcome.HEALED
+            await trio.sleep(0.2)
+    raise RereplicationError(
+        f"ledger {ledger_id}: another worker held its lock for over {lock_wait:g} s"
+    )
+
+
+async def decommission_bookie(
+    client: Client,
+    bookie: BookieId,
+    *,
+    options: AutorecoveryOptions | None = None,
+    on_ledger: Callable[[int, int, int], None] | None = None,
+    on_entry: Callable[[int, int], None] | None = None,
+) -> RecoveryReport:
+    """Rereplicate everything ``bookie`` holds, then remove its cookie and registration.
+
+    The bookie must be stopped or read-only (BookieUnavailableError otherwise: a writable
+    bookie would keep receiving new ledgers). Its cookie stays if any ledger still lists it.
+    """
+    found = await list_bookies(client.metadata_store)
+    if bookie in found.writable:
+        raise BookieUnavailableError(
+            f"bookie {bookie} is running and writable: stop it (or make it read-only) before "
+            "decommissioning it"
+        )
+    report = await recover_bookie(
+        client, bookie, options=options, on_ledger=on_ledger, on_entry=on_entry
+    )
+    if report.failed or await ledgers_listing(client, bookie):
+        return report
+    store = client.metadata_store
+    for path in (registration_path(bookie, read_only=True), registration_path(bookie)):
+        try:
+            await store.delete(path)
+        except NoSuchNodeError:
+            pass
+    try:
+        await delete_cookie(store, bookie)
+    except NoSuchNodeError:
+        pass
+    log.info("bookie_decommissioned", bookie_id=str(bookie), ledgers=len(report.ledgers))
+    return report

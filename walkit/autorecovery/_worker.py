@@ -1,0 +1,121 @@
+"""The replication worker: takes one marked ledger at a time, heals it, lets it go.
+
+Every bookie runs one (unless ``--no-autorecovery``). A worker locks a ledger with an
+ephemeral node of its client's metadata session, so a worker that crashes mid-copy loses its
+lock with its session and another worker takes the ledger over; copies are idempotent, so the
+second worker simply copies again.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, final
+
+import trio
+
+from walkit._logging import get_logger
+from walkit.autorecovery._heal import Healer, HealOutcome
+from walkit.autorecovery._metrics import AutorecoveryMetrics
+from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.errors import WalkitError
+from walkit.metadata import UnderreplicationManager, WatchEvent, watch_bookies
+
+if TYPE_CHECKING:
+    from walkit.client import Client
+
+log = get_logger(__name__)
+
+__all__ = ["ReplicationWorker"]
+
+
+async def _close(events: AsyncIterator[WatchEvent]) -> None:
+    aclose: Any = getattr(events, "aclose", None)
+    if aclose is not None:
+        with trio.CancelScope(shield=True):
+            await aclose()
+
+
+@final
+class ReplicationWorker:
+    """Heals marked ledgers through ``client`` until cancelled (see module docs)."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        name: str,
+        options: AutorecoveryOptions | None = None,
+        metrics: AutorecoveryMetrics | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.options = options or AutorecoveryOptions()
+        self.healer = Healer(client, self.options, metrics)
+        self.urm = UnderreplicationManager(client.metadata_store)
+        self.rng = rng or random.Random()
+        self._wake = trio.Event()
+        #: Outcomes so far, for tests and status.
+        self.outcomes: dict[HealOutcome, int] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.urm.ensure_paths()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow, self.urm.watch())
+            nursery.start_soon(self._follow, self.urm.watch_settings())
+            # A bookie joining may be the replacement a marked ledger was waiting for.
+            nursery.start_soon(self._follow, watch_bookies(self.urm.store))
+            task_status.started()
+            while True:
+                self._wake = trio.Event()
+                try:
+                    await self.run_once()
+                except WalkitError as exc:
+                    log.warning("replication_worker_pass_failed", worker=self.name, error=str(exc))
+                with trio.move_on_after(self.options.poll_interval):
+                    await self._wake.wait()
+
+    async def _follow(self, events: AsyncIterator[WatchEvent]) -> None:
+        try:
+            async for _ in events:
+                self._wake.set()
+        except WalkitError as exc:
+            log.info("replication_worker_watch_ended", worker=self.name, error=str(exc))
+        finally:
+            await _close(events)
+
+    async def run_once(self) -> int:
+        """One pass over the markers; returns how many ledgers were healed."""
+        settings = await self.urm.settings()
+        if not settings.enabled:
+            return 0
+        ids = await self.urm.list_ids()
+        self.rng.shuffle(ids)  # workers of several bookies spread over the markers
+        healed = 0
+        for ledger_id in ids:
+            if not await self.urm.try_lock(ledger_id, self.name):
+                continue
+            try:
+                outcome = await self.healer.heal(ledger_id)
+            except WalkitError as exc:
+                said = self.healer.last_problem.get(ledger_id) == str(exc)
+                (log.debug if said else log.warning)(
+                    "rereplication_failed", worker=self.name, ledger_id=ledger_id, error=str(exc)
+                )
+                self.healer.last_problem[ledger_id] = str(exc)
+                self.healer.metrics.outcome("failed")
+                continue
+            finally:
+                with trio.CancelScope(shield=True):
+                    try:
+                        await self.urm.unlock(ledger_id)
+                    except WalkitError as exc:  # the session ended: the lock went with it
+                        log.info("rereplication_unlock_failed", ledger_id=ledger_id, error=str(exc))
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+            self.healer.metrics.outcome(outcome.value)
+            if outcome is HealOutcome.HEALED:
+                healed += 1
+            settings = await self.urm.settings()
+            if not settings.enabled:
+                break
+        return healed
