@@ -111,3 +111,16 @@ def test_import_without_the_extra_names_it() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "walkit[spark]" in out.stdout
+
+
+def test_pack_weighs_record_set_entries_apart() -> None:
+    # 100 entries of one record, or 4 record sets, per partition.
+    ranges = [Range(1, 10, 0, 149), Range(2, 11, 0, 9, True, 2, 3)]
+    parts = pack(ranges, 100, 4)
+    assert parts[0] == (Range(1, 10, 0, 99),)
+    # 50 one-record entries fill half a partition: two record sets join them.
+    assert parts[1] == (Range(1, 10, 100, 149), Range(2, 11, 0, 1, True, 2, None))
+    assert parts[2:] == [
+        (Range(2, 11, 2, 5, True),),
+        (Range(2, 11, 6, 9, True, 0, 3),),
+    ]

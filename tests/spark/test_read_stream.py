@@ -92,7 +92,7 @@ async def test_restart_from_checkpoint_sees_every_record_exactly_once(
     # maxRecordsPerTrigger bounds the entries of a batch (a batch never splits an entry).
     entries = [{p.rsplit(":", 1)[0] for p in (row["position"] for row in b)} for b in batches]
     assert all(1 <= len(batch) <= 30 for batch in entries if batch)
-    assert len([b for b in batches if b]) >= 5
+    assert len([b for b in batches if b]) >= 4  # about 90 entries in batches of 30
     shared = [p for p in seen if not p.endswith(":0")]
     assert len(shared) >= 30, seen  # the second run's records share entries
 

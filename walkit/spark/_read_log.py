@@ -143,7 +143,10 @@ class LogReader(DataSourceReader):
             end=str(plan.end),
             entries=sum(r.count for r in ranges),
         )
-        parts = [LogPartition(self.name, group) for group in pack(ranges, options.split_entries)]
+        parts = [
+            LogPartition(self.name, group)
+            for group in pack(ranges, options.split_entries, options.split_record_sets)
+        ]
         return parts or [LogPartition(self.name, ())]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -163,23 +163,35 @@ def plan_log(
     return LogPlan(tuple(ranges), pos)
 
 
-def pack(ranges: Sequence[Range], split_entries: int) -> list[tuple[Range, ...]]:
-    """Ranges grouped into Spark partitions of at most ``split_entries`` entries: big ranges
-    are cut, small neighbours share a partition; log order is kept across partitions."""
+def pack(
+    ranges: Sequence[Range], split_entries: int, split_record_sets: int | None = None
+) -> list[tuple[Range, ...]]:
+    """Ranges grouped into Spark partitions of at most ``split_entries`` entries of one record
+    each, or ``split_record_sets`` entries of record-set ledgers (default: the same number),
+    or a mix in proportion: big ranges are cut, small neighbours share a partition; log order
+    is kept across partitions."""
+    per_set = split_entries if split_record_sets is None else split_record_sets
+    capacity = split_entries * per_set
     partitions: list[tuple[Range, ...]] = []
     current: list[Range] = []
-    room = split_entries
+    room = capacity
     for rng in ranges:
+        cost = split_entries if rng.record_sets else per_set  # of one entry, in capacity units
         first = rng.first
         while first <= rng.last:
-            take = min(room, rng.last - first + 1)
-            current.append(rng.part(first, first + take - 1))
-            first += take
-            room -= take
-            if room == 0:
+            take = min(room // cost, rng.last - first + 1)
+            if take == 0:
                 partitions.append(tuple(current))
                 current = []
-                room = split_entries
+                room = capacity
+                continue
+            current.append(rng.part(first, first + take - 1))
+            first += take
+            room -= take * cost
+            if room < min(split_entries, per_set):
+                partitions.append(tuple(current))
+                current = []
+                room = capacity
     if current:
         partitions.append(tuple(current))
     return partitions

@@ -148,7 +148,9 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         plan = plan_log(views, begin, finish)
         return [
             LogPartition(self.name, group)
-            for group in pack(plan.ranges, self.options.split_entries)
+            for group in pack(
+                plan.ranges, self.options.split_entries, self.options.split_record_sets
+            )
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
