@@ -214,7 +214,9 @@ class LogReader:
 
     def _add_entry(self, ledger: LogLedger, reader: LedgerReader, entry: Entry) -> None:
         """Buffer the records of one entry, from the slot the position names."""
-        record_set = entry_records(entry.payload, uses_record_sets(reader.metadata.custom_metadata))
+        record_set = entry_records(
+            entry.payload, uses_record_sets(reader.metadata.custom_metadata)
+        )
         pos = self._pos
         first = pos.slot if pos.ledger_seq == ledger.seq and pos.entry_id == entry.entry_id else 0
         seq, entry_id = ledger.seq, entry.entry_id
