@@ -1,7 +1,8 @@
 """Benchmark the Spark read side against a plain ``log.reader()``.
 
 A log of 1,000,000 records of 100 B (3 bookie processes, E=3 Qw=2 Qa=2, sqlite metadata,
-ledgers rolled every 250,000 records) is read, in one run:
+ledgers rolled every 250,000 entries; records packed into record sets of up to 64 KiB by
+``append_batch``, about 600 per entry) is read, in one run:
 
 1. by a plain ``log.reader(follow=False)`` in this process (one client, one task);
 2. by Spark on ``local[2]``: ``spark.read.format("walkit")...load(LOG).count()``;
@@ -206,7 +207,8 @@ def report(results: dict[str, Any], records: int, runs: int) -> str:
         f"`python bench/spark.py --records {records} --runs {runs}` on {platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, PySpark "
         f"{pyspark.__version__} on `local[2]`; 3 bookie processes (E=3 Qw=2 Qa=2), sqlite "
-        f"metadata, ledgers rolled every {ROLL:,} records ({results['partitions']} Spark "
+        f"metadata, ledgers rolled every {ROLL:,} entries, records in record sets of up to 64 KiB "
+        f"({results['partitions']} Spark "
         f"partitions with the default splitEntries). Medians of {runs} runs; load average "
         f"{load:.1f} when the report was written. Writing the log took "
         f"{results['fill_s']:.1f} s ({records / results['fill_s']:,.0f} records/s).",

@@ -6,7 +6,7 @@
 
 Batch: every record readable now (closed ledgers and the open ledger's confirmed entries; the
 writer is not fenced) is written to DIR as Parquet, replacing what was there. Columns: the
-walkit reader's ``log, position, ledger_seq, ledger_id, entry_id, payload``.
+walkit reader's ``log, position, ledger_seq, ledger_id, entry_id, slot, payload``.
 
 Streaming: the records after the last exported one go to DIR, exactly once: the checkpoint
 holds the last exported log position and Spark's Parquet sink commits files per micro-batch.

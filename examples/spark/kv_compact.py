@@ -71,14 +71,15 @@ async def save_snapshot(
 def fold_key(base: dict[str, Any], key: str | None, commands: list[Any]) -> str | None:
     """One key's entry after its commands (JSON), or None when it ends deleted. Runs on the
     executors, through the KV store's own state machine."""
-    ordered = sorted(commands, key=lambda c: (c["ledger_seq"], c["entry_id"]))
+    ordered = sorted(commands, key=lambda c: (c["ledger_seq"], c["entry_id"], c["slot"]))
     if key is None:
-        where = ", ".join(f"{c['ledger_seq']}:{c['entry_id']}" for c in ordered[:5])
+        where = ", ".join(f"{c['ledger_seq']}:{c['entry_id']}:{c['slot']}" for c in ordered[:5])
         raise ValueError(f"the record(s) at {where} are not KV store commands (no key)")
     machine = kv_store.KVState()
     machine.restore(json.dumps({key: base[key]} if key in base else {}).encode())
     for c in ordered:
-        machine.apply(bytes(c["payload"]), walkit.LogPosition(c["ledger_seq"], c["entry_id"]))
+        position = walkit.LogPosition(c["ledger_seq"], c["entry_id"], c["slot"])
+        machine.apply(bytes(c["payload"]), position)
     final = json.loads(machine.snapshot())
     return json.dumps(final[key]) if key in final else None
 
@@ -101,6 +102,7 @@ def compact(spark: Any, url: str, name: str, password: str | None = None) -> dic
     keyed = records.select(
         "ledger_seq",
         "entry_id",
+        "slot",
         "payload",
         F.get_json_object(F.col("payload").cast("string"), "$.key").alias("key"),
     )
@@ -111,9 +113,9 @@ def compact(spark: Any, url: str, name: str, password: str | None = None) -> dic
     per_key = (
         keyed.groupBy("key")
         .agg(
-            F.collect_list(F.struct("ledger_seq", "entry_id", "payload")).alias("commands"),
+            F.collect_list(F.struct("ledger_seq", "entry_id", "slot", "payload")).alias("commands"),
             F.count("*").alias("records"),
-            F.max(F.struct("ledger_seq", "entry_id")).alias("last"),
+            F.max(F.struct("ledger_seq", "entry_id", "slot")).alias("last"),
         )
         .select("key", fold("key", "commands").alias("entry"), "records", "last")
         .collect()
@@ -135,7 +137,9 @@ def compact(spark: Any, url: str, name: str, password: str | None = None) -> dic
             state.pop(row["key"], None)
         else:
             state[row["key"]] = json.loads(row["entry"])
-    last = max((row["last"]["ledger_seq"], row["last"]["entry_id"]) for row in per_key)
+    last = max(
+        (row["last"]["ledger_seq"], row["last"]["entry_id"], row["last"]["slot"]) for row in per_key
+    )
     position = walkit.LogPosition(*last)
     machine = kv_store.KVState()
     machine.restore(json.dumps(state).encode())

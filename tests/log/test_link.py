@@ -282,3 +282,45 @@ async def test_discarding_a_family_of_jobs_by_prefix(memory_url: str, tmp_path: 
             with pytest.raises(InvalidArgumentError, match="has ended"):
                 await log.stage_ledger(job, 0)
         await stage(log, "q.5.run4", 0, [b"a later run"])
+
+
+async def test_record_set_ledgers_link_with_their_record_counts(
+    memory_url: str, tmp_path: Path
+) -> None:
+    from walkit._core.record_set import encode_record_set
+
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "packed", password=b"pw")
+        # Part 0: two record sets of 3 and 2 records; part 1: an untagged ledger (the format
+        # of staged ledgers before record sets), one record per entry; part 2: record sets
+        # whose count nobody reports (the link reads their headers).
+        lw = await log.stage_ledger("job-rs", 0, record_sets=True)
+        await lw.append_batch(
+            [encode_record_set([b"a0", b"a1", b"a2"]), encode_record_set([b"a3", b"a4"])]
+        )
+        await lw.close()
+        old = await log.stage_ledger("job-rs", 1)
+        await old.append_batch([b"b0", b"b1"])
+        await old.close()
+        unreported = await log.stage_ledger("job-other", 0, record_sets=True)
+        await unreported.append(encode_record_set([b"c0", b"c1", b"c2", b"c3"]))
+        await unreported.close()
+        with pytest.raises(InvalidArgumentError, match="one count per ledger"):
+            await log.link_ledgers([lw.id, old.id], record_counts=[5])
+        result = await log.link_ledgers([lw.id, old.id], job="job-rs", record_counts=[5, 2])
+        assert result.records == 7
+        seq = result.ledgers[0].seq
+        assert result.end == LogPosition(seq + 1, 2)
+        more = await log.link_ledgers([unreported.id])
+        assert more.records == 4 and more.end == LogPosition(seq + 2, 1)
+        got = [(str(r.position), r.payload) for r in await read_all(log)]
+        assert got == [
+            (f"{seq}:0:0", b"a0"),
+            (f"{seq}:0:1", b"a1"),
+            (f"{seq}:0:2", b"a2"),
+            (f"{seq}:1:0", b"a3"),
+            (f"{seq}:1:1", b"a4"),
+            (f"{seq + 1}:0:0", b"b0"),
+            (f"{seq + 1}:1:0", b"b1"),
+            *[(f"{seq + 2}:0:{i}", b"c%d" % i) for i in range(4)],
+        ]

@@ -85,8 +85,17 @@ def test_replication_audit_finds_the_copies_a_dead_bookie_missed(
     assert f"audited 2 ledgers, 25 entries, 65 copies: {n} missing, 0 corrupt" in out
 
 
-async def append_records(url: str, name: str, payloads: list[bytes], roll: int = 7) -> None:
+async def append_records(
+    url: str, name: str, payloads: list[bytes], roll: int = 7, batch_bytes: int | None = None
+) -> None:
+    """Append one by one (an entry each), or with ``batch_bytes`` in one batch (record sets of
+    up to that many bytes)."""
     async with Client.connect(url) as client:
+        if batch_bytes is not None:
+            owner = await Log.open(client, name, roll_entries=roll, batch_bytes=batch_bytes)
+            async with owner.writer() as w:
+                await w.append_batch(payloads)
+            return
         owner = await Log.open(client, name, roll_entries=roll)
         async with owner.writer() as w:
             for payload in payloads:
@@ -105,8 +114,9 @@ def read_records(url: str, name: str) -> list[tuple[str, bytes]]:
 def parquet_records(path: Path) -> list[tuple[str, bytes]]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(str(path), columns=["position", "payload", "ledger_seq", "entry_id"])
-    rows = sorted(table.to_pylist(), key=lambda r: (r["ledger_seq"], r["entry_id"]))
+    columns = ["position", "payload", "ledger_seq", "entry_id", "slot"]
+    table = pq.read_table(str(path), columns=columns)
+    rows = sorted(table.to_pylist(), key=lambda r: (r["ledger_seq"], r["entry_id"], r["slot"]))
     return [(r["position"], r["payload"]) for r in rows]
 
 
@@ -130,10 +140,12 @@ def test_export_to_parquet_batch_and_streaming(
     assert (
         f"exported 20 new records of log {name}; {stream_out} holds 20" in capsys.readouterr().out
     )
-    trio.run(append_records, url, name, [b"b%02d" % i for i in range(9)])  # a takeover, rolls
+    # A takeover, and record sets of three records (3 B + 4 B each, 10 B of header).
+    trio.run(append_records, url, name, [b"b%02d" % i for i in range(9)], 7, 36)
     assert export.main(command) == 0
     assert f"exported 9 new records of log {name}; {stream_out} holds 29" in capsys.readouterr().out
     assert parquet_records(stream_out) == read_records(url, name)
+    assert read_records(url, name)[-1][0].endswith(":2")  # records share entries
 
 
 def test_kv_compaction_gives_the_store_a_snapshot_it_starts_from(

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 import walkit
+from walkit._core.record_set import decode_record_set
 
 _names = itertools.count()
 
@@ -85,16 +86,19 @@ async def test_read_all_ledgers_includes_a_log_and_refuses_a_wrong_password(
     rows = await collect(
         spark.read.format("walkit").option("metadata", url).option("ledgers", str(ledger_id)).load()
     )
-    assert [(r.entry_id, bytes(r.payload)) for r in rows] == [
-        (p.entry_id, b"r%d" % i) for i, p in enumerate(positions)
-    ]
-    assert dict(rows[0].custom_metadata)["walkit.log"] == name
+    # Rows are entries, as stored: the log writer packed the batch into one record set.
+    assert {p.entry_id for p in positions} == {0} and [p.slot for p in positions] == [0, 1, 2, 3, 4]
+    assert [r.entry_id for r in rows] == [0]
+    assert decode_record_set(bytes(rows[0].payload)).records == [b"r%d" % i for i in range(5)]
+    custom = dict(rows[0].custom_metadata)
+    assert custom["walkit.log"] == name and custom["walkit.format"] == "recordset-1"
 
 
 async def test_split_entries_and_pushed_filters(spark: Any, spark_metadata: str) -> None:
     url, name = spark_metadata, f"split-{next(_names)}"
     async with walkit.Client.connect(url) as client:
-        log = await walkit.Log.open(client, name, roll_entries=100)
+        # batch_bytes=1: every record gets an entry of its own (a record set of one).
+        log = await walkit.Log.open(client, name, roll_entries=100, batch_bytes=1)
         async with log.writer() as w:
             for start in range(0, 250, 50):
                 await w.append_batch([b"%d" % i for i in range(start, start + 50)])
@@ -113,13 +117,15 @@ async def test_split_entries_and_pushed_filters(spark: Any, spark_metadata: str)
     one = reader().load(name).where(f"ledger_seq = {seqs[1]}")
     assert one.rdd.getNumPartitions() == 1
     assert await trio.to_thread.run_sync(one.count) == 100
-    pos = f"{seqs[2]}:7"
-    picked = await collect(reader().load(name).where(f"position = '{pos}' or position = '9:99999'"))
+    pos = f"{seqs[2]}:7:0"
+    old = f"{seqs[2]}:8"  # the older two-part form: no row's position
+    where = f"position = '{pos}' or position = '9:99999:0' or position = '{old}'"
+    picked = await collect(reader().load(name).where(where))
     assert [(r.position, bytes(r.payload)) for r in picked] == [(pos, b"207")]
     ranged = (
         reader()
         .option("startingPosition", f"{seqs[0]}:95")
-        .option("endingPosition", f"{seqs[1]}:3")
+        .option("endingPosition", f"{seqs[1]}:3:0")
     )
     got = await collect(ranged.load(name).where(f"ledger_seq >= {seqs[0]}"))
     assert sorted(int(bytes(r.payload)) for r in got) == list(range(95, 103))

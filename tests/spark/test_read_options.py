@@ -32,7 +32,8 @@ def test_option_parsing_is_case_insensitive_and_names_the_option() -> None:
         {"metadata": url, "path": "orders", "startingposition": "3:17", "SPLITENTRIES": "5"},
         streaming=False,
     )
-    assert (str(parsed.starting), parsed.split_entries, parsed.log) == ("3:17", 5, "orders")
+    assert (str(parsed.starting), parsed.split_entries, parsed.log) == ("3:17:0", 5, "orders")
+    assert parsed.split_record_sets == 5  # splitEntries, given, applies to both kinds
     cases = {
         "unknown option 'startPosition'": {"startPosition": "1:0"},
         "option 'startingPosition' is '3-17'": {"startingPosition": "3-17"},

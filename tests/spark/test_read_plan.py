@@ -56,6 +56,37 @@ def test_end_position_and_record_budget() -> None:
     assert plan_log(ledgers, exact.end, None, 1).ranges == (Range(2, 11, 0, 0),)
 
 
+def test_slots_cut_the_first_and_last_entry() -> None:
+    ledgers = [
+        LedgerView(1, 10, True, 9, record_sets=True),
+        LedgerView(2, 11, True, 4),  # an older ledger: one record per entry
+        LedgerView(3, 12, False, 9, record_sets=True),
+    ]
+    plan = plan_log(ledgers, P("1:5:3"), P("3:2:1"))
+    assert plan.ranges == (
+        Range(1, 10, 5, 9, True, 3, None),
+        Range(2, 11, 0, 4),
+        Range(3, 12, 0, 2, True, 0, 1),
+    )
+    assert plan.end == P("3:2:1")
+    # The next plan starts where this one ended, in the middle of entry 3:2.
+    assert plan_log(ledgers, plan.end).ranges == (Range(3, 12, 2, 9, True, 1, None),)
+    # Start and end in one entry; an end at slot 0 stops before its entry.
+    assert plan_log(ledgers, P("1:4:1"), P("1:4:3")).ranges == (Range(1, 10, 4, 4, True, 1, 3),)
+    assert plan_log(ledgers, P("1:4:3"), P("1:4:3")).ranges == ()
+    assert plan_log(ledgers, P("1:4:1"), P("1:6:0")).ranges == (Range(1, 10, 4, 5, True, 1),)
+    # An entry budget drops the end's slot cut when it stops earlier.
+    budget = plan_log(ledgers, P("1:8:2"), P("3:2:1"), 4)
+    assert budget.ranges == (Range(1, 10, 8, 9, True, 2), Range(2, 11, 0, 1))
+    assert budget.end == P("2:2:0")
+    # pack keeps each cut on the piece that holds its entry.
+    parts = pack(plan.ranges, 4)
+    assert parts[0] == (Range(1, 10, 5, 8, True, 3, None),)
+    assert parts[1][0] == Range(1, 10, 9, 9, True, 0, None)
+    assert parts[2][-1] == Range(3, 12, 0, 1, True, 0, None)
+    assert parts[3] == (Range(3, 12, 2, 2, True, 0, 1),)
+
+
 def test_resolve_latest() -> None:
     assert resolve_latest([], 7) == P("7:0")
     ledgers = [LedgerView(1, 10, True, 9), LedgerView(2, 11, False, 4)]
@@ -80,3 +111,16 @@ def test_import_without_the_extra_names_it() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "walkit[spark]" in out.stdout
+
+
+def test_pack_weighs_record_set_entries_apart() -> None:
+    # 100 entries of one record, or 4 record sets, per partition.
+    ranges = [Range(1, 10, 0, 149), Range(2, 11, 0, 9, True, 2, 3)]
+    parts = pack(ranges, 100, 4)
+    assert parts[0] == (Range(1, 10, 0, 99),)
+    # 50 one-record entries fill half a partition: two record sets join them.
+    assert parts[1] == (Range(1, 10, 100, 149), Range(2, 11, 0, 1, True, 2, None))
+    assert parts[2:] == [
+        (Range(2, 11, 2, 5, True),),
+        (Range(2, 11, 6, 9, True, 0, 3),),
+    ]

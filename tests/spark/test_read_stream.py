@@ -77,9 +77,11 @@ async def test_restart_from_checkpoint_sees_every_record_exactly_once(
         await trio.to_thread.run_sync(run_available_now, spark, url, name, checkpoint, out)
         first_run = sunk(out)
         # Appends between the runs: a new writer takes over (fencing the last ledger), rolls.
+        # Its records share entries (record sets of up to 64 bytes: several records each).
+        log = await walkit.Log.open(client, name, roll_entries=25, batch_bytes=64)
         async with log.writer() as w:
-            for i in range(60):
-                await w.append(b"second %d" % i)
+            for i in range(0, 60, 15):
+                await w.append_batch([b"second %d" % n for n in range(i, i + 15)])
         await trio.to_thread.run_sync(run_available_now, spark, url, name, checkpoint, out)
     expected = await plain_read(url, name)
     batches = sunk(out)
@@ -87,8 +89,12 @@ async def test_restart_from_checkpoint_sees_every_record_exactly_once(
     seen = [row["position"] for batch in batches for row in batch]
     assert len(expected) == 130
     assert seen == expected  # every record, once, in log order
-    assert all(1 <= len(batch) <= 30 for batch in batches if batch)
-    assert len([b for b in batches if b]) >= 5  # maxRecordsPerTrigger bounded the batches
+    # maxRecordsPerTrigger bounds the entries of a batch (a batch never splits an entry).
+    entries = [{p.rsplit(":", 1)[0] for p in (row["position"] for row in b)} for b in batches]
+    assert all(1 <= len(batch) <= 30 for batch in entries if batch)
+    assert len([b for b in batches if b]) >= 4  # about 90 entries in batches of 30
+    shared = [p for p in seen if not p.endswith(":0")]
+    assert len(shared) >= 30, seen  # the second run's records share entries
 
 
 async def test_processing_time_trigger_tails_a_live_log(
@@ -100,9 +106,11 @@ async def test_processing_time_trigger_tails_a_live_log(
         log = await walkit.Log.open(client, name, roll_entries=15)
         async with log.writer() as w:
             await w.append_batch([b"before %d" % i for i in range(10)])
+        # The sixth record's position: in the middle of the batch's entry (a record set).
+        start = (await plain_read(url, name))[5]
         query = await trio.to_thread.run_sync(
             lambda: (
-                stream(spark, url, name, startingPosition="1:5")
+                stream(spark, url, name, startingPosition=start)
                 .writeStream.foreachBatch(batch_sink(out))
                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
                 .trigger(processingTime="500 milliseconds")

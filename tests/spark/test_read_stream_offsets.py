@@ -56,12 +56,12 @@ async def test_offsets_limits_and_truncation_behind_the_stream(
                 await w.append(b"%d" % i)
             reader = stream_reader(url, name, maxRecordsPerTrigger="4")
             start = await call(reader.initialOffset)
-            assert start == {"position": "1:0"}
+            assert start == {"position": "1:0:0"}
             limit = reader.getDefaultReadLimit()
             assert limit == ReadMaxRows(4)
             end = await call(reader.latestOffset, start, limit)
-            assert end == {"position": "1:4"}
-            assert await rows(reader, start, end) == ["1:0", "1:1", "1:2", "1:3"]
+            assert end == {"position": "1:4:0"}
+            assert await rows(reader, start, end) == ["1:0:0", "1:1:0", "1:2:0", "1:3:0"]
             # availableNow: a target now; records appended later are not read by this query.
             await call(reader.prepareForTriggerAvailableNow)
             await w.append(b"late")
@@ -73,13 +73,13 @@ async def test_offsets_limits_and_truncation_behind_the_stream(
             assert await call(reader.latestOffset, everything, ReadAllAvailable()) == everything
             # Truncation overtakes the stream (which has committed up to 1:4).
             await w.truncate(walkit.LogPosition(2, 5))
-    with pytest.raises(walkit.LogTruncatedError, match=r"truncated at 2:5.*failOnDataLoss"):
+    with pytest.raises(walkit.LogTruncatedError, match=r"truncated at 2:5:0.*failOnDataLoss"):
         await call(stream_reader(url, name).latestOffset, end, ReadAllAvailable())
-    with pytest.raises(walkit.LogTruncatedError, match="truncated at 2:5"):
+    with pytest.raises(walkit.LogTruncatedError, match="truncated at 2:5:0"):
         await call(stream_reader(url, name).partitions, end, everything)
     lenient = stream_reader(url, name, failOnDataLoss="false")
     with caplog.at_level(logging.WARNING, logger="walkit.spark"):
         new_end = await call(lenient.latestOffset, end, ReadAllAvailable())
         got = await rows(lenient, end, new_end)
     assert "spark_stream_skipped_truncated" in caplog.text
-    assert got == [f"2:{i}" for i in range(5, 10)] + [f"3:{i}" for i in range(6)]
+    assert got == [f"2:{i}:0" for i in range(5, 10)] + [f"3:{i}:0" for i in range(6)]

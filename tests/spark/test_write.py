@@ -93,6 +93,8 @@ def test_batch_write_then_read_back_in_partition_order(spark: Any, spark_metadat
     seqs = sorted({pos.ledger_seq for pos, _ in got})
     assert len(seqs) == 3
     assert [pos for pos, _ in got] == sorted(pos for pos, _ in got)
+    # Each task packs its partition into record sets: 10 small records share one entry.
+    assert {(pos.entry_id, pos.slot) for pos, _ in got} == {(0, slot) for slot in range(10)}
 
     # A second write appends after the first; string payloads are written as UTF-8; the
     # columns of the walkit reader's schema are ignored.
@@ -118,11 +120,19 @@ def test_batch_write_then_read_back_in_partition_order(spark: Any, spark_metadat
     # The Spark reader sees the same; and a log read with it copies into another log as it
     # is (the reader's columns are ignored; partitions follow the log's order).
     source = spark.read.format("walkit").option("metadata", spark_metadata).load(name)
-    rows = source.orderBy("ledger_seq", "entry_id").select("position", "payload").collect()
+    rows = source.orderBy("ledger_seq", "entry_id", "slot").select("position", "payload").collect()
     assert [(LogPosition.parse(r.position), bytes(r.payload)) for r in rows] == got
     copy = log_name("copy")
     write(source, spark_metadata, copy)
     assert [p for _, p in read_back(spark_metadata, copy)] == [p for _, p in got]
+    # A bigger write fills several entries of up to batch_bytes (64 KiB) per task.
+    big = log_name("big")
+    write(numbered(spark, 20000, 2, "x" * 20), spark_metadata, big)
+    got = read_back(spark_metadata, big)
+    assert [p for _, p in got] == [b"x" * 20 + b"%03d" % i for i in range(20000)]
+    entries = {(pos.ledger_seq, pos.entry_id) for pos, _ in got}
+    # 10,000 records of 23-25 B (+ 4 B of envelope each) per task: 5 entries of 64 KiB.
+    assert 2 * 4 <= len(entries) <= 2 * 6, len(entries)
 
 
 def test_an_aborted_write_leaves_nothing_visible_and_no_ledgers(

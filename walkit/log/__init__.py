@@ -11,6 +11,7 @@ from walkit._core.log_metadata import (
     SnapshotRecord,
 )
 from walkit._core.log_position import LogPosition
+from walkit._core.record_set import encode_record_set
 from walkit.errors import LogTruncatedError, NoSuchLogError
 from walkit.log._gc import Orphan
 from walkit.log._link import LinkResult, StagedLedger
@@ -42,6 +43,7 @@ __all__ = [
     "Snapshot",
     "SnapshotRecord",
     "StagedLedger",
+    "encode_record_set",
     "ledger_password",
     "list_logs",
     "log_password",

@@ -5,7 +5,10 @@ does not append through it. Instead:
 
 1. each task *stages* a ledger of its own (:func:`stage_ledger`: the log's ensemble, quorums,
    digest and password; tagged in its custom metadata with the log, the job id and the task's
-   part number), appends its records in order and closes it;
+   part number), appends its records in order and closes it. With ``record_sets=True`` the
+   ledger is tagged as a record-set ledger (like the log writer's) and each entry must be an
+   envelope from :func:`walkit._core.record_set.encode_record_set` holding several records;
+   without it, each entry is one record (the format of staged ledgers before record sets);
 2. one committer *links* the staged ledgers (:func:`link_ledgers`): it fences the log's
    current writer exactly as a takeover does (recovers the last two ledgers), then lists the
    staged ledgers last, in the given order, with one compare-and-set. The records read back
@@ -37,6 +40,12 @@ import trio
 
 from walkit._core.log_metadata import Link, LogLedger, SinkMark
 from walkit._core.log_position import LogPosition
+from walkit._core.record_set import (
+    FORMAT_KEY,
+    FORMAT_RECORD_SETS,
+    entry_records,
+    uses_record_sets,
+)
 from walkit._logging import get_logger
 from walkit.errors import (
     InvalidArgumentError,
@@ -81,6 +90,8 @@ MAX_JOB_LENGTH: Final = 200
 #: Where the metadata store records jobs that ended (committed or aborted): a task that stages
 #: a ledger after its job ended (a zombie task attempt) finds the mark and deletes its ledger.
 ENDED_JOBS_PATH: Final = "/staging/ended"
+#: Entries read at once to count the records of a record-set ledger.
+COUNT_BATCH: Final = 256
 
 
 @final
@@ -103,9 +114,12 @@ class LinkResult:
     """What :func:`link_ledgers` did.
 
     ``ledgers``: the linked ledgers in log order, with their sequence numbers; ``records``:
-    how many records they hold; ``replayed``: the sink's batch had been committed before and
-    nothing was linked; ``end``: the position just after the last linked record (None when
-    nothing was linked). ``last_entries`` maps each linked ledger id to its last entry id.
+    how many records they hold (entries of record-set ledgers count with the ``record_counts``
+    their stagers reported, or as read from the entries' headers); ``replayed``: the sink's
+    batch had been committed before and nothing was linked; ``end``: the position after the
+    last linked record, at the start of the entry after it (None when nothing was linked;
+    every position between the last record and ``end`` names the same point for a reader).
+    ``last_entries`` maps each linked ledger id to its last entry id.
     """
 
     ledgers: tuple[LogLedger, ...]
@@ -154,10 +168,13 @@ async def end_job(owner: Log, job: str) -> None:
         pass
 
 
-async def stage_ledger(owner: Log, job: str, part: int) -> LedgerWriter:
+async def stage_ledger(
+    owner: Log, job: str, part: int, *, record_sets: bool = False
+) -> LedgerWriter:
     """A new ledger for ``owner``'s records from task ``part`` of ``job``: created with the
     log's settings and password, tagged for :func:`staged_ledgers`. Append to it and close it;
-    then hand its id to the job's committer."""
+    then hand its id to the job's committer. ``record_sets``: its entries will be record sets
+    (append ``encode_record_set`` envelopes), else one record each."""
     from walkit.log._log import KIND_KEY
     from walkit.log._passwords import LOG_KEY
 
@@ -166,18 +183,21 @@ async def stage_ledger(owner: Log, job: str, part: int) -> LedgerWriter:
     if isinstance(part, bool) or not isinstance(part, int) or part < 0:
         raise InvalidArgumentError(f"a part number is an int >= 0, not {part!r}")
     cfg = owner.config
+    custom = {
+        LOG_KEY: owner.name.encode(),
+        KIND_KEY: STAGED_KIND.encode(),
+        JOB_KEY: job.encode(),
+        PART_KEY: str(part).encode(),
+    }
+    if record_sets:
+        custom[FORMAT_KEY] = FORMAT_RECORD_SETS
     lw = await owner.client.create_ledger(
         cfg.ensemble_size,
         cfg.write_quorum,
         cfg.ack_quorum,
         digest=cfg.digest,
         password=owner.options.password,
-        custom_metadata={
-            LOG_KEY: owner.name.encode(),
-            KIND_KEY: STAGED_KIND.encode(),
-            JOB_KEY: job.encode(),
-            PART_KEY: str(part).encode(),
-        },
+        custom_metadata=custom,
     )
     core = owner.client.core
     ended = await core.retry_metadata(
@@ -266,6 +286,7 @@ async def link_ledgers(
     job: str | None = None,
     sink: tuple[str, int] | None = None,
     expected_last_entries: Sequence[int] | None = None,
+    record_counts: Sequence[int] | None = None,
 ) -> LinkResult:
     """Link the staged ledgers ``ledger_ids`` into ``owner``, in this order, with one CAS
     (see the module docs). The log's current writer is fenced (WriterFencedError from its next
@@ -274,7 +295,9 @@ async def link_ledgers(
     Each ledger must be staged for this log (InvalidArgumentError otherwise); one still open is
     recovered (closed at its end) first. ``expected_last_entries`` (one per ledger), if given,
     must match the ledgers' ends (InvalidArgumentError: a task's ledger is not what it
-    reported). Empty ledgers are deleted, not linked.
+    reported). Empty ledgers are deleted, not linked. ``record_counts`` (one per ledger, as
+    the stagers counted them) gives ``LinkResult.records`` for record-set ledgers without
+    reading them; without it, their entries' headers are read to count.
 
     ``sink=(query_id, batch_id)`` records the batch as committed in the same CAS; if that
     query committed this batch (or a later one) before, nothing is linked and the ledgers are
@@ -287,6 +310,8 @@ async def link_ledgers(
         raise InvalidArgumentError(f"a ledger to link is repeated: {ids}")
     if expected_last_entries is not None and len(expected_last_entries) != len(ids):
         raise InvalidArgumentError("expected_last_entries must have one entry per ledger")
+    if record_counts is not None and len(record_counts) != len(ids):
+        raise InvalidArgumentError("record_counts must have one count per ledger")
     if job is not None:
         check_job(job)
     mark = None
@@ -364,9 +389,15 @@ async def link_ledgers(
         linked = {lg.ledger_id for lg in plan.linked}
         leftovers = [s.ledger_id for s in await staged_ledgers(owner, job)]
         await owner._delete_ledgers([i for i in leftovers if i not in linked], "leftover")
+    counts = {} if record_counts is None else dict(zip(ids, record_counts, strict=True))
+    records = 0
+    for lg in plan.linked:
+        records += await _records_in(
+            owner, lg.ledger_id, last_entries[lg.ledger_id], counts.get(lg.ledger_id)
+        )
     result = LinkResult(
         ledgers=plan.linked,
-        records=sum(last_entries[lg.ledger_id] + 1 for lg in plan.linked),
+        records=records,
         replayed=plan.replayed,
         last_entries={lg.ledger_id: last_entries[lg.ledger_id] for lg in plan.linked},
     )
@@ -381,6 +412,22 @@ async def link_ledgers(
         fenced=sorted(recovered),
     )
     return result
+
+
+async def _records_in(owner: Log, ledger_id: int, last: int, reported: int | None) -> int:
+    """Records in a linked ledger: one per entry, or (record sets) as its stager reported
+    them, else the sum of its entries' record counts (read from their headers)."""
+    md = await owner.client.ledger_metadata(ledger_id)
+    if not uses_record_sets(md.custom_metadata):
+        return last + 1
+    if reported is not None:
+        return reported
+    reader = await owner.client.open_ledger(ledger_id, password=owner.options.password)
+    total = 0
+    for first in range(0, last + 1, COUNT_BATCH):
+        for entry in await reader.read(first, min(last, first + COUNT_BATCH - 1)):
+            total += len(entry_records(entry.payload, True).records)
+    return total
 
 
 async def _staged_info(client: Client, name: str, ledger_id: int) -> StagedLedger | None:

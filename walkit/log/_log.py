@@ -291,10 +291,12 @@ class Log:
 
     # --- bulk appends (walkit.log._link) ----------------------------------------------------
 
-    async def stage_ledger(self, job: str, part: int) -> LedgerWriter:
+    async def stage_ledger(self, job: str, part: int, *, record_sets: bool = False) -> LedgerWriter:
         """A ledger for the records of task ``part`` of the bulk job ``job``: append to it,
-        close it, and let the job's committer :meth:`link_ledgers` it. Invisible until then."""
-        return await stage_ledger(self, job, part)
+        close it, and let the job's committer :meth:`link_ledgers` it. Invisible until then.
+        ``record_sets``: append ``encode_record_set`` envelopes (several records per entry),
+        else one record per entry."""
+        return await stage_ledger(self, job, part, record_sets=record_sets)
 
     async def link_ledgers(
         self,
@@ -303,12 +305,18 @@ class Log:
         job: str | None = None,
         sink: tuple[str, int] | None = None,
         expected_last_entries: Sequence[int] | None = None,
+        record_counts: Sequence[int] | None = None,
     ) -> LinkResult:
         """Fence the current writer and list the staged ledgers last, in this order, in one
         compare-and-set (with ``sink=(query_id, batch_id)``: exactly once per batch). See
         :func:`walkit.log._link.link_ledgers`."""
         return await link_ledgers(
-            self, ledger_ids, job=job, sink=sink, expected_last_entries=expected_last_entries
+            self,
+            ledger_ids,
+            job=job,
+            sink=sink,
+            expected_last_entries=expected_last_entries,
+            record_counts=record_counts,
         )
 
     async def staged_ledgers(self, job: str | None = None) -> list[StagedLedger]:

@@ -47,6 +47,9 @@ READ_OPTIONS: Final = (
 
 #: Entries one Spark partition reads at most, unless ``splitEntries`` says otherwise.
 DEFAULT_SPLIT_ENTRIES: Final = 250_000
+#: The same for entries of record-set ledgers (up to 64 KiB of records each by default: about
+#: 64 MiB per partition), unless ``splitEntries`` says otherwise.
+DEFAULT_SPLIT_RECORD_SETS: Final = 1024
 
 _METADATA_SCHEMES: Final = ("zk://", "sqlite://")
 
@@ -77,6 +80,8 @@ class ReadOptions:
     split_entries: int
     max_records_per_trigger: int | None
     fail_on_data_loss: bool
+    #: Entries of record-set ledgers one partition reads at most (``splitEntries`` if given).
+    split_record_sets: int = DEFAULT_SPLIT_RECORD_SETS
 
 
 def check_options(options: Mapping[str, str], known: Collection[str], what: str) -> dict[str, str]:
@@ -136,7 +141,7 @@ def _position(options: Mapping[str, str], name: str, default: str) -> LogPositio
     except InvalidArgumentError:
         raise ConfigurationError(
             f"walkit: option {name!r} is {text!r}: expected earliest, latest, or a log "
-            "position SEQ:ENTRY such as 3:17"
+            "position SEQ:ENTRY:SLOT such as 3:17:0"
         ) from None
 
 
@@ -221,6 +226,7 @@ def read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         ending = _position(options, "endingPosition", "latest")
         if ending == LogPosition.LATEST:
             ending = None
+    split = _positive(options, "splitEntries")
     max_records = _positive(options, "maxRecordsPerTrigger")
     if max_records is not None and not streaming:
         raise ConfigurationError(
@@ -232,7 +238,8 @@ def read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         ledgers=ledgers,
         starting=starting,
         ending=ending,
-        split_entries=_positive(options, "splitEntries") or DEFAULT_SPLIT_ENTRIES,
+        split_entries=split or DEFAULT_SPLIT_ENTRIES,
         max_records_per_trigger=max_records,
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
+        split_record_sets=split or DEFAULT_SPLIT_RECORD_SETS,
     )

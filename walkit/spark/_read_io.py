@@ -20,6 +20,7 @@ import trio
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.log_metadata import LogMetadata
+from walkit._core.record_set import uses_record_sets
 from walkit._core.types import Entry
 from walkit._logging import get_logger
 from walkit.client import Client
@@ -41,8 +42,13 @@ __all__ = ["Chunk", "LogState", "ledger_state", "log_state", "read_chunks", "run
 
 T = TypeVar("T")
 
-#: Entries fetched by one read call of an executor (one Arrow batch).
+#: Most entries fetched by one read call of an executor (one Arrow batch).
 CHUNK_ENTRIES: Final = 8192
+#: Entries of a range's first read call; later calls aim at CHUNK_BYTES from the entries'
+#: sizes so far (entries of record-set ledgers hold up to 64 KiB of records each).
+FIRST_CHUNK_ENTRIES: Final = 256
+#: Bytes of entries one read call aims at.
+CHUNK_BYTES: Final = 8 * 1024 * 1024
 #: Chunks read ahead of the one Spark is consuming.
 PREFETCH: Final = 2
 #: Seconds between looks for room in the queue to the consuming thread.
@@ -135,7 +141,15 @@ async def _log_state(client: Client, conn: Connection, name: str, from_seq: int)
                 password = conn.password if conn.password is not None else md.config.password
                 _check_password(lmd, password, f"log {name!r}")
                 last = await _last_readable(client, lmd, password)
-                views.append(LedgerView(ledger.seq, ledger.ledger_id, lmd.is_closed, last))
+                views.append(
+                    LedgerView(
+                        ledger.seq,
+                        ledger.ledger_id,
+                        lmd.is_closed,
+                        last,
+                        uses_record_sets(lmd.custom_metadata),
+                    )
+                )
         except NoSuchLedgerError:
             continue  # truncated or dropped since the list was read: read it again
         return LogState(md, tuple(views))
@@ -282,9 +296,13 @@ async def _read_range(
     chunk_entries: int,
 ) -> None:
     first = rng.first
+    size = min(chunk_entries, FIRST_CHUNK_ENTRIES)
     while first <= rng.last:
-        last = min(rng.last, first + chunk_entries - 1)
+        last = min(rng.last, first + size - 1)
         entries = await reader.read(first, last)
+        # The next call's size from this one's entries: about CHUNK_BYTES per call.
+        got = sum(len(entry.payload) for entry in entries)
+        size = max(1, min(chunk_entries, CHUNK_BYTES * len(entries) // max(got, 1)))
         chunk = Chunk(rng, entries)
         # Wait for room without parking a thread in a blocking put (which could outlive a
         # consumer that stopped early): Spark turns a chunk into rows in far longer than this.

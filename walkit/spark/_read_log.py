@@ -12,8 +12,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, final
 
 import attrs
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -30,9 +28,9 @@ from walkit._core.log_position import MAX_COMPONENT, LogPosition
 from walkit._logging import get_logger
 from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._options import ReadOptions
-from walkit.spark._read_io import Chunk, LogState, log_state, read_chunks, run
+from walkit.spark._read_arrow import log_batch
+from walkit.spark._read_io import LogState, log_state, read_chunks, run
 from walkit.spark._read_plan import Range, pack, plan_log, resolve_latest
-from walkit.spark._read_schema import LOG_ARROW
 
 log = get_logger(__name__)
 
@@ -46,26 +44,6 @@ class LogPartition(InputPartition):
         super().__init__(ranges)
         self.log = log
         self.ranges = ranges
-
-
-def log_batch(name: str, chunk: Chunk) -> pa.RecordBatch:
-    """One chunk of entries as rows of the log schema."""
-    rng, entries = chunk.range, chunk.entries
-    count = len(entries)
-    first = entries[0].entry_id if entries else rng.first
-    entry_ids = pa.array(range(first, first + count), pa.int64())
-    positions = pc.binary_join_element_wise(f"{rng.seq}:", pc.cast(entry_ids, pa.string()), "")
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(name, pa.string()), count),
-            positions,
-            pa.repeat(pa.scalar(rng.seq, pa.int64()), count),
-            pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), count),
-            entry_ids,
-            pa.array([entry.payload for entry in entries], pa.binary()),
-        ],
-        schema=LOG_ARROW,
-    )
 
 
 def read_log_ranges(options: ReadOptions, name: str, ranges: Sequence[Range]) -> Iterator[Any]:
@@ -127,11 +105,19 @@ class _Bounds:
             return ()
         if self.positions is None:
             return (rng,)
-        return tuple(
-            Range(rng.seq, rng.ledger_id, pos.entry_id, pos.entry_id)
-            for pos in sorted(self.positions)
-            if pos.ledger_seq == rng.seq and rng.first <= pos.entry_id <= rng.last
-        )
+        kept = []
+        for pos in sorted(self.positions):
+            if pos.ledger_seq != rng.seq or not rng.first <= pos.entry_id <= rng.last:
+                continue
+            # The record at pos only (if the entry holds that slot: the executor cuts the
+            # entry after decoding it), and only if the range's own slot cuts keep it.
+            low = rng.first_slot if pos.entry_id == rng.first else 0
+            high = rng.end_slot if pos.entry_id == rng.last else None
+            if pos.slot < low or (high is not None and pos.slot >= high):
+                continue
+            one = rng.part(pos.entry_id, pos.entry_id)
+            kept.append(attrs.evolve(one, first_slot=pos.slot, end_slot=pos.slot + 1))
+        return tuple(kept)
 
 
 class LogReader(DataSourceReader):
@@ -155,9 +141,12 @@ class LogReader(DataSourceReader):
             log=self.name,
             start=str(start),
             end=str(plan.end),
-            records=sum(r.count for r in ranges),
+            entries=sum(r.count for r in ranges),
         )
-        parts = [LogPartition(self.name, group) for group in pack(ranges, options.split_entries)]
+        parts = [
+            LogPartition(self.name, group)
+            for group in pack(ranges, options.split_entries, options.split_record_sets)
+        ]
         return parts or [LogPartition(self.name, ())]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -186,7 +175,8 @@ def _canonical_position(value: Any) -> LogPosition | None:
 class FilteringLogReader(LogReader):
     """A log reader that takes filters on ``ledger_seq`` (comparisons, ``=``, ``IN``) and on
     ``position`` (``=``, ``IN``: a position string compares as text, so ranges of it stay
-    with Spark) and reads only the ledgers and entries they allow."""
+    with Spark) and reads only the ledgers and records they allow. A position value must be a
+    row's exact string (``SEQ:ENTRY:SLOT``): the older ``SEQ:ENTRY`` form matches no row."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for flt in filters:

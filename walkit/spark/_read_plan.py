@@ -10,8 +10,12 @@ module decides. The rules keep a Spark read equal to a plain ``log.reader()``:
   next read (the next micro-batch) resumes at that ledger's LAC + 1;
 - nothing before the log's truncation point is read.
 
-Positions are ``(ledger_seq, entry_id)``; the position a plan ends at is where the next plan
-starts (exclusive end here, inclusive start there).
+Positions are ``(ledger_seq, entry_id, slot)``: entries of a record-set ledger hold several
+records. The planner works on entries (it does not see inside them before they are read); a
+start or end position with a slot cuts the first or last entry of a range at that slot
+(``first_slot`` inclusive, ``end_slot`` exclusive), which the executor applies after decoding
+the entry. The position a plan ends at is where the next plan starts (exclusive end here,
+inclusive start there).
 """
 
 from __future__ import annotations
@@ -30,33 +34,53 @@ __all__ = ["LedgerView", "LogPlan", "Range", "pack", "plan_log", "resolve_latest
 @attrs.frozen
 class LedgerView:
     """A listed ledger as the planner sees it: ``last`` is its last entry if closed, else its
-    LAC (-1 when it has no readable entry)."""
+    LAC (-1 when it has no readable entry); ``record_sets``: its entries are record sets."""
 
     seq: int
     ledger_id: int
     closed: bool
     last: int
+    record_sets: bool = False
 
 
 @final
 @attrs.frozen
 class Range:
-    """Entries ``first..last`` (inclusive) of one ledger."""
+    """Entries ``first..last`` (inclusive) of one ledger; of entry ``first`` only the records
+    from slot ``first_slot`` on, of entry ``last`` only those before slot ``end_slot`` (None:
+    all of them). ``record_sets``: the ledger's entries are record sets (else one record
+    each)."""
 
     seq: int
     ledger_id: int
     first: int
     last: int
+    record_sets: bool = False
+    first_slot: int = 0
+    end_slot: int | None = None
 
     @property
     def count(self) -> int:
+        """Entries (not records: an entry of a record-set ledger holds several)."""
         return self.last - self.first + 1
+
+    def part(self, first: int, last: int) -> Range:
+        """Entries ``first..last`` of this range, with the slot cuts that still apply."""
+        return Range(
+            self.seq,
+            self.ledger_id,
+            first,
+            last,
+            self.record_sets,
+            self.first_slot if first == self.first else 0,
+            self.end_slot if last == self.last else None,
+        )
 
 
 @final
 @attrs.frozen
 class LogPlan:
-    """The ranges to read, in log order, and the position after them."""
+    """The ranges to read, in log order, and the position after them (``count``: entries)."""
 
     ranges: tuple[Range, ...]
     end: LogPosition
@@ -79,56 +103,95 @@ def plan_log(
     ledgers: Sequence[LedgerView],
     start: LogPosition,
     end: LogPosition | None = None,
-    max_records: int | None = None,
+    max_entries: int | None = None,
 ) -> LogPlan:
-    """The entries from ``start`` (inclusive) up to ``end`` (exclusive; None: as far as is
-    readable now), at most ``max_records`` of them. ``ledgers`` are the log's listed ledgers in
-    order; ``start`` must not be a sentinel other than EARLIEST (resolve LATEST first) and
-    must already be at or after the truncation point."""
+    """The records from ``start`` (inclusive) up to ``end`` (exclusive; None: as far as is
+    readable now), in at most ``max_entries`` entries (a budget counts whole entries: the
+    planner does not know how many records an entry holds). ``ledgers`` are the log's listed
+    ledgers in order; ``start`` must not be a sentinel other than EARLIEST (resolve LATEST
+    first) and must already be at or after the truncation point."""
     ranges: list[Range] = []
     pos = start
-    budget = max_records
+    budget = max_entries
+    if end is not None and end <= start:
+        return LogPlan((), start)
     for ledger in ledgers:
         if ledger.seq < pos.ledger_seq:
             continue
         if end is not None and ledger.seq > end.ledger_seq:
             break
-        first = pos.entry_id if ledger.seq == pos.ledger_seq else 0
+        here = ledger.seq == pos.ledger_seq
+        first = pos.entry_id if here else 0
+        first_slot = pos.slot if here else 0
         last = ledger.last
+        end_slot: int | None = None
         limited = False
-        if end is not None and ledger.seq == end.ledger_seq and end.entry_id - 1 < last:
-            last = end.entry_id - 1
-            limited = True
+        if end is not None and ledger.seq == end.ledger_seq:
+            # The end cuts this ledger: before entry end.entry_id, or inside it at its slot.
+            end_last = end.entry_id if end.slot > 0 else end.entry_id - 1
+            if end_last <= last:
+                last = end_last
+                end_slot = end.slot if end.slot > 0 else None
+                limited = True
         if budget is not None and last - first + 1 > budget:
             last = first + budget - 1
+            end_slot = None
             limited = True
         if first <= last:
-            ranges.append(Range(ledger.seq, ledger.ledger_id, first, last))
+            ranges.append(
+                Range(
+                    ledger.seq,
+                    ledger.ledger_id,
+                    first,
+                    last,
+                    ledger.record_sets,
+                    first_slot,
+                    end_slot if limited else None,
+                )
+            )
             if budget is not None:
                 budget -= last - first + 1
-        pos = LogPosition(ledger.seq, max(first, last + 1))
+            if limited and end_slot is not None:
+                assert end is not None
+                pos = end
+            else:
+                pos = LogPosition(ledger.seq, last + 1)
+        elif not here:
+            pos = LogPosition(ledger.seq, 0)
         if limited or not ledger.closed or budget == 0:
             break
     return LogPlan(tuple(ranges), pos)
 
 
-def pack(ranges: Sequence[Range], split_entries: int) -> list[tuple[Range, ...]]:
-    """Ranges grouped into Spark partitions of at most ``split_entries`` entries: big ranges
-    are cut, small neighbours share a partition; log order is kept across partitions."""
+def pack(
+    ranges: Sequence[Range], split_entries: int, split_record_sets: int | None = None
+) -> list[tuple[Range, ...]]:
+    """Ranges grouped into Spark partitions of at most ``split_entries`` entries of one record
+    each, or ``split_record_sets`` entries of record-set ledgers (default: the same number),
+    or a mix in proportion: big ranges are cut, small neighbours share a partition; log order
+    is kept across partitions."""
+    per_set = split_entries if split_record_sets is None else split_record_sets
+    capacity = split_entries * per_set
     partitions: list[tuple[Range, ...]] = []
     current: list[Range] = []
-    room = split_entries
+    room = capacity
     for rng in ranges:
+        cost = split_entries if rng.record_sets else per_set  # of one entry, in capacity units
         first = rng.first
         while first <= rng.last:
-            take = min(room, rng.last - first + 1)
-            current.append(Range(rng.seq, rng.ledger_id, first, first + take - 1))
-            first += take
-            room -= take
-            if room == 0:
+            take = min(room // cost, rng.last - first + 1)
+            if take == 0:
                 partitions.append(tuple(current))
                 current = []
-                room = split_entries
+                room = capacity
+                continue
+            current.append(rng.part(first, first + take - 1))
+            first += take
+            room -= take * cost
+            if room < min(split_entries, per_set):
+                partitions.append(tuple(current))
+                current = []
+                room = capacity
     if current:
         partitions.append(tuple(current))
     return partitions

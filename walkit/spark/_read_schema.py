@@ -1,8 +1,9 @@
 """The schemas of the read forms, for Spark (DDL) and for the Arrow batches the readers yield.
 
-A log read: ``log, position, ledger_seq, ledger_id, entry_id, payload``. Positions have no slot
-today (one record per entry); when records come to share entries, a ``slot`` column joins after
-``entry_id`` and ``position`` takes the ``SEQ:ENTRY:SLOT`` form that ``str(LogPosition)`` gives.
+A log read: ``log, position, ledger_seq, ledger_id, entry_id, slot, payload``, one row per
+record. ``position`` is ``str(LogPosition)``, ``SEQ:ENTRY:SLOT``; ``slot`` is the record's index
+in its entry (entries of record-set ledgers hold several records; older ledgers' entries one,
+at slot 0).
 
 A ledger read: ``ledger_id, entry_id, payload, state, custom_metadata`` where ``state`` is the
 ledger's state when the query was planned (``OPEN``, ``IN_RECOVERY``, ``CLOSED``) and
@@ -19,7 +20,8 @@ import pyarrow as pa
 __all__ = ["LEDGER_ARROW", "LEDGER_SCHEMA", "LOG_ARROW", "LOG_SCHEMA"]
 
 LOG_SCHEMA: Final = (
-    "log string, position string, ledger_seq long, ledger_id long, entry_id long, payload binary"
+    "log string, position string, ledger_seq long, ledger_id long, entry_id long, slot long, "
+    "payload binary"
 )
 LOG_ARROW: Final = pa.schema(
     [
@@ -28,6 +30,7 @@ LOG_ARROW: Final = pa.schema(
         ("ledger_seq", pa.int64()),
         ("ledger_id", pa.int64()),
         ("entry_id", pa.int64()),
+        ("slot", pa.int64()),
         ("payload", pa.binary()),
     ]
 )

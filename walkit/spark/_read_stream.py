@@ -1,14 +1,18 @@
 """Streaming read of a log: ``spark.readStream.format("walkit").option("metadata", URL)
 .load("orders")``.
 
-Offsets are log positions, as JSON ``{"position": "SEQ:ENTRY"}``: the position of the next
-record to read. A micro-batch reads ``[start, end)``; Spark records ``end`` in the query's
+Offsets are log positions, as JSON ``{"position": "SEQ:ENTRY:SLOT"}``: the position of the
+next record to read (offsets of older checkpoints, ``"SEQ:ENTRY"``, read as slot 0). A micro-batch reads ``[start, end)``; Spark records ``end`` in the query's
 checkpoint before the batch runs and starts the next batch there, so a query restarted from its
 checkpoint resumes right after the last committed position.
 
 ``latestOffset`` plans like a batch read (closed ledgers to their end, the first open ledger up
 to its LAC, then stop), bounded by ``maxRecordsPerTrigger`` (Spark's admission control: the
-limit Spark passes wins, e.g. ``ReadAllAvailable`` for ``trigger(availableNow=True)``).
+limit Spark passes wins, e.g. ``ReadAllAvailable`` for ``trigger(availableNow=True)``). The
+planner sees entries, not the records inside them (that would take a second read), so the
+limit counts *entries*: an entry of a record-set ledger holds up to the writer's
+``batch_bytes`` of records, and a micro-batch always ends at an entry's start (it never splits
+an entry; only a ``startingPosition`` in the middle of an entry starts a stream there).
 ``partitions`` plans ``[start, end)`` again from the metadata of now: the ledgers before
 ``end``'s were closed when ``end`` was chosen, and the end ledger is read up to ``end`` only, so
 the same records come out however often a batch is replayed.
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -33,7 +38,7 @@ from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._options import ReadOptions
 from walkit.spark._read_io import LogState, log_state, run
 from walkit.spark._read_log import LogPartition, read_log_ranges
-from walkit.spark._read_plan import LedgerView, pack, plan_log, resolve_latest
+from walkit.spark._read_plan import pack, plan_log, resolve_latest
 
 log = get_logger(__name__)
 
@@ -135,16 +140,17 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._check_truncation(state, begin)
         # The end ledger's entries before ``finish`` were confirmed when ``finish`` was chosen:
         # read them even if the LAC seen now is lower (another bookie answered this time).
+        end_entry = finish.entry_id if finish.slot > 0 else finish.entry_id - 1
         views = [
-            LedgerView(v.seq, v.ledger_id, v.closed, max(v.last, finish.entry_id - 1))
-            if v.seq == finish.ledger_seq
-            else v
+            attrs.evolve(v, last=max(v.last, end_entry)) if v.seq == finish.ledger_seq else v
             for v in state.ledgers
         ]
         plan = plan_log(views, begin, finish)
         return [
             LogPartition(self.name, group)
-            for group in pack(plan.ranges, self.options.split_entries)
+            for group in pack(
+                plan.ranges, self.options.split_entries, self.options.split_record_sets
+            )
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

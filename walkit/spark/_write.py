@@ -5,8 +5,10 @@ A log has one writer, so the tasks of a write do not append through it (see
 :mod:`walkit.log._link`):
 
 - each task *stages* a ledger of its own for its partition (the log's settings and password,
-  tagged with the job id and the partition id), appends the partition's payloads in order,
-  closes it, and sends (partition, ledger id, last entry id) to the driver;
+  tagged with the job id and the partition id, and as a record-set ledger), packs the
+  partition's payloads in order into record sets of up to the log's ``batch_bytes`` (64 KiB by
+  default), appends those, closes the ledger, and sends (partition, ledger id, last entry id,
+  records) to the driver;
 - the driver's ``commit`` links the tasks' ledgers into the log, in partition order, with one
   compare-and-set: it fences the log's current writer first, as ``log.writer()`` does. Nothing
   a job wrote is visible before that CAS; then all of it is;
@@ -34,6 +36,7 @@ import attrs
 import trio
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from walkit._core.record_set import encode_record_set, envelope_overhead
 from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.client import Client
@@ -74,8 +77,10 @@ STREAM_WRITE_OPTIONS: Final = (*WRITE_OPTIONS, "checkpointLocation", "sinkId")
 #: Columns of what the ``walkit`` reader returns; a write ignores them, so that a DataFrame
 #: read from one log can be written into another as it is.
 IGNORED_COLUMNS: Final = ("log", "position", "ledger_seq", "ledger_id", "entry_id", "slot")
-#: Records appended (pipelined) at once by a task.
+#: Records a task gathers before packing them into entries.
 APPEND_CHUNK: Final = 1000
+#: Entries (record sets) appended (pipelined) at once by a task.
+APPEND_ENTRIES: Final = 64
 #: Spark's task-local properties that name a streaming query and its micro-batch.
 _QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 _BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
@@ -373,12 +378,35 @@ def _null_payload(part: int, row: int) -> InvalidArgumentError:
     )
 
 
+def pack_records(payloads: list[bytes], limit: int, *, final: bool) -> tuple[list[bytes], int]:
+    """Record-set entries of ``payloads``, in order, each at most ``limit`` bytes (a record
+    bigger than that gets an entry of its own), and how many payloads they hold: unless
+    ``final``, the last, partly filled entry is left for the next call to fill."""
+    entries: list[bytes] = []
+    start = 0
+    size = envelope_overhead(0)
+    per_record = envelope_overhead(1) - envelope_overhead(0)
+    for n, payload in enumerate(payloads):
+        grown = size + len(payload) + per_record
+        if grown > limit and n > start:
+            entries.append(encode_record_set(payloads[start:n]))
+            start = n
+            grown = envelope_overhead(0) + len(payload) + per_record
+        size = grown
+    if final and start < len(payloads):
+        entries.append(encode_record_set(payloads[start:]))
+        start = len(payloads)
+    return entries, start
+
+
 async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[Any]) -> PartWritten:
-    """One task: stage a ledger (at the first record), append the partition in order, close."""
+    """One task: stage a record-set ledger (at the first record), append the partition in
+    order, packed into entries of up to the log's ``batch_bytes``, close."""
     records = 0
     pending: list[bytes] = []
     async with _connect(opts) as client:
         owner = await _open_log(client, opts, create=False)
+        limit = owner.options.batch_bytes
         lw = None
         try:
             while True:
@@ -388,12 +416,14 @@ async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[An
                 if item is not None:
                     pending.extend(_payloads(item, opts, part, records + len(pending)))
                 if len(pending) >= APPEND_CHUNK or (item is None and pending):
-                    if lw is None:
-                        lw = await owner.stage_ledger(job, part)
-                    for start in range(0, len(pending), APPEND_CHUNK):
-                        await lw.append_batch(pending[start : start + APPEND_CHUNK])
-                    records += len(pending)
-                    pending = []
+                    entries, packed = pack_records(pending, limit, final=item is None)
+                    if entries and lw is None:
+                        lw = await owner.stage_ledger(job, part, record_sets=True)
+                    for start in range(0, len(entries), APPEND_ENTRIES):
+                        assert lw is not None
+                        await lw.append_batch(entries[start : start + APPEND_ENTRIES])
+                    records += packed
+                    del pending[:packed]
                 if item is None:
                     break
             if lw is not None:
@@ -439,6 +469,7 @@ async def _commit(
             job=None if sink is not None else job,
             sink=sink,
             expected_last_entries=[m.last_entry_id for m in staged],
+            record_counts=[m.records for m in staged],
         )
         if sink is not None:  # this batch's other attempts, of this run or earlier ones
             await discard_jobs(owner, job, sorted({m.job for m in written}))

@@ -1,0 +1,138 @@
+"""Chunks of log entries as Arrow record batches: one row per record.
+
+An entry of a record-set ledger holds several records (:mod:`walkit._core.record_set`). The
+envelope's length table and body are already laid out as Arrow wants a binary column (lengths,
+then the bytes back to back), so an uncompressed record set becomes rows without any Python
+per record: the length tables and bodies of a chunk's entries are joined into one offsets and
+one data buffer, and the per-record columns (entry id, slot, position) are computed by Arrow
+kernels. Compressed entries and entries with producer tags are decoded by the record-set
+module first; entries of older ledgers are one record each.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from walkit._core.record_set import decode_record_set
+from walkit._core.types import Entry
+from walkit.errors import CorruptEntryError
+from walkit.spark._read_io import Chunk
+from walkit.spark._read_schema import LOG_ARROW
+
+__all__ = ["log_batch", "record_set_payloads"]
+
+_HEAD: Final = struct.Struct("<BBII")
+#: Envelope version and flags that the fast path takes (version 1, no codec, no producers).
+_PLAIN: Final = (1, 0)
+_LITTLE: Final = sys.byteorder == "little"
+
+
+def record_set_payloads(entries: Sequence[Entry]) -> tuple[pa.BinaryArray, list[int]]:
+    """The records of record-set entries as one binary array, and each entry's count."""
+    counts: list[int] = []
+    tables: list[bytes | memoryview] = []
+    bodies: list[bytes | memoryview] = []
+    body_ends: list[int] = []
+    total = 0
+    head = _HEAD.size
+    for entry in entries:
+        payload = entry.payload
+        size = len(payload)
+        if size < head:
+            raise CorruptEntryError(
+                f"entry {entry.entry_id} of ledger {entry.ledger_id}: {size} bytes is shorter "
+                "than a record set's header"
+            )
+        version, flags, count, body_length = _HEAD.unpack_from(payload)
+        start = head + 4 * count
+        if (version, flags) == _PLAIN and _LITTLE and count and size - start == body_length:
+            view = memoryview(payload)
+            tables.append(view[head:start])
+            bodies.append(view[start:])
+        else:  # compressed, tagged, or not well formed: the record-set module decides
+            try:
+                records = decode_record_set(payload).records
+            except CorruptEntryError as exc:
+                raise CorruptEntryError(
+                    f"entry {entry.entry_id} of ledger {entry.ledger_id}: {exc}"
+                ) from None
+            count = len(records)
+            body_length = sum(len(r) for r in records)
+            tables.append(struct.pack(f"<{count}I", *(len(r) for r in records)))
+            bodies.append(b"".join(records))
+        counts.append(count)
+        total += body_length
+        body_ends.append(total)
+    n = sum(counts)
+    lengths = pa.UInt32Array.from_buffers(pa.uint32(), n, [None, pa.py_buffer(b"".join(tables))])
+    ends = pc.cumulative_sum(lengths.cast(pa.int64()))
+    # Each entry's lengths must add up to its body (else records would spill across entries).
+    last_rows = pc.subtract(pa.array(list(itertools.accumulate(counts)), pa.int64()), 1)
+    boundaries = pc.take(ends, last_rows)
+    if boundaries.to_pylist() != body_ends:
+        raise CorruptEntryError(
+            f"ledger {entries[0].ledger_id}: the record lengths of an entry in "
+            f"{entries[0].entry_id}..{entries[-1].entry_id} do not add up to its body"
+        )
+    offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends]).cast(pa.int32())
+    data = pa.py_buffer(b"".join(bodies))
+    payloads = pa.BinaryArray.from_buffers(pa.binary(), n, [None, offsets.buffers()[1], data])
+    return payloads, counts
+
+
+def log_batch(name: str, chunk: Chunk) -> pa.RecordBatch:
+    """One chunk of entries as rows of the log schema, cut at the range's slots."""
+    rng, entries = chunk.range, chunk.entries
+    first = entries[0].entry_id if entries else rng.first
+    if rng.record_sets and entries:
+        payloads, counts = record_set_payloads(entries)
+        rows = len(payloads)
+        starts = pa.array(list(itertools.accumulate(counts, initial=0))[:-1], pa.int64())
+        parents = pc.list_parent_indices(
+            pa.ListArray.from_arrays(
+                pa.array(list(itertools.accumulate(counts, initial=0)), pa.int32()),
+                pa.nulls(rows, pa.int8()),
+            )
+        )
+        entry_ids = pc.add(parents, pa.scalar(first, pa.int64()))
+        ordinals = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), rows)), 1)
+        slots = pc.subtract(ordinals, pc.take(starts, parents))
+    else:
+        payloads = pa.array([entry.payload for entry in entries], pa.binary())
+        counts = [1] * len(entries)
+        rows = len(entries)
+        entry_ids = pa.array(range(first, first + rows), pa.int64())
+        slots = pa.repeat(pa.scalar(0, pa.int64()), rows)
+    positions = pc.binary_join_element_wise(
+        f"{rng.seq}:", pc.cast(entry_ids, pa.string()), ":", pc.cast(slots, pa.string()), ""
+    )
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(name, pa.string()), rows),
+            positions,
+            pa.repeat(pa.scalar(rng.seq, pa.int64()), rows),
+            pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), rows),
+            entry_ids,
+            slots,
+            payloads,
+        ],
+        schema=LOG_ARROW,
+    )
+    if not entries:
+        return batch
+    # The range's slot cuts: records before first_slot of its first entry, and from end_slot
+    # on of its last entry, are not in it.
+    low = min(rng.first_slot, counts[0]) if first == rng.first else 0
+    high = rows
+    if entries[-1].entry_id == rng.last and rng.end_slot is not None:
+        high = rows - max(0, counts[-1] - rng.end_slot)
+    if low == 0 and high == rows:
+        return batch
+    return batch.slice(low, max(0, high - low))
