@@ -287,7 +287,9 @@ async def test_log_ledgers_with_mac_digests_and_metrics(memory_url: str, tmp_pat
                 await wait_healed(client, ledgers, lost)
                 nursery.cancel_scope.cancel()
             copied = registry.get_sample_value("walkit_autorecovery_entries_copied_total")
-            assert copied is not None and copied >= len(records)
+            # Every entry of the ledger (the 50 records share entries: record sets).
+            entries = (await client.ledger_metadata(ledgers[0])).last_entry_id + 1
+            assert copied is not None and copied >= entries >= 1
             assert registry.get_sample_value("walkit_autorecovery_bytes_copied_total")
             assert registry.get_sample_value("walkit_autorecovery_heal_seconds_count")
             # Stop the two other original bookies: the log reads back from the replacement.

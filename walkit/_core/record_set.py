@@ -37,6 +37,7 @@ from walkit.errors import ConfigurationError, CorruptEntryError
 __all__ = [
     "FORMAT_KEY",
     "FORMAT_RECORD_SETS",
+    "HEADER_SIZE",
     "NO_PRODUCER",
     "Codec",
     "ProducerTag",
@@ -45,6 +46,8 @@ __all__ = [
     "encode_record_set",
     "entry_records",
     "envelope_overhead",
+    "pack_lengths",
+    "read_header",
     "uses_record_sets",
 ]
 
@@ -104,6 +107,21 @@ class RecordSet:
 
     def producer(self, slot: int) -> ProducerTag | None:
         return None if self.producers is None else self.producers[slot]
+
+
+#: Bytes of the fixed header (version, flags, count, body length).
+HEADER_SIZE: Final = _HEAD.size
+
+
+def read_header(entry: bytes | memoryview) -> tuple[int, int, int, int]:
+    """(version, flags, count, body_length) of an envelope at least HEADER_SIZE long."""
+    version, flags, count, body_length = _HEAD.unpack_from(entry)
+    return version, flags, count, body_length
+
+
+def pack_lengths(lengths: Sequence[int]) -> bytes:
+    """A length table as the envelope stores it (u32 little-endian each)."""
+    return struct.pack(f"<{len(lengths)}I", *lengths)
 
 
 def uses_record_sets(custom_metadata: Mapping[str, bytes]) -> bool:

@@ -40,7 +40,7 @@ async def run_bookie_autorecovery(
     ``tls_files``: the bookie's (cert, key, ca); with a cert, the worker talks TLS to the
     other bookies, presenting the bookie's certificate and checking theirs against ``ca``.
     """
-    from walkit.autorecovery import run_autorecovery
+    from walkit.autorecovery._run import run_autorecovery
     from walkit.client import Client
     from walkit.net import TLSConfig
 

@@ -12,7 +12,6 @@ module first; entries of older ledgers are one record each.
 from __future__ import annotations
 
 import itertools
-import struct
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -20,7 +19,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walkit._core.record_set import decode_record_set
+from walkit._core.record_set import HEADER_SIZE, decode_record_set, pack_lengths, read_header
 from walkit._core.types import Entry
 from walkit.errors import CorruptEntryError
 from walkit.spark._read_io import Chunk
@@ -28,7 +27,6 @@ from walkit.spark._read_schema import LOG_ARROW
 
 __all__ = ["log_batch", "record_set_payloads"]
 
-_HEAD: Final = struct.Struct("<BBII")
 #: Envelope version and flags that the fast path takes (version 1, no codec, no producers).
 _PLAIN: Final = (1, 0)
 _LITTLE: Final = sys.byteorder == "little"
@@ -41,7 +39,7 @@ def record_set_payloads(entries: Sequence[Entry]) -> tuple[pa.BinaryArray, list[
     bodies: list[bytes | memoryview] = []
     body_ends: list[int] = []
     total = 0
-    head = _HEAD.size
+    head = HEADER_SIZE
     for entry in entries:
         payload = entry.payload
         size = len(payload)
@@ -50,7 +48,7 @@ def record_set_payloads(entries: Sequence[Entry]) -> tuple[pa.BinaryArray, list[
                 f"entry {entry.entry_id} of ledger {entry.ledger_id}: {size} bytes is shorter "
                 "than a record set's header"
             )
-        version, flags, count, body_length = _HEAD.unpack_from(payload)
+        version, flags, count, body_length = read_header(payload)
         start = head + 4 * count
         if (version, flags) == _PLAIN and _LITTLE and count and size - start == body_length:
             view = memoryview(payload)
@@ -65,7 +63,7 @@ def record_set_payloads(entries: Sequence[Entry]) -> tuple[pa.BinaryArray, list[
                 ) from None
             count = len(records)
             body_length = sum(len(r) for r in records)
-            tables.append(struct.pack(f"<{count}I", *(len(r) for r in records)))
+            tables.append(pack_lengths([len(r) for r in records]))
             bodies.append(b"".join(records))
         counts.append(count)
         total += body_length

@@ -1,0 +1,50 @@
+"""Run an auditor candidate and a replication worker through one client."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from walkit.autorecovery._auditor import Auditor
+from walkit.autorecovery._metrics import AutorecoveryMetrics
+from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.autorecovery._worker import ReplicationWorker
+from walkit.metadata import UnderreplicationManager
+
+if TYPE_CHECKING:
+    from walkit.client import Client
+
+__all__ = ["run_autorecovery"]
+
+
+async def run_autorecovery(
+    client: Client,
+    *,
+    name: str,
+    options: AutorecoveryOptions | None = None,
+    registry: Any = None,
+    rng: random.Random | None = None,
+    lost_bookie_delay: float | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run an auditor candidate and a replication worker through ``client`` until cancelled.
+
+    ``lost_bookie_delay`` is stored as the cluster's delay unless one is stored already
+    (change it at run time with ``walkit autorecovery delay SECONDS``). ``registry``: a
+    prometheus registry for the metrics.
+    """
+    rng = rng or random.Random()
+    options = options or AutorecoveryOptions()
+    metrics = AutorecoveryMetrics(registry)
+    urm = UnderreplicationManager(client.metadata_store)
+    await urm.ensure_paths()
+    if lost_bookie_delay is not None:
+        await urm.init_settings(lost_bookie_delay)
+    async with trio.open_nursery() as nursery:
+        auditor = Auditor(client, name=name, options=options, metrics=metrics, rng=rng)
+        worker = ReplicationWorker(client, name=name, options=options, metrics=metrics, rng=rng)
+        await nursery.start(auditor.run)
+        await nursery.start(worker.run)
+        task_status.started()
