@@ -108,7 +108,7 @@ def test_lac_progression_is_monotonic_and_gapless_under_random_ack_order() -> No
         e, qw, qa = rng.choice([(3, 2, 2), (4, 3, 2), (5, 3, 2), (3, 3, 1), (1, 1, 1)])
         tracker = AddTracker(e, qw, qa)
         n = 40
-        acks = []
+        acks: list[tuple[int, int]] = []
         for _ in range(n):
             pa = tracker.add(1)
             acks.extend((pa.entry_id, s) for s in pa.write_set)

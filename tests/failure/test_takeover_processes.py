@@ -22,12 +22,11 @@ import trio
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
+from tests.failure._writer import PASSWORD, payload
 
 pytestmark = pytest.mark.processes
 
 WRITER = Path(__file__).with_name("_writer.py")
-sys.path.insert(0, str(WRITER.parent))
-from _writer import PASSWORD, payload  # noqa: E402
 
 
 class WriterProcess:
