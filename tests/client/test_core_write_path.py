@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -226,11 +227,11 @@ def test_fail_all_drops_pending() -> None:
 
 
 def _md(**kw: object) -> LedgerMetadata:
-    base: dict[str, object] = dict(
+    base: dict[str, Any] = dict(
         ledger_id=7, ensemble_size=3, write_quorum=2, ack_quorum=2, fragments=((0, (B1, B2, B3)),)
     )
     base.update(kw)
-    return LedgerMetadata(**base)  # type: ignore[arg-type]
+    return LedgerMetadata(**base)
 
 
 def test_new_fragment_replaces_slot_from_first_unacked_entry() -> None:
