@@ -61,7 +61,8 @@ class Lmdb(Store):
 
     def get(self, key: bytes) -> bytes | None:
         with self.env.begin(db=self.db, buffers=False) as txn:
-            return txn.get(key)  # type: ignore[no-any-return]
+            value: bytes | None = txn.get(key)
+            return value
 
     def close(self) -> None:
         self.env.close()
@@ -82,7 +83,8 @@ class LmdbReuse(Lmdb):
         self.rtxn = self.env.begin(db=self.db)
 
     def get(self, key: bytes) -> bytes | None:
-        return self.rtxn.get(key)  # type: ignore[no-any-return]
+        value: bytes | None = self.rtxn.get(key)
+        return value
 
     def close(self) -> None:
         self.rtxn.abort()
@@ -131,7 +133,8 @@ class Rocks(Store):
         self.db.write(batch)
 
     def get(self, key: bytes) -> bytes | None:
-        return self.db.get(key)  # type: ignore[no-any-return]
+        value: bytes | None = self.db.get(key)
+        return value
 
     def close(self) -> None:
         self.db.close()

@@ -94,7 +94,7 @@ async def _connection(
                     headers=[("host", f"{host}:{port}"), ("content-length", str(len(body)))],
                 )
             )
-            data += conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())  # type: ignore[operator]
+            data += conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
             t0 = time.perf_counter()
             await stream.send_all(data)
             status = 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import shutil
@@ -33,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,11 +142,19 @@ def measure_etcd(root: Path, seconds: float) -> dict[str, dict[str, float]]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {}
+Modes = dict[str, dict[str, float]]  # mode -> figures
+
+
+@attrs.define
+class Results:
+    disk: dict[str, float]  # fdatasync_4k's figures, measured in the same run
+    runs: dict[tuple[str, int], Modes] = attrs.Factory(dict)  # (label, record size) -> modes
+
+
+def run(args: argparse.Namespace) -> Results:
     with tempfile.TemporaryDirectory(prefix="log-bench-", dir=args.dir) as tmp:
         root = Path(tmp)
-        results["disk"] = fdatasync_4k(root)
+        results = Results(disk=fdatasync_4k(root))
         url = f"sqlite:///{root / 'metadata.db'}"
         procs = start_bookies(root, url, 3)
         try:
@@ -157,9 +167,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if label != "record sets" and not args.baseline:
                         continue
                     name = f"bench-{size}-{options.get('batch_bytes', 'rs')}"
-                    results[(label, size)] = trio.run(
-                        lambda n=name, s=size, o=options: measure_log(
-                            url, n, s, args.seconds, pids, **o
+                    results.runs[(label, size)] = trio.run(
+                        functools.partial(
+                            measure_log, url, name, size, args.seconds, pids, **options
                         )
                     )
         finally:
@@ -168,12 +178,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for p in procs:
                 p.wait(timeout=10)
         if args.etcd and shutil.which("etcd"):
-            results[("etcd 3.x", 100)] = measure_etcd(root, args.seconds)
+            results.runs[("etcd 3.x", 100)] = measure_etcd(root, args.seconds)
     return results
 
 
-def report(results: dict[str, Any], args: argparse.Namespace) -> str:
-    disk = results["disk"]
+def report(results: Results, args: argparse.Namespace) -> str:
+    disk = results.disk
     sync = disk["fdatasync_4k_p50_ms"]
     lines = [
         f"## Log throughput: record sets ({datetime.date.today()}, bench/log.py)",
@@ -187,10 +197,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
         "| records | size | mode | records/s | p50 ms | p99 ms | client µs | bookies µs |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for key, modes in results.items():
-        if key == "disk":
-            continue
-        label, size = key
+    for (label, size), modes in results.runs.items():
         for mode, m in modes.items():
             p50 = "—" if m["p50_ms"] != m["p50_ms"] else f"{m['p50_ms']:.2f}"
             p99 = "—" if m["p99_ms"] != m["p99_ms"] else f"{m['p99_ms']:.2f}"
@@ -198,7 +205,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
                 f"| {label} | {size} B | {mode} | {m['records_per_s']:,.0f} | {p50} | {p99} | "
                 f"{m['client_us']:.1f} | {m['bookies_us']:.1f} |"
             )
-    rs = results.get(("record sets", 100))
+    rs = results.runs.get(("record sets", 100))
     if rs is not None:
         lines += [
             "",
@@ -214,17 +221,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict[str, Any]) -> None:
+def plot(results: Results) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key, modes in results.items():
-        if key == "disk":
-            continue
-        label, size = key
+    for (label, size), modes in results.runs.items():
         xs = [m["records_per_s"] for m in modes.values() if m["p99_ms"] == m["p99_ms"]]
         ys = [m["p99_ms"] for m in modes.values() if m["p99_ms"] == m["p99_ms"]]
         names = [k for k, m in modes.items() if m["p99_ms"] == m["p99_ms"]]

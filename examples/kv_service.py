@@ -352,6 +352,7 @@ class KVService:
             return json_response(
                 412, {"error": "If-Match does not match the key's last write", "position": detail}
             )
+        assert p.position is not None  # set with the result
         # The position is a plain ASCII str ("2:17"): no need for the JSON encoder.
         return Response(200, b'{"position": "%s"}\n' % p.position.encode())
 

@@ -178,7 +178,7 @@ class ProcessCluster:
                 metadata_url,
                 root / f"bookie-{i}",
                 free_port(),
-                (locations or [None] * count)[i],  # type: ignore[list-item]
+                locations[i] if locations else None,
                 extra_args,
             )
             for i in range(count)

@@ -40,5 +40,5 @@ __all__ = [
     "Snapshot",
     "TLSConfig",
     "errors",
-    *errors.__all__,
 ]
+__all__ += errors.__all__  # this spelling lets type checkers see the re-exported errors

@@ -12,7 +12,10 @@ our side; :class:`RemoteProtocolError` is a peer that sent something we cannot a
 from __future__ import annotations
 
 import functools
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:  # walkit._core imports this module: the name is for annotations only
+    from walkit._core.log_position import LogPosition
 
 
 class WalkitError(Exception):
@@ -259,7 +262,7 @@ class DuplicateRecordError(WalkitError):
 
     retryable = False
 
-    def __init__(self, message: str = "", position: object = None) -> None:
+    def __init__(self, message: str = "", position: LogPosition | None = None) -> None:
         super().__init__(message)
         self.position = position
 
@@ -290,8 +293,47 @@ def error_for_code(code: int, message: str = "") -> WalkitError:
     return cls(message)
 
 
+# A literal list, so that type checkers see `walkit.WriterFencedError` and friends re-exported
+# by `from walkit.errors import *`; tests/core/test_errors_api.py checks it names every class.
 __all__ = [
-    name
-    for name, value in list(globals().items())
-    if isinstance(value, type) and issubclass(value, WalkitError)
-] + ["error_for_code"]
+    "BadRequestError",
+    "BookieIOError",
+    "BookieReadOnlyError",
+    "BookieTimeoutError",
+    "BookieUnavailableError",
+    "ClientClosedError",
+    "ConfigurationError",
+    "CookieError",
+    "CorruptEntryError",
+    "DigestMismatchError",
+    "DuplicateRecordError",
+    "EntryExistsError",
+    "FrameTooLargeError",
+    "InvalidArgumentError",
+    "InvalidMetadataError",
+    "LedgerClosedError",
+    "LedgerFencedError",
+    "LedgerInRecoveryError",
+    "LedgerRecoveryError",
+    "LocalProtocolError",
+    "LogTruncatedError",
+    "MetadataStoreError",
+    "MetadataVersionError",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
+    "NoSuchLogError",
+    "NoSuchNodeError",
+    "NodeExistsError",
+    "NodeNotEmptyError",
+    "NotEnoughBookiesError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "SessionExpiredError",
+    "TLSError",
+    "TooManyRequestsError",
+    "UnauthorizedAccessError",
+    "UnsupportedVersionError",
+    "WalkitError",
+    "WriterFencedError",
+    "error_for_code",
+]

@@ -33,11 +33,11 @@ from _session import by_value, cli_parse, cli_parser, session
 
 import walkit
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the KV store
-import kv_store
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the KV state machine
+import kv_state
 
 
-def _password(password: bytes | None) -> dict[str, bytes]:
+def _password(password: bytes | None) -> dict[str, Any]:
     """Log.open's password argument: only when given (else the log's stored one)."""
     return {} if password is None else {"password": password}
 
@@ -75,7 +75,7 @@ def fold_key(base: dict[str, Any], key: str | None, commands: list[Any]) -> str 
     if key is None:
         where = ", ".join(f"{c['ledger_seq']}:{c['entry_id']}:{c['slot']}" for c in ordered[:5])
         raise ValueError(f"the record(s) at {where} are not KV store commands (no key)")
-    machine = kv_store.KVState()
+    machine = kv_state.KVState()
     machine.restore(json.dumps({key: base[key]} if key in base else {}).encode())
     for c in ordered:
         position = walkit.LogPosition(c["ledger_seq"], c["entry_id"], c["slot"])
@@ -88,7 +88,7 @@ def compact(spark: Any, url: str, name: str, password: str | None = None) -> dic
     """Run the compaction; returns what it did (``position`` None: nothing new to compact)."""
     from pyspark.sql import functions as F
 
-    by_value(__name__, "kv_store", "kv_state")
+    by_value(__name__, "kv_state")
     pw = None if password is None else password.encode()
     since, base = trio.run(latest_snapshot, url, name, pw)
     start = "earliest" if since is None else str(since.next())
@@ -141,7 +141,7 @@ def compact(spark: Any, url: str, name: str, password: str | None = None) -> dic
         (row["last"]["ledger_seq"], row["last"]["entry_id"], row["last"]["slot"]) for row in per_key
     )
     position = walkit.LogPosition(*last)
-    machine = kv_store.KVState()
+    machine = kv_state.KVState()
     machine.restore(json.dumps(state).encode())
     trio.run(save_snapshot, url, name, pw, position, machine.snapshot())
     report.update(position=position, keys=len(state))

@@ -37,7 +37,7 @@ def _run(args: list[str], url: str, timeout: float = 120) -> subprocess.Complete
 
 def _readme_log_snippet() -> str:
     text = (REPO / "README.md").read_text()
-    blocks = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    blocks: list[str] = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
     (snippet,) = [b for b in blocks if "walkit.Log.open" in b]
     return snippet
 

@@ -4,7 +4,7 @@ MemoryStorage over a SimNetwork), and a client connected to them."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ class Bookies:
         return next(i for i, b in self.ids.items() if b == bookie)
 
 
-def connect(url: str, **options: Any) -> Any:
+def connect(url: str, **options: Any) -> AbstractAsyncContextManager[Client]:
     return Client.connect(url, **options)
 
 

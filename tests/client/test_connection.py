@@ -7,6 +7,7 @@ hanging up), which is what the connection's dispatch, deadlines and reconnects a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import pytest
 import trio
@@ -39,7 +40,8 @@ from walkit.errors import (
 from walkit.net._pool import ConnectionPool
 from walkit.testing import SimNetwork
 
-Peer = Callable[[list[Message]], list[Message]]
+# A peer answers a batch with messages, or "hangup" to close the connection instead.
+Peer = Callable[[list[Message]], list[Message] | Literal["hangup"]]
 
 
 class Recorder:
@@ -83,12 +85,13 @@ async def serve_peer(
                 while (frame := decoder.next_frame()) is not None:
                     batch.append(decode_message(frame))
                 replies = answer(batch)
-                if replies and replies[0] == "hangup":  # type: ignore[comparison-overlap]
+                if replies == "hangup":
                     return
                 if replies:
                     await stream.send_all(b"".join(encode_frame(m) for m in replies))
 
-    return await nursery.start(net.serve, "bookie1", 0, handler)
+    bookie: BookieId = await nursery.start(net.serve, "bookie1", 0, handler)
+    return bookie
 
 
 def ack_all_reversed(batch: list[Message]) -> list[Message]:
@@ -208,10 +211,10 @@ async def test_hangup_fails_pending_and_next_use_reconnects() -> None:
     net = SimNetwork(4)
     hang = {"on": True}
 
-    def answer(batch: list[Message]) -> list[Message]:
+    def answer(batch: list[Message]) -> list[Message] | Literal["hangup"]:
         if hang["on"]:
             hang["on"] = False
-            return ["hangup"]  # type: ignore[list-item]
+            return "hangup"
         return ack_all_reversed(batch)
 
     async with trio.open_nursery() as nursery:

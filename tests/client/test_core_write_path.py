@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,7 @@ def test_lac_progression_is_monotonic_and_gapless_under_random_ack_order() -> No
         e, qw, qa = rng.choice([(3, 2, 2), (4, 3, 2), (5, 3, 2), (3, 3, 1), (1, 1, 1)])
         tracker = AddTracker(e, qw, qa)
         n = 40
-        acks = []
+        acks: list[tuple[int, int]] = []
         for _ in range(n):
             pa = tracker.add(1)
             acks.extend((pa.entry_id, s) for s in pa.write_set)
@@ -226,11 +227,11 @@ def test_fail_all_drops_pending() -> None:
 
 
 def _md(**kw: object) -> LedgerMetadata:
-    base: dict[str, object] = dict(
+    base: dict[str, Any] = dict(
         ledger_id=7, ensemble_size=3, write_quorum=2, ack_quorum=2, fragments=((0, (B1, B2, B3)),)
     )
     base.update(kw)
-    return LedgerMetadata(**base)  # type: ignore[arg-type]
+    return LedgerMetadata(**base)
 
 
 def test_new_fragment_replaces_slot_from_first_unacked_entry() -> None:

@@ -250,7 +250,7 @@ async def test_bad_urls_and_options() -> None:
         async with connect("memory://opts", placement=42):
             pass
     with pytest.raises(InvalidArgumentError):
-        await Client.connect("memory://x")  # type: ignore[misc]
+        await Client.connect("memory://x")
 
 
 async def test_unreachable_zookeeper_fails_fast() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -21,11 +22,11 @@ B = [BookieId("127.0.0.1", 3181 + i) for i in range(6)]
 
 
 def make(**kw: object) -> LedgerMetadata:
-    args: dict[str, object] = dict(
+    args: dict[str, Any] = dict(
         ledger_id=7, ensemble_size=3, write_quorum=2, ack_quorum=2, fragments=((0, tuple(B[:3])),)
     )
     args.update(kw)
-    return LedgerMetadata(**args)  # type: ignore[arg-type]
+    return LedgerMetadata(**args)
 
 
 @pytest.mark.parametrize(("e", "qw", "qa"), [(2, 3, 1), (3, 2, 3), (3, 3, 0), (0, 0, 0)])

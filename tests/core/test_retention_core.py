@@ -21,7 +21,7 @@ from walkit.errors import InvalidArgumentError
 
 def _log(n: int, snapshot_at: LogPosition | None = None, truncated: int = 0) -> LogMetadata:
     ledgers = tuple(LogLedger(seq, 100 + seq) for seq in range(1 + truncated, n + 1))
-    snaps = ()
+    snaps: tuple[SnapshotRecord, ...] = ()
     if snapshot_at is not None:
         snaps = (SnapshotRecord(position=snapshot_at, ledger_id=999, size=1, crc32c=0),)
     trunc = (

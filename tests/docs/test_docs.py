@@ -1,6 +1,7 @@
-"""Docs that run: every fenced ``python``, ``sh``, ``bash`` and ``console`` block of README.md and
-docs/*.md (a glob: new docs are picked up) is run against one real sandbox per test session, or
-is preceded, on the line just before its fence, by ``<!-- not run: REASON -->``.
+"""Docs that run: every fenced ``python``, ``sh``, ``bash`` and ``console`` block of README.md,
+CONTRIBUTING.md and docs/*.md (a glob: new docs are picked up) is run against one real sandbox
+per test session, or is preceded, on the line just before its fence, by
+``<!-- not run: REASON -->``.
 
 Sybil finds the blocks (its Markdown fence lexer) and turns each into an example with its line
 number; the evaluators here run it as a reader would, in a fresh process:
@@ -91,7 +92,7 @@ def is_fragment(source: str) -> bool:
 
 
 def documents() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
 def _line_before(text: str, position: int) -> str:
@@ -121,7 +122,9 @@ def parse_blocks(document: Document) -> Iterable[Region]:
         yield region
 
 
-SYBIL = Sybil(parsers=[parse_blocks], path=str(REPO), patterns=["README.md", "docs/*.md"])
+SYBIL = Sybil(
+    parsers=[parse_blocks], path=str(REPO), patterns=["README.md", "CONTRIBUTING.md", "docs/*.md"]
+)
 
 
 def examples() -> Iterator[object]:

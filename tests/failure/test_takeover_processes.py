@@ -8,70 +8,93 @@ again once a reader has fenced the ledger.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
+from tests.failure._writer import PASSWORD, payload
 
 pytestmark = pytest.mark.processes
 
 WRITER = Path(__file__).with_name("_writer.py")
-sys.path.insert(0, str(WRITER.parent))
-from _writer import PASSWORD, payload  # noqa: E402
+
+
+MARK = "-- read up to here --"
 
 
 class WriterProcess:
     def __init__(self, url: str) -> None:
+        # Our own pipe for the child's output, and we keep a copy of its write end: a line we
+        # write after the child stopped comes after everything the child printed (see pause).
+        read_fd, self._write_fd = os.pipe()
         self.process = subprocess.Popen(
             [sys.executable, str(WRITER), url],
-            stdout=subprocess.PIPE,
+            stdout=self._write_fd,
             stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
-        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._stdout = os.fdopen(read_fd, "rb")
+        self._changed = threading.Condition()  # notified on every line and at the end
+        self._ended = False
+        self._marked = False
         self.acked: list[int] = []
         self.ledger_id: int | None = None
         self.fenced = False
         self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            line = raw.decode(errors="replace").strip()
-            self.output.append(line)
-            if line.startswith("ACK "):
-                self.acked.append(int(line.split()[1]))
-            elif line.startswith("LEDGER "):
-                self.ledger_id = int(line.split()[1])
-            elif line.startswith("FENCED"):
-                self.fenced = True
-        self.lines.put(None)
+        with self._stdout:
+            for raw in self._stdout:
+                line = raw.decode(errors="replace").strip()
+                with self._changed:
+                    if line == MARK:
+                        self._marked = True
+                    else:
+                        self.output.append(line)
+                    if line.startswith("ACK "):
+                        self.acked.append(int(line.split()[1]))
+                    elif line.startswith("LEDGER "):
+                        self.ledger_id = int(line.split()[1])
+                    elif line.startswith("FENCED"):
+                        self.fenced = True
+                    self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def _tail(self) -> str:
+        return "\n".join(self.output[-20:])
 
     def wait_for_acks(self, count: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.acked) < count:
-            if self.process.poll() is not None:
-                raise AssertionError("writer exited early:\n" + "\n".join(self.output[-20:]))
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"only {len(self.acked)} acks in {timeout}s:\n" + "\n".join(self.output[-20:])
-                )
-            time.sleep(0.01)
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.acked) >= count or self._ended, timeout):
+                raise AssertionError(f"only {len(self.acked)} acks in {timeout}s:\n{self._tail()}")
+            if len(self.acked) < count:
+                raise AssertionError(f"writer exited early:\n{self._tail()}")
+
+    def pause(self, timeout: float = 60) -> None:
+        """SIGSTOP the writer; return once every line it printed before it stopped is read."""
+        self.process.send_signal(signal.SIGSTOP)
+        _pid, status = os.waitpid(self.process.pid, os.WUNTRACED)  # returns once it is stopped
+        assert os.WIFSTOPPED(status), f"writer not stopped (status {status}):\n{self._tail()}"
+        os.write(self._write_fd, f"{MARK}\n".encode())
+        with self._changed:
+            assert self._changed.wait_for(lambda: self._marked, timeout), "the mark never came"
 
     def finish(self, timeout: float = 60) -> int:
+        os.close(self._write_fd)  # the child's copy is then the last: its exit ends the output
         code = self.process.wait(timeout=timeout)
-        self.lines.get(timeout=timeout)  # the reader thread saw the end of output
+        self._reader.join(timeout)  # the reader thread saw the end of output
+        assert self._ended, "the writer's output did not end"
         return code
 
 
@@ -118,9 +141,8 @@ async def test_paused_old_writer_is_fenced_and_never_acknowledged_again(
 ) -> None:
     writer = WriterProcess(cluster.metadata_url)
     writer.wait_for_acks(200)
-    writer.process.send_signal(signal.SIGSTOP)
+    writer.pause()
     try:
-        await trio.sleep(0.2)  # let acks already written to the pipe drain to our reader
         acked_before = list(writer.acked)
         assert writer.ledger_id is not None
         md = await _recover_and_check(cluster.metadata_url, writer.ledger_id, acked_before)

@@ -4,6 +4,7 @@ linearizability checker (walkit.testing.check_kv_linearizable)."""
 from __future__ import annotations
 
 import random
+from typing import Literal
 
 import attrs
 import httpx
@@ -75,7 +76,7 @@ class Workload:
         url: str,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
-    ) -> httpx.Response | bool | None:
+    ) -> httpx.Response | Literal[False] | None:
         """The answer; None if there was none (the request may or may not have been
         executed); False if it surely was not (it could not connect, or the service said that
         there was no leader to take it)."""

@@ -4,6 +4,7 @@ resignation, and confirm() as the leader's check before a linearizable read."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -12,9 +13,9 @@ from walkit.errors import ConfigurationError
 from walkit.recipes import LeaderElection, Role
 
 
-async def wait_for(condition: object, timeout: float = 15.0) -> None:
+async def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
     with trio.fail_after(timeout):
-        while not condition():  # type: ignore[operator]  # noqa: ASYNC110
+        while not condition():  # noqa: ASYNC110
             await trio.sleep(0.01)
 
 

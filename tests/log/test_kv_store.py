@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.client.conftest import cluster
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kv_store.py"
 
 
-async def kv(url: str, *args: str) -> trio.CompletedProcess[bytes]:
+async def kv(url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     with trio.fail_after(120):
         return await trio.run_process(
             [sys.executable, str(EXAMPLE), url, *args],

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from trio.lowlevel import ParkingLot
 
 import walkit
 from tests.client.conftest import cluster, connect
@@ -127,6 +128,7 @@ async def test_tailing_reader_follows_rolls_and_a_takeover(memory_url: str, tmp_
         log = await Log.open(client, "tail", roll_entries=5)
         history = LogHistory()
         seen: list[LogRecord] = []
+        read_one = ParkingLot()  # the reader wakes it for every record
         total = 40
 
         async def tail(task_status: trio.TaskStatus[None]) -> None:
@@ -134,6 +136,7 @@ async def test_tailing_reader_follows_rolls_and_a_takeover(memory_url: str, tmp_
             task_status.started()
             async for rec in reader:
                 seen.append(rec)
+                read_one.unpark_all()
                 if len(seen) == total:
                     return
 
@@ -143,7 +146,9 @@ async def test_tailing_reader_follows_rolls_and_a_takeover(memory_url: str, tmp_
                 for i in range(25):
                     await history.append("w1", w1, b"a%02d" % i)
                     if i % 7 == 0:
-                        await trio.sleep(0.01)  # let the reader catch up and tail
+                        with trio.fail_after(20):
+                            while len(seen) < i + 1:  # the reader catches up, then tails
+                                await read_one.park()
             async with log.writer() as w2:
                 for i in range(15):
                     await history.append("w2", w2, b"b%02d" % i)
@@ -175,7 +180,6 @@ async def test_second_writer_fences_the_first_and_nothing_acknowledged_is_lost(
                     return
                 if n == 20 and task == 0:
                     took_over.set()
-                await trio.sleep(0.001)
 
         async with trio.open_nursery() as nursery:
             for task in range(4):
@@ -509,7 +513,10 @@ async def test_a_writer_rolls_away_from_a_failed_ledger(memory_url: str, tmp_pat
                     await w.append(b"lost-%d" % i)
             await bookies.start(0)
             with trio.fail_after(30):
-                while True:  # the roll is retried a second after a failed one
+                # The writer retries a failed roll a second after it failed, on its own
+                # clock; until then appends fail fast. No event marks that moment (the bookie is
+                # already back), so retry the append as an application would, with a deadline.
+                while True:
                     try:
                         after = await w.append(b"after")
                         break

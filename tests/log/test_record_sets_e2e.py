@@ -8,6 +8,7 @@ read as slot 0; a producer's retried record is stored once, also after a takeove
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -27,10 +28,8 @@ from walkit.log._log import KIND_KEY
 from walkit.log._passwords import LOG_KEY
 
 
-async def read_all(
-    log: Log, start: LogPosition | str = "earliest", **kw: object
-) -> list[LogRecord]:
-    return [rec async for rec in log.reader(start, follow=False, **kw)]  # type: ignore[arg-type]
+async def read_all(log: Log, start: LogPosition | str = "earliest", **kw: Any) -> list[LogRecord]:
+    return [rec async for rec in log.reader(start, follow=False, **kw)]
 
 
 def check_exactly_once_in_order(acked: dict[LogPosition, bytes], got: list[LogRecord]) -> None:

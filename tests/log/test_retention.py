@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -30,7 +31,7 @@ from walkit.errors import ConfigurationError, NoSuchLogError, WriterFencedError
     ],
 )
 async def test_bad_options_are_configuration_errors(
-    memory_url: str, options: dict[str, object]
+    memory_url: str, options: dict[str, Any]
 ) -> None:
     async with connect(memory_url) as client:
         with pytest.raises(ConfigurationError, match=next(iter(options))):

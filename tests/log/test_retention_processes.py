@@ -117,7 +117,9 @@ async def test_tailing_reader_gets_through_a_writer_killed_mid_roll(
             assert len(writer.acked) == 30
             old = writer.acked[-1][0].ledger_seq
             md = await log.metadata()
-            old_id = md.ledger_with_seq(old).ledger_id  # type: ignore[union-attr]
+            old_ledger = md.ledger_with_seq(old)
+            assert old_ledger is not None
+            old_id = old_ledger.ledger_id
             # The writer died mid-roll: its old ledger is open, a later one is listed.
             assert not (await client.ledger_metadata(old_id)).is_closed
             assert md.last is not None and md.last.seq > old

@@ -97,7 +97,7 @@ async def scenario(seed: int) -> dict[str, object]:
                             return
                 finally:
                     with trio.CancelScope(shield=True):
-                        await events.aclose()  # type: ignore[attr-defined]
+                        await events.aclose()  # type: ignore[attr-defined]  # the drivers' watches are WatchStreams
 
             with trio.fail_after(600):
                 async with trio.open_nursery() as nursery:

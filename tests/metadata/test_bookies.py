@@ -7,6 +7,7 @@ import json
 import pytest
 import trio
 
+from tests._log_events import log_event
 from tests.metadata._util import next_event
 from walkit import BookieId
 from walkit.errors import (
@@ -103,8 +104,10 @@ async def test_registration_waits_for_a_stale_one(metadata_url: str, store: Meta
             await register_bookie(new, B1, network_location="/new", stale_timeout=30)
             done.set()
 
-        nursery.start_soon(restart)
-        await trio.sleep(0.2)  # let it find the old registration and wait
+        with log_event("walkit.metadata._bookies", "bookie_waiting_for_stale_registration") as seen:
+            nursery.start_soon(restart)
+            with trio.fail_after(20):
+                await seen.wait()  # it found the old registration and waits for it to go
         assert not done.is_set()
         await old.expire_session()  # the crashed session finally expires
         with trio.fail_after(20):

@@ -10,6 +10,7 @@ import trio
 from tests._zookeeper import free_port
 from walkit.errors import ConfigurationError, MetadataStoreError
 from walkit.metadata import open_metadata_store
+from walkit.metadata._sqlite import SqliteMetadataStore
 
 
 @pytest.mark.parametrize(
@@ -58,9 +59,11 @@ async def test_url_options_are_used(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/m.db?session_timeout=2.5&poll_interval=0.01"
     async with await open_metadata_store(url) as store:
         assert store.url == url
-        assert store.session_timeout == 2.5  # type: ignore[attr-defined]
+        assert isinstance(store, SqliteMetadataStore)
+        assert store.session_timeout == 2.5
     async with await open_metadata_store(url, session_timeout=7) as store:
-        assert store.session_timeout == 7  # type: ignore[attr-defined]
+        assert isinstance(store, SqliteMetadataStore)
+        assert store.session_timeout == 7
 
 
 async def test_schemes_are_case_insensitive(tmp_path: Path) -> None:

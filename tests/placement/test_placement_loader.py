@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.placement._placement_util import bookie
+from walkit import BookieId
 from walkit.errors import ConfigurationError
 from walkit.placement import (
     BUILTIN_POLICIES,
@@ -257,7 +258,7 @@ def test_metrics_on_an_injected_registry() -> None:
 
 
 def test_seed_option_wins_over_the_clients_generator() -> None:
-    def ensembles(config: dict[str, object], rng_seed: int) -> list[list[object]]:
+    def ensembles(config: dict[str, object], rng_seed: int) -> list[list[BookieId]]:
         policy = RackawareEnsemblePlacementPolicy()
         policy.initialize(config, PlacementResources(random=random.Random(rng_seed)))
         policy.on_cluster_changed({bookie(f"h{i}") for i in range(12)}, set())

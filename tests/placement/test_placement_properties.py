@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
+from typing import TypedDict
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -16,6 +17,7 @@ from walkit.errors import NotEnoughBookiesError
 from walkit.placement import (
     BookieInfo,
     DefaultEnsemblePlacementPolicy,
+    EnsemblePlacementPolicy,
     PlacementResources,
     RackawareEnsemblePlacementPolicy,
     RegionAwareEnsemblePlacementPolicy,
@@ -24,8 +26,18 @@ from walkit.placement import (
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+class Topology(TypedDict):
+    writable: dict[BookieId, str]
+    readonly: dict[BookieId, str]
+    exclude: frozenset[BookieId]
+    E: int
+    Qw: int
+    Qa: int
+    seed: int
+
+
 @st.composite
-def topologies(draw: st.DrawFn, max_regions: int = 2, max_racks: int = 3) -> dict[str, object]:
+def topologies(draw: st.DrawFn, max_regions: int = 2, max_racks: int = 3) -> Topology:
     """Regions of racks of bookies, some read-only, some excluded, and quorum sizes."""
     n_regions = draw(st.integers(1, max_regions))
     writable: dict[BookieId, str] = {}
@@ -54,7 +66,9 @@ def topologies(draw: st.DrawFn, max_regions: int = 2, max_racks: int = 3) -> dic
     }
 
 
-def _setup(policy_cls: type, topo: dict, **config: object):  # type: ignore[no-untyped-def]
+def _setup(
+    policy_cls: type[EnsemblePlacementPolicy], topo: Topology, **config: object
+) -> tuple[EnsemblePlacementPolicy, dict[BookieId, str]]:
     policy = policy_cls()
     policy.initialize(config, PlacementResources(random=random.Random(topo["seed"])))
     policy.on_cluster_changed(
@@ -69,7 +83,7 @@ def _rack_caps(candidates: dict[BookieId, str]) -> list[int]:
     return list(Counter(candidates.values()).values())
 
 
-def _check_basic(ensemble: list[BookieId], topo: dict, candidates: dict[BookieId, str]) -> None:
+def _check_basic(ensemble: list[BookieId], topo: Topology, candidates: dict[BookieId, str]) -> None:
     assert len(ensemble) == topo["E"]
     assert len(set(ensemble)) == len(ensemble), "duplicates"
     assert set(ensemble) <= set(candidates), "a read-only, excluded or unknown bookie was chosen"
@@ -77,7 +91,7 @@ def _check_basic(ensemble: list[BookieId], topo: dict, candidates: dict[BookieId
 
 @SETTINGS
 @given(topologies())
-def test_default_policy(topo: dict) -> None:
+def test_default_policy(topo: Topology) -> None:
     policy, candidates = _setup(DefaultEnsemblePlacementPolicy, topo)
     if len(candidates) < topo["E"]:
         with pytest.raises(NotEnoughBookiesError):
@@ -89,7 +103,7 @@ def test_default_policy(topo: dict) -> None:
 
 @SETTINGS
 @given(topologies(), st.integers(1, 4), st.booleans())
-def test_rackaware_new_ensemble(topo: dict, min_racks_option: int, enforce: bool) -> None:
+def test_rackaware_new_ensemble(topo: Topology, min_racks_option: int, enforce: bool) -> None:
     policy, candidates = _setup(
         RackawareEnsemblePlacementPolicy,
         topo,
@@ -116,7 +130,7 @@ def test_rackaware_new_ensemble(topo: dict, min_racks_option: int, enforce: bool
 
 @SETTINGS
 @given(topologies(), st.data())
-def test_rackaware_replace_keeps_rack_rules(topo: dict, data: st.DataObject) -> None:
+def test_rackaware_replace_keeps_rack_rules(topo: Topology, data: st.DataObject) -> None:
     enforce = data.draw(st.booleans())
     policy, candidates = _setup(RackawareEnsemblePlacementPolicy, topo, enforce_min_racks=enforce)
     e, qw, qa = topo["E"], topo["Qw"], topo["Qa"]
@@ -171,7 +185,7 @@ _SHARE_REMAINDER = {
 @example(_SHARE_REMAINDER, True)
 @example({**_SHARE_REMAINDER, "seed": 2}, False)
 @example({**_SHARE_REMAINDER, "seed": 3}, True)
-def test_regionaware_shares_and_racks(topo: dict, enforce: bool) -> None:
+def test_regionaware_shares_and_racks(topo: Topology, enforce: bool) -> None:
     policy, candidates = _setup(RegionAwareEnsemblePlacementPolicy, topo, enforce_min_racks=enforce)
     e, qw = topo["E"], topo["Qw"]
     target = min(2, qw)

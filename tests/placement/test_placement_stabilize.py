@@ -9,13 +9,16 @@ import trio
 from trio.testing import MockClock
 
 from tests.placement._placement_util import bookie, cluster
+from walkit import BookieId
 from walkit.errors import ClientClosedError, ConfigurationError, NotEnoughBookiesError
 from walkit.placement import BookieInfo, PlacementResources, RackawareEnsemblePlacementPolicy
 
 LAYOUT = {"/a/r1": ["b1", "b2"], "/a/r2": ["b3"]}
 
 
-def _setup(period: float, clock: MockClock) -> tuple[RackawareEnsemblePlacementPolicy, dict]:
+def _setup(
+    period: float, clock: MockClock
+) -> tuple[RackawareEnsemblePlacementPolicy, dict[str, BookieId]]:
     policy = RackawareEnsemblePlacementPolicy()
     ids = cluster(
         policy,
@@ -26,7 +29,7 @@ def _setup(period: float, clock: MockClock) -> tuple[RackawareEnsemblePlacementP
     return policy, ids
 
 
-def _infos(ids: dict, *names: str) -> set[BookieInfo]:
+def _infos(ids: dict[str, BookieId], *names: str) -> set[BookieInfo]:
     where = {n: loc for loc, names_ in LAYOUT.items() for n in names_}
     return {BookieInfo(ids[n], where[n]) for n in names}
 

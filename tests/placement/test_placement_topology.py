@@ -158,13 +158,14 @@ def test_default_policy_ignores_locations() -> None:
 def test_bookie_id_and_info_are_both_accepted() -> None:
     policy = RackawareEnsemblePlacementPolicy()
     cluster(policy, {})
-    policy.on_cluster_changed({bookie("a"), BookieInfo(bookie("b"), "/r/x")}, {bookie("c")})
+    # A mixed set is beyond the declared type (a set of either kind) but accepted at run time.
+    mixed = {bookie("a"), BookieInfo(bookie("b"), "/r/x")}
+    policy.on_cluster_changed(mixed, {bookie("c")})  # type: ignore[arg-type]
     assert policy.writable_bookies() == {bookie("a"), bookie("b")}
     assert policy.readonly_bookies() == {bookie("c")}
     # A bookie in both lists, or flagged read-only, counts as read-only.
-    policy.on_cluster_changed(
-        {bookie("a"), BookieInfo(bookie("b"), "/r/x", read_only=True)}, {bookie("a")}
-    )
+    mixed = {bookie("a"), BookieInfo(bookie("b"), "/r/x", read_only=True)}
+    policy.on_cluster_changed(mixed, {bookie("a")})  # type: ignore[arg-type]
     assert policy.writable_bookies() == set()
     assert policy.readonly_bookies() == {bookie("a"), bookie("b")}
     with pytest.raises(InvalidArgumentError):

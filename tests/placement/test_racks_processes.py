@@ -7,6 +7,7 @@ must go on after the ensemble change.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,10 @@ def check_fragments_span_racks(
         )
 
 
+def _read_request(rid: int, *, ledger_id: int, entry: int) -> ReadRequest:
+    return ReadRequest(rid, ledger_id, entry)
+
+
 async def holders_by_asking_bookies(
     client: walkit.Client, cluster: ProcessCluster, ledger_id: int, entries: range
 ) -> dict[int, list[walkit.BookieId]]:
@@ -79,7 +84,7 @@ async def holders_by_asking_bookies(
             continue
         for entry in entries:
             answer = await client.core.call(
-                bookie.address, lambda rid, e=entry: ReadRequest(rid, ledger_id, e)
+                bookie.address, functools.partial(_read_request, ledger_id=ledger_id, entry=entry)
             )
             assert isinstance(answer, ReadResponse)
             if answer.status == StatusCode.OK:

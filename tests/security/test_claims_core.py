@@ -18,6 +18,7 @@ from walkit.errors import (
     ClientClosedError,
     LedgerFencedError,
     UnauthorizedAccessError,
+    WalkitError,
     WriterFencedError,
 )
 
@@ -33,9 +34,9 @@ from walkit.errors import (
     ],
 )
 def test_a_refused_key_is_a_bookie_failure_for_the_writer(
-    error: Exception, action: AddFailure
+    error: WalkitError, action: AddFailure
 ) -> None:
-    assert on_add_failure(error) is action  # type: ignore[arg-type]
+    assert on_add_failure(error) is action
 
 
 def test_with_a_verified_password_a_refusing_bookie_is_fenced_and_holds_nothing() -> None:

@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -64,7 +65,12 @@ async def test_junk_key_claims_neither_stop_a_writer_nor_block_a_takeover(
     caplog.set_level(logging.WARNING, logger="walkit")
     url = bookies.metadata_url
     acked: list[tuple[LogPosition, bytes]] = []
-    options = {"ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, "password": PASSWORD}
+    options: dict[str, Any] = {
+        "ensemble_size": 3,
+        "write_quorum": 3,
+        "ack_quorum": 2,
+        "password": PASSWORD,
+    }
     with trio.fail_after(120):
         async with (
             walkit.Client.connect(url) as c1,
