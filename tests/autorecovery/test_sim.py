@@ -29,9 +29,7 @@ async def _wait_healed(client: Client, ledgers: list[int], dead: set[object]) ->
     urm = UnderreplicationManager(client.metadata_store)
     while True:
         listing = [
-            lid
-            for lid in ledgers
-            if (await client.ledger_metadata(lid)).all_bookies() & dead  # type: ignore[operator]
+            lid for lid in ledgers if (await client.ledger_metadata(lid)).all_bookies() & dead
         ]
         if not listing and not await urm.list_ids():
             return

@@ -100,8 +100,8 @@ async def test_compaction_reclaims_space_and_every_live_entry_reads_back(tmp_pat
         assert len(usage) == 6 and all(u.ratio > 0.9 for u in usage[:5])
         before = sum(_log_files(cfg).values())
         await bookie.forget_ledgers([2, 3, 5])
-        usage = {u.log_id: u for u in bookie.storage.entry_log_usage()[:5]}
-        assert [round(u.ratio, 1) for u in usage.values()] == [0.5, 0.5, 0.5, 0.5, 0.0]
+        by_log = {u.log_id: u for u in bookie.storage.entry_log_usage()[:5]}
+        assert [round(u.ratio, 1) for u in by_log.values()] == [0.5, 0.5, 0.5, 0.5, 0.0]
 
         # Minor (0.2): only the log with nothing live goes, without copying anything.
         minor = await bookie.collect_garbage("minor")
@@ -117,7 +117,7 @@ async def test_compaction_reclaims_space_and_every_live_entry_reads_back(tmp_pat
         assert (major.result.logs_compacted, major.result.logs_kept) == (4, 0)
         assert major.result.entries_moved == 2 * 4 * 30
         files = _log_files(cfg)
-        assert not set(files) & {f"{i:016x}.log" for i in usage}  # the old logs are gone
+        assert not set(files) & {f"{i:016x}.log" for i in by_log}  # the old logs are gone
         after = sum(files.values())
         assert after < before / 2
         stats = bookie.storage.stats

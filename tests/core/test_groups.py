@@ -27,7 +27,9 @@ async def _group_of(*errors: BaseException) -> BaseExceptionGroup[BaseException]
 async def test_the_first_walkit_error_wins_and_the_others_become_notes() -> None:
     value, io = ValueError("bad"), BookieIOError("disk gone")
     group = BaseExceptionGroup("outer", [value, BaseExceptionGroup("inner", [io, KeyError("k")])])
-    assert leaves(group) == [value, io, group.exceptions[1].exceptions[1]]
+    inner = group.exceptions[1]
+    assert isinstance(inner, BaseExceptionGroup)
+    assert leaves(group) == [value, io, inner.exceptions[1]]
     chosen = collapse(group)
     assert chosen is io
     assert io.__notes__ == ["also raised: ValueError: bad", "also raised: KeyError: 'k'"]

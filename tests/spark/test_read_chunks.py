@@ -5,6 +5,7 @@ reported or skipped."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Generator
 
 import pytest
 import trio
@@ -47,6 +48,7 @@ async def test_chunks_in_order_early_stop_and_a_deleted_ledger(spark_metadata: s
 
     def first_then_stop() -> list[int]:
         chunks = read_chunks(conn, [whole, whole, whole], chunk_entries=5)
+        assert isinstance(chunks, Generator)  # closing it mid-way releases the client
         first = next(chunks)
         chunks.close()
         return [e.entry_id for e in first.entries]

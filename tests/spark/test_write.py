@@ -144,7 +144,7 @@ def test_an_aborted_write_leaves_nothing_visible_and_no_ledgers(
     write(numbered(spark, 6, 1, "ok"), spark_metadata, name)
     before = read_back(spark_metadata, name)
 
-    @F.udf("binary")  # type: ignore[untyped-decorator]
+    @F.udf("binary")  # type: ignore[untyped-decorator,unused-ignore]  # typed when pyspark is
     def fail_at_25(i: int) -> bytes:
         if i == 25:
             raise ValueError("boom at row 25")
