@@ -183,12 +183,9 @@ class Client:
         """
         return _Connector(_open_client(url, placement, network, rng, options, tls))
 
-    # --- internals (for the recovery driver and the log layer) ----------------------------
-
-    @property
-    def core(self) -> ClientCore:
-        """The client's internals (connection pool, ledger manager, placement, options)."""
-        return self._core
+    # --- internals -----------------------------------------------------------------------
+    # ``_core`` (a ClientCore: connection pool, ledger manager, placement, options) is private:
+    # the log layer, recovery and the tests of this package use it; applications do not.
 
     @property
     def options(self) -> ClientOptions:

@@ -156,7 +156,7 @@ class Auditor:
     ) -> int:
         """Check every ledger: mark those listing a bookie in ``due``; remember the other
         unregistered bookies they list (their delay starts now). Returns ledgers marked."""
-        core = self.client.core
+        core = self.client._core
         marked = 0
         now = trio.current_time()
         for ledger_id in await core.ledgers.list_ids():

@@ -97,7 +97,7 @@ class Healer:
     ) -> HealOutcome:
         """Heal ``ledger_id`` (the caller holds its lock). Raises RereplicationError when this
         attempt failed (the marker stays; another attempt may succeed)."""
-        core = self.client.core
+        core = self.client._core
         started = trio.current_time()
         for _ in range(_ROUNDS):
             found = await self.urm.read(ledger_id)

@@ -41,7 +41,7 @@ async def delete_log(client: Client, name: str, *, password: bytes | None = None
     from walkit.errors import NoSuchLogError
 
     check_log_name(name)
-    core = client.core
+    core = client._core
     path = log_path(name)
     for _attempt in range(DELETE_ATTEMPTS):
         md, version = await core.retry_metadata(functools.partial(read_log, core.store, name))

@@ -78,7 +78,7 @@ async def collect_orphans(
 
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
         raise ConfigurationError(f"grace must be a number of seconds >= 0, not {grace!r}")
-    core = client.core
+    core = client._core
     clock = core.options.wall_clock
     if clock is None:
         raise ConfigurationError("orphan collection needs a client with a wall_clock")
@@ -141,7 +141,7 @@ async def collect_orphans(
 async def _read(client: Client, name: str) -> LogMetadata | None:
     """The log's metadata; None when it does not exist; ``_UNKNOWN`` when its ledgers cannot
     be judged (a malformed node, or a tag that is no log name): they stay."""
-    core = client.core
+    core = client._core
     try:
         md, _version = await core.retry_metadata(functools.partial(read_log, core.store, name))
     except NoSuchLogError:

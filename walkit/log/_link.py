@@ -158,7 +158,7 @@ async def end_job(owner: Log, job: str) -> None:
     """Mark ``job`` as ended: from now on, a ledger staged for it is deleted by its stager. The
     sweep of the job's ledgers comes after this mark, so every ledger is either swept or seen
     by its stager as unwanted (the stager checks the mark after creating the ledger)."""
-    core = owner.client.core
+    core = owner.client._core
     value = json.dumps({"log": owner.name, "job": job}).encode()
     try:
         await core.retry_metadata(
@@ -199,7 +199,7 @@ async def stage_ledger(
         password=owner.options.password,
         custom_metadata=custom,
     )
-    core = owner.client.core
+    core = owner.client._core
     ended = await core.retry_metadata(
         functools.partial(core.store.exists, ended_job_path(owner.name, job))
     )
@@ -323,7 +323,7 @@ async def link_ledgers(
             raise InvalidArgumentError(f"a sink's batch id is an int >= 0: {batch_id!r}")
         mark = SinkMark(query_id, batch_id)
     client = owner.client
-    core = client.core
+    core = client._core
 
     md, _version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
     listed = {lg.ledger_id for lg in md.ledgers}

@@ -192,7 +192,7 @@ class Log:
         options: LogOptions,
         explicit_password: bool,
     ) -> Log:
-        core = client.core
+        core = client._core
         if create:
             try:
                 wanted = LedgerConfig(**config)
@@ -262,8 +262,8 @@ class Log:
     async def metadata(self) -> LogMetadata:
         """The log's metadata as stored now (ledgers, truncation point, snapshots)."""
         self._check_open()
-        md, _version = await self._client.core.retry_metadata(
-            lambda: read_log(self._client.core.store, self.name)
+        md, _version = await self._client._core.retry_metadata(
+            lambda: read_log(self._client._core.store, self.name)
         )
         return md
 
@@ -352,7 +352,7 @@ class Log:
                 limits = RetentionLimits(records=retain_records, size=retain_bytes, age=retain_age)
             except InvalidArgumentError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if limits.age is not None and self._client.core.options.wall_clock is None:
+        if limits.age is not None and self._client._core.options.wall_clock is None:
             raise ConfigurationError("retain_age needs a client with a wall_clock")
         return await apply_retention(self, limits, dry_run=dry_run)
 

@@ -25,7 +25,7 @@ LOG_KEY = "walkit.log"
 async def log_password(client: Client, name: str) -> bytes:
     """The password stored with log ``name``: b"" for a log created with a password of its own
     (only its users know it), or created before passwords were generated, or missing."""
-    core = client.core
+    core = client._core
     try:
         md, _version = await core.retry_metadata(functools.partial(read_log, core.store, name))
     except NoSuchLogError:

@@ -209,7 +209,7 @@ class LogReader:
                     raise
                 log.info("log_read_retry", log=self._log.name, error=str(exc))
                 self._drop_ledger()
-                await pause(READ_BACKOFF, failures - 1, self._log.client.core.rng)
+                await pause(READ_BACKOFF, failures - 1, self._log.client._core.rng)
                 continue
             failures = 0
             if not more:
@@ -322,7 +322,7 @@ class LogReader:
         """Open the ledger holding the position (or the next one); False when there is none
         yet and the reader does not follow."""
         events = None
-        store = self._log.client.core.store
+        store = self._log.client._core.store
         if self._follow:
             events = store.watch(log_path(self._log.name))
         try:
@@ -379,7 +379,7 @@ class LogReader:
         self._pos = LogPosition(last.seq, reader.last_add_confirmed + 1)
 
     async def _read_metadata(self) -> LogMetadata:
-        core = self._log.client.core
+        core = self._log.client._core
         md, _version = await core.retry_metadata(
             functools.partial(read_log, core.store, self._log.name)
         )

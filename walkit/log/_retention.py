@@ -81,7 +81,7 @@ async def apply_retention(
     limits = limits_of(owner) if limits is None else limits
     if not limits.any:
         return RetentionResult(None)
-    core = owner.client.core
+    core = owner.client._core
     clock = core.options.wall_clock
     now_ms = int(clock() * 1000) if clock is not None else None
     md, _version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
@@ -133,7 +133,7 @@ async def housekeeping(owner: Log, *, takeover: bool) -> None:
         if limits_of(owner).any:
             await apply_retention(owner)
         grace = owner.options.orphan_gc_grace
-        if takeover and grace is not None and owner.client.core.options.wall_clock is not None:
+        if takeover and grace is not None and owner.client._core.options.wall_clock is not None:
             await collect_orphans(
                 owner.client, owner.name, grace=grace, password=owner.options.password
             )

@@ -116,7 +116,7 @@ async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterato
 async def save_snapshot(
     owner: Log, pos: LogPosition, data: bytes | AsyncIterable[bytes]
 ) -> Snapshot:
-    core = owner.client.core
+    core = owner.client._core
     md = await owner.metadata()
     md.check_not_future(pos, "snapshot at")
     chunk_size = min(owner.options.snapshot_chunk_size, core.options.max_entry_size)

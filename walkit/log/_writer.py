@@ -118,7 +118,7 @@ class LogWriter:
         self._batches = RecordBatcher(
             self._current, batch_bytes=opts.batch_bytes, codec=opts.compression
         )
-        self._max_record = owner.client.core.options.max_entry_size - envelope_overhead(
+        self._max_record = owner.client._core.options.max_entry_size - envelope_overhead(
             1, producers=1
         )
         scan = None
@@ -260,7 +260,7 @@ class LogWriter:
             return result.metadata, result
 
         try:
-            _md, _version, result = await update_log(self._log.client.core, self._log.name, change)
+            _md, _version, result = await update_log(self._log.client._core, self._log.name, change)
         except WriterFencedError as exc:
             raise self._was_fenced(str(exc)) from None
         if result.dropped:
@@ -362,7 +362,7 @@ class LogWriter:
 
     async def _gone_or(self, error: WalkitError) -> WalkitError:
         """NoSuchLogError (kept as this writer's error) if the log was deleted, else ``error``."""
-        core = self._log.client.core
+        core = self._log.client._core
         try:
             await core.retry_metadata(functools.partial(read_log, core.store, self._log.name))
         except NoSuchLogError:
@@ -378,7 +378,7 @@ class LogWriter:
         """The close of ``old`` (left by a roll) found it fenced: by a reader that recovered it
         (harmless when it kept every acknowledged entry and the log is still ours), or by
         another writer's takeover."""
-        core = self._log.client.core
+        core = self._log.client._core
         why = f"ledger {old.id} was recovered by another writer"
         try:
             closed_at = await _recover(self._log, old.id)
@@ -418,7 +418,7 @@ class LogWriter:
             return
         self._housekeeping_running = True
         try:
-            self._log.client.core.nursery.start_soon(self._housekeeping, takeover)
+            self._log.client._core.nursery.start_soon(self._housekeeping, takeover)
         except RuntimeError:  # the client is closing
             self._housekeeping_running = False
 
@@ -429,7 +429,7 @@ class LogWriter:
             self._housekeeping_running = False
 
     async def _check_owner(self) -> None:
-        core = self._log.client.core
+        core = self._log.client._core
         md, _version = await core.retry_metadata(
             functools.partial(read_log, core.store, self._log.name)
         )
@@ -479,7 +479,7 @@ class LogWriter:
             return md.after_roll(current, new_lw.id)
 
         try:
-            _md, _version, new_ledger = await update_log(owner.client.core, owner.name, change)
+            _md, _version, new_ledger = await update_log(owner.client._core, owner.name, change)
         except WriterFencedError as exc:
             await owner._discard_ledger(new_lw)
             raise self._was_fenced(str(exc)) from None
@@ -505,7 +505,7 @@ class LogWriter:
             seq=new_ledger.seq,
         )
         try:
-            owner.client.core.nursery.start_soon(self._close_old, old, self._old_closed)
+            owner.client._core.nursery.start_soon(self._close_old, old, self._old_closed)
         except RuntimeError:  # the client is closing: close it here
             await self._close_old(old, self._old_closed)
 
@@ -532,7 +532,7 @@ class LogWriter:
                         if self._error is None:
                             self._error = exc
                         return
-                await pause(LOG_BACKOFF, attempt, self._log.client.core.rng)
+                await pause(LOG_BACKOFF, attempt, self._log.client._core.rng)
         except Exception:  # pragma: no cover - a bug must not take the client down
             log.exception("log_old_ledger_close_crashed", ledger_id=old.id)
         finally:
@@ -570,7 +570,7 @@ async def _recover(owner: Log, ledger_id: int) -> int:
         recover,
         attempts=RECOVERY_ATTEMPTS,
         backoff=LOG_BACKOFF,
-        rng=client.core.rng,
+        rng=client._core.rng,
         retry_on=retry_on,
         on_retry=logged,
     )
@@ -579,7 +579,7 @@ async def _recover(owner: Log, ledger_id: int) -> int:
 async def take_over(owner: Log) -> LogWriter:
     """Become the log's writer (see the module docs)."""
     owner._check_open()
-    core = owner.client.core
+    core = owner.client._core
     name = owner.name
     for attempt in range(owner.options.takeover_attempts):
         md, version = await core.retry_metadata(functools.partial(read_log, core.store, name))

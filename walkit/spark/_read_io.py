@@ -124,7 +124,7 @@ async def log_state(conn: Connection, name: str, from_seq: int) -> LogState:
 
 
 async def _log_state(client: Client, conn: Connection, name: str, from_seq: int) -> LogState:
-    core = client.core
+    core = client._core
     for _round in range(_PLAN_ROUNDS):
         try:
             md, _version = await core.retry_metadata(functools.partial(read_log, core.store, name))
