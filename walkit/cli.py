@@ -29,6 +29,7 @@ from pathlib import Path
 
 import trio
 
+from walkit._cli._args import at_least
 from walkit._cli._connect import add_tls_options
 from walkit._logging import LOG_FORMATS, configure_cli_logging
 from walkit.errors import WalkitError
@@ -95,24 +96,8 @@ def _metadata_url(args: argparse.Namespace) -> str:
     return str(url)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _ledger_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"ledger id {text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"ledger id {value} is negative")
-    return value
+_positive = at_least(1)
+_ledger_id = at_least(0, "ledger id")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.processes
         (["nope"], "invalid choice"),
         (["simpletest", "--entries", "0", "--metadata", "memory://x"], "must be at least 1"),
         (["ledger", "show", "abc", "--metadata", "memory://x"], "is not an integer"),
-        (["ledger", "show", "-5", "--metadata", "memory://x"], "is negative"),
+        (["ledger", "show", "-5", "--metadata", "memory://x"], "ledger id -5 must be at least 0"),
         (["sandbox", "--bookies", "0"], "must be at least 1"),
     ],
 )

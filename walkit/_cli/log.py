@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from walkit._cli._args import at_least, seconds
 from walkit._cli._connect import connect_options
 from walkit._cli.admin import _printable
 from walkit._cli.output import emit, emit_record
@@ -55,24 +56,8 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     _add_maintenance(log_sub, with_metadata)
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
-    return value
+_count = at_least(0)
+_seconds = seconds
 
 
 def _add_maintenance(log_sub: Any, with_metadata: Any) -> None:
