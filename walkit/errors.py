@@ -328,6 +328,7 @@ __all__ = [
     "NotEnoughBookiesError",
     "ProtocolError",
     "RemoteProtocolError",
+    "RereplicationError",
     "SessionExpiredError",
     "TLSError",
     "TooManyRequestsError",

@@ -152,7 +152,7 @@ def test_kv_compaction_gives_the_store_a_snapshot_it_starts_from(
     spark: Any, spark_metadata: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     compact = example("kv_compact")
-    kv_store = sys.modules["kv_store"]  # examples/kv_store.py, imported by the compaction
+    kv_store = importlib.import_module("kv_store")  # examples/: on sys.path via the compaction
     url = spark_metadata
     name = "kv-compact"
 
