@@ -260,7 +260,7 @@ async def test_retention_drops_only_whole_ledgers_behind_the_point(
         none = await walkit_cli(url, "log", "retain", "retained-cli")
         assert none.returncode == 1 and b"at least one of" in none.stderr
         bad = await walkit_cli(url, "log", "retain", "retained-cli", "--records", "-3")
-        assert bad.returncode == 2 and b"expected an int" in bad.stderr
+        assert bad.returncode == 2 and b"-3 must be at least 0" in bad.stderr
         missing = await walkit_cli(url, "log", "retain", "nope", "--records", "3")
         assert missing.returncode == 1 and b"NoSuchLogError" in missing.stderr
 

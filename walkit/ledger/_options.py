@@ -8,6 +8,7 @@ from typing import Any, final
 import attrs
 
 from walkit._core.add_tracker import EnsembleChangeMode
+from walkit._core.options import options_from_kwargs
 from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
 from walkit.errors import ConfigurationError, WalkitError
 
@@ -107,16 +108,7 @@ class ClientOptions:
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> ClientOptions:
-        known = {a.name for a in attrs.fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ConfigurationError(
-                f"unknown client option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
-            )
-        try:
-            return cls(**options)
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(f"bad client option: {exc}") from None
+        return options_from_kwargs(cls, options, "client")
 
     @property
     def max_entry_size(self) -> int:

@@ -8,6 +8,7 @@ from typing import Any, final
 
 import attrs
 
+from walkit._core.options import options_from_kwargs
 from walkit._core.record_set import Codec, check_codec_available
 from walkit.errors import ConfigurationError
 
@@ -114,13 +115,4 @@ class LogOptions:
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> LogOptions:
-        known = {a.name for a in attrs.fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ConfigurationError(
-                f"unknown log option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
-            )
-        try:
-            return cls(**options)
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(f"bad log option: {exc}") from None
+        return options_from_kwargs(cls, options, "log")
