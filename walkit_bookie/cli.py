@@ -239,6 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(checked when given), require",
     )
     p.add_argument(
+        "--auth",
+        choices=["none", "token", "tls"],
+        help="authenticate clients: none (default), token (shared tokens from "
+        "--auth-token-file), tls (the client certificate's subject; needs --tls-client-auth "
+        "require)",
+    )
+    p.add_argument(
+        "--auth-token-file",
+        metavar="PATH",
+        help="with --auth token: a file (mode 0600) of PRINCIPAL:TOKEN lines",
+    )
+    p.add_argument(
         "--max-long-poll",
         type=_positive_float,
         metavar="SECONDS",
@@ -334,6 +346,8 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("tls_key", "tls_key"),
         ("tls_ca", "tls_ca"),
         ("tls_client_auth", "tls_client_auth"),
+        ("auth", "auth"),
+        ("auth_token_file", "auth_token_file"),
         ("max_long_poll", "max_long_poll"),
         ("max_long_polls", "max_long_polls"),
         ("max_connections", "max_connections"),
@@ -410,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         config.tls_server_context()  # unreadable TLS files: a usage error, before anything
+        config.authenticator()  # and an unreadable or unsafe token file
     except ConfigurationError as bad:
         parser.error(str(bad))  # exits 2
     configure_logging(args.log_level, args.log_json, args.log_format)

@@ -1,17 +1,23 @@
 """How every `walkit` subcommand connects: the metadata URL, the placement policy, and TLS
 to the bookies (``--tls-ca/--tls-cert/--tls-key``, or the ``WALKIT_TLS_*`` variables that
-``walkit sandbox --tls`` prints)."""
+``walkit sandbox --tls`` prints), and the token for bookies that authenticate clients
+(``--auth-token-file`` or ``WALKIT_AUTH_TOKEN_FILE``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 import time
 from typing import Any, Final
 
+from walkit._core.auth import TokenAuth
+from walkit.errors import ConfigurationError
 from walkit.net import TLSConfig
 
-__all__ = ["TLS_ENV", "add_tls_options", "connect_options"]
+__all__ = ["AUTH_TOKEN_ENV", "TLS_ENV", "add_tls_options", "connect_options", "read_token_file"]
+
+AUTH_TOKEN_ENV: Final = "WALKIT_AUTH_TOKEN_FILE"
 
 #: Option name -> environment variable giving its default.
 TLS_ENV: Final = {
@@ -34,6 +40,31 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--tls-key", metavar="PEM", help="the client certificate's key; default $WALKIT_TLS_KEY"
     )
+    group.add_argument(
+        "--auth-token-file", metavar="PATH", help="a file (mode 0600) holding the token for "
+        "bookies started with --auth token; default $WALKIT_AUTH_TOKEN_FILE"
+    )  # fmt: skip
+
+
+def read_token_file(path: str) -> TokenAuth:
+    """The token in ``path``: its first line that is not blank or a ``#`` comment. The file
+    must not be readable by group or others. ConfigurationError says what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            text = file.read(64 * 1024)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"cannot read the auth token file {path}: {exc}") from exc
+    if mode & 0o077:
+        raise ConfigurationError(
+            f"the auth token file {path} is readable by others (mode {stat.S_IMODE(mode):04o}): "
+            "chmod 600 it"
+        )
+    for line in text.splitlines():
+        token = line.strip()
+        if token and not token.startswith("#"):
+            return TokenAuth(token=token)
+    raise ConfigurationError(f"the auth token file {path} holds no token")
 
 
 def tls_config(args: argparse.Namespace) -> TLSConfig | None:
@@ -53,4 +84,11 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
         "placement": getattr(args, "placement", "default"),
         "wall_clock": time.time,
         "tls": tls_config(args),
+        "auth": auth_config(args),
     }
+
+
+def auth_config(args: argparse.Namespace) -> TokenAuth | None:
+    """The token from ``--auth-token-file`` or the environment (None: no authentication)."""
+    path = getattr(args, "auth_token_file", None) or os.environ.get(AUTH_TOKEN_ENV) or None
+    return None if path is None else read_token_file(path)

@@ -86,6 +86,7 @@ class Bookie:
             self.storage,
             read_only=self._read_only_reasons,
             on_disk_full=functools.partial(self._set_read_only, "disk_full"),
+            authenticator=config.authenticator(),
         )
         #: Garbage collection and compaction (rounds on a schedule, or ``collect_garbage()``).
         self.gc = GarbageCollector(

@@ -16,12 +16,15 @@ from typing import Any, final
 
 import trio
 
+from walkit._core.auth import Authenticator
 from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     AddFlag,
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -72,8 +75,14 @@ class RequestHandler:
         *,
         read_only: set[str],
         on_disk_full: Callable[[str], None],
+        authenticator: Authenticator | None = None,
     ) -> None:
         self.config = config
+        #: Checks clients' credentials once per connection (None: authentication is off).
+        self.authenticator = authenticator
+        #: Connections authenticated, and refused (bad credentials or none).
+        self.auth_ok = 0
+        self.auth_refused = 0
         self.storage = storage
         self._read_only = read_only
         self._on_disk_full = on_disk_full
@@ -191,6 +200,9 @@ class RequestHandler:
         elif kind is WriteLacRequest:
             self.adds_in_flight += 1
             self._write_lac(conn, body, message)  # type: ignore[arg-type]
+        elif kind is AuthRequest:
+            conn.outstanding -= 1
+            self._auth_again(conn, message)  # type: ignore[arg-type]
         else:
             conn.outstanding -= 1
             conn.send(
@@ -202,6 +214,13 @@ class RequestHandler:
                     )
                 )
             )
+
+    def _auth_again(self, conn: Connection, req: AuthRequest) -> None:
+        """AUTH on a connection that is served already (authentication off, so clients can
+        turn it on before bookies do; or done, e.g. by its TLS certificate): OK, as the
+        principal it has; the credentials change nothing."""
+        principal = conn.principal or ""
+        conn.send(encode_frame(AuthResponse(req.request_id, StatusCode.OK, principal)))
 
     def _add_done(self, conn: Connection, frame: bytes) -> None:
         conn.outstanding -= 1
