@@ -14,6 +14,7 @@ import attrs
 from walkit._core.auth import (
     AUTH_MODES,
     Authenticator,
+    Authorization,
     TlsAuthenticator,
     TokenAuthenticator,
     parse_token_file,
@@ -205,6 +206,9 @@ class BookieConfig:
     #: With ``auth="token"``: a file of ``PRINCIPAL:TOKEN`` lines, not readable by group or
     #: others (0600).
     auth_token_file: str | None = attrs.field(default=None, converter=_optional_path)
+    #: Authorization rules, ``OP=PRINCIPAL[,PRINCIPAL...]`` (OP: add, fence, read, admin);
+    #: an operation without a rule is allowed to every authenticated principal.
+    authorize: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: Run an autorecovery auditor candidate and replication worker (docs/autorecovery.md).
     #: ``walkit-bookie`` turns it on unless ``--no-autorecovery``; an embedded Bookie opts in.
     autorecovery: bool = False
@@ -242,7 +246,15 @@ class BookieConfig:
             )
         return TokenAuthenticator(parse_token_file(text, path))
 
+    def authorization(self) -> Authorization | None:
+        """The rules of ``authorize`` (None: every authenticated principal may do all)."""
+        return Authorization.parse(self.authorize) if self.authorize else None
+
     def _check_auth(self) -> None:
+        if self.authorize:
+            Authorization.parse(self.authorize)  # a usage error at once
+            if self.auth == "none":
+                raise ConfigurationError("--authorize needs authentication: give --auth")
         if self.auth not in AUTH_MODES:
             raise ConfigurationError(
                 f"auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}"

@@ -251,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --auth token: a file (mode 0600) of PRINCIPAL:TOKEN lines",
     )
     p.add_argument(
+        "--authorize",
+        action="append",
+        metavar="OP=PRINCIPAL[,PRINCIPAL...]",
+        help="only these principals may do OP (add, fence, read, admin); repeatable; "
+        "operations without a rule are open to every authenticated principal",
+    )
+    p.add_argument(
         "--max-long-poll",
         type=_positive_float,
         metavar="SECONDS",
@@ -348,6 +355,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("tls_client_auth", "tls_client_auth"),
         ("auth", "auth"),
         ("auth_token_file", "auth_token_file"),
+        ("authorize", "authorize"),
         ("max_long_poll", "max_long_poll"),
         ("max_long_polls", "max_long_polls"),
         ("max_connections", "max_connections"),

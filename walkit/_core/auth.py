@@ -26,9 +26,11 @@ import attrs
 from walkit.errors import AuthenticationError, ConfigurationError
 
 __all__ = [
+    "AUTHORIZE_OPS",
     "AUTH_MODES",
     "AuthProvider",
     "Authenticator",
+    "Authorization",
     "TlsAuthenticator",
     "TokenAuth",
     "TokenAuthenticator",
@@ -181,3 +183,51 @@ def parse_token_file(text: str, source: str = "the token file") -> dict[str, str
     if not tokens:
         raise ConfigurationError(f"{source} has no PRINCIPAL:TOKEN line")
     return tokens
+
+
+#: The operations ``--authorize`` restricts: adds (and explicit LACs), fencing (recovery reads
+#: and fencing LAC reads, and recovery adds), reads (entries and LACs), admin POSTs.
+AUTHORIZE_OPS: Final = ("add", "fence", "read", "admin")
+
+
+@final
+class Authorization:
+    """Which principals may do each operation; an operation without a rule is allowed to
+    every authenticated principal. ``allows`` is one dict and one set lookup."""
+
+    __slots__ = ("rules",)
+
+    def __init__(self, rules: dict[str, frozenset[str]]) -> None:
+        for op in rules:
+            if op not in AUTHORIZE_OPS:
+                raise ConfigurationError(
+                    f"cannot authorize {op!r}: the operations are {', '.join(AUTHORIZE_OPS)}"
+                )
+        self.rules = rules
+
+    @classmethod
+    def parse(cls, specs: list[str] | tuple[str, ...]) -> Authorization:
+        """Rules from ``OP=PRINCIPAL[,PRINCIPAL...]`` strings; one OP given twice adds up.
+        A value containing ``=`` is one principal (a certificate subject such as
+        ``CN=orders,O=example`` has commas of its own): give each in its own spec."""
+        rules: dict[str, set[str]] = {}
+        for spec in specs:
+            op, sep, value = spec.partition("=")
+            op, value = op.strip(), value.strip()
+            if not sep or not op or not value:
+                raise ConfigurationError(
+                    f"--authorize {spec!r}: expected OP=PRINCIPAL[,PRINCIPAL...] with OP one "
+                    f"of {', '.join(AUTHORIZE_OPS)}"
+                )
+            principals = [value] if "=" in value else [p.strip() for p in value.split(",")]
+            if not all(principals):
+                raise ConfigurationError(f"--authorize {spec!r}: an empty principal")
+            rules.setdefault(op, set()).update(principals)
+        return cls({op: frozenset(names) for op, names in rules.items()})
+
+    def allows(self, op: str, principal: str | None) -> bool:
+        allowed = self.rules.get(op)
+        return allowed is None or principal in allowed
+
+    def describe(self) -> str:
+        return "; ".join(f"{op}={','.join(sorted(p))}" for op, p in sorted(self.rules.items()))

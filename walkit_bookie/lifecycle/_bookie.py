@@ -87,6 +87,7 @@ class Bookie:
             read_only=self._read_only_reasons,
             on_disk_full=functools.partial(self._set_read_only, "disk_full"),
             authenticator=config.authenticator(),
+            authorization=config.authorization(),
         )
         #: Garbage collection and compaction (rounds on a schedule, or ``collect_garbage()``).
         self.gc = GarbageCollector(

@@ -148,6 +148,22 @@ class BookieCollector(Collector):
         for kind, count in sorted(b.bad_input.counts.items()):
             bad.add_metric([kind], count)
         yield bad
+        auth = CounterMetricFamily(
+            "walkit_bookie_authentications",
+            "Connections authenticated (ok) or refused for bad or missing credentials",
+            labels=["outcome"],
+        )
+        auth.add_metric(["ok"], b.auth_ok)
+        auth.add_metric(["refused"], b.auth_refused)
+        yield auth
+        unauthorized = CounterMetricFamily(
+            "walkit_bookie_unauthorized",
+            "Requests refused by the --authorize rules, by operation",
+            labels=["op"],
+        )
+        for op, count in sorted(b.unauthorized.items()):
+            unauthorized.add_metric([op], count)
+        yield unauthorized
         gauges: list[tuple[str, str, float]] = [
             (
                 "adds_in_flight",

@@ -16,7 +16,7 @@ from typing import Any, final
 
 import trio
 
-from walkit._core.auth import Authenticator
+from walkit._core.auth import Authenticator, Authorization
 from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.types import BookieId
 from walkit._core.wire import (
@@ -76,6 +76,7 @@ class RequestHandler:
         read_only: set[str],
         on_disk_full: Callable[[str], None],
         authenticator: Authenticator | None = None,
+        authorization: Authorization | None = None,
     ) -> None:
         self.config = config
         #: Checks clients' credentials once per connection (None: authentication is off).
@@ -83,6 +84,10 @@ class RequestHandler:
         #: Connections authenticated, and refused (bad credentials or none).
         self.auth_ok = 0
         self.auth_refused = 0
+        #: Who may do what (None: every authenticated principal may do all), and the
+        #: requests refused by it, by operation.
+        self.authorization = authorization
+        self.unauthorized: dict[str, int] = {}
         self.storage = storage
         self._read_only = read_only
         self._on_disk_full = on_disk_full
@@ -170,6 +175,8 @@ class RequestHandler:
     def handle(self, conn: Connection, body: bytes, message: Message) -> None:
         kind = type(message)
         self.requests += 1
+        if self.authorization is not None and not self._authorized(conn, message):
+            return
         if conn.outstanding >= self.config.max_requests_per_connection:
             return self._refuse(
                 conn,
@@ -214,6 +221,37 @@ class RequestHandler:
                     )
                 )
             )
+
+    def _authorized(self, conn: Connection, message: Message) -> bool:
+        """Whether the connection's principal may make this request; answers it if not.
+        Fencing principals may also do what recovery does after fencing: fenced reads and
+        recovery adds."""
+        rules = self.authorization
+        assert rules is not None
+        principal = conn.principal
+        if isinstance(message, AddRequest):
+            op = "add"
+            if message.flags & AddFlag.RECOVERY and rules.allows("fence", principal):
+                return True
+        elif isinstance(message, WriteLacRequest):
+            op = "add"
+        elif isinstance(message, ReadRequest):
+            op = "fence" if message.flags & ReadFlag.FENCE else "read"
+        elif isinstance(message, ReadLacRequest):
+            op = "fence" if message.flags & ReadLacFlag.FENCE else "read"
+        else:
+            return True
+        if rules.allows(op, principal):
+            return True
+        self.unauthorized[op] = self.unauthorized.get(op, 0) + 1
+        self.bad_input.report(
+            "unauthorized", peer=conn.peer, op=op, principal=principal, ledger_id=message.ledger_id
+        )
+        why = f"principal {principal!r} may not {op} on this bookie (its --authorize rules)"
+        conn.send(
+            encode_frame(ErrorResponse(message.request_id, StatusCode.UNAUTHORIZED_ACCESS, why))
+        )
+        return False
 
     def _auth_again(self, conn: Connection, req: AuthRequest) -> None:
         """AUTH on a connection that is served already (authentication off, so clients can
