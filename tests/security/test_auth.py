@@ -198,7 +198,7 @@ async def test_client_without_auth_is_refused(token_cluster: ProcessCluster) -> 
                 await client.open_ledger(lw.id)
     assert all(b.running for b in token_cluster.bookies)
     with trio.fail_after(NO_HANG):
-        async with walkit.Client.connect(url, auth=walkit.TokenAuth(token=READER_TOKEN)) as c:
+        async with walkit.Client.connect(url, auth=walkit.TokenAuth(token=WRITER_TOKEN)) as c:
             lr = await c.open_ledger(lw.id, recovery=True)
             assert [e.payload for e in await lr.read(0, lr.last_add_confirmed)] == [b"kept"]
 
@@ -297,3 +297,60 @@ async def test_tls_certificate_authentication(pki: dict[str, Path], tmp_path: Pa
         # certificate only... no: the certificate already authenticated the connection, so
         # an AUTH request is answered like any re-authentication.
         assert all(b.running for b in cluster.bookies)
+
+
+# --- junk-key claims with authentication on (issue 11, finding 3) --------------------------
+
+
+async def test_junk_key_claims_are_refused_with_authentication_on(
+    token_cluster: ProcessCluster,
+) -> None:
+    """The probe's attack, replayed: a stranger without credentials cannot claim ledger ids
+    ahead, and another principal, even knowing the password, cannot fence or add to the
+    writer's current ledger. The writer goes on with its ensemble unchanged."""
+    from tests.bookie._helpers import connect as raw_connect
+    from walkit._core.digest import master_key
+    from walkit._core.wire import AddRequest, ErrorResponse, ReadLacFlag, ReadLacRequest
+    from walkit.net import AuthNetwork, TcpNetwork
+
+    url = token_cluster.metadata_url
+    password = b"the right password"
+    key = master_key(password)
+    writer_auth = walkit.TokenAuth(token=WRITER_TOKEN)
+    acked: list[tuple[walkit.LogPosition, bytes]] = []
+    with trio.fail_after(2 * NO_HANG):
+        async with walkit.Client.connect(url, auth=writer_auth) as client:
+            log = await walkit.Log.open(client, "claims", password=password, ensemble_size=3,
+                                        write_quorum=3, ack_quorum=2)  # fmt: skip
+            async with log.writer() as w:
+                acked.append((await w.append(b"first"), b"first"))
+                current = (await log.metadata()).ledgers[-1].ledger_id
+                ensemble = (await client.ledger_metadata(current)).current_ensemble
+                victim = ensemble[0]
+                # 1. No credentials: every claim is refused (AUTH_REQUIRED), nothing is held.
+                async with raw_connect(victim) as stranger:
+                    fence = ReadLacRequest(1, current + 1, ReadLacFlag.FENCE, -1, 0, b"\0" * 32)
+                    answer = await stranger.call(fence)
+                    assert isinstance(answer, ErrorResponse)
+                    assert answer.status is StatusCode.AUTH_REQUIRED
+                # 2. Another principal with the right key: the ledger belongs to the writer.
+                network = AuthNetwork(TcpNetwork(), walkit.TokenAuth(token=READER_TOKEN))
+                async with raw_connect(victim, network) as other:
+                    fence = ReadLacRequest(other.next_id(), current, ReadLacFlag.FENCE, -1, 0, key)
+                    answer = await other.call(fence)
+                    assert isinstance(answer, ErrorResponse)
+                    assert answer.status is StatusCode.UNAUTHORIZED_ACCESS
+                    assert "registered on this bookie by principal 'writer'" in answer.message
+                    add = other.add_request(current, 1, b"forged", key=key)
+                    assert isinstance(add, AddRequest)
+                    answer = await other.call(add)
+                    assert isinstance(answer, ErrorResponse)
+                    assert answer.status is StatusCode.UNAUTHORIZED_ACCESS
+                for i in range(10):
+                    payload = b"record-%d" % i
+                    acked.append((await w.append(payload), payload))
+            md = await client.ledger_metadata(current)
+            assert md.current_ensemble == ensemble  # no ensemble change was needed
+            records = [(r.position, r.payload) async for r in log.reader(follow=False)]
+            assert records == acked
+    assert all(b.running for b in token_cluster.bookies)

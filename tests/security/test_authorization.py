@@ -97,16 +97,20 @@ async def test_rules_refuse_each_operation_by_principal(tmp_path: Path) -> None:
     async with running_bookie(cfg) as (bookie, bid):
         with trio.fail_after(NO_HANG):
             await _scenario(bid)
-        assert bookie.handler.unauthorized == {"fence": 1, "add": 2, "read": 1}
-        assert bookie.handler.bad_input.counts["unauthorized"] == 4
+        assert bookie.handler.unauthorized == {"fence": 1, "add": 1, "read": 1}
+        assert bookie.handler.bad_input.counts["unauthorized"] == 3
+        assert (
+            bookie.handler.claims_refused == bookie.handler.bad_input.counts["claim_refused"] == 2
+        )
         assert bookie.admin_address is not None
         status, body = await http_request(
             bookie.admin_address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
         )
         text = body.decode()
         assert status == 200
-        assert 'walkit_bookie_unauthorized_total{op="add"} 2.0' in text
+        assert 'walkit_bookie_unauthorized_total{op="add"} 1.0' in text
         assert 'walkit_bookie_authentications_total{outcome="ok"} 3.0' in text
+        assert "walkit_bookie_claims_refused_total 2.0" in text
 
         # Admin POSTs: the client token of a principal listed for "admin" (403 for another
         # principal's token, 401 for an unknown token).
@@ -119,21 +123,33 @@ async def test_rules_refuse_each_operation_by_principal(tmp_path: Path) -> None:
 
 async def _scenario(bid: BookieId) -> None:
     async with as_principal(bid, "writer") as w:
-        assert (await w.add(1, 0, b"zero")).status is StatusCode.OK
-        assert (await w.read(1, 0)).status is StatusCode.OK
-        _refusal(await w.call(ReadRequest(w.next_id(), 1, 0, ReadFlag.FENCE)), "fence", "writer")
-        # The refusal leaves the connection serving.
+        assert (await w.add(1, 0, b"zero")).status is StatusCode.OK  # claims ledger 1
         assert (await w.add(1, 1, b"one", lac=0)).status is StatusCode.OK
+        assert (await w.read(1, 0)).status is StatusCode.OK
+        # Not listed for "fence": no fencing of a ledger it does not own...
+        _refusal(await w.call(ReadRequest(w.next_id(), 5, 0, ReadFlag.FENCE)), "fence", "writer")
+        # ...but its own ledgers it may fence (a takeover by the same application).
+        assert (await w.add(3, 0, b"zero")).status is StatusCode.OK
+        assert (await w.read(3, 0, fence=True)).status is StatusCode.OK
+        # The refusal left the connection serving.
+        assert (await w.add(1, 2, b"two", lac=1)).status is StatusCode.OK
     async with as_principal(bid, "reader") as r:
-        _refusal(await r.call(r.add_request(1, 2, b"two")), "add", "reader")
+        _refusal(await r.call(r.add_request(2, 0, b"zero")), "add", "reader")
+        _claimed(await r.call(r.add_request(1, 3, b"three")), "add", "reader")
         assert (await r.read(1, 0)).status is StatusCode.OK
         assert (await r.read_lac(1)).status is StatusCode.OK
     async with as_principal(bid, "operator") as o:
         _refusal(await o.call(ReadRequest(o.next_id(), 1, 0)), "read", "operator")
-        _refusal(await o.call(o.add_request(1, 2, b"two")), "add", "operator")
-        # Recovery: fence, then fenced reads and recovery adds.
-        fenced = await o.read(1, 1, fence=True)
-        assert fenced.status is StatusCode.OK
+        _claimed(await o.call(o.add_request(1, 3, b"three")), "add", "operator")
+        # Recovery of the writer's ledger: fence, then fenced reads and recovery adds.
+        assert (await o.read(1, 2, fence=True)).status is StatusCode.OK
         recovery_add = o.add_request(1, 2, b"two", lac=1, flags=AddFlag.RECOVERY)
         answer = await o.call(recovery_add)
         assert isinstance(answer, AddResponse) and answer.status is StatusCode.OK
+
+
+def _claimed(message: Message, op: str, principal: str) -> None:
+    assert isinstance(message, ErrorResponse), message
+    assert message.status is StatusCode.UNAUTHORIZED_ACCESS
+    assert "registered on this bookie by principal 'writer'" in message.message
+    assert f"principal {principal!r} may not {op} it" in message.message

@@ -94,6 +94,11 @@ class BookieCollector(Collector):
                 b.requests_refused,
             ),
             (
+                "claims_refused",
+                "Adds and fences refused: the ledger was registered by another principal",
+                b.claims_refused,
+            ),
+            (
                 "bad_input_log_suppressed",
                 "Warnings about bad input not logged (rate limit); counted in bad_input",
                 b.bad_input.suppressed,
