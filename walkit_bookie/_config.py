@@ -209,6 +209,9 @@ class BookieConfig:
     #: Authorization rules, ``OP=PRINCIPAL[,PRINCIPAL...]`` (OP: add, fence, read, admin);
     #: an operation without a rule is allowed to every authenticated principal.
     authorize: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: A file (0600) holding the token the bookie's autorecovery worker sends to bookies
+    #: that authenticate clients by token.
+    autorecovery_token_file: str | None = attrs.field(default=None, converter=_optional_path)
     #: Run an autorecovery auditor candidate and replication worker (docs/autorecovery.md).
     #: ``walkit-bookie`` turns it on unless ``--no-autorecovery``; an embedded Bookie opts in.
     autorecovery: bool = False

@@ -25,6 +25,7 @@ import trio
 from walkit._groups import leaves as group_leaves
 from walkit._logging import configure_cli_logging, get_logger
 from walkit.errors import ConfigurationError, WalkitError
+from walkit.net._auth import read_token_file as read_auth_token_file
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.lifecycle import Bookie
 
@@ -258,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
         "operations without a rule are open to every authenticated principal",
     )
     p.add_argument(
+        "--autorecovery-token-file",
+        metavar="PATH",
+        help="a file (mode 0600) holding the token this bookie's autorecovery worker sends "
+        "to bookies started with --auth token",
+    )
+    p.add_argument(
         "--max-long-poll",
         type=_positive_float,
         metavar="SECONDS",
@@ -356,6 +363,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("auth", "auth"),
         ("auth_token_file", "auth_token_file"),
         ("authorize", "authorize"),
+        ("autorecovery_token_file", "autorecovery_token_file"),
         ("max_long_poll", "max_long_poll"),
         ("max_long_polls", "max_long_polls"),
         ("max_connections", "max_connections"),
@@ -433,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
         config.tls_server_context()  # unreadable TLS files: a usage error, before anything
         config.authenticator()  # and an unreadable or unsafe token file
+        if config.autorecovery_token_file is not None:
+            read_auth_token_file(config.autorecovery_token_file)
     except ConfigurationError as bad:
         parser.error(str(bad))  # exits 2
     configure_logging(args.log_level, args.log_json, args.log_format)

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.processes
 NO_HANG = 30.0
 WRITER_TOKEN = "s3cret-writer-token"
 READER_TOKEN = "another:token:with:colons"
+AUTORECOVERY_TOKEN = "autorecovery-worker-token"
 
 
 # --- pure parts ----------------------------------------------------------------------------
@@ -134,6 +135,18 @@ def test_bookie_command_refuses_an_unsafe_token_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "chmod 600" in result.stderr
+    path.chmod(0o600)
+    worker = tmp_path / "worker-token"
+    worker.write_text("a-token\n")
+    worker.chmod(0o644)
+    result = subprocess.run(
+        [sys.executable, "-m", "walkit_bookie.cli", "--data-dir", str(tmp_path / "d"),
+         "--auth", "token", "--auth-token-file", str(path),
+         "--autorecovery-token-file", str(worker)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert f"{worker} is readable by others" in result.stderr
 
 
 # --- token authentication, real bookies ----------------------------------------------------
@@ -142,9 +155,17 @@ def test_bookie_command_refuses_an_unsafe_token_file(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
     root = tmp_path_factory.mktemp("token-cluster")
-    tokens = _token_file(root, f"# principals\nwriter:{WRITER_TOKEN}\nreader:{READER_TOKEN}\n")
+    tokens = _token_file(
+        root,
+        f"# principals\nwriter:{WRITER_TOKEN}\nreader:{READER_TOKEN}\n"
+        f"autorecovery:{AUTORECOVERY_TOKEN}\n",
+    )
+    worker = root / "autorecovery-token"
+    worker.write_text(AUTORECOVERY_TOKEN + "\n")
+    worker.chmod(0o600)
     url = f"sqlite:///{root / 'metadata.db'}"
-    args = ["--auth", "token", "--auth-token-file", str(tokens)]
+    args = ["--auth", "token", "--auth-token-file", str(tokens),
+            "--autorecovery-token-file", str(worker)]  # fmt: skip
     with process_cluster(url, root, 3, extra_args=args) as cluster:
         yield cluster
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import time
 from typing import Any, Final
 
 from walkit._core.auth import TokenAuth
-from walkit.errors import ConfigurationError
 from walkit.net import TLSConfig
+from walkit.net._auth import read_token_file
 
 __all__ = ["AUTH_TOKEN_ENV", "TLS_ENV", "add_tls_options", "connect_options", "read_token_file"]
 
@@ -44,27 +43,6 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
         "--auth-token-file", metavar="PATH", help="a file (mode 0600) holding the token for "
         "bookies started with --auth token; default $WALKIT_AUTH_TOKEN_FILE"
     )  # fmt: skip
-
-
-def read_token_file(path: str) -> TokenAuth:
-    """The token in ``path``: its first line that is not blank or a ``#`` comment. The file
-    must not be readable by group or others. ConfigurationError says what is wrong."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            text = file.read(64 * 1024)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"cannot read the auth token file {path}: {exc}") from exc
-    if mode & 0o077:
-        raise ConfigurationError(
-            f"the auth token file {path} is readable by others (mode {stat.S_IMODE(mode):04o}): "
-            "chmod 600 it"
-        )
-    for line in text.splitlines():
-        token = line.strip()
-        if token and not token.startswith("#"):
-            return TokenAuth(token=token)
-    raise ConfigurationError(f"the auth token file {path} holds no token")
 
 
 def tls_config(args: argparse.Namespace) -> TLSConfig | None:

@@ -9,11 +9,13 @@ nothing else is sent on a connection the bookie has not accepted. A refusal beco
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Final, final
 
 import trio
 
-from walkit._core.auth import MAX_CREDENTIALS_SIZE, MAX_METHOD_SIZE, AuthProvider
+from walkit._core.auth import MAX_CREDENTIALS_SIZE, MAX_METHOD_SIZE, AuthProvider, TokenAuth
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     AuthRequest,
@@ -38,7 +40,7 @@ from walkit.net._transport import Network, StreamHandler
 
 log = get_logger(__name__)
 
-__all__ = ["AuthNetwork", "check_provider"]
+__all__ = ["AuthNetwork", "check_provider", "read_token_file"]
 
 #: Largest answer to an AUTH request we take.
 _MAX_ANSWER: Final = 64 * 1024
@@ -159,3 +161,24 @@ async def _receive_frame(stream: trio.abc.Stream) -> bytes | None:
         if not chunk:
             return None
         buffer += chunk
+
+
+def read_token_file(path: str) -> TokenAuth:
+    """The token in ``path``: its first line that is not blank or a ``#`` comment. The file
+    must not be readable by group or others. ConfigurationError says what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            text = file.read(64 * 1024)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"cannot read the auth token file {path}: {exc}") from exc
+    if mode & 0o077:
+        raise ConfigurationError(
+            f"the auth token file {path} is readable by others (mode {stat.S_IMODE(mode):04o}): "
+            "chmod 600 it"
+        )
+    for line in text.splitlines():
+        token = line.strip()
+        if token and not token.startswith("#"):
+            return TokenAuth(token=token)
+    raise ConfigurationError(f"the auth token file {path} holds no token")
