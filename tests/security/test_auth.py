@@ -314,9 +314,21 @@ async def test_tls_certificate_authentication(pki: dict[str, Path], tmp_path: Pa
             await lw.close()
             lr = await client.open_ledger(lw.id)
             assert (await lr.read(0, 0))[0].payload == b"over tls, authenticated"
-        # A token on top of the certificate is refused: this bookie names clients by
-        # certificate only... no: the certificate already authenticated the connection, so
-        # an AUTH request is answered like any re-authentication.
+        # The certificate authenticates the connection; a token sent as well changes nothing.
+        auth = walkit.TokenAuth(token="unknown-here")
+        async with walkit.Client.connect(url, tls=tls, auth=auth) as client:
+            lr = await client.open_ledger(lw.id)
+            assert (await lr.read(0, 0))[0].payload == b"over tls, authenticated"
+        # A token without TLS: the bookie's plain answer says it serves TLS only.
+        async with walkit.Client.connect(url, auth=auth) as client:
+            with pytest.raises(walkit.errors.TLSError, match="serves TLS only"):
+                lr = await client.open_ledger(lw.id)
+                await lr.read(0, 0)
+        # Without a certificate there is no TLS connection at all (--tls-client-auth require).
+        async with walkit.Client.connect(url, tls=walkit.TLSConfig(ca=pki["ca"])) as client:
+            with pytest.raises(walkit.errors.TLSError):
+                lr = await client.open_ledger(lw.id)
+                await lr.read(0, 0)
         assert all(b.running for b in cluster.bookies)
 
 
