@@ -1,6 +1,7 @@
 """walkit: a replicated write-ahead log on Apache BookKeeper's replication protocol, on trio."""
 
 from walkit import errors
+from walkit._core.auth import AuthProvider, TokenAuth
 from walkit._core.digest import DigestType
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
 from walkit._core.types import BookieId, Entry
@@ -21,6 +22,7 @@ from walkit.log import (
 from walkit.net import TLSConfig
 
 __all__ = [
+    "AuthProvider",
     "BookieId",
     "Client",
     "ClientOptions",
@@ -39,6 +41,7 @@ __all__ = [
     "LogWriter",
     "Snapshot",
     "TLSConfig",
+    "TokenAuth",
     "errors",
 ]
 __all__ += errors.__all__  # this spelling lets type checkers see the re-exported errors

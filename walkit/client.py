@@ -24,6 +24,7 @@ from typing import Any, final
 
 import trio
 
+from walkit._core.auth import AuthProvider
 from walkit._core.digest import DigestType
 from walkit._core.ledger_metadata import (
     PASSWORD_SALT_SIZE,
@@ -35,6 +36,7 @@ from walkit._core.types import BookieId
 from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.errors import (
+    AuthenticationError,
     ClientClosedError,
     ConfigurationError,
     InvalidArgumentError,
@@ -57,7 +59,7 @@ from walkit.metadata import (
     open_metadata_store,
     watch_bookies,
 )
-from walkit.net import Network, TcpNetwork, TLSConfig, TlsNetwork
+from walkit.net import AuthNetwork, Network, TcpNetwork, TLSConfig, TlsNetwork
 from walkit.net._pool import ConnectionPool
 from walkit.placement import (
     EnsemblePlacementPolicy,
@@ -106,6 +108,8 @@ def _unreachable_error(wanted: int, dead: Mapping[BookieId, WalkitError]) -> Wal
     for _bookie, error in failures:
         if isinstance(error, TLSError):
             return TLSError(f"cannot create a ledger: {error}")
+        if isinstance(error, AuthenticationError):
+            return AuthenticationError(f"cannot create a ledger: {error}")
     reasons = "; ".join(f"{bookie}: {error}" for bookie, error in failures)
     return NotEnoughBookiesError(f"cannot find {wanted} reachable bookies ({reasons})")
 
@@ -167,6 +171,7 @@ class Client:
         network: Network | None = None,
         rng: random.Random | None = None,
         tls: TLSConfig | None = None,
+        auth: AuthProvider | None = None,
         **options: Any,
     ) -> _Connector:
         """Connect to the cluster whose metadata is at ``url`` (``zk://``, ``sqlite:///``,
@@ -177,11 +182,13 @@ class Client:
         simulations). ``rng``: the random generator for everything random in the client.
         ``tls``: a :class:`walkit.TLSConfig` to talk TLS to the bookies (every bookie of the
         cluster must then serve TLS; see ``docs/security.md``).
+        ``auth``: credentials sent first on each connection to a bookie, for bookies that
+        authenticate clients (``walkit.TokenAuth(token=...)``; see ``docs/security.md``).
         ``options``: see :class:`walkit.ledger.ClientOptions` (timeouts, ensemble change mode,
         ...). Raises ConfigurationError (bad URL or option, unreadable TLS files),
         MetadataStoreError (store unreachable).
         """
-        return _Connector(_open_client(url, placement, network, rng, options, tls))
+        return _Connector(_open_client(url, placement, network, rng, options, tls, auth))
 
     # --- internals -----------------------------------------------------------------------
     # ``_core`` (a ClientCore: connection pool, ledger manager, placement, options) is private:
@@ -399,6 +406,7 @@ async def _open_client(
     rng: random.Random | None,
     options: Mapping[str, Any],
     tls: TLSConfig | None = None,
+    auth: AuthProvider | None = None,
 ) -> AsyncIterator[Client]:
     opts = ClientOptions.from_kwargs(options)
     if rng is not None and not isinstance(rng, random.Random):
@@ -409,6 +417,8 @@ async def _open_client(
         network = TcpNetwork()
     if tls is not None:
         network = TlsNetwork(network, client_context=tls.client_context())
+    if auth is not None:
+        network = AuthNetwork(network, auth)
     rng = rng if rng is not None else random.Random()
     policy = _load_policy(placement, opts, rng)
     store = await open_metadata_store(url, **opts.metadata_options)

@@ -240,6 +240,15 @@ class TLSError(BookieUnavailableError):
     retryable = False
 
 
+class AuthenticationError(BookieUnavailableError):
+    """A bookie refused this client's credentials, or requires authentication this client
+    does not send (``walkit.Client.connect(url, auth=walkit.TokenAuth(...))``). A
+    configuration problem (see ``docs/security.md``): trying again does not help."""
+
+    code = 31
+    retryable = False
+
+
 class NoSuchLogError(NoSuchNodeError):
     """The log does not exist (``Log.open(..., create=False)``, ``walkit log show``), or was
     deleted under its readers and writers (``Log.delete``)."""
@@ -296,6 +305,7 @@ def error_for_code(code: int, message: str = "") -> WalkitError:
 # A literal list, so that type checkers see `walkit.WriterFencedError` and friends re-exported
 # by `from walkit.errors import *`; tests/core/test_errors_api.py checks it names every class.
 __all__ = [
+    "AuthenticationError",
     "BadRequestError",
     "BookieIOError",
     "BookieReadOnlyError",

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import os
 import ssl
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, final
 
 import attrs
 
+from walkit._core.auth import (
+    AUTH_MODES,
+    Authenticator,
+    Authorization,
+    TlsAuthenticator,
+    TokenAuthenticator,
+    parse_token_file,
+)
 from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
 from walkit.errors import ConfigurationError
 from walkit.net import TLSConfig
@@ -191,6 +200,18 @@ class BookieConfig:
     tls_ca: str | None = attrs.field(default=None, converter=_optional_path)
     #: Ask clients for a certificate: "none", "optional" (checked if given) or "require".
     tls_client_auth: str = "none"
+    #: Authentication of clients: "none", "token" (shared tokens from ``auth_token_file``) or
+    #: "tls" (the verified client certificate's subject; needs ``tls_client_auth="require"``).
+    auth: str = "none"
+    #: With ``auth="token"``: a file of ``PRINCIPAL:TOKEN`` lines, not readable by group or
+    #: others (0600).
+    auth_token_file: str | None = attrs.field(default=None, converter=_optional_path)
+    #: Authorization rules, ``OP=PRINCIPAL[,PRINCIPAL...]`` (OP: add, fence, read, admin);
+    #: an operation without a rule is allowed to every authenticated principal.
+    authorize: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: A file (0600) holding the token the bookie's autorecovery worker sends to bookies
+    #: that authenticate clients by token.
+    autorecovery_token_file: str | None = attrs.field(default=None, converter=_optional_path)
     #: Run an autorecovery auditor candidate and replication worker (docs/autorecovery.md).
     #: ``walkit-bookie`` turns it on unless ``--no-autorecovery``; an embedded Bookie opts in.
     autorecovery: bool = False
@@ -205,6 +226,51 @@ class BookieConfig:
             return None
         tls = TLSConfig(cert=self.tls_cert, key=self.tls_key, ca=self.tls_ca)
         return tls.server_context(self.tls_client_auth)  # type: ignore[arg-type]
+
+    def authenticator(self) -> Authenticator | None:
+        """The plug-in that authenticates clients (None: authentication is off). Reads the
+        token file: raises ConfigurationError when it is missing, unreadable, readable by
+        group or others, or malformed."""
+        if self.auth == "tls":
+            return TlsAuthenticator()
+        if self.auth != "token" or self.auth_token_file is None:
+            return None
+        path = self.auth_token_file
+        try:
+            with open(path, encoding="utf-8") as file:
+                mode = os.fstat(file.fileno()).st_mode
+                text = file.read(1024 * 1024)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"cannot read the auth token file {path}: {exc}") from exc
+        if mode & 0o077:
+            raise ConfigurationError(
+                f"the auth token file {path} is readable by others (mode "
+                f"{stat.S_IMODE(mode):04o}): chmod 600 it"
+            )
+        return TokenAuthenticator(parse_token_file(text, path))
+
+    def authorization(self) -> Authorization | None:
+        """The rules of ``authorize`` (None: every authenticated principal may do all)."""
+        return Authorization.parse(self.authorize) if self.authorize else None
+
+    def _check_auth(self) -> None:
+        if self.authorize:
+            Authorization.parse(self.authorize)  # a usage error at once
+            if self.auth == "none":
+                raise ConfigurationError("--authorize needs authentication: give --auth")
+        if self.auth not in AUTH_MODES:
+            raise ConfigurationError(
+                f"auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}"
+            )
+        if self.auth == "token" and self.auth_token_file is None:
+            raise ConfigurationError("--auth token needs --auth-token-file")
+        if self.auth != "token" and self.auth_token_file is not None:
+            raise ConfigurationError("--auth-token-file is only used with --auth token")
+        if self.auth == "tls" and self.tls_client_auth != "require":
+            raise ConfigurationError(
+                "--auth tls needs --tls-client-auth require (every client then has a "
+                "certificate to name it)"
+            )
 
     def _check_tls(self) -> None:
         if self.tls_client_auth not in CLIENT_AUTH_MODES:
@@ -258,6 +324,7 @@ class BookieConfig:
         if not isinstance(self.host, str) or not self.host:
             raise ConfigurationError(f"host must be a non-empty string, not {self.host!r}")
         self._check_tls()
+        self._check_auth()
         advertised = self.advertised_address
         if advertised is not None and (
             not isinstance(advertised, str)

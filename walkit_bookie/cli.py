@@ -25,6 +25,7 @@ import trio
 from walkit._groups import leaves as group_leaves
 from walkit._logging import configure_cli_logging, get_logger
 from walkit.errors import ConfigurationError, WalkitError
+from walkit.net._auth import read_token_file as read_auth_token_file
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.lifecycle import Bookie
 
@@ -239,6 +240,31 @@ def build_parser() -> argparse.ArgumentParser:
         "(checked when given), require",
     )
     p.add_argument(
+        "--auth",
+        choices=["none", "token", "tls"],
+        help="authenticate clients: none (default), token (shared tokens from "
+        "--auth-token-file), tls (the client certificate's subject; needs --tls-client-auth "
+        "require)",
+    )
+    p.add_argument(
+        "--auth-token-file",
+        metavar="PATH",
+        help="with --auth token: a file (mode 0600) of PRINCIPAL:TOKEN lines",
+    )
+    p.add_argument(
+        "--authorize",
+        action="append",
+        metavar="OP=PRINCIPAL[,PRINCIPAL...]",
+        help="only these principals may do OP (add, fence, read, admin); repeatable; "
+        "operations without a rule are open to every authenticated principal",
+    )
+    p.add_argument(
+        "--autorecovery-token-file",
+        metavar="PATH",
+        help="a file (mode 0600) holding the token this bookie's autorecovery worker sends "
+        "to bookies started with --auth token",
+    )
+    p.add_argument(
         "--max-long-poll",
         type=_positive_float,
         metavar="SECONDS",
@@ -334,6 +360,10 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("tls_key", "tls_key"),
         ("tls_ca", "tls_ca"),
         ("tls_client_auth", "tls_client_auth"),
+        ("auth", "auth"),
+        ("auth_token_file", "auth_token_file"),
+        ("authorize", "authorize"),
+        ("autorecovery_token_file", "autorecovery_token_file"),
         ("max_long_poll", "max_long_poll"),
         ("max_long_polls", "max_long_polls"),
         ("max_connections", "max_connections"),
@@ -410,6 +440,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         config.tls_server_context()  # unreadable TLS files: a usage error, before anything
+        config.authenticator()  # and an unreadable or unsafe token file
+        if config.autorecovery_token_file is not None:
+            read_auth_token_file(config.autorecovery_token_file)
     except ConfigurationError as bad:
         parser.error(str(bad))  # exits 2
     configure_logging(args.log_level, args.log_json, args.log_format)

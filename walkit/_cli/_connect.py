@@ -1,6 +1,7 @@
 """How every `walkit` subcommand connects: the metadata URL, the placement policy, and TLS
 to the bookies (``--tls-ca/--tls-cert/--tls-key``, or the ``WALKIT_TLS_*`` variables that
-``walkit sandbox --tls`` prints)."""
+``walkit sandbox --tls`` prints), and the token for bookies that authenticate clients
+(``--auth-token-file`` or ``WALKIT_AUTH_TOKEN_FILE``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import os
 import time
 from typing import Any, Final
 
+from walkit._core.auth import TokenAuth
 from walkit.net import TLSConfig
+from walkit.net._auth import read_token_file
 
-__all__ = ["TLS_ENV", "add_tls_options", "connect_options"]
+__all__ = ["AUTH_TOKEN_ENV", "TLS_ENV", "add_tls_options", "connect_options", "read_token_file"]
+
+AUTH_TOKEN_ENV: Final = "WALKIT_AUTH_TOKEN_FILE"
 
 #: Option name -> environment variable giving its default.
 TLS_ENV: Final = {
@@ -34,6 +39,10 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--tls-key", metavar="PEM", help="the client certificate's key; default $WALKIT_TLS_KEY"
     )
+    group.add_argument(
+        "--auth-token-file", metavar="PATH", help="a file (mode 0600) holding the token for "
+        "bookies started with --auth token; default $WALKIT_AUTH_TOKEN_FILE"
+    )  # fmt: skip
 
 
 def tls_config(args: argparse.Namespace) -> TLSConfig | None:
@@ -53,4 +62,11 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
         "placement": getattr(args, "placement", "default"),
         "wall_clock": time.time,
         "tls": tls_config(args),
+        "auth": auth_config(args),
     }
+
+
+def auth_config(args: argparse.Namespace) -> TokenAuth | None:
+    """The token from ``--auth-token-file`` or the environment (None: no authentication)."""
+    path = getattr(args, "auth_token_file", None) or os.environ.get(AUTH_TOKEN_ENV) or None
+    return None if path is None else read_token_file(path)

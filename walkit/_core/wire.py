@@ -60,6 +60,9 @@ class StatusCode(enum.IntEnum):
     ENTRY_EXISTS = 26
     #: Sent (with request id 0) to a plain TCP client by a bookie that serves only TLS.
     TLS_REQUIRED = 30
+    #: The connection is not authenticated: an AUTH request's credentials were refused, or a
+    #: bookie with authentication on got another request first.
+    AUTH_REQUIRED = 31
 
 
 class MessageType(enum.IntEnum):
@@ -72,6 +75,8 @@ class MessageType(enum.IntEnum):
     WRITE_LAC_REQUEST = 7
     WRITE_LAC_RESPONSE = 8
     ERROR_RESPONSE = 9
+    AUTH_REQUEST = 10
+    AUTH_RESPONSE = 11
 
 
 class AddFlag(enum.IntFlag):
@@ -188,9 +193,34 @@ class ErrorResponse:
     message: str = ""
 
 
+@final
+@attrs.frozen
+class AuthRequest:
+    """Credentials for an authentication method; the first request of a client configured
+    with an :class:`~walkit._core.auth.AuthProvider` on each new connection."""
+
+    request_id: int
+    method: str
+    credentials: bytes
+
+
+@final
+@attrs.frozen
+class AuthResponse:
+    """OK with the principal the bookie serves this connection as, or AUTH_REQUIRED with
+    why the credentials were refused."""
+
+    request_id: int
+    status: StatusCode
+    text: str = ""
+
+
+#: The requests about ledgers (AUTH is about the connection).
 Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest
-Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ErrorResponse
-Message = Request | Response
+Response = (
+    AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ErrorResponse | AuthResponse
+)
+Message = Request | AuthRequest | Response
 
 _ADD_REQ = struct.Struct(">QqBB")
 _ADD_RESP = struct.Struct(">hQq")
@@ -201,6 +231,10 @@ _LAC_RESP = struct.Struct(">hQq")
 _WLAC_REQ = struct.Struct(">QqB")
 _WLAC_RESP = struct.Struct(">hQ")
 _ERR_RESP = struct.Struct(">h")
+_AUTH_REQ = struct.Struct(">B")
+_AUTH_RESP = struct.Struct(">h")
+#: Longest text of an ErrorResponse or AuthResponse, in bytes.
+_MAX_TEXT: Final = 1024
 
 _U64_MAX = 2**64 - 1
 
@@ -258,7 +292,14 @@ def _encode_body(msg: Message) -> bytes:
         return head + _WLAC_RESP.pack(msg.status, msg.ledger_id)
     if isinstance(msg, ErrorResponse):
         head = _HEAD.pack(PROTOCOL_VERSION, MessageType.ERROR_RESPONSE, msg.request_id)
-        return b"".join((head, _ERR_RESP.pack(msg.status), msg.message.encode("utf-8")[:1024]))
+        return b"".join((head, _ERR_RESP.pack(msg.status), msg.message.encode("utf-8")[:_MAX_TEXT]))
+    if isinstance(msg, AuthRequest):
+        method = msg.method.encode("utf-8")
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.AUTH_REQUEST, msg.request_id)
+        return b"".join((head, _AUTH_REQ.pack(len(method)), method, msg.credentials))
+    if isinstance(msg, AuthResponse):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.AUTH_RESPONSE, msg.request_id)
+        return b"".join((head, _AUTH_RESP.pack(msg.status), msg.text.encode("utf-8")[:_MAX_TEXT]))
     raise LocalProtocolError(f"not a wire message: {msg!r}")
 
 
@@ -346,6 +387,17 @@ def _decode(view: memoryview) -> Message:
         (status,) = _ERR_RESP.unpack_from(view, at)
         text = bytes(view[at + _ERR_RESP.size :]).decode("utf-8", errors="replace")
         return ErrorResponse(request_id, _status(status), text)
+    if mtype == MessageType.AUTH_REQUEST:
+        (method_len,) = _AUTH_REQ.unpack_from(view, at)
+        start = at + _AUTH_REQ.size
+        if start + method_len > len(view):
+            raise RemoteProtocolError("auth method length does not match the frame")
+        method = bytes(view[start : start + method_len]).decode("utf-8")
+        return AuthRequest(request_id, method, bytes(view[start + method_len :]))
+    if mtype == MessageType.AUTH_RESPONSE:
+        (status,) = _AUTH_RESP.unpack_from(view, at)
+        text = bytes(view[at + _AUTH_RESP.size :]).decode("utf-8", errors="replace")
+        return AuthResponse(request_id, _status(status), text)
     raise RemoteProtocolError(f"unknown message type {mtype}")
 
 

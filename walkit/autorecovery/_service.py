@@ -32,6 +32,7 @@ async def run_bookie_autorecovery(
     lost_bookie_delay: float | None = None,
     options: AutorecoveryOptions | None = None,
     tls_files: tuple[str | None, str | None, str | None] = (None, None, None),
+    auth: Any = None,
     registry: Any = None,
     rng: random.Random | None = None,
 ) -> None:
@@ -39,6 +40,8 @@ async def run_bookie_autorecovery(
 
     ``tls_files``: the bookie's (cert, key, ca); with a cert, the worker talks TLS to the
     other bookies, presenting the bookie's certificate and checking theirs against ``ca``.
+    ``auth``: the worker's credentials for bookies that authenticate clients (an
+    ``AuthProvider`` such as ``walkit.TokenAuth``).
     """
     from walkit.autorecovery._run import run_autorecovery
     from walkit.client import Client
@@ -50,7 +53,7 @@ async def run_bookie_autorecovery(
     rng = rng or random.Random()
     while True:
         try:
-            async with Client.connect(url, tls=tls, rng=rng) as client:
+            async with Client.connect(url, tls=tls, auth=auth, rng=rng) as client:
                 log.info("autorecovery_started", bookie_id=str(bookie_id))
                 await run_autorecovery(
                     client,

@@ -4,10 +4,12 @@ Everything above this seam talks to a :class:`Network`; TCP is the real one and
 ``walkit.testing`` provides a simulated one with faults.
 """
 
+from walkit.net._auth import AuthNetwork
 from walkit.net._tls import ClientAuth, TLSConfig, TlsNetwork, principal_of
 from walkit.net._transport import Network, StreamHandler, TcpNetwork
 
 __all__ = [
+    "AuthNetwork",
     "ClientAuth",
     "Network",
     "StreamHandler",

@@ -25,6 +25,7 @@ from walkit._core.wire import (
     DEFAULT_MAX_FRAME_SIZE,
     AddFlag,
     AddResponse,
+    AuthResponse,
     ErrorResponse,
     ReadLacResponse,
     ReadResponse,
@@ -39,6 +40,7 @@ from walkit._core.wire import (
 )
 from walkit._logging import get_logger
 from walkit.errors import (
+    AuthenticationError,
     BookieTimeoutError,
     BookieUnavailableError,
     ClientClosedError,
@@ -53,7 +55,14 @@ log = get_logger(__name__)
 
 __all__ = ["BookieConnection", "ResponseHandler"]
 
-_RESPONSES = (AddResponse, ReadResponse, ReadLacResponse, WriteLacResponse, ErrorResponse)
+_RESPONSES = (
+    AddResponse,
+    ReadResponse,
+    ReadLacResponse,
+    WriteLacResponse,
+    ErrorResponse,
+    AuthResponse,
+)
 
 #: Bytes asked from the socket at a time.
 _RECEIVE_SIZE: Final = 256 * 1024
@@ -460,6 +469,9 @@ class BookieConnection:
             decoded = decode_message(bytes(buffer[pos + 4 : end]))
             if not isinstance(decoded, _RESPONSES):
                 raise RemoteProtocolError(f"got a {type(decoded).__name__} from a bookie")
+            if isinstance(decoded, ErrorResponse) and decoded.status == StatusCode.AUTH_REQUIRED:
+                # The bookie closes the connection after this: fail everything on it.
+                raise AuthenticationError(f"bookie {self.bookie}: {decoded.message}")
             rec = pending.pop(decoded.request_id, None)
             if (
                 rec is None

@@ -86,6 +86,8 @@ class Bookie:
             self.storage,
             read_only=self._read_only_reasons,
             on_disk_full=functools.partial(self._set_read_only, "disk_full"),
+            authenticator=config.authenticator(),
+            authorization=config.authorization(),
         )
         #: Garbage collection and compaction (rounds on a schedule, or ``collect_garbage()``).
         self.gc = GarbageCollector(
@@ -216,6 +218,16 @@ class Bookie:
             await nursery.start(self._registration.run, bookie_id, self._mode_source)
         if config.autorecovery and self._metadata is not None:
             from walkit.autorecovery import run_bookie_autorecovery
+            from walkit.net._auth import read_token_file
+
+            token_file = config.autorecovery_token_file
+            auth = None if token_file is None else read_token_file(token_file)
+            if auth is None and config.auth == "token":
+                log.warning(
+                    "autorecovery_without_credentials",
+                    detail="bookies that authenticate by token refuse this bookie's "
+                    "autorecovery worker: give --autorecovery-token-file",
+                )
 
             nursery.start_soon(
                 functools.partial(
@@ -224,6 +236,7 @@ class Bookie:
                     bookie_id,
                     lost_bookie_delay=config.lost_bookie_delay,
                     tls_files=(config.tls_cert, config.tls_key, config.tls_ca),
+                    auth=auth,
                     registry=self.registry,
                 )
             )

@@ -24,7 +24,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from walkit._logging import get_logger
-from walkit.errors import BookieIOError
+from walkit.errors import AuthenticationError, BookieIOError
 from walkit_bookie.server._metrics import AdminTarget
 
 log = get_logger(__name__)
@@ -155,23 +155,49 @@ async def _send(exchange: _Exchange, answer: _Answer) -> None:
         await exchange.stream.send_all(data)
 
 
-def _authorize(token: str | None, request: _Request) -> None:
-    """POSTs change the bookie: they need ``Authorization: Bearer <admin token>``."""
-    if token is None:
+def _principal_allowed(bookie: AdminTarget, given: str, request: _Request) -> bool:
+    """With ``--authorize admin=...`` and token authentication: whether ``given`` is the
+    client token of a principal the rule lists (403 if its principal is not listed)."""
+    handler = bookie.handler
+    rules, authenticator = handler.authorization, handler.authenticator
+    if rules is None or "admin" not in rules.rules or authenticator is None or not given:
+        return False
+    try:
+        principal = authenticator.authenticate("token", given.encode(), None)
+    except AuthenticationError:
+        return False
+    if rules.allows("admin", principal):
+        return True
+    handler.unauthorized["admin"] = handler.unauthorized.get("admin", 0) + 1
+    handler.bad_input.report("unauthorized", op="admin", principal=principal, path=request.path)
+    raise _HttpError(
+        403, f"principal {principal!r} may not admin on this bookie (its --authorize rules)"
+    )
+
+
+def _authorize(bookie: AdminTarget, request: _Request) -> None:
+    """POSTs change the bookie: they need ``Authorization: Bearer <admin token>``, or the
+    client token of a principal listed by ``--authorize admin=...``."""
+    token = bookie.config.admin_token
+    scheme, _, given = (request.authorization or "").partition(" ")
+    given = given.strip() if scheme.lower() == "bearer" else ""
+    if token is not None and given and hmac.compare_digest(given.encode(), token.encode()):
+        return
+    if _principal_allowed(bookie, given, request):
+        return
+    rules = bookie.handler.authorization
+    if token is None and (rules is None or "admin" not in rules.rules):
         raise _HttpError(
             403,
             f"{request.method} {request.path} is disabled: start the bookie with "
-            "--admin-token or --admin-token-file to allow admin POSTs",
+            "--admin-token or --admin-token-file (or --authorize admin=PRINCIPAL with "
+            "--auth token) to allow admin POSTs",
         )
-    scheme, _, given = (request.authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        given.strip().encode(), token.encode()
-    ):
-        raise _HttpError(
-            401,
-            f"{request.method} {request.path} needs the admin token (Authorization: Bearer TOKEN)",
-            (("WWW-Authenticate", 'Bearer realm="walkit-bookie"'),),
-        )
+    raise _HttpError(
+        401,
+        f"{request.method} {request.path} needs the admin token (Authorization: Bearer TOKEN)",
+        (("WWW-Authenticate", 'Bearer realm="walkit-bookie"'),),
+    )
 
 
 def _allow(request: _Request, *methods: str) -> None:
@@ -237,7 +263,7 @@ async def _route(bookie: AdminTarget, registry: CollectorRegistry, request: _Req
         _allow(request, "GET", "POST")
         if request.method == "GET":
             return _json(gc_status(bookie))
-        _authorize(bookie.config.admin_token, request)
+        _authorize(bookie, request)
         compaction = request.query.get("compact", ["none"])
         if len(compaction) != 1 or compaction[0] not in ("none", "minor", "major"):
             raise _HttpError(400, "compact must be none, minor or major")

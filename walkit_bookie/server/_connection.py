@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Protocol, final
 import trio
 
 from walkit._core.wire import (
+    AuthRequest,
+    AuthResponse,
     ErrorResponse,
     FrameDecoder,
     Message,
@@ -22,10 +24,16 @@ from walkit._core.wire import (
     peek_request_id,
 )
 from walkit._logging import get_logger
-from walkit.errors import FrameTooLargeError, RemoteProtocolError, UnsupportedVersionError
+from walkit.errors import (
+    AuthenticationError,
+    FrameTooLargeError,
+    RemoteProtocolError,
+    UnsupportedVersionError,
+)
 from walkit.net import principal_of
 
 if TYPE_CHECKING:
+    from walkit._core.auth import Authenticator
     from walkit_bookie._config import BookieConfig
     from walkit_bookie.server._badinput import BadInputLog
 
@@ -55,6 +63,11 @@ class RequestHandler(Protocol):
     connections_opened: int
     connections_refused: int
     bad_input: BadInputLog
+    #: Checks clients' credentials; None: authentication is off.
+    authenticator: Authenticator | None
+    #: Connections authenticated, and refused for credentials or for sending none.
+    auth_ok: int
+    auth_refused: int
     #: Bytes of receive buffers allocated by open connections.
     receive_buffer_bytes: int
     #: Bytes of frames received in part, over all connections.
@@ -82,6 +95,7 @@ class Connection:
         "_stream",
         "_unsent",
         "_wake",
+        "authenticated",
         "closed",
         "nursery",
         "outstanding",
@@ -93,6 +107,15 @@ class Connection:
         self._handler = handler
         #: Who the client is: the subject of its verified TLS certificate, else None.
         self.principal = principal_of(stream)
+        authenticator = handler.authenticator
+        #: Whether requests are served (always, with authentication off).
+        self.authenticated = True
+        if authenticator is not None:
+            principal = authenticator.on_connect(self.principal)
+            self.authenticated = principal is not None
+            if principal is not None:
+                self.principal = principal
+                handler.auth_ok += 1
         self._stream = stream
         self._out: list[bytes] = []
         self._unsent = 0
@@ -196,7 +219,10 @@ class Connection:
                 except RemoteProtocolError as exc:
                     self._bad_message(body, exc)
                     continue
-                handler.handle(self, body, message)
+                if self.authenticated:
+                    handler.handle(self, body, message)
+                else:
+                    self._authenticate(message)
             # What is left in the decoder is the start of a frame: count it against the
             # bookie's budget for partial frames.
             held = decoder.buffered
@@ -232,6 +258,43 @@ class Connection:
             request_id = peek_request_id(bytes(data[at : at + 10])) or 0
         self._handler.bad_input.report(kind, peer=self.peer, request_id=request_id, error=reason)
         self.send(encode_frame(ErrorResponse(request_id, status, reason)))
+
+    def _authenticate(self, message: Message) -> None:
+        """The first request of a connection a bookie with authentication on has not
+        authenticated yet: an AUTH request, checked, or anything else, refused. A refusal is
+        answered AUTH_REQUIRED and closes the connection."""
+        handler = self._handler
+        authenticator = handler.authenticator
+        assert authenticator is not None
+        rid = message.request_id
+        if isinstance(message, AuthRequest):
+            try:
+                principal = authenticator.authenticate(
+                    message.method, message.credentials, self.principal
+                )
+            except AuthenticationError as exc:
+                handler.auth_refused += 1
+                handler.bad_input.report(
+                    "auth_refused", peer=self.peer, method=message.method[:64], error=str(exc)
+                )
+                self.send(encode_frame(AuthResponse(rid, StatusCode.AUTH_REQUIRED, str(exc))))
+                raise _Close from exc
+            self.principal = principal
+            self.authenticated = True
+            handler.auth_ok += 1
+            log.debug("client_authenticated", peer=self.peer, principal=principal)
+            self.send(encode_frame(AuthResponse(rid, StatusCode.OK, principal)))
+            return
+        handler.auth_refused += 1
+        handler.bad_input.report(
+            "auth_required", peer=self.peer, request=type(message).__name__, request_id=rid
+        )
+        why = (
+            "this bookie requires authentication: connect with "
+            "walkit.Client.connect(url, auth=...) (see docs/security.md)"
+        )
+        self.send(encode_frame(ErrorResponse(rid, StatusCode.AUTH_REQUIRED, why)))
+        raise _Close
 
     def _bad_message(self, body: bytes, exc: RemoteProtocolError) -> None:
         request_id = peek_request_id(body)

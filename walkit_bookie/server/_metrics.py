@@ -94,6 +94,11 @@ class BookieCollector(Collector):
                 b.requests_refused,
             ),
             (
+                "claims_refused",
+                "Adds and fences refused: the ledger was registered by another principal",
+                b.claims_refused,
+            ),
+            (
                 "bad_input_log_suppressed",
                 "Warnings about bad input not logged (rate limit); counted in bad_input",
                 b.bad_input.suppressed,
@@ -148,6 +153,22 @@ class BookieCollector(Collector):
         for kind, count in sorted(b.bad_input.counts.items()):
             bad.add_metric([kind], count)
         yield bad
+        auth = CounterMetricFamily(
+            "walkit_bookie_authentications",
+            "Connections authenticated (ok) or refused for bad or missing credentials",
+            labels=["outcome"],
+        )
+        auth.add_metric(["ok"], b.auth_ok)
+        auth.add_metric(["refused"], b.auth_refused)
+        yield auth
+        unauthorized = CounterMetricFamily(
+            "walkit_bookie_unauthorized",
+            "Requests refused by the --authorize rules, by operation",
+            labels=["op"],
+        )
+        for op, count in sorted(b.unauthorized.items()):
+            unauthorized.add_metric([op], count)
+        yield unauthorized
         gauges: list[tuple[str, str, float]] = [
             (
                 "adds_in_flight",

@@ -16,12 +16,15 @@ from typing import Any, final
 
 import trio
 
+from walkit._core.auth import Authenticator, Authorization
 from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     AddFlag,
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -72,8 +75,24 @@ class RequestHandler:
         *,
         read_only: set[str],
         on_disk_full: Callable[[str], None],
+        authenticator: Authenticator | None = None,
+        authorization: Authorization | None = None,
     ) -> None:
         self.config = config
+        #: Checks clients' credentials once per connection (None: authentication is off).
+        self.authenticator = authenticator
+        #: Connections authenticated, and refused (bad credentials or none).
+        self.auth_ok = 0
+        self.auth_refused = 0
+        #: Who may do what (None: every authenticated principal may do all), and the
+        #: requests refused by it, by operation.
+        self.authorization = authorization
+        self.unauthorized: dict[str, int] = {}
+        #: With authentication on: ledger id -> the principal that registered its master key
+        #: here (its first add or fence since the bookie started; not persisted), and the
+        #: adds and fences of other principals refused for it.
+        self.claims: dict[int, str] = {}
+        self.claims_refused = 0
         self.storage = storage
         self._read_only = read_only
         self._on_disk_full = on_disk_full
@@ -161,6 +180,8 @@ class RequestHandler:
     def handle(self, conn: Connection, body: bytes, message: Message) -> None:
         kind = type(message)
         self.requests += 1
+        if self.authenticator is not None and not self._allowed(conn, message):
+            return
         if conn.outstanding >= self.config.max_requests_per_connection:
             return self._refuse(
                 conn,
@@ -191,6 +212,9 @@ class RequestHandler:
         elif kind is WriteLacRequest:
             self.adds_in_flight += 1
             self._write_lac(conn, body, message)  # type: ignore[arg-type]
+        elif kind is AuthRequest:
+            conn.outstanding -= 1
+            self._auth_again(conn, message)  # type: ignore[arg-type]
         else:
             conn.outstanding -= 1
             conn.send(
@@ -202,6 +226,95 @@ class RequestHandler:
                     )
                 )
             )
+
+    def _allowed(self, conn: Connection, message: Message) -> bool:
+        """With authentication on: whether the connection's principal may make this request;
+        answers UNAUTHORIZED if not.
+
+        - A ledger's adds and fences are for the principal that registered its key here (its
+          first add or fence since the bookie started, or the first with its key for a ledger
+          stored before; not persisted); the principals an explicit ``fence`` rule lists may
+          also fence it and make recovery adds (operators recovering it). The owner needs no
+          other rule for them.
+        - Otherwise the ``--authorize`` rules decide (no rule: every principal). Recovery adds
+          count as fencing for them (or as adds).
+        """
+        principal = conn.principal or ""
+        if isinstance(message, AddRequest):
+            op = "fence" if message.flags & AddFlag.RECOVERY else "add"
+        elif isinstance(message, WriteLacRequest):
+            op = "add"
+        elif isinstance(message, ReadRequest):
+            op = "fence" if message.flags & ReadFlag.FENCE else "read"
+        elif isinstance(message, ReadLacRequest):
+            op = "fence" if message.flags & ReadLacFlag.FENCE else "read"
+        else:
+            return True
+        rules = self.authorization
+        ledger_id = message.ledger_id
+        if op == "read":
+            if rules is None or rules.allows("read", principal):
+                return True
+            return self._unauthorized(conn, message, op, principal)
+        owner = self.claims.get(ledger_id)
+        if owner == principal:
+            return True
+        if owner is not None:
+            fencers = None if rules is None else rules.rules.get("fence")
+            if op == "fence" and fencers is not None and principal in fencers:
+                return True
+            self.claims_refused += 1
+            self.bad_input.report(
+                "claim_refused",
+                peer=conn.peer,
+                principal=principal,
+                owner=owner,
+                ledger_id=ledger_id,
+            )
+            why = (
+                f"ledger {ledger_id} was registered on this bookie by principal {owner!r}; "
+                f"principal {principal!r} may not {op} it (only its owner may, and the "
+                "principals of a --authorize fence rule may fence and recover it)"
+            )
+            conn.send(
+                encode_frame(ErrorResponse(message.request_id, StatusCode.UNAUTHORIZED_ACCESS, why))
+            )
+            return False
+        recovery_add = op == "fence" and isinstance(message, AddRequest)
+        if (
+            rules is not None
+            and not rules.allows(op, principal)
+            and not (recovery_add and rules.allows("add", principal))
+        ):
+            return self._unauthorized(conn, message, op, principal)
+        info = self.ledgers.get(ledger_id)
+        if info is None or info.master_key == message.master_key:
+            self._claim(ledger_id, principal)
+        return True
+
+    def _unauthorized(self, conn: Connection, message: Request, op: str, principal: str) -> bool:
+        self.unauthorized[op] = self.unauthorized.get(op, 0) + 1
+        self.bad_input.report(
+            "unauthorized", peer=conn.peer, op=op, principal=principal, ledger_id=message.ledger_id
+        )
+        why = f"principal {principal!r} may not {op} on this bookie (its --authorize rules)"
+        conn.send(
+            encode_frame(ErrorResponse(message.request_id, StatusCode.UNAUTHORIZED_ACCESS, why))
+        )
+        return False
+
+    def _claim(self, ledger_id: int, principal: str) -> None:
+        claims = self.claims
+        if len(claims) > 2 * len(self.ledgers) + 4096:  # forget deleted ledgers' claims
+            self.claims = claims = {k: v for k, v in claims.items() if k in self.ledgers}
+        claims[ledger_id] = principal
+
+    def _auth_again(self, conn: Connection, req: AuthRequest) -> None:
+        """AUTH on a connection that is served already (authentication off, so clients can
+        turn it on before bookies do; or done, e.g. by its TLS certificate): OK, as the
+        principal it has; the credentials change nothing."""
+        principal = conn.principal or ""
+        conn.send(encode_frame(AuthResponse(req.request_id, StatusCode.OK, principal)))
 
     def _add_done(self, conn: Connection, frame: bytes) -> None:
         conn.outstanding -= 1
