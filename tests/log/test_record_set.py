@@ -102,6 +102,24 @@ def test_malformed_entries(entry: bytes, match: str) -> None:
         decode_record_set(entry)
 
 
+def test_declared_bodies_are_bounded_and_compressed_bombs_refused() -> None:
+    from walkit._core.record_set import MAX_BODY_BYTES
+
+    huge = MAX_BODY_BYTES + 1
+    entry = b"\x01\x00" + struct.pack("<II", 1, huge) + struct.pack("<I", huge)
+    with pytest.raises(CorruptEntryError, match="over the limit"):
+        decode_record_set(entry)
+    # A compressed body that inflates past what the header declares is refused, for both codecs.
+    for codec in (Codec.ZSTD, Codec.LZ4):
+        honest = bytearray(encode_record_set([b"a" * 10], codec=codec))
+        bomb = encode_record_set([b"a" * 1_000_000], codec=codec)
+        lying = bomb[:2] + struct.pack("<II", 1, 10) + struct.pack("<I", 10) + bomb[14 + 4 :]
+        assert len(lying) < 10_000  # a small entry claiming a small body...
+        with pytest.raises(CorruptEntryError):  # ...that would inflate to a megabyte
+            decode_record_set(lying)
+        assert decode_record_set(bytes(honest)).records == [b"a" * 10]
+
+
 @settings(max_examples=300)
 @given(st.binary(max_size=200))
 def test_random_bytes_never_raise_anything_but_corrupt_entry(entry: bytes) -> None:

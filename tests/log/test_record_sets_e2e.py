@@ -158,6 +158,8 @@ async def test_bad_options_and_records(memory_url: str, tmp_path: Path) -> None:
             await Log.open(client, "bad", compression="gzip")
         with pytest.raises(ConfigurationError, match="batch_bytes"):
             await Log.open(client, "bad", batch_bytes=0)
+        with pytest.raises(ConfigurationError, match="batch_bytes"):
+            await Log.open(client, "bad", batch_bytes=65 * 1024 * 1024)
         log = await Log.open(client, "bad")
         async with log.writer() as w:
             with pytest.raises(InvalidArgumentError, match="larger than the maximum"):

@@ -63,6 +63,9 @@ _HAS_PRODUCERS: Final = 0x08
 NO_PRODUCER: Final = 0xFFFF
 #: Longest producer id, in UTF-8 bytes.
 MAX_PRODUCER_ID: Final = 255
+#: Largest body (records, uncompressed) an entry may declare: a bound on what a (compressed)
+#: entry can make a reader allocate.
+MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 
 
 class Codec(enum.Enum):
@@ -161,10 +164,22 @@ def _functions(codec: Codec) -> tuple[_Compress, _Decompress]:
         if codec is Codec.ZSTD:
             import zstandard
 
-            return zstandard.compress, lambda data, n: zstandard.decompress(data, max_output_size=n)
+            def zstd_decompress(data: bytes, n: int) -> bytes:
+                # Read at most n + 1 bytes, whatever size the frame claims (no allocation on
+                # the frame's word).
+                with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+                    out: bytes = reader.read(n + 1)
+                return out
+
+            return zstandard.compress, zstd_decompress
         import lz4.frame
 
-        return lz4.frame.compress, lambda data, _n: lz4.frame.decompress(data)
+        def lz4_decompress(data: bytes, n: int) -> bytes:
+            # At most n bytes (+1 to notice more): a frame claiming less cannot blow up memory.
+            out: bytes = lz4.frame.LZ4FrameDecompressor().decompress(data, max_length=n + 1)
+            return out
+
+        return lz4.frame.compress, lz4_decompress
     except ImportError:
         package = "zstandard" if codec is Codec.ZSTD else "lz4"
         raise ConfigurationError(
@@ -247,6 +262,10 @@ def decode_record_set(entry: bytes) -> RecordSet:
         raise CorruptEntryError(f"record set: count {count} does not fit in {size} bytes")
     lengths = struct.unpack_from(f"<{count}I", entry, offset)
     offset += 4 * count
+    if body_length > MAX_BODY_BYTES:
+        raise CorruptEntryError(
+            f"record set: a body of {body_length} bytes is over the limit of {MAX_BODY_BYTES}"
+        )
     if sum(lengths) != body_length:
         raise CorruptEntryError("record set: the record lengths do not add up to the body")
     producers = None

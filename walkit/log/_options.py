@@ -9,7 +9,7 @@ from typing import Any, final
 import attrs
 
 from walkit._core.options import options_from_kwargs
-from walkit._core.record_set import Codec, check_codec_available
+from walkit._core.record_set import MAX_BODY_BYTES, Codec, check_codec_available
 from walkit.errors import ConfigurationError
 
 __all__ = ["LogOptions"]
@@ -87,7 +87,10 @@ class LogOptions:
     read_batch: int = attrs.field(default=256, validator=_positive_int(False))
     #: Largest record set: records that arrive while an entry is in flight share the next
     #: entry, up to this many bytes (a lone record is sent at once, whatever its size).
-    batch_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int(False))
+    batch_bytes: int = attrs.field(
+        default=64 * 1024,
+        validator=[_positive_int(False), attrs.validators.le(MAX_BODY_BYTES)],
+    )
     #: How the writer compresses each entry: "none", "zstd" or "lz4" (the ``compression``
     #: extra). Each entry records its codec, so readers need no setting.
     compression: Codec = attrs.field(default=Codec.NONE, converter=_codec)
