@@ -17,6 +17,7 @@ from tests.client.conftest import cluster, connect
 from walkit import Log, LogPosition, LogRecord
 from walkit._core.producers import ProducerTable
 from walkit._core.record_set import FORMAT_KEY, ProducerTag
+from walkit._core.retention import RECORDS_KEY
 from walkit.errors import (
     ConfigurationError,
     DuplicateRecordError,
@@ -66,11 +67,14 @@ async def test_concurrent_appends_share_entries_and_read_back_exactly_once(
         entries = {p.entry_start() for p in acked}
         assert len(entries) < len(acked) / 3, "concurrent appends should share entries"
         assert max(p.slot for p in acked) > 0
-        # Every entry respects the size bound (a lone larger record may go alone).
+        # Every entry respects the size bound (a lone larger record may go alone), and every
+        # closed ledger says how many records it holds (retention counts by it).
         md = await log.metadata()
         for lg in md.ledgers:
             lr = await client.open_ledger(lg.ledger_id, password=log.options.password)
             assert lr.metadata.custom_metadata[FORMAT_KEY] == b"recordset-1"
+            held = sum(1 for p in acked if p.ledger_seq == lg.seq)
+            assert lr.metadata.custom_metadata[RECORDS_KEY] == str(held).encode(), lg
             if lr.last_add_confirmed >= 0:
                 for entry in await lr.read(0, lr.last_add_confirmed):
                     assert len(entry.payload) <= 2000

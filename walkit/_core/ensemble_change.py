@@ -128,11 +128,20 @@ class CloseDecision:
     error: WalkitError | None = None
 
 
-def decide_close(current: LedgerMetadata, last_entry_id: int, length: int) -> CloseDecision:
-    """Seed 000, "Closing a ledger as a writer": CAS to CLOSED with the last acknowledged entry;
-    already CLOSED at the same entry is success; IN_RECOVERY or CLOSED elsewhere is an error."""
+def decide_close(
+    current: LedgerMetadata,
+    last_entry_id: int,
+    length: int,
+    custom: Mapping[str, bytes] | None = None,
+) -> CloseDecision:
+    """Seed 000, "Closing a ledger as a writer": CAS to CLOSED with the last acknowledged entry
+    (and ``custom`` merged into the custom metadata, e.g. a log's record count); already CLOSED
+    at the same entry is success; IN_RECOVERY or CLOSED elsewhere is an error."""
     if current.state is LedgerState.OPEN:
-        return CloseDecision(write=current.closed(last_entry_id, length))
+        closed = current.closed(last_entry_id, length)
+        if custom:
+            closed = attrs.evolve(closed, custom_metadata={**closed.custom_metadata, **custom})
+        return CloseDecision(write=closed)
     if current.state is LedgerState.IN_RECOVERY:
         return CloseDecision(
             error=LedgerInRecoveryError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, final
 
 import trio
@@ -172,6 +172,8 @@ class LedgerWriter:
         self._change_pause = 0.0
         self._scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
+        #: Custom metadata the close adds (see ``close``).
+        self._close_custom: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None
         #: Bookies that refused this ledger's key (UNAUTHORIZED): never a replacement.
         self._refused: set[BookieId] = set()
 
@@ -298,10 +300,18 @@ class LedgerWriter:
             )
         return await read_entries(self._core, self._md, self._digest, first, last)
 
-    async def close(self) -> None:
+    async def close(
+        self,
+        *,
+        custom_metadata: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
+    ) -> None:
         """Wait for pending appends, then CAS the metadata to CLOSED at the last acknowledged
-        entry (seed 000). Already closed the same way is success; closed elsewhere or being
+        entry (seed 000), with ``custom_metadata`` merged into the ledger's (a mapping, or a
+        function called once the pending appends are done: a log writer records its record
+        count there). Already closed the same way is success; closed elsewhere or being
         recovered raises (WriterFencedError / LedgerInRecoveryError). Idempotent."""
+        if custom_metadata is not None:
+            self._close_custom = custom_metadata
         if self._closed:
             await trio.lowlevel.checkpoint()
             return
@@ -633,8 +643,9 @@ class LedgerWriter:
         core = self._core
         lac = self._tracker.last_add_confirmed
         md, version = self._md, self._version
+        custom = self._close_custom() if callable(self._close_custom) else self._close_custom
         while True:
-            decision = decide_close(md, lac, self._tracker.acked_length)
+            decision = decide_close(md, lac, self._tracker.acked_length, custom)
             if decision.done:
                 break
             if decision.error is not None:

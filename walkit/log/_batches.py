@@ -100,6 +100,8 @@ class RecordBatcher:
         self.in_flight = 0
         #: Told each record set's outcome, in log order (acknowledged or not).
         self.on_done: Callable[[RecordBatch, bool], None] | None = None
+        #: Acknowledged records per ledger id (what a close records as ``walkit.records``).
+        self.records_acked: dict[int, int] = {}
 
     @property
     def idle(self) -> bool:
@@ -161,7 +163,11 @@ class RecordBatcher:
 
     def _entry_done(self, batch: RecordBatch) -> None:
         self.in_flight -= 1
+        lw = batch.lw
+        acknowledged = lw is not None and lw.last_add_confirmed >= batch.entry_id
+        if acknowledged:
+            assert lw is not None
+            self.records_acked[lw.id] = self.records_acked.get(lw.id, 0) + len(batch.records)
         if self.on_done is not None:
-            lw = batch.lw
-            self.on_done(batch, lw is not None and lw.last_add_confirmed >= batch.entry_id)
+            self.on_done(batch, acknowledged)
         self.pump()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, final
 
 import trio
@@ -32,6 +32,7 @@ from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncati
 from walkit._core.log_position import LogPosition, position
 from walkit._core.log_tail import CloseOutcome, close_outcome
 from walkit._core.record_set import ProducerTag, envelope_overhead
+from walkit._core.retention import RECORDS_KEY
 from walkit._logging import get_logger
 from walkit._retry import pause, retry
 from walkit.errors import (
@@ -128,6 +129,12 @@ class LogWriter:
         self._producers = ProducerState(owner.name, scan)
         self._batches.on_done = self._producers.done
         self._housekeeping_running = False
+
+    def _record_count(self, lw: LedgerWriter) -> Callable[[], dict[str, bytes]]:
+        """The ``walkit.records`` tag a close gives ``lw`` (read when its appends are done):
+        retention counts records by it."""
+        acked = self._batches.records_acked
+        return lambda: {RECORDS_KEY: str(acked.get(lw.id, 0)).encode()}
 
     def _current(self) -> tuple[int, LedgerWriter]:
         return self._ledger.seq, self._lw
@@ -287,7 +294,7 @@ class LogWriter:
             self._closed = True
             raise _copy(self._error)
         try:
-            await self._lw.close()
+            await self._lw.close(custom_metadata=self._record_count(self._lw))
         except (LedgerFencedError, LedgerInRecoveryError) as exc:
             self._closed = True
             why = f"ledger {self._lw.id} was recovered by another writer"
@@ -518,7 +525,7 @@ class LogWriter:
         try:
             for attempt in range(CLOSE_ATTEMPTS):
                 try:
-                    await old.close()
+                    await old.close(custom_metadata=self._record_count(old))
                     self._start_housekeeping(takeover=False)
                     return
                 except (LedgerFencedError, LedgerInRecoveryError):
