@@ -155,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
         "WALKIT_TLS_* exports",
     )
     sandbox.add_argument(
+        "--auth",
+        action="store_true",
+        help="bookies that require a token from every client: tokens made in DATA_DIR/auth "
+        "(kept), and the WALKIT_AUTH_TOKEN_FILE export printed",
+    )
+    sandbox.add_argument(
         "--exit-on-bookie-failure",
         action="store_true",
         help="exit 1 when a bookie exits on its own, instead of restarting it",
@@ -216,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             exit_on_bookie_failure=args.exit_on_bookie_failure,
             bookie_args=["--log-level", level, "--log-format", fmt],
             tls=args.tls,
+            auth=args.auth,
         )
     else:
         url = _metadata_url(args)

@@ -90,3 +90,31 @@ async def test_tls_sandbox_serves_tls_clients_only(tmp_path: Path) -> None:
         assert (tls_dir / "ca.pem").read_bytes() == ca_before
         ctx = ssl.create_default_context(cafile=str(tls_dir / "ca.pem"))
         assert ctx.get_ca_certs()[0]["subject"][-1][0][1] == "walkit sandbox CA"
+
+
+async def test_auth_sandbox_requires_its_token(tmp_path: Path) -> None:
+    data = tmp_path / "sandbox"
+    with running_sandbox(data, bookies=3, extra=["--auth"]) as sandbox:
+        exports = _exports(sandbox.wait_for_line("export WALKIT_METADATA="))
+        assert set(exports) == {"WALKIT_METADATA", "WALKIT_AUTH_TOKEN_FILE"}
+        auth_dir = data / "auth"
+        assert stat.S_IMODE(auth_dir.stat().st_mode) == 0o700
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in auth_dir.iterdir())
+        ok = _walkit(dict(os.environ, **exports), "simpletest", "--entries", "20")
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        plain_env = dict(os.environ, WALKIT_METADATA=exports["WALKIT_METADATA"])
+        plain_env.pop("WALKIT_AUTH_TOKEN_FILE", None)
+        refused = _walkit(plain_env, "simpletest", "--entries", "20")
+        assert refused.returncode == 1 and "AuthenticationError" in refused.stderr, refused.stderr
+        # The library with the same token file.
+        from walkit.net._auth import read_token_file
+
+        auth = read_token_file(exports["WALKIT_AUTH_TOKEN_FILE"])
+        async with walkit.Client.connect(exports["WALKIT_METADATA"], auth=auth) as client:
+            lw = await client.create_ledger(3, 3, 2, password=b"pw")
+            await lw.append(b"with a token")
+            await lw.close()
+        token = (auth_dir / "client-token").read_text()
+    with running_sandbox(data, bookies=3, extra=["--auth"]) as sandbox:
+        sandbox.wait_for_line("export WALKIT_METADATA=")
+        assert (auth_dir / "client-token").read_text() == token  # kept across restarts

@@ -28,6 +28,7 @@ import trio
 
 from walkit._cli._certs import sandbox_certificates
 from walkit._cli._child import Child, guarded_python
+from walkit._cli._tokens import sandbox_tokens
 from walkit._groups import leaves as group_leaves
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, WalkitError
@@ -203,11 +204,13 @@ async def run_sandbox(
     exit_on_bookie_failure: bool = False,
     bookie_args: Sequence[str] = (),
     tls: bool = False,
+    auth: bool = False,
 ) -> int:
     """Run the sandbox until SIGTERM or SIGINT (0), or until a bookie fails with
     ``exit_on_bookie_failure`` (1). ``bookie_args`` go to every ``walkit-bookie``. With
     ``tls``, the bookies serve TLS only and require client certificates signed by the
-    sandbox's CA (made in ``DATA_DIR/tls``)."""
+    sandbox's CA (made in ``DATA_DIR/tls``). With ``auth``, they require a token (made in
+    ``DATA_DIR/auth``) from every client."""
     if bookies < 1:
         raise ConfigurationError("--bookies must be at least 1")
     layout = SandboxLayout.load_or_create(data_dir, bookies, metadata_url)
@@ -226,6 +229,15 @@ async def run_sandbox(
             WALKIT_TLS_CERT=str(certs.client_cert.resolve()),
             WALKIT_TLS_KEY=str(certs.client_key.resolve()),
         )
+    if auth:
+        tokens = sandbox_tokens(layout.data_dir / "auth")
+        bookie_args = [
+            *bookie_args,
+            "--auth", "token",
+            "--auth-token-file", str(tokens.bookie_file.resolve()),
+            "--autorecovery-token-file", str(tokens.autorecovery_file.resolve()),
+        ]  # fmt: skip
+        exports["WALKIT_AUTH_TOKEN_FILE"] = str(tokens.client_file.resolve())
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     supervisors = [
         _Supervisor(
@@ -253,6 +265,8 @@ async def run_sandbox(
                 print(f"metadata URL: {layout.metadata_url}", file=out)
                 if tls:
                     print("TLS: bookies require client certificates of the sandbox's CA", file=out)
+                if auth:
+                    print("auth: bookies require the token in WALKIT_AUTH_TOKEN_FILE", file=out)
                 export = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in exports.items())
                 print(export, file=out, flush=True)  # ready to paste into a shell
                 if ready is not None:
