@@ -103,10 +103,6 @@ class RecordBatcher:
         #: Acknowledged records per ledger id (what a close records as ``walkit.records``).
         self.records_acked: dict[int, int] = {}
 
-    @property
-    def idle(self) -> bool:
-        return not self._queue and self.in_flight == 0
-
     def add(self, record: bytes, tag: ProducerTag | None = None) -> tuple[RecordBatch, int]:
         """Queue one record (call order is position order); returns its record set and slot.
         Call :meth:`pump` after adding."""
