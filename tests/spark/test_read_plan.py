@@ -10,7 +10,14 @@ from tests.spark._spark import require_spark
 require_spark(java=False)  # before importing walkit.spark
 
 from walkit import LogPosition  # noqa: E402
-from walkit.spark._read_plan import LedgerView, Range, pack, plan_log, resolve_latest  # noqa: E402
+from walkit.spark._read_plan import (  # noqa: E402
+    LedgerView,
+    Range,
+    cut_at_records,
+    pack,
+    plan_log,
+    resolve_latest,
+)
 
 P = LogPosition.parse
 
@@ -85,6 +92,39 @@ def test_slots_cut_the_first_and_last_entry() -> None:
     assert parts[1][0] == Range(1, 10, 9, 9, True, 0, None)
     assert parts[2][-1] == Range(3, 12, 0, 1, True, 0, None)
     assert parts[3] == (Range(3, 12, 2, 2, True, 0, 1),)
+
+
+def test_a_record_budget_ends_at_the_exact_record() -> None:
+    ledgers = [
+        LedgerView(1, 10, True, 2, record_sets=True),  # entries of 4, 5 and 3 records
+        LedgerView(2, 11, True, 4),  # one record per entry
+        LedgerView(3, 12, False, 1, record_sets=True),  # entries of 6 and 6 records
+    ]
+    plan = plan_log(ledgers, P("1:0:2"))
+    counts = [[4, 5, 3], None, [6, 6]]
+    # 2 records left in entry 1:0, then 5 in 1:1: a budget of 4 ends inside 1:1.
+    assert cut_at_records(plan, counts, 4) == P("1:1:2")
+    # A budget that ends exactly at an entry's last record ends at the next entry's start.
+    assert cut_at_records(plan, counts, 7) == P("1:2:0")
+    assert cut_at_records(plan, counts, 10) == P("1:3:0")  # (the next plan goes on at 2:0)
+    assert plan_log(ledgers, P("1:3:0")).ranges[0] == Range(2, 11, 0, 4)
+    # One record per entry in ledger 2, then inside 3:0.
+    assert cut_at_records(plan, counts, 12) == P("2:2:0")
+    assert cut_at_records(plan, counts, 16) == P("3:0:1")
+    assert cut_at_records(plan, counts, 21) == P("3:1:0")
+    assert cut_at_records(plan, counts, 26) == P("3:1:5")
+    # More budget than records: the plan's own end.
+    assert cut_at_records(plan, counts, 1000) == plan.end == P("3:2:0")
+    # Counting stopped early (a ledger gone, or the count's own budget): cut where it stopped.
+    assert cut_at_records(plan, [[4, 5]], 1000) == P("1:2:0")
+    assert cut_at_records(plan, [[4, 5, 3]], 1000) == P("2:0:0")
+    assert cut_at_records(plan, [], 1000) == P("1:0:2")
+    # The next plan starts where the cut ended, inside the entry.
+    assert plan_log(ledgers, P("1:1:2")).ranges[0] == Range(1, 10, 1, 2, True, 2)
+    # An end slot on the last entry is respected.
+    ended = plan_log(ledgers, P("3:0:0"), P("3:1:2"))
+    assert cut_at_records(ended, [[6, 6]], 100) == P("3:1:2")
+    assert cut_at_records(ended, [[6, 6]], 7) == P("3:1:1")
 
 
 def test_resolve_latest() -> None:

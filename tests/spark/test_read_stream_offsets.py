@@ -83,3 +83,34 @@ async def test_offsets_limits_and_truncation_behind_the_stream(
         got = await rows(lenient, end, new_end)
     assert "spark_stream_skipped_truncated" in caplog.text
     assert got == [f"2:{i}:0" for i in range(5, 10)] + [f"3:{i}:0" for i in range(6)]
+
+
+async def test_max_records_per_trigger_counts_records_inside_entries(spark_metadata: str) -> None:
+    url, name = spark_metadata, f"offsets-{next(_names)}"
+    async with walkit.Client.connect(url) as client:
+        log = await walkit.Log.open(client, name, roll_entries=4)
+        async with log.writer() as w:
+            for i in range(0, 100, 10):  # entries of 10 records each, 4 entries a ledger
+                await w.append_batch([b"r%d" % n for n in range(i, i + 10)])
+        expected = [str(rec.position) async for rec in log.reader(follow=False)]
+    assert len(expected) == 100 and len({p.rsplit(":", 1)[0] for p in expected}) == 10
+    reader = stream_reader(url, name, maxRecordsPerTrigger="7")
+    limit = reader.getDefaultReadLimit()
+    start = await call(reader.initialOffset)
+    seen: list[str] = []
+    sizes: list[int] = []
+    for _ in range(20):
+        end = await call(reader.latestOffset, start, limit)
+        if end == start:
+            break
+        got = await rows(reader, start, end)
+        sizes.append(len(got))
+        seen.extend(got)
+        start = end
+    assert seen == expected  # every record once, in order, batches cut inside entries
+    assert sizes == [7] * 14 + [2]
+    assert start == {"position": "3:2:0"}  # after the last record (3:1:9)
+    # Spark's own limit wins over the option (ReadMaxRows from a trigger), in records too.
+    assert await call(reader.latestOffset, {"position": "1:0:3"}, ReadMaxRows(12)) == {
+        "position": "1:1:5"
+    }

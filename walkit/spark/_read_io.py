@@ -20,11 +20,12 @@ import trio
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.log_metadata import LogMetadata
-from walkit._core.record_set import uses_record_sets
+from walkit._core.record_set import HEADER_SIZE, read_header, uses_record_sets
 from walkit._core.types import Entry
 from walkit._logging import get_logger
 from walkit.client import Client
 from walkit.errors import (
+    CorruptEntryError,
     NoSuchLedgerError,
     NoSuchLogError,
     UnauthorizedAccessError,
@@ -38,7 +39,15 @@ from walkit.spark._read_plan import LedgerView, Range
 
 log = get_logger(__name__)
 
-__all__ = ["Chunk", "LogState", "ledger_state", "log_state", "read_chunks", "run"]
+__all__ = [
+    "Chunk",
+    "LogState",
+    "ledger_state",
+    "log_state",
+    "read_chunks",
+    "record_counts",
+    "run",
+]
 
 T = TypeVar("T")
 
@@ -53,6 +62,8 @@ CHUNK_BYTES: Final = 8 * 1024 * 1024
 PREFETCH: Final = 2
 #: Seconds between looks for room in the queue to the consuming thread.
 _PUT_POLL: Final = 0.002
+#: Most entries of one read call when counting records on the driver.
+COUNT_CHUNK_ENTRIES: Final = 64
 #: Rounds of "the ledger list changed under us" before planning gives up.
 _PLAN_ROUNDS: Final = 10
 
@@ -178,6 +189,51 @@ async def ledger_state(
             _check_password(md, password, "the option 'ledgers'")
             result.append((md, await _last_readable(client, md, password)))
         return result
+
+
+async def record_counts(
+    conn: Connection, ranges: Sequence[Range], max_records: int
+) -> list[list[int] | None]:
+    """The records of each entry of ``ranges`` (None for a ledger of one record per entry),
+    read from the bookies until ``max_records`` records are counted: what the driver needs to
+    end a micro-batch at ``maxRecordsPerTrigger`` records. The entries are read whole (a
+    bookie has no header-only read), so this reads what the micro-batch will hold once more.
+    A ledger deleted meanwhile ends the count there (the next plan meets the truncation)."""
+    counts: list[list[int] | None] = []
+    budget = max_records
+    async with _client(conn) as client:
+        passwords = _Passwords(client, conn)
+        for rng in ranges:
+            if budget <= 0:
+                break
+            if not rng.record_sets:
+                counts.append(None)
+                budget -= rng.count
+                continue
+            try:
+                md = await client.ledger_metadata(rng.ledger_id)
+                password = await passwords.of_ledger(md)
+                reader = await client.open_ledger(rng.ledger_id, password=password)
+            except NoSuchLedgerError:
+                break
+            entry_counts: list[int] = []
+            counts.append(entry_counts)
+            first = rng.first
+            while first <= rng.last and budget > 0:
+                last = min(rng.last, first + min(COUNT_CHUNK_ENTRIES, budget) - 1)
+                for entry in await reader.read(first, last):
+                    if len(entry.payload) < HEADER_SIZE:
+                        raise CorruptEntryError(
+                            f"walkit: entry {entry.entry_id} of ledger {rng.ledger_id} is "
+                            f"{len(entry.payload)} bytes: too short for a record set"
+                        )
+                    total = read_header(entry.payload)[2]
+                    entry_counts.append(total)
+                    budget -= total - (rng.first_slot if entry.entry_id == rng.first else 0)
+                    if budget <= 0:
+                        break
+                first = last + 1
+    return counts
 
 
 # --- executors -----------------------------------------------------------------------------

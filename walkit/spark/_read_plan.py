@@ -27,7 +27,15 @@ import attrs
 
 from walkit._core.log_position import LogPosition
 
-__all__ = ["LedgerView", "LogPlan", "Range", "pack", "plan_log", "resolve_latest"]
+__all__ = [
+    "LedgerView",
+    "LogPlan",
+    "Range",
+    "cut_at_records",
+    "pack",
+    "plan_log",
+    "resolve_latest",
+]
 
 
 @final
@@ -161,6 +169,47 @@ def plan_log(
         if limited or not ledger.closed or budget == 0:
             break
     return LogPlan(tuple(ranges), pos)
+
+
+def cut_at_records(
+    plan: LogPlan, counts: Sequence[Sequence[int] | None], max_records: int
+) -> LogPosition:
+    """Where a plan holding at most ``max_records`` records ends (exclusive), with a slot when
+    the limit falls inside an entry. ``counts[i]`` gives the records of each entry of
+    ``plan.ranges[i]``, from its first entry on (None: one record per entry). A list shorter
+    than its range, or fewer lists than ranges, means the count stopped there (the budget ran
+    out, or a ledger was gone): the plan is cut at the first entry not counted."""
+    budget = max_records
+    for index, rng in enumerate(plan.ranges):
+        if index >= len(counts):
+            return LogPosition(rng.seq, rng.first, rng.first_slot)
+        entry_counts = counts[index]
+        if entry_counts is None:
+            first = rng.first if rng.first_slot == 0 else rng.first + 1
+            entries = rng.last - first + 1
+            if entries >= budget:
+                return LogPosition(rng.seq, first + budget)
+            budget -= entries
+            continue
+        for offset, total in enumerate(entry_counts[: rng.count]):
+            entry_id = rng.first + offset
+            low = rng.first_slot if offset == 0 else 0
+            high = total
+            if entry_id == rng.last and rng.end_slot is not None:
+                high = min(high, rng.end_slot)
+            records = max(0, high - low)
+            if records >= budget:
+                slot = low + budget
+                if slot >= total:
+                    return LogPosition(rng.seq, entry_id + 1)
+                return LogPosition(rng.seq, entry_id, slot)
+            budget -= records
+        if len(entry_counts) < rng.count:
+            done = len(entry_counts)
+            if done == 0:
+                return LogPosition(rng.seq, rng.first, rng.first_slot)
+            return LogPosition(rng.seq, rng.first + done)
+    return plan.end
 
 
 def pack(

@@ -9,10 +9,11 @@ checkpoint resumes right after the last committed position.
 ``latestOffset`` plans like a batch read (closed ledgers to their end, the first open ledger up
 to its LAC, then stop), bounded by ``maxRecordsPerTrigger`` (Spark's admission control: the
 limit Spark passes wins, e.g. ``ReadAllAvailable`` for ``trigger(availableNow=True)``). The
-planner sees entries, not the records inside them (that would take a second read), so the
-limit counts *entries*: an entry of a record-set ledger holds up to the writer's
-``batch_bytes`` of records, and a micro-batch always ends at an entry's start (it never splits
-an entry; only a ``startingPosition`` in the middle of an entry starts a stream there).
+limit counts records, as Kafka's ``maxOffsetsPerTrigger`` does: the planner sees entries, and an
+entry of a record-set ledger holds up to the writer's ``batch_bytes`` of records, so with a limit
+the driver reads the record counts of the planned record-set entries (their envelope headers,
+:func:`walkit.spark._read_io.entry_record_counts`) and ends the micro-batch at the exact record
+(a position with a slot: the next micro-batch starts inside that entry).
 ``partitions`` plans ``[start, end)`` again from the metadata of now: the ledgers before
 ``end``'s were closed when ``end`` was chosen, and the end ledger is read up to ``end`` only, so
 the same records come out however often a batch is replayed.
@@ -36,9 +37,9 @@ from walkit._core.log_position import LogPosition
 from walkit._logging import get_logger
 from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._options import ReadOptions
-from walkit.spark._read_io import LogState, log_state, run
+from walkit.spark._read_io import LogState, log_state, record_counts, run
 from walkit.spark._read_log import LogPartition, read_log_ranges
-from walkit.spark._read_plan import pack, plan_log, resolve_latest
+from walkit.spark._read_plan import cut_at_records, pack, plan_log, resolve_latest
 
 log = get_logger(__name__)
 
@@ -124,8 +125,12 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if self.target is not None and self.target <= begin:
             return offset(begin)
+        # Every entry holds at least one record: max_rows entries hold enough records.
         plan = plan_log(state.ledgers, begin, self.target, max_rows)
-        return offset(plan.end)
+        if max_rows is None:
+            return offset(plan.end)
+        counts = run(record_counts, self.options.connection, plan.ranges, max_rows)
+        return offset(cut_at_records(plan, counts, max_rows))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None
