@@ -83,6 +83,51 @@ def test_journal_round_trips_any_group_sizes(
         assert [b for b, _ in replay(directory, LogMark(0, 0))] == flat
 
 
+def test_journal_writes_over_preallocated_zeros_and_replay_skips_them(tmp_path: Path) -> None:
+    writer = JournalWriter(tmp_path, 1, max_size=1 << 30, preallocate=16 * BLOCK)
+    assert writer.wants_preallocation
+    writer.preallocate(*writer.start_preallocation())
+    path = next(tmp_path.glob("*.jnl"))
+    assert path.stat().st_size == 16 * BLOCK and writer.offset == 0
+    assert not writer.wants_preallocation
+    groups = [[b"a" * 100], [b"b" * 5000, b"c"], [b"d" * 25000]]
+    for group in groups:
+        writer.write(group)
+    assert path.stat().st_size == 16 * BLOCK  # written in place, over the zeros
+    assert writer.wants_preallocation  # fewer than half of the zeros are left
+    assert [b for b, _ in replay(tmp_path, LogMark(0, 0))] == [b for g in groups for b in g]
+    # A torn write inside the preallocated zeros ends the file's replay there.
+    torn_at = writer.offset
+    writer.close()
+    with path.open("r+b") as f:
+        f.seek(torn_at)
+        f.write(b"\x00\x00\x10\x00" + b"\x12\x34\x56\x78" + b"partial")
+    assert [b for b, _ in replay(tmp_path, LogMark(0, 0))] == [b for g in groups for b in g]
+
+
+def test_journal_preallocation_on_a_thread_never_overwrites_records(tmp_path: Path) -> None:
+    """Zeros are written on a worker thread while the writer goes on: writes that reach the
+    claimed range wait for them, so every record replays (a race would zero some)."""
+    import threading
+
+    writer = JournalWriter(tmp_path, 1, max_size=1 << 30, preallocate=8 * BLOCK)
+    expected: list[bytes] = []
+    for round_ in range(40):
+        worker = None
+        if writer.wants_preallocation:
+            claim = writer.start_preallocation()
+            worker = threading.Thread(target=writer.preallocate, args=claim)
+            worker.start()
+        for i in range(6):  # ~6 blocks: into the claimed range, often while it is written
+            body = b"%d-%d-" % (round_, i) + bytes([round_ % 250 + 1]) * 3000
+            writer.write([body])
+            expected.append(body)
+        if worker is not None:
+            worker.join()
+    writer.close()
+    assert [b for b, _ in replay(tmp_path, LogMark(0, 0))] == expected
+
+
 def test_journal_records_ending_just_before_a_block_boundary(tmp_path: Path) -> None:
     for gap in range(10):  # a record ends ``gap`` bytes before a boundary, inside a group
         directory = tmp_path / f"gap{gap}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import errno
+import functools
 import shutil
 import struct
 import threading
@@ -231,6 +232,7 @@ class DiskStorage(BookieStorage):
             self._journal = JournalWriter(
                 self._journal_dir, last + 1, self._config.journal_max_size
             )
+            self._journal.preallocate(*self._journal.start_preallocation())
             self._entrylog = EntryLogger(self._ledger_dirs, self._config.entrylog_max_size)
         except (CookieError, BookieIOError):
             self._close_sync()
@@ -304,6 +306,11 @@ class DiskStorage(BookieStorage):
         else:
             await trio.lowlevel.checkpoint()
             mark = journal.write(bodies)
+        if journal.wants_preallocation:
+            claim = journal.start_preallocation()
+            trio.lowlevel.start_thread_soon(
+                functools.partial(journal.preallocate, *claim), _ignore_outcome
+            )
         self.stats.journal_syncs = journal.syncs
         self.stats.journal_records += len(bodies)
         self.stats.journal_bytes = journal.bytes_written
@@ -586,6 +593,10 @@ class DiskStorage(BookieStorage):
         self._journal = None
         self._entrylog = None
         self._index = None
+
+
+def _ignore_outcome(_outcome: object) -> None:
+    """Journal preallocation logs its own failures (it only saves time)."""
 
 
 def _unkey(key: bytes) -> tuple[int, int]:
