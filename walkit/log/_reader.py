@@ -24,9 +24,9 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import AsyncIterator
+from itertools import repeat
 from typing import TYPE_CHECKING, Final, final
 
-import attrs
 import trio
 
 from walkit._core.backoff import Backoff
@@ -67,23 +67,44 @@ READ_BACKOFF: Final = Backoff(first=0.1, cap=2.0)
 
 
 @final
-@attrs.frozen
-class LogRecord:
-    """One record: its position and payload (and its producer's tag, when it was appended
-    by an idempotent producer)."""
+class LogRecord(tuple[int, int, int, bytes, "ProducerTag | None"]):
+    """One record: its ``position`` and ``payload`` (and its ``producer`` tag, when it was
+    appended by an idempotent producer). Immutable, hashable, equal when all three are.
 
-    position: LogPosition
-    payload: bytes
-    producer: ProducerTag | None = None
+    A tuple underneath, so that a reader makes one small object per record (a reader's cost
+    per record is mostly object creation); ``position`` is built when asked for.
+    """
 
-    @classmethod
-    def _of(cls, position: LogPosition, payload: bytes, producer: ProducerTag | None) -> LogRecord:
-        """A record without going through ``__init__`` (the reader's hot path)."""
-        record = object.__new__(cls)
-        object.__setattr__(record, "position", position)
-        object.__setattr__(record, "payload", payload)
-        object.__setattr__(record, "producer", producer)
-        return record
+    __slots__ = ()
+
+    def __new__(
+        cls, position: LogPosition, payload: bytes, producer: ProducerTag | None = None
+    ) -> LogRecord:
+        return _new_record(
+            cls, (position.ledger_seq, position.entry_id, position.slot, payload, producer)
+        )
+
+    @property
+    def position(self) -> LogPosition:
+        return LogPosition._of(self[0], self[1], self[2])
+
+    @property
+    def payload(self) -> bytes:
+        return self[3]
+
+    @property
+    def producer(self) -> ProducerTag | None:
+        return self[4]
+
+    def __repr__(self) -> str:
+        return (
+            f"LogRecord(position={self.position!r}, payload={self.payload!r}, "
+            f"producer={self.producer!r})"
+        )
+
+
+_new_record = tuple.__new__
+_make_record = functools.partial(_new_record, LogRecord)
 
 
 @final
@@ -111,6 +132,8 @@ class LogReader:
         self._skip_truncated = skip_truncated
         self._start = start
         self._end = end
+        #: ``end`` as a tuple, to compare with a record's first three fields (its position).
+        self._end_key = None if end is None else (end.ledger_seq, end.entry_id, end.slot)
         self._follow = follow
         #: The position of the next record to return (before the first call: the start asked).
         self._pos = start
@@ -164,7 +187,8 @@ class LogReader:
         if not buffer:
             return None
         record = buffer[0]
-        if self._end is not None and record.position >= self._end:
+        end = self._end_key
+        if end is not None and record[:3] >= end:
             return None
         buffer.popleft()
         return record
@@ -183,7 +207,7 @@ class LogReader:
         while True:
             if self._buffer:
                 record = self._buffer[0]
-                if self._end is not None and record.position >= self._end:
+                if self._end_key is not None and record[:3] >= self._end_key:
                     return None
                 self._buffer.popleft()
                 return record
@@ -269,19 +293,21 @@ class LogReader:
         record_set = entry_records(entry.payload, uses_record_sets(reader.metadata.custom_metadata))
         pos = self._pos
         first = pos.slot if pos.ledger_seq == ledger.seq and pos.entry_id == entry.entry_id else 0
-        seq, entry_id, records = ledger.seq, entry.entry_id, record_set.records
-        at, make = LogPosition._of, LogRecord._of
-        if record_set.producers is None:
-            self._buffer.extend(
-                make(at(seq, entry_id, slot), records[slot], None)
-                for slot in range(first, len(records))
+        records = record_set.records
+        tags = record_set.producers
+        # One record tuple per record, made in C: (seq, entry id, slot, payload, producer).
+        self._buffer.extend(
+            map(
+                _make_record,
+                zip(
+                    repeat(ledger.seq),
+                    repeat(entry.entry_id),
+                    range(first, len(records)),
+                    records[first:] if first else records,
+                    repeat(None) if tags is None else tags[first:],
+                ),
             )
-        else:
-            tags = record_set.producers
-            self._buffer.extend(
-                make(at(seq, entry_id, slot), records[slot], tags[slot])
-                for slot in range(first, len(records))
-            )
+        )
 
     # --- stalled ledgers (walkit._core.log_tail) ---------------------------------------------
 
