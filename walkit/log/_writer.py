@@ -102,6 +102,8 @@ class LogWriter:
     ) -> None:
         self._log = owner
         self._ledger = ledger
+        #: The id of the ledger a roll is listing (between its creation and the listing).
+        self._rolling_to: int | None = None
         self._lw = lw
         #: Where this writer's records start: everything before it was written by earlier
         #: writers and is closed (a standby catches up to here before applying its own).
@@ -258,10 +260,13 @@ class LogWriter:
             raise InvalidArgumentError(
                 f"cannot truncate log {self._log.name} at {pos}: its end is {self.end_position}"
             )
-        ledger = self._ledger
 
         def change(md: LogMetadata) -> tuple[LogMetadata, Truncation]:
-            if not md.owned_by(ledger):
+            # Ours if the last ledger is this writer's current one, or the one a roll of
+            # this writer is listing right now (its compare-and-set may land first).
+            last = md.last
+            rolling = last is not None and last.ledger_id == self._rolling_to
+            if not (md.owned_by(self._ledger) or rolling):
                 raise _fenced(md.name, "another writer took over before the truncation")
             result = md.truncated_at(pos)
             return result.metadata, result
@@ -485,21 +490,26 @@ class LogWriter:
                 return md, last
             return md.after_roll(current, new_lw.id)
 
+        self._rolling_to = new_lw.id
         try:
             _md, _version, new_ledger = await update_log(owner.client._core, owner.name, change)
         except WriterFencedError as exc:
+            self._rolling_to = None
             await owner._discard_ledger(new_lw)
             raise self._was_fenced(str(exc)) from None
         except NoSuchLogError as exc:
+            self._rolling_to = None
             await owner._discard_ledger(new_lw)
             self._error = exc
             raise _copy(exc) from None
         except WalkitError as exc:
+            self._rolling_to = None
             await owner._discard_ledger(new_lw)
             self._roll_failed(exc)
             return
         old = self._lw
         self._lw, self._ledger = new_lw, new_ledger
+        self._rolling_to = None
         self._broken = False
         self._old_closed = trio.Event()
         self._batches.pump()  # record sets queued meanwhile go to the new ledger
