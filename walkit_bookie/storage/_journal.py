@@ -283,12 +283,13 @@ class Committer(Protocol):
 class GroupCommit:
     """Collects journal records and commits them in groups: one write and one sync each.
 
-    ``submit`` is synchronous (no task per request). When the journal is idle, the committer
-    gives requests that are ready to run one scheduling round to join (bounded by ``max_wait``
-    and ``max_bytes``) and commits at once; while a group is being synced the next one fills
-    up, and is committed as soon as the sync returns. A second task hands committed groups to
-    ``on_committed`` (with the error if the commit failed), so answering one group overlaps
-    with syncing the next.
+    ``submit`` is synchronous (no task per request). When the journal is idle and several
+    requests are waiting, the committer gives requests that are ready to run scheduling rounds
+    to join (bounded by ``max_wait`` and ``max_bytes``); a lone request is committed at once
+    (the storage's own checkpoint in ``commit`` is its round). While a group is being synced
+    the next one fills up, and is committed as soon as the sync returns. The committing task
+    hands each committed group to ``on_committed`` (with the error if the commit failed):
+    answering is a few microseconds per request, less than waking another task for it.
     """
 
     def __init__(
@@ -341,7 +342,9 @@ class GroupCommit:
         return bodies[:n], requests[:n], sinks[:n]
 
     async def _gather(self) -> None:
-        """Let requests that are ready join the group, while more keep coming (bounded)."""
+        """Let requests that are ready join the group, while more keep coming (bounded). The
+        first round is the storage's own checkpoint in ``commit``: this only goes on when
+        that round may not be enough (requests arrived in the last one)."""
         deadline = trio.current_time() + self._max_wait
         seen = len(self._bodies)
         while self._bytes < self._max_bytes:
@@ -352,41 +355,30 @@ class GroupCommit:
             seen = now
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._complete)
-            idle = True
-            while True:
-                if not self._bodies:
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-                    idle = True
-                    continue
-                if idle:
-                    await self._gather()
-                bodies, requests, sinks = self._take()
-                error: BaseException | None = None
-                try:
-                    await self._storage.commit(bodies, requests)
-                except OSError as exc:
-                    error = exc
-                    log.error(
-                        "journal_commit_failed",
-                        records=len(bodies),
-                        error=str(exc),
-                        enospc=exc.errno in (errno.ENOSPC, errno.EDQUOT),
-                    )
-                self.groups += 1
-                self.records += len(bodies)
-                self._done.append((requests, sinks, error))
-                self._done_wake.set()
-                idle = False
-
-    async def _complete(self) -> None:
+        idle = True
         while True:
-            if not self._done:
-                await self._done_wake.wait()
-                self._done_wake = trio.Event()
+            if not self._bodies:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                idle = True
                 continue
-            done, self._done = self._done, []
-            for requests, sinks, error in done:
-                self._on_committed(requests, sinks, error)
+            if idle and len(self._bodies) > 1:
+                await self._gather()  # several at once: more may be on their way
+            bodies, requests, sinks = self._take()
+            error: BaseException | None = None
+            try:
+                await self._storage.commit(bodies, requests)
+            except OSError as exc:
+                error = exc
+                log.error(
+                    "journal_commit_failed",
+                    records=len(bodies),
+                    error=str(exc),
+                    enospc=exc.errno in (errno.ENOSPC, errno.EDQUOT),
+                )
+            self.groups += 1
+            self.records += len(bodies)
+            # Answer at once, from this task: a hand-off to another task costs a scheduling
+            # round per group, and answering is a few microseconds per request.
+            self._on_committed(requests, sinks, error)
+            idle = False
