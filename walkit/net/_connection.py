@@ -48,6 +48,7 @@ from walkit.errors import (
     TLSError,
     WalkitError,
 )
+from walkit.net._direct import direct_fd, unwritten, write_now
 from walkit.net._tls import tls_failure
 from walkit.net._transport import Network
 
@@ -159,6 +160,8 @@ class BookieConnection:
         self._pending: dict[int, _Record] = {}
         self._out: list[bytes] = []
         self._tx_ready = trio.Event()
+        #: The socket to write to directly while the send task is parked, else -1.
+        self._direct_fd = -1
         self._wanted = trio.Event()
         self._connected = False
         self._connecting = False
@@ -209,9 +212,10 @@ class BookieConnection:
         self._pending[request_id] = (handler, tag, now + timeout, now)
         if timeout < self._min_timeout:
             self._min_timeout = timeout
-        if not self._out:
-            self._tx_ready.set()
+        idle = not self._out
         self._out.extend(parts)
+        if idle:
+            self._kick()
         if not self._connected and not self._connecting:
             self._connecting = True
             self._wanted.set()
@@ -236,8 +240,7 @@ class BookieConnection:
         if not pending and self._on_activity is not None:
             self._on_activity()
         out = self._out
-        if not out:
-            self._tx_ready.set()
+        idle = not out
         if timeout < self._min_timeout:
             self._min_timeout = timeout
         deadline = now + timeout
@@ -248,9 +251,27 @@ class BookieConnection:
         self._next_rid = encode_adds_into(
             out, self._next_rid, ledger_id, master_key, entries, flags
         )
+        if idle:
+            self._kick()
         if not self._connected and not self._connecting:
             self._connecting = True
             self._wanted.set()
+
+    def _kick(self) -> None:
+        """Bytes were queued on an empty queue: write them now if the send task is parked
+        (:mod:`walkit.net._direct`), else (or for what the socket did not take) wake it."""
+        fd = self._direct_fd
+        if fd >= 0:
+            out = self._out
+            written = write_now(fd, out)
+            if written:
+                self.sends += 1
+                rest = unwritten(out, written)
+                out.clear()
+                if not rest:
+                    return
+                out.extend(rest)
+        self._tx_ready.set()
 
     async def call(self, build: Callable[[int], Request], timeout: float) -> Response:
         """Send the request ``build(request_id)`` and wait for its answer (any status).
@@ -377,11 +398,16 @@ class BookieConnection:
 
     async def _send_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        fd = direct_fd(stream)
         try:
             while True:
                 if not self._out:
                     self._tx_ready = trio.Event()
-                    await self._tx_ready.wait()
+                    self._direct_fd = fd
+                    try:
+                        await self._tx_ready.wait()
+                    finally:
+                        self._direct_fd = -1
                     continue
                 out = self._out
                 self._out = []

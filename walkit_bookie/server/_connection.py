@@ -31,6 +31,7 @@ from walkit.errors import (
     UnsupportedVersionError,
 )
 from walkit.net import principal_of
+from walkit.net._direct import direct_fd, unwritten, write_now
 
 if TYPE_CHECKING:
     from walkit._core.auth import Authenticator
@@ -88,6 +89,7 @@ class Connection:
     """One client connection. ``send`` queues a frame; the writer task sends queued frames."""
 
     __slots__ = (
+        "_direct_fd",
         "_handler",
         "_out",
         "_partial",
@@ -121,6 +123,8 @@ class Connection:
         self._unsent = 0
         self._partial = 0  # bytes of a partly received frame, counted in the handler's budget
         self._wake = trio.Event()
+        #: The socket to write answers to directly while the writer task is parked, else -1.
+        self._direct_fd = -1
         self._space = trio.lowlevel.ParkingLot()
         self.closed = False
         self.outstanding = 0
@@ -130,7 +134,15 @@ class Connection:
     def send(self, frame: bytes) -> None:
         if self.closed:
             return
-        self._out.append(frame)
+        out = self._out
+        if not out and self._direct_fd >= 0:
+            # The writer is parked: write the answer now (walkit.net._direct).
+            written = write_now(self._direct_fd, (frame,))
+            if written == len(frame):
+                return
+            if written:
+                frame = unwritten([frame], written)[0]
+        out.append(frame)
         self._unsent += len(frame)
         self._wake.set()
 
@@ -143,9 +155,14 @@ class Connection:
 
     async def _writer(self) -> None:
         stream = self._stream
+        fd = direct_fd(stream)
         while True:
             if not self._out:
-                await self._wake.wait()
+                self._direct_fd = fd
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._direct_fd = -1
                 self._wake = trio.Event()
                 continue
             out, self._out = self._out, []
