@@ -28,6 +28,11 @@ def _positive_int(optional: bool) -> Any:
     return check
 
 
+def _count(_instance: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"log option {attribute.name} must be an int >= 0, not {value!r}")
+
+
 def _codec(value: Any) -> Codec:
     if not isinstance(value, str | Codec):
         raise ConfigurationError(f"log option compression must be a string, not {value!r}")
@@ -83,8 +88,12 @@ class LogOptions:
     keep_snapshots: int = attrs.field(default=3, validator=_positive_int(False))
     #: Snapshot bytes per ledger entry.
     snapshot_chunk_size: int = attrs.field(default=1024 * 1024, validator=_positive_int(False))
-    #: Records a reader fetches from the bookies at once.
+    #: Entries a reader fetches from the bookies at once (at most: a range also stops at
+    #: about 4 MiB of entries).
     read_batch: int = attrs.field(default=256, validator=_positive_int(False))
+    #: Ranges a reader fetches ahead of the one it is handing out (0: none), while it reads
+    #: closed ledgers and confirmed entries.
+    read_ahead: int = attrs.field(default=2, validator=_count)
     #: Largest record set: records that arrive while an entry is in flight share the next
     #: entry, up to this many bytes (a lone record is sent at once, whatever its size).
     batch_bytes: int = attrs.field(

@@ -60,6 +60,8 @@ __all__ = ["LogReader", "LogRecord"]
 TAIL_ROUND: Final = 5.0
 #: Buffered records a reader returns between two checkpoints.
 CHECKPOINT_EVERY: Final = 64
+#: Bytes of entries one range read aims at (with ``read_batch`` entries at most).
+RANGE_BYTES: Final = 4 * 1024 * 1024
 #: Transient read failures (all replicas unavailable ...) retried before raising.
 READ_RETRIES: Final = 5
 #: Pauses between tries of a failed read.
@@ -141,6 +143,10 @@ class LogReader:
         self._ledger: LogLedger | None = None
         self._reader: LedgerReader | None = None
         self._buffer: collections.deque[LogRecord] = collections.deque()
+        #: Ranges being read ahead, in order (see :class:`_ReadAhead`).
+        self._ahead: collections.deque[_ReadAhead] = collections.deque()
+        #: Entries per range read, from the sizes seen so far (RANGE_BYTES, read_batch).
+        self._range_entries = owner.options.read_batch
         self._since_checkpoint = 0
         #: When a later ledger was first seen listed while this one made no progress.
         self._later_seen_at: float | None = None
@@ -251,11 +257,10 @@ class LogReader:
         entry_id = self._pos.entry_id
         lac = reader.last_add_confirmed
         if entry_id <= lac:
-            last = min(lac, entry_id + self._log.options.read_batch - 1)
-            entries = await reader.read(entry_id, last)
+            entries = await self._read_range(reader, entry_id, lac)
             for got in entries:
                 self._add_entry(ledger, reader, got)
-            self._pos = LogPosition(ledger.seq, last + 1)
+            self._pos = LogPosition(ledger.seq, entries[-1].entry_id + 1)
             self._later_seen_at = None
             return True
         if reader.is_closed:
@@ -267,6 +272,46 @@ class LogReader:
             assert self._reader is not None
             return self._reader.is_closed or self._reader.last_add_confirmed >= entry_id
         return await self._tail(reader, ledger, entry_id)
+
+    async def _read_range(self, reader: LedgerReader, first: int, lac: int) -> list[Entry]:
+        """The next range of entries from ``first`` (up to ``lac``): the range read ahead if
+        there is one, else read now; then more ranges are started ahead (``read_ahead``), so
+        that the bookies send the next ones while the caller hands these out."""
+        ahead = self._ahead
+        entries: list[Entry] | None = None
+        if ahead and ahead[0].reader is reader and ahead[0].first == first:
+            head = ahead.popleft()
+            await head.done.wait()
+            if head.error is not None:
+                ahead.clear()
+                raise head.error
+            entries = head.entries
+        if entries is None:
+            ahead.clear()  # another ledger, reader or place: what was read ahead is not it
+            last = min(lac, first + self._range_entries - 1)
+            entries = await reader.read(first, last)
+        size = sum(len(entry.payload) for entry in entries)
+        self._range_entries = max(
+            1, min(self._log.options.read_batch, RANGE_BYTES * len(entries) // max(size, 1))
+        )
+        self._start_reads_ahead(reader, entries[-1].entry_id + 1)
+        return entries
+
+    def _start_reads_ahead(self, reader: LedgerReader, first: int) -> None:
+        ahead = self._ahead
+        if ahead:
+            first = ahead[-1].last + 1
+        lac = reader.last_add_confirmed
+        nursery = self._log.client._core.nursery
+        while len(ahead) < self._log.options.read_ahead and first <= lac:
+            last = min(lac, first + self._range_entries - 1)
+            read = _ReadAhead(reader, first, last)
+            try:
+                nursery.start_soon(read.run)
+            except RuntimeError:  # the client is closing
+                return
+            ahead.append(read)
+            first = last + 1
 
     async def _tail(self, reader: LedgerReader, ledger: LogLedger, entry_id: int) -> bool:
         """Wait for ``entry_id`` of an open ledger, or for the ledger to end before it.
@@ -416,9 +461,35 @@ class LogReader:
         self._drop_ledger()
 
     def _drop_ledger(self) -> None:
+        self._ahead.clear()
         self._reader = None
         self._ledger = None
         self._later_seen_at = None
+
+
+@final
+class _ReadAhead:
+    """Entries ``first..last`` of a ledger, read in the background (in the client's nursery)
+    while the log reader hands out earlier ones. A reader that drops it (it moved elsewhere,
+    or was abandoned) leaves the read to finish and its entries to the garbage collector."""
+
+    __slots__ = ("done", "entries", "error", "first", "last", "reader")
+
+    def __init__(self, reader: LedgerReader, first: int, last: int) -> None:
+        self.reader = reader
+        self.first = first
+        self.last = last
+        self.done = trio.Event()
+        self.entries: list[Entry] | None = None
+        self.error: WalkitError | None = None
+
+    async def run(self) -> None:
+        try:
+            self.entries = await self.reader.read(self.first, self.last)
+        except WalkitError as exc:
+            self.error = exc
+        finally:  # (cancelled with the client: neither is set, the reader reads it itself)
+            self.done.set()
 
 
 async def _close_watch(events: AsyncIterator[WatchEvent]) -> None:
