@@ -7,13 +7,16 @@ round trip share the next entry (Nagle without a timer, as DistributedLog and Pu
 Nothing ever waits on a timer while the ledger is idle.
 
 The ledger writer wakes a record set (``set()``) when its entry is acknowledged or the ledger
-fails; that also sends the next one, from the task that saw the acknowledgement.
+fails; that also sends the next one, from the task that saw the acknowledgement. When the
+acknowledged entry held several records, the tasks that wake now are about to append again:
+the next record set is then held for one scheduling round (no timer) so that their records
+join it, instead of the first one going alone and the others waiting a whole round trip.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, final
 
 import trio
@@ -89,8 +92,13 @@ class RecordBatcher:
         *,
         batch_bytes: int,
         codec: Codec,
+        spawn: Callable[[Callable[[], Awaitable[None]]], bool] | None = None,
     ) -> None:
         self._current = current
+        #: Starts a background task (False when it cannot): what ends a hold.
+        self._spawn = spawn
+        #: The open record set waits for the tasks an acknowledgement woke (see the module).
+        self._holding = False
         self._limit = batch_bytes
         self._codec = codec
         #: Record sets not sent yet, oldest first; only the last one takes more records.
@@ -131,7 +139,7 @@ class RecordBatcher:
         queue = self._queue
         while queue:
             batch = queue[0]
-            if batch is self._open and self.in_flight:
+            if batch is self._open and (self.in_flight or self._holding):
                 return
             seq, lw = self._current()
             if not lw.has_room:
@@ -166,4 +174,20 @@ class RecordBatcher:
             self.records_acked[lw.id] = self.records_acked.get(lw.id, 0) + len(batch.records)
         if self.on_done is not None:
             self.on_done(batch, acknowledged)
+        if (
+            acknowledged
+            and len(batch.records) > 1
+            and not self._holding
+            and self._spawn is not None
+            and self._spawn(self._release)
+        ):
+            self._holding = True  # (full record sets still go at once)
         self.pump()
+
+    async def _release(self) -> None:
+        """End a hold one scheduling round after the woken tasks ran (they appended)."""
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            self._holding = False
+            self.pump()

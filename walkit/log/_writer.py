@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, final
 
 import trio
@@ -119,7 +119,10 @@ class LogWriter:
         self._closed = False
         opts = owner.options
         self._batches = RecordBatcher(
-            self._current, batch_bytes=opts.batch_bytes, codec=opts.compression
+            self._current,
+            batch_bytes=opts.batch_bytes,
+            codec=opts.compression,
+            spawn=self._spawn,
         )
         self._max_record = owner.client._core.options.max_entry_size - envelope_overhead(
             1, producers=1
@@ -191,6 +194,14 @@ class LogWriter:
         self._batches.pump()
         await self._outcome(batch)
         return batch.position(slot)
+
+    def _spawn(self, fn: Callable[[], Awaitable[None]]) -> bool:
+        """Start a background task in the client's nursery (False: the client is closing)."""
+        try:
+            self._log.client._core.nursery.start_soon(fn)
+        except RuntimeError:
+            return False
+        return True
 
     async def _admit(self, tag: ProducerTag) -> None:
         """Wait until ``tag`` may be appended; no checkpoint between the last check and the
