@@ -34,6 +34,7 @@ from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
     InvalidMetadataError,
+    MetadataAccessError,
     MetadataStoreError,
     MetadataVersionError,
     NodeExistsError,
@@ -51,6 +52,7 @@ from walkit.metadata._paths import (
 )
 from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
 from walkit.metadata._watch import WatchStream, catch_up_event
+from walkit.metadata._zk_security import DigestCredentials, read_credentials_file
 
 logger = get_logger(__name__)
 
@@ -95,6 +97,13 @@ def _translate(exc: Exception, path: str, closed: bool) -> WalkitError:
         return NodeNotEmptyError(f"metadata node {path} has children")
     if isinstance(exc, kz.NoChildrenForEphemeralsError):
         return InvalidArgumentError(f"cannot create {path}: its parent is ephemeral")
+    if isinstance(exc, kz.NoAuthError):
+        return MetadataAccessError(
+            f"ZooKeeper refused access to metadata node {path}: its ACL does not allow this "
+            "client (wrong or missing credentials_file?)"
+        )
+    if isinstance(exc, kz.AuthFailedError):
+        return MetadataAccessError(f"ZooKeeper refused this client's credentials (at {path})")
     if isinstance(exc, kz.SessionExpiredError):
         return SessionExpiredError(f"ZooKeeper session expired (at {path})")
     if isinstance(exc, kz.ConnectionClosedError) and closed:
@@ -200,8 +209,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         connect_timeout: float,
         operation_timeout: float,
         max_threads: int,
+        credentials: DigestCredentials | None = None,
     ) -> None:
         self.url = url
+        self.credentials = credentials
         self.hosts = hosts
         self.root = root
         self.session_timeout = session_timeout
@@ -227,6 +238,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             client_id=client_id,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             logger=_KAZOO_LOG,
+            auth_data=None if self.credentials is None else self.credentials.auth_data,
+            default_acl=None if self.credentials is None else self.credentials.acl,
         )
 
     @classmethod
@@ -240,7 +253,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         connect_timeout: float = 5.0,
         operation_timeout: float | None = None,
         max_threads: int = 8,
+        credentials_file: str | None = None,
     ) -> ZooKeeperMetadataStore:
+        credentials = None if credentials_file is None else read_credentials_file(credentials_file)
         store = cls(
             url,
             hosts,
@@ -249,6 +264,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             connect_timeout=connect_timeout,
             operation_timeout=session_timeout if operation_timeout is None else operation_timeout,
             max_threads=max_threads,
+            credentials=credentials,
         )
         try:
             await trio.to_thread.run_sync(
@@ -262,9 +278,20 @@ class ZooKeeperMetadataStore(MetadataStore):
         store._zk.add_listener(store._on_state)
         try:
             await store._run(store.root, lambda: store._zk.ensure_path_async(store.root))
+            # exists() ignores ACLs: read the root so a refused client fails here, clearly.
+            acls, _ = await store._run(store.root, lambda: store._zk.get_acls_async(store.root))
+            await store._run(store.root, lambda: store._zk.get_children_async(store.root))
         except BaseException:
             await store.aclose()
             raise
+        if credentials is not None and any(acl.id.scheme == "world" for acl in acls):
+            logger.warning(
+                "zookeeper_root_open_acl",
+                url=url,
+                root=store.root,
+                hint="the root was created without an ACL: anyone may change it "
+                "(docs/security.md, Metadata store)",
+            )
         logger.debug("metadata_store_opened", url=url)
         return store
 
