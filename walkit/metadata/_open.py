@@ -22,6 +22,9 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         "operation_timeout": float,
         "max_threads": int,
         "credentials_file": str,
+        "tls_ca": str,
+        "tls_cert": str,
+        "tls_key": str,
     },
 }
 
@@ -41,7 +44,8 @@ async def open_metadata_store(url: str, **options: Any) -> MetadataStore:
     ZooKeeper security (``docs/security.md``, "Metadata store"): ``credentials_file`` names a
     file (mode 0600) holding ``user:password``; the session then authenticates with ZooKeeper's
     digest scheme and creates every node with an ACL that gives that identity all rights and
-    nobody else any.
+    nobody else any. ``tls_ca`` (PEM) turns on TLS to ZooKeeper's ``secureClientPort``, with
+    ``tls_cert`` and ``tls_key`` for servers that require client certificates.
 
     Raises ConfigurationError for a malformed URL or option, MetadataStoreError when the store
     cannot be reached or opened.
