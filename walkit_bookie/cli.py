@@ -161,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST",
         help="address of the HTTP admin endpoint (default 127.0.0.1, whatever --host is)",
     )
+    p.add_argument(
+        "--admin-plain-http",
+        action="store_true",
+        help="serve the admin endpoint over plain HTTP even when --tls-cert is given "
+        "(by default it then serves HTTPS with the bookie's certificate and --tls-client-auth)",
+    )
     token = p.add_mutually_exclusive_group()
     token.add_argument(
         "--admin-token",
@@ -334,6 +340,8 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
     }
     if args.admin_host is not None:
         options["http_host"] = args.admin_host
+    if args.admin_plain_http:
+        options["admin_tls"] = False
     if args.advertised_address is not None:
         options["advertised_address"] = args.advertised_address
     if args.admin_token is not None:
