@@ -435,7 +435,8 @@ async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
                 print(f"walkit-bookie listening on {bookie_id}", flush=True)
                 if bookie.admin_address is not None:
                     host, port = bookie.admin_address
-                    print(f"walkit-bookie admin on http://{host}:{port}/metrics", flush=True)
+                    scheme = "https" if config.tls_cert and config.admin_tls else "http"
+                    print(f"walkit-bookie admin on {scheme}://{host}:{port}/metrics", flush=True)
     finally:
         if store is not None:
             with trio.CancelScope(shield=True):
