@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -180,3 +182,29 @@ async def test_bookie_processes_and_a_client_on_an_acl_zookeeper(
         finally:
             zk.stop()
             zk.close()
+
+
+def test_commands_report_refused_credentials_clearly(
+    zookeeper_server: ZooKeeperServer, root: str, tmp_path: Path
+) -> None:
+    good = secured(zookeeper_server, root, credentials(tmp_path, "walkit:cli-pw"))
+    ok = _command(["-m", "walkit.cli", "bookies", "--metadata", good])
+    assert ok.returncode == 0, ok.stderr  # creates the ACL'd root
+    refused = "ZooKeeper refused access to metadata node " + root
+    cli = _command(["-m", "walkit.cli", "bookies", "--metadata", zookeeper_server.url(root)])
+    assert cli.returncode == 1
+    assert cli.stderr.splitlines()[-1].startswith(f"walkit: error: MetadataAccessError: {refused}")
+    data = ["-m", "walkit_bookie.cli", "--data-dir", str(tmp_path / "b"), "--metadata"]
+    bookie = _command([*data, zookeeper_server.url(root)])
+    assert bookie.returncode == 1
+    assert bookie.stderr.splitlines()[-1].startswith(f"walkit-bookie: error: {refused}")
+    missing = _command([*data, secured(zookeeper_server, root, str(tmp_path / "nofile"))])
+    assert missing.returncode == 2
+    assert "cannot read the ZooKeeper credentials file" in missing.stderr
+    assert "Traceback" not in cli.stderr + bookie.stderr + missing.stderr
+
+
+def _command(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=NO_HANG, check=False
+    )

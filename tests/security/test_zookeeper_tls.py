@@ -20,9 +20,10 @@ from tests._zookeeper import (
     running_zookeeper,
     unique_root,
 )
+from tests.bookie._helpers import config, running_bookie
 from tests.metadata._util import wait_for
 from walkit.errors import ConfigurationError, MetadataAccessError, MetadataStoreError
-from walkit.metadata import WatchEventKind, open_metadata_store
+from walkit.metadata import WatchEventKind, list_bookies, open_metadata_store
 
 pytestmark = pytest.mark.zookeeper
 
@@ -131,3 +132,26 @@ def test_bad_tls_options_are_configuration_errors(
     for query, message in cases.items():
         with pytest.raises(ConfigurationError, match=message):
             trio.run(open_metadata_store, f"{base}?{query}")
+
+
+async def test_bookie_registers_again_over_tls_with_acls_after_session_expiry(
+    tls_zookeeper: ZooKeeperServer, root: str, tmp_path: Path
+) -> None:
+    """The new session (the URL's options: TLS, credentials) registers the bookie again."""
+    creds = tmp_path / "zk-credentials"
+    creds.write_text("walkit:expiry-pw\n")
+    creds.chmod(0o600)
+    url = f"{tls_zookeeper.url(root)}&credentials_file={creds}"
+    async with (
+        await open_metadata_store(url) as store,
+        await open_metadata_store(url) as observer,
+        running_bookie(config([tmp_path / "d"]), metadata=store) as (bookie, bid),
+    ):
+        registration = bookie.registration
+        assert registration is not None
+        await store.expire_session()  # over TLS, with the credentials, as the store's own
+        with trio.fail_after(NO_HANG):
+            while registration.sessions < 2 or bid not in (await list_bookies(observer)).writable:  # noqa: ASYNC110 (polls the store)
+                await trio.sleep(0.05)
+        assert registration.store is not store
+        assert registration.store.url == url
