@@ -155,3 +155,17 @@ async def test_bookie_registers_again_over_tls_with_acls_after_session_expiry(
                 await trio.sleep(0.05)
         assert registration.store is not store
         assert registration.store.url == url
+
+
+async def test_one_host_failing_tls_does_not_stop_the_others(
+    tls_zookeeper: ZooKeeperServer, zookeeper_server: ZooKeeperServer, root: str
+) -> None:
+    """kazoo tries the hosts in turn: a handshake that fails on one (here a plain port) moves
+    on to the next, and the open gives up only when every host failed."""
+    assert tls_zookeeper.tls is not None
+    hosts = f"{zookeeper_server.hosts},{tls_zookeeper.hosts}"
+    url = f"zk://{hosts}{root}?{tls_zookeeper.tls.url_query()}"
+    for _ in range(3):  # kazoo shuffles the hosts: either may come first
+        with trio.fail_after(NO_HANG):
+            async with await open_metadata_store(url, **SLOW_CONNECT) as store:
+                await store.create("/n", b"", ephemeral=True)

@@ -232,6 +232,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._kazoo_log.on_drop = self._on_drop
         self._last_drop: str | None = None
         self._tls_failure: str | None = None
+        self._tls_failures = 0
         self._settled = trio.Event()  # the first connection: made, or refused by TLS
         self._connected_once = False  # (read and set on kazoo's thread)
         self.hosts = hosts
@@ -348,8 +349,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         """A failed connection attempt (kazoo's thread)."""
         self._last_drop = text
         if self.tls is not None and _is_tls_failure(text) and not self._connected_once:
-            self._tls_failure = text
-            self._to_trio(self._settled.set)
+            # kazoo tries every host once per round: give up when as many attempts failed
+            # their handshake as there are hosts (one bad server must not stop the others).
+            self._tls_failures += 1
+            if self._tls_failures >= len(self.hosts.split(",")):
+                self._tls_failure = text
+                self._to_trio(self._settled.set)
 
     # --- the MetadataStore calls ----------------------------------------------------------
 
