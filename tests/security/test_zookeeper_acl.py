@@ -160,6 +160,7 @@ async def test_nodes_created_before_credentials_stay_open(
             await plain.get("/new")
 
 
+@pytest.mark.processes
 async def test_bookie_processes_and_a_client_on_an_acl_zookeeper(
     zookeeper_server: ZooKeeperServer, root: str, tmp_path: Path
 ) -> None:
@@ -184,6 +185,7 @@ async def test_bookie_processes_and_a_client_on_an_acl_zookeeper(
             zk.close()
 
 
+@pytest.mark.processes
 def test_commands_report_refused_credentials_clearly(
     zookeeper_server: ZooKeeperServer, root: str, tmp_path: Path
 ) -> None:

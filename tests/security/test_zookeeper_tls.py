@@ -74,6 +74,7 @@ async def test_store_over_tls_with_acls(
             assert await store.next_id() == 1
 
 
+@pytest.mark.processes
 async def test_bookie_and_client_over_tls(
     tls_zookeeper: ZooKeeperServer, root: str, tmp_path: Path
 ) -> None:
