@@ -163,6 +163,15 @@ class MetadataStoreError(WalkitError):
     retryable = True
 
 
+class MetadataAccessError(MetadataStoreError):
+    """The metadata store refused this client: a ZooKeeper ACL on walkit's nodes that its
+    credentials do not satisfy, credentials the server rejected, or a TLS handshake with
+    ZooKeeper that failed. A configuration problem (see ``docs/security.md``, "Metadata
+    store"): trying again does not help."""
+
+    retryable = False
+
+
 class NodeExistsError(WalkitError):
     """A metadata node to be created already exists."""
 
@@ -327,6 +336,7 @@ __all__ = [
     "LedgerRecoveryError",
     "LocalProtocolError",
     "LogTruncatedError",
+    "MetadataAccessError",
     "MetadataStoreError",
     "MetadataVersionError",
     "NoSuchEntryError",

@@ -200,6 +200,9 @@ class BookieConfig:
     tls_ca: str | None = attrs.field(default=None, converter=_optional_path)
     #: Ask clients for a certificate: "none", "optional" (checked if given) or "require".
     tls_client_auth: str = "none"
+    #: With ``tls_cert``: serve the admin endpoint over HTTPS with the same certificate, CA and
+    #: client-certificate rule (False: plain HTTP, e.g. for a scraper on the same host).
+    admin_tls: bool = True
     #: Authentication of clients: "none", "token" (shared tokens from ``auth_token_file``) or
     #: "tls" (the verified client certificate's subject; needs ``tls_client_auth="require"``).
     auth: str = "none"
@@ -226,6 +229,10 @@ class BookieConfig:
             return None
         tls = TLSConfig(cert=self.tls_cert, key=self.tls_key, ca=self.tls_ca)
         return tls.server_context(self.tls_client_auth)  # type: ignore[arg-type]
+
+    def admin_server_context(self) -> ssl.SSLContext | None:
+        """The admin endpoint's TLS context (None: plain HTTP)."""
+        return self.tls_server_context() if self.admin_tls else None
 
     def authenticator(self) -> Authenticator | None:
         """The plug-in that authenticates clients (None: authentication is off). Reads the

@@ -161,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST",
         help="address of the HTTP admin endpoint (default 127.0.0.1, whatever --host is)",
     )
+    p.add_argument(
+        "--admin-plain-http",
+        action="store_true",
+        help="serve the admin endpoint over plain HTTP even when --tls-cert is given "
+        "(by default it then serves HTTPS with the bookie's certificate and --tls-client-auth)",
+    )
     token = p.add_mutually_exclusive_group()
     token.add_argument(
         "--admin-token",
@@ -334,6 +340,8 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
     }
     if args.admin_host is not None:
         options["http_host"] = args.admin_host
+    if args.admin_plain_http:
+        options["admin_tls"] = False
     if args.advertised_address is not None:
         options["advertised_address"] = args.advertised_address
     if args.admin_token is not None:
@@ -427,7 +435,8 @@ async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
                 print(f"walkit-bookie listening on {bookie_id}", flush=True)
                 if bookie.admin_address is not None:
                     host, port = bookie.admin_address
-                    print(f"walkit-bookie admin on http://{host}:{port}/metrics", flush=True)
+                    scheme = "https" if config.tls_cert and config.admin_tls else "http"
+                    print(f"walkit-bookie admin on {scheme}://{host}:{port}/metrics", flush=True)
     finally:
         if store is not None:
             with trio.CancelScope(shield=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,14 @@ _COMMON = {"session_timeout": float, "connect_timeout": float}
 _OPTIONS: dict[str, dict[str, Any]] = {
     "memory": {},
     "sqlite": {"clock": Callable, "busy_timeout": float, "poll_interval": float},
-    "zk": {"operation_timeout": float, "max_threads": int},
+    "zk": {
+        "operation_timeout": float,
+        "max_threads": int,
+        "credentials_file": str,
+        "tls_ca": str,
+        "tls_cert": str,
+        "tls_key": str,
+    },
 }
 
 
@@ -32,6 +40,12 @@ async def open_metadata_store(url: str, **options: Any) -> MetadataStore:
     ``session_timeout`` (seconds; zk 10, sqlite 5; memory ignores it), ``connect_timeout``
     (zk, seconds, default 5), ``operation_timeout`` and ``max_threads`` (zk), ``clock``,
     ``busy_timeout`` and ``poll_interval`` (sqlite).
+
+    ZooKeeper security (``docs/security.md``, "Metadata store"): ``credentials_file`` names a
+    file (mode 0600) holding ``user:password``; the session then authenticates with ZooKeeper's
+    digest scheme and creates every node with an ACL that gives that identity all rights and
+    nobody else any. ``tls_ca`` (PEM) turns on TLS to ZooKeeper's ``secureClientPort``, with
+    ``tls_cert`` and ``tls_key`` for servers that require client certificates.
 
     Raises ConfigurationError for a malformed URL or option, MetadataStoreError when the store
     cannot be reached or opened.
@@ -86,8 +100,11 @@ def _options(scheme: str, url: str, query: str, given: dict[str, Any]) -> dict[s
         raise ConfigurationError(f"bad metadata URL {url!r}: malformed query {query!r}") from None
     for name, text in pairs:
         kind = allowed.get(name)
-        if kind not in (float, int):
+        if kind not in (float, int, str):
             raise ConfigurationError(f"bad metadata URL {url!r}: unknown option {name!r}")
+        if kind is str:
+            merged[name] = text
+            continue
         try:
             merged[name] = kind(text)
         except ValueError:
@@ -105,6 +122,10 @@ def _options(scheme: str, url: str, query: str, given: dict[str, Any]) -> dict[s
         if kind is Callable:
             if not callable(value):
                 raise ConfigurationError(f"metadata option {name} must be callable")
+        elif kind is str:
+            if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+                raise ConfigurationError(f"metadata option {name} must be a file path")
+            merged[name] = os.fspath(value)
         elif isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ConfigurationError(
                 f"metadata option {name} must be a positive number, not {value!r}"

@@ -15,7 +15,6 @@ watch and every later call raises SessionExpiredError.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import weakref
@@ -34,6 +33,7 @@ from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
     InvalidMetadataError,
+    MetadataAccessError,
     MetadataStoreError,
     MetadataVersionError,
     NodeExistsError,
@@ -51,6 +51,12 @@ from walkit.metadata._paths import (
 )
 from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
 from walkit.metadata._watch import WatchStream, catch_up_event
+from walkit.metadata._zk_security import (
+    DigestCredentials,
+    ZkTls,
+    read_credentials_file,
+    zk_tls,
+)
 
 logger = get_logger(__name__)
 
@@ -65,13 +71,22 @@ class _KazooLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     detail stays available at DEBUG under ``walkit.metadata._zookeeper.kazoo``.
     """
 
+    on_drop: Callable[[str], None] | None = None
+
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if level < logging.ERROR:
             level = min(level, logging.DEBUG)
+        if self.on_drop is not None and str(msg).startswith("Connection dropped"):
+            try:
+                self.on_drop(str(msg) % args)
+            except (TypeError, ValueError):
+                self.on_drop(str(msg))
         super().log(level, msg, *args, **kwargs)
 
 
-_KAZOO_LOG = _KazooLog(logging.getLogger(f"{__name__}.kazoo"), {})
+def _is_tls_failure(text: str) -> bool:
+    return "[SSL" in text or "certificate" in text.lower()
+
 
 T = TypeVar("T")
 
@@ -95,6 +110,13 @@ def _translate(exc: Exception, path: str, closed: bool) -> WalkitError:
         return NodeNotEmptyError(f"metadata node {path} has children")
     if isinstance(exc, kz.NoChildrenForEphemeralsError):
         return InvalidArgumentError(f"cannot create {path}: its parent is ephemeral")
+    if isinstance(exc, kz.NoAuthError):
+        return MetadataAccessError(
+            f"ZooKeeper refused access to metadata node {path}: its ACL does not allow this "
+            "client (wrong or missing credentials_file?)"
+        )
+    if isinstance(exc, kz.AuthFailedError):
+        return MetadataAccessError(f"ZooKeeper refused this client's credentials (at {path})")
     if isinstance(exc, kz.SessionExpiredError):
         return SessionExpiredError(f"ZooKeeper session expired (at {path})")
     if isinstance(exc, kz.ConnectionClosedError) and closed:
@@ -200,8 +222,19 @@ class ZooKeeperMetadataStore(MetadataStore):
         connect_timeout: float,
         operation_timeout: float,
         max_threads: int,
+        credentials: DigestCredentials | None = None,
+        tls: ZkTls | None = None,
     ) -> None:
         self.url = url
+        self.credentials = credentials
+        self.tls = tls
+        self._kazoo_log = _KazooLog(logging.getLogger(f"{__name__}.kazoo"), {})
+        self._kazoo_log.on_drop = self._on_drop
+        self._last_drop: str | None = None
+        self._tls_failure: str | None = None
+        self._tls_failures = 0
+        self._settled = trio.Event()  # the first connection: made, or refused by TLS
+        self._connected_once = False  # (read and set on kazoo's thread)
         self.hosts = hosts
         self.root = root
         self.session_timeout = session_timeout
@@ -226,7 +259,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             timeout=self.session_timeout,
             client_id=client_id,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
-            logger=_KAZOO_LOG,
+            logger=self._kazoo_log,
+            auth_data=None if self.credentials is None else self.credentials.auth_data,
+            default_acl=None if self.credentials is None else self.credentials.acl,
+            **({} if self.tls is None else self.tls.kazoo_options),
         )
 
     @classmethod
@@ -240,7 +276,13 @@ class ZooKeeperMetadataStore(MetadataStore):
         connect_timeout: float = 5.0,
         operation_timeout: float | None = None,
         max_threads: int = 8,
+        credentials_file: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> ZooKeeperMetadataStore:
+        credentials = None if credentials_file is None else read_credentials_file(credentials_file)
+        tls = zk_tls(tls_ca, tls_cert, tls_key)
         store = cls(
             url,
             hosts,
@@ -249,24 +291,70 @@ class ZooKeeperMetadataStore(MetadataStore):
             connect_timeout=connect_timeout,
             operation_timeout=session_timeout if operation_timeout is None else operation_timeout,
             max_threads=max_threads,
+            credentials=credentials,
+            tls=tls,
         )
-        try:
-            await trio.to_thread.run_sync(
-                functools.partial(store._zk.start, timeout=connect_timeout), limiter=store._limiter
-            )
-        except KazooTimeoutError:
-            raise MetadataStoreError(
-                f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g} s "
-                f"(is it running? metadata URL {url})"
-            ) from None
         store._zk.add_listener(store._on_state)
+        await store._connect()
         try:
             await store._run(store.root, lambda: store._zk.ensure_path_async(store.root))
+            # exists() ignores ACLs: read the root so a refused client fails here, clearly.
+            acls, _ = await store._run(store.root, lambda: store._zk.get_acls_async(store.root))
+            await store._run(store.root, lambda: store._zk.get_children_async(store.root))
         except BaseException:
             await store.aclose()
             raise
+        if credentials is not None and any(acl.id.scheme == "world" for acl in acls):
+            logger.warning(
+                "zookeeper_root_open_acl",
+                url=url,
+                root=store.root,
+                hint="the root was created without an ACL: anyone may change it "
+                "(docs/security.md, Metadata store)",
+            )
         logger.debug("metadata_store_opened", url=url)
         return store
+
+    async def _connect(self) -> None:
+        """Start the session; a TLS handshake that fails ends the wait at once, clearly."""
+        await trio.to_thread.run_sync(self._zk.start_async, limiter=self._limiter)
+        try:
+            with trio.move_on_after(self.connect_timeout):
+                await self._settled.wait()
+        finally:
+            if not self._zk.connected:
+                self._closed = True
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._zk.stop, limiter=self._limiter)
+                    await trio.to_thread.run_sync(self._zk.close, limiter=self._limiter)
+        if self._zk.connected:
+            return
+        failure, last = self._tls_failure, self._last_drop
+        if failure is not None:
+            raise MetadataAccessError(
+                f"TLS with ZooKeeper at {self.hosts} failed: {failure} (tls_ca, tls_cert and "
+                f"tls_key of metadata URL {self.url}; docs/security.md, Metadata store)"
+            )
+        if last is not None and "refused" in last:
+            last = None  # nothing listens: "is it running?" says it
+        hint = " (a TLS port? then give tls_ca)" if self.tls is None else ""
+        raise MetadataStoreError(
+            f"cannot reach ZooKeeper at {self.hosts} within {self.connect_timeout:g} s "
+            f"(is it running? metadata URL {self.url}"
+            + (f"; last error: {last}{hint}" if last else "")
+            + ")"
+        )
+
+    def _on_drop(self, text: str) -> None:
+        """A failed connection attempt (kazoo's thread)."""
+        self._last_drop = text
+        if self.tls is not None and _is_tls_failure(text) and not self._connected_once:
+            # kazoo tries every host once per round: give up when as many attempts failed
+            # their handshake as there are hosts (one bad server must not stop the others).
+            self._tls_failures += 1
+            if self._tls_failures >= len(self.hosts.split(",")):
+                self._tls_failure = text
+                self._to_trio(self._settled.set)
 
     # --- the MetadataStore calls ----------------------------------------------------------
 
@@ -453,6 +541,9 @@ class ZooKeeperMetadataStore(MetadataStore):
             if not self._closed:
                 self._lost = True
                 self._to_trio(self._on_session_lost)
+        elif state == KazooState.CONNECTED and not self._connected_once:
+            self._connected_once = True
+            self._to_trio(self._settled.set)
         elif state == KazooState.CONNECTED and not self._lost and not self._closed:
             logger.info("zookeeper_connection_restored", url=self.url)
             for watch in watches:

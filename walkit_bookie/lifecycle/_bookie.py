@@ -210,7 +210,14 @@ class Bookie:
         nursery.start_soon(self.gc.run)
         if config.http_port is not None:
             self.admin_address = await nursery.start(
-                serve_admin, self, config.http_host or config.host, config.http_port, self.registry
+                functools.partial(
+                    serve_admin,
+                    self,
+                    config.http_host or config.host,
+                    config.http_port,
+                    self.registry,
+                    ssl_context=config.admin_server_context(),
+                )
             )
         if self._registration is not None:
             if self.admin_address is not None:

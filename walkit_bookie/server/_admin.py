@@ -1,6 +1,11 @@
 """The bookie's HTTP admin endpoint: ``/metrics`` (prometheus text format), ``/health`` and
 ``/admin/gc`` (status; POST runs a garbage collection round), on h11.
 
+Over HTTPS when the bookie has TLS (its certificate, CA and ``--tls-client-auth``; a failed
+handshake ends that connection only). A POST is allowed with the admin token, or for a
+principal ``--authorize admin=...`` lists: a client token's with ``--auth token``, the
+verified client certificate's subject with ``--auth tls``.
+
 h11 parses and frames HTTP/1.1; this module moves bytes between it and a trio stream, and
 bounds everything: one request per connection, the head's size (h11's
 ``max_incomplete_event_size``), the body's size, the time to send the request, and the
@@ -15,6 +20,7 @@ import hmac
 import http
 import json
 import re
+import ssl
 import urllib.parse
 from typing import Any, final
 
@@ -25,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from walkit._logging import get_logger
 from walkit.errors import AuthenticationError, BookieIOError
+from walkit.net import principal_of
 from walkit_bookie.server._metrics import AdminTarget
 
 log = get_logger(__name__)
@@ -155,17 +162,24 @@ async def _send(exchange: _Exchange, answer: _Answer) -> None:
         await exchange.stream.send_all(data)
 
 
-def _principal_allowed(bookie: AdminTarget, given: str, request: _Request) -> bool:
-    """With ``--authorize admin=...`` and token authentication: whether ``given`` is the
-    client token of a principal the rule lists (403 if its principal is not listed)."""
+def _principal_allowed(
+    bookie: AdminTarget, given: str, request: _Request, tls_principal: str | None
+) -> bool:
+    """With ``--authorize admin=...``: whether the connection's principal (its verified
+    client certificate's with ``--auth tls``, else the one whose client token is ``given``)
+    is one the rule lists (403 if its principal is not listed)."""
     handler = bookie.handler
     rules, authenticator = handler.authorization, handler.authenticator
-    if rules is None or "admin" not in rules.rules or authenticator is None or not given:
+    if rules is None or "admin" not in rules.rules or authenticator is None:
         return False
-    try:
-        principal = authenticator.authenticate("token", given.encode(), None)
-    except AuthenticationError:
-        return False
+    principal = authenticator.on_connect(tls_principal)
+    if principal is None:
+        if not given:
+            return False
+        try:
+            principal = authenticator.authenticate("token", given.encode(), tls_principal)
+        except AuthenticationError:
+            return False
     if rules.allows("admin", principal):
         return True
     handler.unauthorized["admin"] = handler.unauthorized.get("admin", 0) + 1
@@ -175,15 +189,15 @@ def _principal_allowed(bookie: AdminTarget, given: str, request: _Request) -> bo
     )
 
 
-def _authorize(bookie: AdminTarget, request: _Request) -> None:
+def _authorize(bookie: AdminTarget, request: _Request, tls_principal: str | None) -> None:
     """POSTs change the bookie: they need ``Authorization: Bearer <admin token>``, or the
-    client token of a principal listed by ``--authorize admin=...``."""
+    client token or certificate of a principal listed by ``--authorize admin=...``."""
     token = bookie.config.admin_token
     scheme, _, given = (request.authorization or "").partition(" ")
     given = given.strip() if scheme.lower() == "bearer" else ""
     if token is not None and given and hmac.compare_digest(given.encode(), token.encode()):
         return
-    if _principal_allowed(bookie, given, request):
+    if _principal_allowed(bookie, given, request, tls_principal):
         return
     rules = bookie.handler.authorization
     if token is None and (rules is None or "admin" not in rules.rules):
@@ -191,7 +205,7 @@ def _authorize(bookie: AdminTarget, request: _Request) -> None:
             403,
             f"{request.method} {request.path} is disabled: start the bookie with "
             "--admin-token or --admin-token-file (or --authorize admin=PRINCIPAL with "
-            "--auth token) to allow admin POSTs",
+            "--auth token or --auth tls) to allow admin POSTs",
         )
     raise _HttpError(
         401,
@@ -242,7 +256,12 @@ def gc_status(bookie: AdminTarget) -> dict[str, Any]:
     }
 
 
-async def _route(bookie: AdminTarget, registry: CollectorRegistry, request: _Request) -> _Answer:
+async def _route(
+    bookie: AdminTarget,
+    registry: CollectorRegistry,
+    request: _Request,
+    tls_principal: str | None = None,
+) -> _Answer:
     path = request.path
     if path == "/metrics":
         _allow(request, "GET")
@@ -263,7 +282,7 @@ async def _route(bookie: AdminTarget, registry: CollectorRegistry, request: _Req
         _allow(request, "GET", "POST")
         if request.method == "GET":
             return _json(gc_status(bookie))
-        _authorize(bookie, request)
+        _authorize(bookie, request, tls_principal)
         compaction = request.query.get("compact", ["none"])
         if len(compaction) != 1 or compaction[0] not in ("none", "minor", "major"):
             raise _HttpError(400, "compact must be none, minor or major")
@@ -280,9 +299,11 @@ async def _answer(bookie: AdminTarget, registry: CollectorRegistry, exchange: _E
             raise _HttpError(408, "request not received in time")
         if request is None:
             return
-        answer = await _route(bookie, registry, request)
+        answer = await _route(bookie, registry, request, principal_of(exchange.stream))
     except _HttpError as exc:
         answer = exc.answer()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        raise  # the peer went away, or its TLS handshake failed: nobody to answer
     except Exception as exc:  # never let a bad request or a bug stop the bookie
         log.exception("admin_request_failed", error=str(exc))
         answer = _Answer(500, f"{exc}\n".encode())
@@ -347,16 +368,23 @@ async def serve_admin(
     port: int,
     registry: CollectorRegistry,
     *,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the admin endpoint until cancelled; report the bound (host, port)."""
+    """Serve the admin endpoint until cancelled (over HTTPS with ``ssl_context``); report the
+    bound (host, port)."""
     try:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        tcp = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
         raise BookieIOError(f"cannot listen for HTTP on {host}:{port}: {exc}") from exc
-    bound = listeners[0].socket.getsockname()[:2]
+    bound = tcp[0].socket.getsockname()[:2]
+    listeners: list[trio.abc.Listener[Any]] = list(tcp)
+    if ssl_context is not None:
+        listeners = [
+            trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp
+        ]
     async with trio.open_nursery() as nursery:
         handler = functools.partial(_handle, bookie, registry, trio.Semaphore(_MAX_CONNECTIONS))
         await nursery.start(functools.partial(trio.serve_listeners, handler, listeners))
-        log.info("admin_listening", host=bound[0], port=bound[1])
+        log.info("admin_listening", host=bound[0], port=bound[1], tls=ssl_context is not None)
         task_status.started((str(bound[0]), int(bound[1])))
