@@ -6,6 +6,7 @@ Every retry loop of the client and the bookie goes through :func:`retry` or slee
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -19,9 +20,20 @@ __all__ = ["pause", "retry"]
 T = TypeVar("T")
 
 
-async def pause(backoff: Backoff, attempt: int, rng: random.Random) -> float:
-    """Sleep before retry ``attempt``; returns the seconds slept."""
+async def pause(
+    backoff: Backoff,
+    attempt: int,
+    rng: random.Random,
+    *,
+    before: Callable[[float], None] | None = None,
+) -> float:
+    """Sleep before retry ``attempt``; returns the seconds slept.
+
+    ``before(seconds)`` is called first (to log the coming pause).
+    """
     seconds = backoff.delay(attempt, rng)
+    if before is not None:
+        before(seconds)
     await trio.sleep(seconds)
     return seconds
 
@@ -48,8 +60,6 @@ async def retry(
         except Exception as exc:
             if attempt == attempts - 1 or not retry_on(exc):
                 raise
-            seconds = backoff.delay(attempt, rng)
-            if on_retry is not None:
-                on_retry(exc, attempt, seconds)
-            await trio.sleep(seconds)
+            report = None if on_retry is None else functools.partial(on_retry, exc, attempt)
+            await pause(backoff, attempt, rng, before=report)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -12,10 +12,7 @@ our side; :class:`RemoteProtocolError` is a peer that sent something we cannot a
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, ClassVar
-
-if TYPE_CHECKING:  # walkit._core imports this module: the name is for annotations only
-    from walkit._core.log_position import LogPosition
+from typing import ClassVar, Protocol
 
 
 class WalkitError(Exception):
@@ -274,13 +271,28 @@ class CorruptEntryError(WalkitError):
     retryable = False
 
 
+class _Position(Protocol):
+    """What :class:`DuplicateRecordError` says of a position: at run time a
+    ``walkit.LogPosition``. Named structurally because every module of walkit raises these
+    errors, so this one imports none of them (``docs/architecture.md``)."""
+
+    @property
+    def ledger_seq(self) -> int: ...
+
+    @property
+    def entry_id(self) -> int: ...
+
+    @property
+    def slot(self) -> int: ...
+
+
 class DuplicateRecordError(WalkitError):
     """An idempotent append whose producer sequence number is already in the log: the record
     is stored once, at ``position`` (the first copy's position)."""
 
     retryable = False
 
-    def __init__(self, message: str = "", position: LogPosition | None = None) -> None:
+    def __init__(self, message: str = "", position: _Position | None = None) -> None:
         super().__init__(message)
         self.position = position
 

@@ -238,7 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tls-cert", metavar="PEM", help="serve TLS only, with this certificate chain")
     p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
-    p.add_argument("--tls-ca", metavar="PEM", help="CA bundle that signs client certificates")
+    p.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="CA bundle that signs client certificates (and, for the autorecovery worker, "
+        "the other bookies' certificates)",
+    )
     p.add_argument(
         "--tls-client-auth",
         choices=["none", "optional", "require"],

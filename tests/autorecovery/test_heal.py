@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import trio
+from prometheus_client import CollectorRegistry
 
 from tests.client.conftest import cluster, connect
 from walkit import BookieId
 from walkit.autorecovery import (
     Auditor,
+    AutorecoveryMetrics,
     AutorecoveryOptions,
     HealOutcome,
     ReplicationWorker,
@@ -107,9 +109,19 @@ async def test_no_valid_replacement_keeps_the_marker_and_says_why(
             auditor = Auditor(client, name="a", options=FAST, rng=random.Random(2))
             listed = (await client.ledger_metadata(lid)).all_bookies() - {lost}
             assert await auditor.check(listed, {lost}) == 1
-            worker = ReplicationWorker(client, name="w", options=FAST, rng=random.Random(3))
+            # Not the auditor: the worker exports the under-replicated count all the same.
+            registry = CollectorRegistry()
+            worker = ReplicationWorker(
+                client,
+                name="w",
+                options=FAST,
+                metrics=AutorecoveryMetrics(registry),
+                rng=random.Random(3),
+            )
+            gauge = "walkit_autorecovery_underreplicated_ledgers"
             assert await worker.run_once() == 0
             assert worker.outcomes == {HealOutcome.NO_REPLACEMENT: 1}
+            assert registry.get_sample_value(gauge) == 1
             urm = UnderreplicationManager(client.metadata_store)
             assert await urm.list_ids() == [lid]  # the marker stays
             assert await urm.lock_owner(lid) is None  # and is free for the next attempt
@@ -123,6 +135,7 @@ async def test_no_valid_replacement_keeps_the_marker_and_says_why(
                 while await worker.run_once() == 0:  # noqa: ASYNC110 (a pass per poll)
                     await trio.sleep(0.05)
             assert await urm.list_ids() == []
+            assert registry.get_sample_value(gauge) == 0
             assert lost not in (await client.ledger_metadata(lid)).all_bookies()
 
 
@@ -252,7 +265,6 @@ async def test_concurrent_workers_on_one_ledger(memory_url: str, tmp_path: Path)
 async def test_log_ledgers_with_mac_digests_and_metrics(memory_url: str, tmp_path: Path) -> None:
     """A log created without a password keeps a generated one: workers find it, check MAC
     digests with it and give the replacement the right master key. The metrics count."""
-    from prometheus_client import CollectorRegistry
 
     from walkit import Log, LogPosition
 

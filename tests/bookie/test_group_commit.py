@@ -122,13 +122,21 @@ async def test_full_memory_storage_turns_the_bookie_read_only(
             assert bookie.read_only
             assert (await c.add(1, 2, b"c")).status is StatusCode.BOOKIE_READ_ONLY
             assert (await c.read(1, 0)).status is StatusCode.OK
-            # Space comes back: the periodic check makes it writable again.
+            # Space comes back: the periodic check makes it writable again (the mode change
+            # the registration task follows; at most one check interval away).
             storage.fail_writes = None
+            read_only, changed = bookie._mode_source()
+            assert read_only
             storage.usage = 0.5
-            await trio.sleep(1.5)
+            with trio.fail_after(1.5):
+                await changed.wait()
             assert not bookie.read_only
             assert (await c.add(1, 1, b"b")).status is StatusCode.OK
+            read_only, changed = bookie._mode_source()
+            assert not read_only
             storage.usage = 0.99
-            await trio.sleep(1.5)
+            with trio.fail_after(1.5):
+                await changed.wait()
+            assert bookie.read_only
             assert (await c.add(1, 2, b"c")).status is StatusCode.BOOKIE_READ_ONLY
         nursery.cancel_scope.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections.abc import AsyncIterator
@@ -160,6 +161,10 @@ async def test_reregistration_retries_with_backoff_until_a_store_opens(
             assert bookie.registration is not None
             await _wait_for(lambda: _registered_again(bookie.registration))
             assert len(attempts) == 4
+            # Backoff with equal jitter (walkit._retry.pause): each retry waited at least half
+            # its ceiling (0.1 s, then the 0.2 s cap).
+            gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
+            assert gaps[0] >= 0.05 and all(gap >= 0.1 for gap in gaps[1:]), gaps
             assert bid in (await list_bookies(observer)).writable
             gc = await bookie.collect_garbage()  # while disconnected it would be skipped
             assert gc.skipped is None

@@ -11,6 +11,7 @@ from tests.bookie._helpers import (
     Client,
     config,
     connect,
+    http_request,
     packet,
     payload_for,
     running_bookie,
@@ -210,7 +211,7 @@ async def test_small_in_flight_limits_still_answer_everything(tmp_path: Path) ->
 
 
 async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> None:
-    cfg = config([tmp_path / "d"], max_unsent_bytes=64 * 1024)
+    cfg = config([tmp_path / "d"], max_unsent_bytes=64 * 1024, http_port=0)
     big = b"x" * (256 * 1024)
     async with running_bookie(cfg) as (bookie, bid):
         async with connect(bid) as writer:
@@ -225,12 +226,24 @@ async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> Non
             async with connect(bid) as other:
                 assert (await other.add(2, 0, b"unaffected")).status is StatusCode.OK
                 assert (await other.read(1, 0)).packet == packet(1, 0, big)
-            await trio.sleep(0.2)
-            # It stopped taking that peer's requests once the answers it could not deliver
-            # passed the limit (what is left fits the kernel's socket buffers, ~36 MiB here).
+            # It stops taking that peer's requests once the answers it could not deliver pass
+            # the limit (what is sent fits the kernel's socket buffers, ~36 MiB here): the
+            # connection shows as stalled, and stays so while the peer reads nothing.
+            with trio.fail_after(10):
+                while bookie.handler.stalled_connections != 1:  # noqa: ASYNC110 (its own count)
+                    await trio.sleep(0.005)
             assert bookie.handler.requests - before - 2 < 400
+            assert bookie.handler.stalled_connections == 1
+            assert bookie.admin_address is not None
+            get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+            _status, metrics = await http_request(bookie.admin_address, get)
+            assert b"walkit_bookie_stalled_connections 1.0" in metrics
         finally:
             await trio.aclose_forcefully(stream)
+        # A peer gone releases it.
+        with trio.fail_after(10):
+            while bookie.handler.stalled_connections:  # noqa: ASYNC110 (its own count)
+                await trio.sleep(0.005)
 
 
 async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Path) -> None:

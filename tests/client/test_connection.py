@@ -239,8 +239,14 @@ async def test_pending_requests_fail_with_client_closed_on_shutdown() -> None:
     net = SimNetwork(5)
     rec = Recorder()
     rec.expected = 1
+    arrived = trio.Event()
+
+    def silent(batch: list[Message]) -> list[Message]:
+        arrived.set()  # the request reached the peer, which never answers it
+        return []
+
     async with trio.open_nursery() as nursery:
-        bookie = await serve_peer(net, nursery, lambda batch: [])
+        bookie = await serve_peer(net, nursery, silent)
         pool_scope = trio.CancelScope()
 
         async def run_pool(task_status: trio.TaskStatus[None]) -> None:
@@ -252,7 +258,8 @@ async def test_pending_requests_fail_with_client_closed_on_shutdown() -> None:
         conn = pool.get(bookie)
         rid = conn.new_request_id()
         conn.send(add_frame(rid, 0), rid, rec, 0, timeout=10)
-        await trio.sleep(0.01)
+        with trio.fail_after(10):
+            await arrived.wait()
         pool_scope.cancel()
         await rec.done.wait()
         assert isinstance(rec.results[0][1], ClientClosedError)

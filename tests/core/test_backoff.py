@@ -96,3 +96,18 @@ async def test_pause_sleeps_on_trio_clock(autojump_clock: trio.testing.MockClock
     start = trio.current_time()
     slept = await pause(Backoff(first=0.5, cap=0.5, jitter=Jitter.NONE), 3, random.Random(0))
     assert slept == 0.5 and trio.current_time() - start == pytest.approx(0.5)
+
+
+async def test_pause_reports_the_coming_pause_before_sleeping(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    start = trio.current_time()
+    told: list[tuple[float, float]] = []
+    b = Backoff(first=1.0, cap=8.0, jitter=Jitter.EQUAL)
+    slept = await pause(
+        b, 2, random.Random(7), before=lambda s: told.append((s, trio.current_time()))
+    )
+    # Told once, before the sleep, the very seconds slept: what the callers log as retry_in.
+    assert told == [(slept, start)]
+    assert 2.0 <= slept <= 4.0 and trio.current_time() - start == pytest.approx(slept)
+    assert slept == b.delay(2, random.Random(7))

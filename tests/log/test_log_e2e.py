@@ -23,6 +23,8 @@ from walkit.errors import (
     WriterFencedError,
 )
 from walkit.log import log_path
+from walkit.log._writer import ROLL_RETRY_DELAY
+from walkit.placement import BasePlacementPolicy
 
 P = LogPosition.parse
 
@@ -512,16 +514,20 @@ async def test_a_writer_rolls_away_from_a_failed_ledger(memory_url: str, tmp_pat
                 for i in range(100):
                     await w.append(b"lost-%d" % i)
             await bookies.start(0)
+            # The bookie is registered again (start() returns once it is); wait until the
+            # client's placement sees it (its metadata watch). A roll that failed meanwhile is
+            # retried ROLL_RETRY_DELAY later, on the writer's clock, and until then appends
+            # fail fast: wait for that very moment. Then the next append must roll.
+            placement = client._core.placement
+            assert isinstance(placement, BasePlacementPolicy)
             with trio.fail_after(30):
-                # The writer retries a failed roll a second after it failed, on its own
-                # clock; until then appends fail fast. No event marks that moment (the bookie is
-                # already back), so retry the append as an application would, with a deadline.
-                while True:
-                    try:
-                        after = await w.append(b"after")
-                        break
-                    except walkit.errors.NotEnoughBookiesError:
-                        await trio.sleep(0.2)
+                while len(placement.writable_bookies()) < 3:  # noqa: ASYNC110 (a watch's effect)
+                    await trio.sleep(0.01)
+            retry_at = w._roll_retry_at
+            assert retry_at <= trio.current_time() + ROLL_RETRY_DELAY
+            await trio.sleep_until(retry_at)
+            with trio.fail_after(30):
+                after = await w.append(b"after")
             assert w.ledger_id != failed_ledger and after.ledger_seq > before[0].ledger_seq
         md = await client.ledger_metadata(failed_ledger)
         assert md.is_closed and md.last_entry_id >= 4

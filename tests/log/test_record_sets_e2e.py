@@ -24,8 +24,8 @@ from walkit.errors import (
     InvalidArgumentError,
     WriterFencedError,
 )
+from walkit.log._context import KIND_KEY
 from walkit.log._link import JOB_KEY, PART_KEY, STAGED_KIND
-from walkit.log._log import KIND_KEY
 from walkit.log._passwords import LOG_KEY
 
 

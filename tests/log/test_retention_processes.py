@@ -61,6 +61,8 @@ class MidRollWriter:
         )
         self.acked: list[tuple[LogPosition, bytes]] = []
         self.rolled = threading.Event()
+        #: Set once all of its output is read (it exited).
+        self.ended = threading.Event()
         self.output: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -74,12 +76,13 @@ class MidRollWriter:
                 self.acked.append((LogPosition.parse(parts[1]), parts[2].encode()))
             elif parts[:1] == ["ROLLED"]:
                 self.rolled.set()
+        self.ended.set()
 
     async def wait_rolled(self) -> None:
         with trio.fail_after(60):
             while not self.rolled.is_set():
                 if self.process.poll() is not None:
-                    await trio.sleep(0.2)
+                    await trio.to_thread.run_sync(self.ended.wait, 10)  # its last words
                     raise AssertionError("writer exited:\n" + "\n".join(self.output[-20:]))
                 await trio.sleep(0.01)
 

@@ -62,7 +62,7 @@ async def scenario(seed: int) -> dict[str, int]:
                     pos = await w.append(payload(producer, seq), producer_id=tag, sequence=seq)
                 except DuplicateRecordError as dup:
                     duplicates += 1
-                    assert dup.position is not None, "a recent duplicate names its first copy"
+                    assert isinstance(dup.position, LogPosition), "a duplicate names its first copy"
                     pos = dup.position
                 answered[(producer, seq)] = pos
 

@@ -126,7 +126,9 @@ async def test_losing_a_whole_rack_loses_no_acknowledged_entry(cluster: ProcessC
         await write(400)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(write, 1600)
-            await trio.sleep(0.05)
+            with trio.fail_after(30):  # kill the rack mid-stream: once the writes are going on
+                while len(acked) < 440:  # noqa: ASYNC110 (the writer's own progress)
+                    await trio.sleep(0.005)
             for bookie in cluster.bookies:
                 if str(bookie.network_location) == doomed_rack:
                     bookie.kill()

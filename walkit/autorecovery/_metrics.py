@@ -33,7 +33,8 @@ class AutorecoveryMetrics:
         try:
             self._underreplicated = Gauge(
                 "walkit_autorecovery_underreplicated_ledgers",
-                "Ledgers marked under-replicated (as the auditor last counted them)",
+                "Ledgers marked under-replicated (as this bookie last counted them: on each "
+                "pass of its worker, and after each check if it is the auditor)",
                 registry=registry,
             )
             self._entries = Counter(

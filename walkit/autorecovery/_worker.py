@@ -85,11 +85,17 @@ class ReplicationWorker:
             await _close(events)
 
     async def run_once(self) -> int:
-        """One pass over the markers; returns how many ledgers were healed."""
+        """One pass over the markers; returns how many ledgers were healed.
+
+        Every pass also sets this bookie's under-replicated gauge (so every bookie exports
+        it, not only the auditor's): passes follow the markers' watch, so it stays current.
+        """
+        ids = await self.urm.list_ids()
+        metrics = self.healer.metrics
+        metrics.underreplicated(len(ids))
         settings = await self.urm.settings()
         if not settings.enabled:
             return 0
-        ids = await self.urm.list_ids()
         self.rng.shuffle(ids)  # workers of several bookies spread over the markers
         healed = 0
         for ledger_id in ids:
@@ -103,7 +109,7 @@ class ReplicationWorker:
                     "rereplication_failed", worker=self.name, ledger_id=ledger_id, error=str(exc)
                 )
                 self.healer.last_problem[ledger_id] = str(exc)
-                self.healer.metrics.outcome("failed")
+                metrics.outcome("failed")
                 continue
             finally:
                 with trio.CancelScope(shield=True):
@@ -112,10 +118,12 @@ class ReplicationWorker:
                     except WalkitError as exc:  # the session ended: the lock went with it
                         log.info("rereplication_unlock_failed", ledger_id=ledger_id, error=str(exc))
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-            self.healer.metrics.outcome(outcome.value)
+            metrics.outcome(outcome.value)
             if outcome is HealOutcome.HEALED:
                 healed += 1
             settings = await self.urm.settings()
             if not settings.enabled:
                 break
+        if healed:
+            metrics.underreplicated(len(await self.urm.list_ids()))
         return healed

@@ -27,6 +27,7 @@ from walkit.errors import (
     UnauthorizedAccessError,
     WalkitError,
 )
+from walkit.log._context import KIND_KEY
 from walkit.log._passwords import LOG_KEY
 from walkit.log._store import read_log
 
@@ -37,8 +38,6 @@ log = get_logger(__name__)
 
 __all__ = ["Orphan", "collect_orphans"]
 
-#: The ``walkit.kind`` tag (see walkit.log._log.KIND_KEY; repeated to avoid an import cycle).
-_KIND_KEY = "walkit.kind"
 #: Stands for a log whose ledgers cannot be judged.
 _UNKNOWN = LogMetadata(name="unknown")
 
@@ -103,7 +102,7 @@ async def collect_orphans(
             continue
         if not is_orphan(ledger_id, lmd.ctime_ms, md, now_ms=now_ms, grace_ms=grace_ms):
             continue
-        kind = lmd.custom_metadata.get(_KIND_KEY, b"").decode("utf-8", "replace")
+        kind = lmd.custom_metadata.get(KIND_KEY, b"").decode("utf-8", "replace")
         found.append(Orphan(ledger_id, owner, kind, lmd.ctime_ms))
     if dry_run or not found:
         return found

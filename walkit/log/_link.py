@@ -54,12 +54,13 @@ from walkit.errors import (
     NoSuchLedgerError,
 )
 from walkit.ledger import LedgerWriter
+from walkit.log._context import KIND_KEY
 from walkit.log._store import read_log, write_log
 from walkit.log._writer import _recover as recover_ledger
 
 if TYPE_CHECKING:
     from walkit.client import Client
-    from walkit.log._log import Log
+    from walkit.log._context import LogContext
 
 log = get_logger(__name__)
 
@@ -154,7 +155,7 @@ def ended_job_path(name: str, job: str) -> str:
     return f"{ENDED_JOBS_PATH}/{digest}"
 
 
-async def end_job(owner: Log, job: str) -> None:
+async def end_job(owner: LogContext, job: str) -> None:
     """Mark ``job`` as ended: from now on, a ledger staged for it is deleted by its stager. The
     sweep of the job's ledgers comes after this mark, so every ledger is either swept or seen
     by its stager as unwanted (the stager checks the mark after creating the ledger)."""
@@ -169,13 +170,12 @@ async def end_job(owner: Log, job: str) -> None:
 
 
 async def stage_ledger(
-    owner: Log, job: str, part: int, *, record_sets: bool = False
+    owner: LogContext, job: str, part: int, *, record_sets: bool = False
 ) -> LedgerWriter:
     """A new ledger for ``owner``'s records from task ``part`` of ``job``: created with the
     log's settings and password, tagged for :func:`staged_ledgers`. Append to it and close it;
     then hand its id to the job's committer. ``record_sets``: its entries will be record sets
     (append ``encode_record_set`` envelopes), else one record each."""
-    from walkit.log._log import KIND_KEY
     from walkit.log._passwords import LOG_KEY
 
     owner._check_open()
@@ -213,7 +213,7 @@ async def stage_ledger(
     return lw
 
 
-async def staged_ledgers(owner: Log, job: str | None = None) -> list[StagedLedger]:
+async def staged_ledgers(owner: LogContext, job: str | None = None) -> list[StagedLedger]:
     """Every ledger staged for ``owner`` (of ``job`` only, if given) that the log does not
     list: those of jobs under way, and the orphans of jobs that died. Ordered by ledger id."""
     owner._check_open()
@@ -233,7 +233,7 @@ async def staged_ledgers(owner: Log, job: str | None = None) -> list[StagedLedge
 
 
 async def discard_staged(
-    owner: Log, job: str | None = None, *, created_before_ms: int | None = None
+    owner: LogContext, job: str | None = None, *, created_before_ms: int | None = None
 ) -> list[int]:
     """Delete the ledgers staged for ``owner`` and not linked into it: those of ``job`` (which
     ends first: it takes no more ledgers), or (``job=None``) every job's. ``created_before_ms``
@@ -261,7 +261,7 @@ async def discard_staged(
     return deleted
 
 
-async def discard_jobs(owner: Log, prefix: str, jobs: Sequence[str] = ()) -> list[int]:
+async def discard_jobs(owner: LogContext, prefix: str, jobs: Sequence[str] = ()) -> list[int]:
     """End ``jobs`` and every job with a ledger staged under a job id starting with ``prefix``,
     then delete every unlinked staged ledger of those jobs (a streaming batch's attempts across
     runs of its query: ``"<sink>.<batch>."``). Returns the deleted ids."""
@@ -280,7 +280,7 @@ async def discard_jobs(owner: Log, prefix: str, jobs: Sequence[str] = ()) -> lis
 
 
 async def link_ledgers(
-    owner: Log,
+    owner: LogContext,
     ledger_ids: Sequence[int],
     *,
     job: str | None = None,
@@ -414,7 +414,7 @@ async def link_ledgers(
     return result
 
 
-async def _records_in(owner: Log, ledger_id: int, last: int, reported: int | None) -> int:
+async def _records_in(owner: LogContext, ledger_id: int, last: int, reported: int | None) -> int:
     """Records in a linked ledger: one per entry, or (record sets) as its stager reported
     them, else the sum of its entries' record counts (read from their headers)."""
     md = await owner.client.ledger_metadata(ledger_id)
@@ -433,7 +433,6 @@ async def _records_in(owner: Log, ledger_id: int, last: int, reported: int | Non
 async def _staged_info(client: Client, name: str, ledger_id: int) -> StagedLedger | None:
     """The ledger's staging tags if it was staged for log ``name`` (None otherwise)."""
     from walkit._core.ledger_metadata import LedgerState
-    from walkit.log._log import KIND_KEY
     from walkit.log._passwords import LOG_KEY
 
     try:

@@ -37,6 +37,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger import LedgerWriter
+from walkit.log._context import KIND_KEY
 from walkit.log._delete import delete_log
 from walkit.log._gc import Orphan, collect_orphans
 from walkit.log._link import (
@@ -61,9 +62,6 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 __all__ = ["Log"]
-
-#: Custom metadata keys on the log's ledgers (so an operator can tell whose they are).
-KIND_KEY = "walkit.kind"
 
 
 @final

@@ -50,7 +50,7 @@ from walkit.log._store import log_path, read_log
 from walkit.metadata import WatchEvent
 
 if TYPE_CHECKING:
-    from walkit.log._log import Log
+    from walkit.log._context import LogContext
 
 log = get_logger(__name__)
 
@@ -123,7 +123,7 @@ class LogReader:
 
     def __init__(
         self,
-        owner: Log,
+        owner: LogContext,
         start: LogPosition,
         end: LogPosition | None,
         *,

@@ -21,7 +21,7 @@ from walkit.errors import NoSuchLedgerError, WalkitError
 from walkit.log._store import read_log, update_log
 
 if TYPE_CHECKING:
-    from walkit.log._log import Log
+    from walkit.log._context import LogContext
 
 log = get_logger(__name__)
 
@@ -42,12 +42,12 @@ class RetentionResult:
     size: int = 0
 
 
-def limits_of(owner: Log) -> RetentionLimits:
+def limits_of(owner: LogContext) -> RetentionLimits:
     opts = owner.options
     return RetentionLimits(records=opts.retain_records, size=opts.retain_bytes, age=opts.retain_age)
 
 
-async def _stats(owner: Log, md: LogMetadata) -> list[LedgerStats]:
+async def _stats(owner: LogContext, md: LogMetadata) -> list[LedgerStats]:
     """Stats of the listed ledgers up to and including the first open (or missing) one."""
     client = owner.client
     stats: list[LedgerStats] = []
@@ -73,7 +73,7 @@ async def _stats(owner: Log, md: LogMetadata) -> list[LedgerStats]:
 
 
 async def apply_retention(
-    owner: Log, limits: RetentionLimits | None = None, *, dry_run: bool = False
+    owner: LogContext, limits: RetentionLimits | None = None, *, dry_run: bool = False
 ) -> RetentionResult:
     """Truncate ``owner``'s log at its retention point for ``limits`` (default: the handle's
     ``retain_*`` options) and delete the ledgers behind it. Raises NoSuchLogError,
@@ -123,7 +123,7 @@ async def apply_retention(
     )
 
 
-async def housekeeping(owner: Log, *, takeover: bool) -> None:
+async def housekeeping(owner: LogContext, *, takeover: bool) -> None:
     """What a writer runs in the background after a roll (retention) and after its takeover
     (retention, then orphan collection). Never raises: failures are logged, and the next
     roll or takeover tries again."""

@@ -24,7 +24,7 @@ from walkit.ledger import LedgerWriter
 from walkit.log._store import update_log
 
 if TYPE_CHECKING:
-    from walkit.log._log import Log
+    from walkit.log._context import LogContext
 
 log = get_logger(__name__)
 
@@ -50,10 +50,10 @@ class Snapshot:
     crc32c: int
     #: Wall-clock milliseconds at save time (0 when the client has no ``wall_clock``).
     time_ms: int
-    _log: Log = attrs.field(repr=False, eq=False)
+    _log: LogContext = attrs.field(repr=False, eq=False)
 
     @classmethod
-    def from_record(cls, owner: Log, record: SnapshotRecord) -> Snapshot:
+    def from_record(cls, owner: LogContext, record: SnapshotRecord) -> Snapshot:
         return cls(
             record.position, record.ledger_id, record.size, record.crc32c, record.time_ms, owner
         )
@@ -114,7 +114,7 @@ async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterato
 
 
 async def save_snapshot(
-    owner: Log, pos: LogPosition, data: bytes | AsyncIterable[bytes]
+    owner: LogContext, pos: LogPosition, data: bytes | AsyncIterable[bytes]
 ) -> Snapshot:
     core = owner.client._core
     md = await owner.metadata()

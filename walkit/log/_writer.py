@@ -54,7 +54,8 @@ from walkit.log._retention import housekeeping
 from walkit.log._store import read_log, update_log, write_log
 
 if TYPE_CHECKING:
-    from walkit.log._log import Log
+    from walkit.log._context import LogContext
+    from walkit.log._handle import LogHandle
 
 log = get_logger(__name__)
 
@@ -94,7 +95,7 @@ class LogWriter:
 
     def __init__(
         self,
-        owner: Log,
+        owner: LogHandle,
         ledger: LogLedger,
         lw: LedgerWriter,
         *,
@@ -570,7 +571,7 @@ class LogWriter:
 # --- takeover ------------------------------------------------------------------------------
 
 
-async def _recover(owner: Log, ledger_id: int) -> int:
+async def _recover(owner: LogContext, ledger_id: int) -> int:
     """Fence and recover one ledger; its last entry id (-1: empty)."""
     client = owner.client
 
@@ -604,7 +605,7 @@ async def _recover(owner: Log, ledger_id: int) -> int:
     )
 
 
-async def take_over(owner: Log) -> LogWriter:
+async def take_over(owner: LogHandle) -> LogWriter:
     """Become the log's writer (see the module docs)."""
     owner._check_open()
     core = owner.client._core

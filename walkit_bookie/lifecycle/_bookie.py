@@ -235,6 +235,13 @@ class Bookie:
                     detail="bookies that authenticate by token refuse this bookie's "
                     "autorecovery worker: give --autorecovery-token-file",
                 )
+            if config.tls_cert is not None and config.tls_ca is None:
+                log.warning(
+                    "autorecovery_tls_without_ca",
+                    detail="this bookie's autorecovery worker checks the other bookies' "
+                    "certificates against the system's trust store: give --tls-ca (the CA "
+                    "that signs them) unless a public CA does",
+                )
 
             nursery.start_soon(
                 functools.partial(

@@ -13,6 +13,7 @@ from walkit._core.backoff import Backoff, Jitter
 from walkit._core.types import BookieId
 from walkit._groups import collapse
 from walkit._logging import get_logger
+from walkit._retry import pause
 from walkit.errors import (
     ClientClosedError,
     CookieError,
@@ -167,15 +168,15 @@ class Registration:
                     error = exc
                 if self.registered:
                     break  # a session that registered, then ended: start over
-                wait = self._backoff.delay(attempt, self._rng)
-                attempt += 1
-                log.warning(
+                report = functools.partial(
+                    _report_retry,
+                    log.warning,
                     "metadata_reregistration_failed",
                     bookie_id=str(bookie_id),
                     error=None if error is None else str(error),
-                    retry_in=round(wait, 3),
                 )
-                await trio.sleep(wait)
+                await pause(self._backoff, attempt, self._rng, before=report)
+                attempt += 1
 
     async def _replace_store(self) -> None:
         store = await self._reopen()
@@ -266,15 +267,15 @@ class Registration:
                 except SessionExpiredError:
                     raise
                 except MetadataStoreError as exc:  # disconnected: try again, with backoff
-                    wait = self._backoff.delay(attempt, self._rng)
-                    attempt += 1
-                    log.error(
+                    report = functools.partial(
+                        _report_retry,
+                        log.error,
                         "bookie_mode_not_registered",
                         read_only=read_only,
                         error=str(exc),
-                        retry_in=round(wait, 3),
                     )
-                    await trio.sleep(wait)
+                    await pause(self._backoff, attempt, self._rng, before=report)
+                    attempt += 1
                     read_only, changed = mode()
 
     async def aclose(self) -> None:
@@ -290,6 +291,11 @@ class Registration:
         for store in self._opened:
             await _close_quietly(store)
         self._opened.clear()
+
+
+def _report_retry(emit: Callable[..., Any], event: str, seconds: float, **fields: Any) -> None:
+    """Log a coming pause (``pause(before=...)``): its length as ``retry_in``."""
+    emit(event, **fields, retry_in=round(seconds, 3))
 
 
 async def _until_session_lost(events: AsyncIterator[WatchEvent], scope: trio.CancelScope) -> None:

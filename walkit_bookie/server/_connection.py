@@ -73,6 +73,8 @@ class RequestHandler(Protocol):
     receive_buffer_bytes: int
     #: Bytes of frames received in part, over all connections.
     partial_frame_bytes: int
+    #: Connections waiting for their unsent answers to drain (``max_unsent_bytes``).
+    stalled_connections: int
 
     @property
     def saturated(self) -> bool: ...
@@ -185,7 +187,11 @@ class Connection:
         max_unsent = handler.config.max_unsent_bytes
         while True:
             if self._unsent >= max_unsent:
-                await self._space.park()
+                handler.stalled_connections += 1
+                try:
+                    await self._space.park()
+                finally:
+                    handler.stalled_connections -= 1
             elif handler.saturated:
                 await handler.capacity.park()
             else:

@@ -183,6 +183,11 @@ class BookieCollector(Collector):
             ("connections", "Open client connections", b.connections),
             ("long_polls", "Long-poll LAC reads waiting", b.long_polls),
             (
+                "stalled_connections",
+                "Connections not read from while max_unsent_bytes of answers wait to be sent",
+                b.stalled_connections,
+            ),
+            (
                 "partial_frame_bytes",
                 "Bytes of frames received in part, over all connections",
                 b.partial_frame_bytes,

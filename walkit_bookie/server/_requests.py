@@ -117,6 +117,9 @@ class RequestHandler:
         self.partial_frame_bytes = 0
         #: Long-poll LAC reads waiting (counted apart from ``reads_in_flight``).
         self.long_polls = 0
+        #: Connections not read from because ``max_unsent_bytes`` of their answers wait to be
+        #: sent (their peer does not read them fast enough).
+        self.stalled_connections = 0
         #: Malformed input, counted by kind; warnings about it are rate-limited.
         self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
         self.adds_in_flight = 0

@@ -1,0 +1,117 @@
+"""Autorecovery between bookies that serve TLS only and authenticate clients by token.
+
+The bookies' own workers connect to their peers as clients: over TLS (the bookie's
+certificate as theirs, its CA to check the peers) and with the token of
+``--autorecovery-token-file``. 4 real `walkit-bookie` processes, E=Qw=3 Qa=2: one bookie of
+the ensemble is SIGKILLed and its data dir wiped; the survivors heal every ledger. Then two more
+of the original ensemble are SIGKILLed, and every entry must read back, byte for byte, from the
+one bookie left (possible only if the first loss was healed).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+import walkit
+from tests._cluster import ProcessCluster, process_cluster
+from tests.autorecovery.test_processes import _healed
+from tests.security.test_tls import Pki, pki
+from walkit.client import Client
+from walkit.errors import AuthenticationError
+
+__all__ = ["pki"]  # the certificates fixture of the TLS tests, reused here
+
+pytestmark = pytest.mark.processes
+
+HANG_GUARD = 180
+WRITER_TOKEN = "secure-writer-token"
+WORKER_TOKEN = "secure-autorecovery-token"
+LEDGERS = 4
+ENTRIES = 100
+
+
+@pytest.fixture(params=["require", "none"])
+def secure_cluster(
+    pki: Pki, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ProcessCluster]:
+    """4 bookies: TLS (client certificates required, or not asked for), token
+    authentication, autorecovery with its own token."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"writer:{WRITER_TOKEN}\nautorecovery:{WORKER_TOKEN}\n")
+    tokens.chmod(0o600)
+    worker = tmp_path / "autorecovery-token"
+    worker.write_text(WORKER_TOKEN + "\n")
+    worker.chmod(0o600)
+    args = [
+        *pki.bookie_args(request.param),
+        # Without client certificates the CA only serves the worker, to check its peers.
+        *([] if request.param == "require" else ["--tls-ca", str(pki.ca)]),
+        "--auth", "token", "--auth-token-file", str(tokens),
+        "--autorecovery-token-file", str(worker),
+        "--lost-bookie-delay", "1",
+    ]  # fmt: skip
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    with process_cluster(url, tmp_path, 4, extra_args=args) as cluster:
+        yield cluster
+
+
+def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster, pki: Pki) -> None:
+    cluster = secure_cluster
+    url = cluster.metadata_url
+    tls = pki.client()
+    auth = walkit.TokenAuth(token=WRITER_TOKEN)
+
+    async def main() -> None:
+        with trio.fail_after(HANG_GUARD):
+            # The bookies really do refuse a client without the token.
+            with pytest.raises(AuthenticationError):
+                async with Client.connect(url, tls=tls) as stranger:
+                    await stranger.create_ledger(3, 3, 2)
+            async with Client.connect(url, tls=tls, auth=auth) as client:
+                written: dict[int, list[bytes]] = {}
+                for n in range(LEDGERS):
+                    lw = await client.create_ledger(3, 3, 2)
+                    payloads = [bytes([n, i % 251]) * (1 + (i * 37) % 300) for i in range(ENTRIES)]
+                    await lw.append_batch(payloads)
+                    await lw.close()
+                    written[lw.id] = payloads
+                first = await client.ledger_metadata(next(iter(written)))
+                victim = cluster.by_address(first.fragments[0][1][0])
+                victim.kill()
+                shutil.rmtree(victim.data_dir)
+                await _healed(client, list(written), victim.address)
+                survivors = [b for b in cluster.bookies if b is not victim]
+                for lid in written:
+                    md = await client.ledger_metadata(lid)
+                    assert md.is_closed
+                    assert set(md.all_bookies()) == {b.address for b in survivors}
+                for bookie in survivors[:2]:
+                    bookie.kill()
+            async with Client.connect(url, tls=tls, auth=auth) as reader:
+                for lid, payloads in written.items():
+                    lr = await reader.open_ledger(lid)
+                    got = await lr.read(0, lr.last_add_confirmed)
+                    assert [e.payload for e in got] == payloads, lid
+
+    trio.run(main)
+    logs = "\n".join(line for b in cluster.bookies for line in b.output)
+    assert "ledger_rereplicated" in logs
+    assert "autorecovery_without_credentials" not in logs
+    assert "autorecovery_tls_without_ca" not in logs
+
+
+def test_a_tls_bookie_without_a_ca_warns_its_worker_cannot_check_peers(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """A private CA and no --tls-ca: the worker would fail every TLS handshake with its peers
+    (CERTIFICATE_VERIFY_FAILED); the bookie says so when it starts, not per ledger."""
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    with process_cluster(url, tmp_path, 1, extra_args=pki.bookie_args("none")) as cluster:
+        (bookie,) = cluster.bookies
+        warning = [line for line in bookie.output if "autorecovery_tls_without_ca" in line]
+        assert warning and "give --tls-ca" in warning[0]
