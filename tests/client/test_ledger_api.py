@@ -114,6 +114,28 @@ async def test_tailing_reader_sees_every_entry_in_order(memory_url: str, tmp_pat
         assert (await lr.wait_for_entry(59, timeout=0)) is not None
 
 
+async def test_a_close_between_two_waits_is_seen_at_once(memory_url: str, tmp_path: Path) -> None:
+    """The tailing reader keeps its metadata watch armed from one wait to the next (it does
+    not re-read the metadata per entry): a close that lands while nobody waits must still end
+    the next wait at once, not after a long-poll round."""
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url, long_poll_round=100) as client:
+        lw = await client.create_ledger(3, 3, 2, password=b"t")
+        lr = await client.open_ledger(lw.id, password=b"t")
+        read_at: list[float] = []
+        for eid in range(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lw.append, payload(eid))
+                assert await lr.wait_for_entry(eid, timeout=30) is not None
+            read_at.append(lr._md_read_at)  # when the metadata was last read
+        assert len(set(read_at)) == 1  # read once, when the watch was armed: not per entry
+        watch = lr._watch
+        assert watch is not None and watch.live
+        await lw.close()  # nobody is waiting now
+        with trio.fail_after(20), pytest.raises(LedgerClosedError):
+            await lr.wait_for_entry(20, timeout=60)
+        assert lr.is_closed and lr._watch is None and watch.scope.cancel_called
+
+
 async def test_close_rules(memory_url: str, tmp_path: Path) -> None:
     async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
         # Empty ledger closes at -1; closing twice is fine.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator
 from typing import final
 
@@ -14,6 +15,7 @@ from walkit._logging import get_logger
 from walkit.errors import (
     BookieTimeoutError,
     BookieUnavailableError,
+    ClientClosedError,
     InvalidArgumentError,
     LedgerClosedError,
     NoSuchEntryError,
@@ -32,11 +34,46 @@ __all__ = ["LedgerReader"]
 
 @final
 class _MetadataWatch:
-    __slots__ = ("changed", "wake")
+    """A reader's watch of its ledger's metadata, kept armed from one wait to the next while
+    it tails (arming a watch and re-reading the metadata for every entry cost more than the
+    rest of a tailing reader's work). ``changed``: something changed since the reader last
+    looked (or the watch ended): re-read before trusting the metadata."""
+
+    __slots__ = ("changed", "live", "scope", "wake")
 
     def __init__(self) -> None:
         self.changed = False
+        self.live = True
         self.wake = trio.Event()
+        self.scope = trio.CancelScope()
+
+
+async def _follow_metadata(watch: _MetadataWatch, events: AsyncIterator[WatchEvent]) -> None:
+    """Flag and wake the reader on every change of the metadata (holds no reference to the
+    reader: it stops when the reader is closed, collected or its ledger closed)."""
+    try:
+        with watch.scope:
+            async for _event in events:
+                watch.changed = True
+                watch.wake.set()
+    except WalkitError as exc:
+        log.debug("ledger_watch_ended", error=str(exc))
+    finally:
+        watch.live = False
+        watch.changed = True
+        watch.wake.set()
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
+
+
+def _stop_watch(watch: _MetadataWatch, token: trio.lowlevel.TrioToken) -> None:
+    """Cancel a reader's watch from wherever the reader was collected."""
+    try:
+        token.run_sync_soon(watch.scope.cancel)
+    except trio.RunFinishedError:
+        pass
 
 
 @final
@@ -54,6 +91,7 @@ class LedgerReader:
         self._digest: DigestManager = core.digest_manager(metadata, password)
         self._lac = metadata.last_entry_id if metadata.is_closed else lac
         self._md_read_at = trio.current_time()
+        self._watch: _MetadataWatch | None = None
 
     def __repr__(self) -> str:
         return f"LedgerReader(id={self.id}, lac={self._lac}, state={self._md.state.value})"
@@ -106,34 +144,33 @@ class LedgerReader:
             raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
         if entry_id <= self._lac:
             return (await self.read(entry_id, entry_id))[0]
-        # Arm the metadata watch first, then re-read: a close (or ensemble change) that lands
-        # before the watch is in place is then seen by the read, never left to the timeout.
-        events = self._core.ledgers.watch(self.id)
-        try:
+        watch = self._watch
+        if watch is None or not watch.live:
+            # Arm the metadata watch first, then re-read: a close (or ensemble change) that
+            # lands before the watch is in place is then seen by the read, never left to the
+            # timeout. The watch stays armed for the next waits (see _MetadataWatch).
+            watch = self._start_watch()
+            watch.changed = True
+        if watch.changed:
+            watch.changed = False
             await self._refresh_metadata()
             if entry_id <= self._lac:
                 return (await self.read(entry_id, entry_id))[0]
-            self._check_not_past_end(entry_id)
-            watch = _MetadataWatch()
-            result: Entry | None = None
-            error: BaseException | None = None
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_metadata, watch, events)
-                try:
-                    with trio.move_on_after(timeout):
-                        result = await self._tail(entry_id, watch)
-                except BaseException as exc:  # re-raised outside the nursery, unwrapped
-                    error = exc
-                finally:
-                    nursery.cancel_scope.cancel()
-        finally:
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                with trio.CancelScope(shield=True):
-                    await aclose()
-        if error is not None:
-            raise error
-        return result
+        self._check_not_past_end(entry_id)
+        with trio.move_on_after(timeout):
+            return await self._tail(entry_id, watch)
+        return None
+
+    def _start_watch(self) -> _MetadataWatch:
+        watch = _MetadataWatch()
+        events = self._core.ledgers.watch(self.id)
+        try:
+            self._core.nursery.start_soon(_follow_metadata, watch, events)
+        except RuntimeError:
+            raise ClientClosedError("the client is closed") from None
+        weakref.finalize(self, _stop_watch, watch, trio.lowlevel.current_trio_token())
+        self._watch = watch
+        return watch
 
     async def _tail(self, entry_id: int, watch: _MetadataWatch) -> Entry:
         round_time = self._core.options.long_poll_round
@@ -179,17 +216,6 @@ class LedgerReader:
             backoff = min(max(backoff * 2, 0.002), round_time / 10)
             await trio.sleep(backoff)
 
-    async def _watch_metadata(
-        self, watch: _MetadataWatch, events: AsyncIterator[WatchEvent]
-    ) -> None:
-        """Wake the tailing loop when the ledger's metadata changes (closed, new fragment)."""
-        try:
-            async for _event in events:
-                watch.changed = True
-                watch.wake.set()
-        except WalkitError as exc:
-            log.debug("ledger_watch_ended", ledger_id=self.id, error=str(exc))
-
     # --- internals -------------------------------------------------------------------------
 
     def _check_not_past_end(self, entry_id: int) -> None:
@@ -215,4 +241,7 @@ class LedgerReader:
         self._md = md
         if md.is_closed:
             self._lac = md.last_entry_id
+            if self._watch is not None:  # nothing more can change that a reader needs
+                self._watch.scope.cancel()
+                self._watch = None
         return changed
