@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests._cluster import process_cluster
+from tests._cluster import ProcessCluster, process_cluster
 from walkit import BookieId
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager
@@ -36,6 +36,35 @@ async def _healed(client: Client, ledgers: list[int], lost: BookieId) -> None:
         await trio.sleep(0.2)
 
 
+async def write_wipe_one_heal_lose_two(
+    client: Client, cluster: ProcessCluster, ledgers: int, entries: int
+) -> dict[int, list[bytes]]:
+    """The scenario: write closed ledgers, SIGKILL and wipe a bookie of their ensemble, wait
+    until the bookies healed every ledger (none lists it, no marker left), then SIGKILL two
+    more of the original ensemble. Returns what was written, to read back from the last one."""
+    written: dict[int, list[bytes]] = {}
+    for n in range(ledgers):
+        lw = await client.create_ledger(3, 3, 2)
+        payloads = [bytes([n, i % 251]) * (1 + (i * 37) % 300) for i in range(entries)]
+        await lw.append_batch(payloads)
+        await lw.close()
+        written[lw.id] = payloads
+    first = await client.ledger_metadata(next(iter(written)))
+    victim = cluster.by_address(first.fragments[0][1][0])
+    victim.kill()
+    shutil.rmtree(victim.data_dir)
+    await _healed(client, list(written), victim.address)
+    survivors = [b for b in cluster.bookies if b is not victim]
+    for lid in written:
+        md = await client.ledger_metadata(lid)
+        assert md.is_closed
+        assert set(md.all_bookies()) == {b.address for b in survivors}
+    # Two more bookies of the original ensemble die; one bookie is left.
+    for bookie in survivors[:2]:
+        bookie.kill()
+    return written
+
+
 @pytest.mark.parametrize(
     "driver", ["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)]
 )
@@ -52,28 +81,7 @@ def test_sigkill_and_wipe_one_bookie_then_lose_two_more(
         async def main() -> None:
             with trio.fail_after(HANG_GUARD):
                 async with Client.connect(url) as client:
-                    written: dict[int, list[bytes]] = {}
-                    for n in range(LEDGERS):
-                        lw = await client.create_ledger(3, 3, 2)
-                        payloads = [
-                            bytes([n, i % 251]) * (1 + (i * 37) % 300) for i in range(ENTRIES)
-                        ]
-                        await lw.append_batch(payloads)
-                        await lw.close()
-                        written[lw.id] = payloads
-                    first = await client.ledger_metadata(next(iter(written)))
-                    victim = cluster.by_address(first.fragments[0][1][0])
-                    victim.kill()
-                    shutil.rmtree(victim.data_dir)
-                    await _healed(client, list(written), victim.address)
-                    survivors = [b for b in cluster.bookies if b is not victim]
-                    for lid in written:
-                        md = await client.ledger_metadata(lid)
-                        assert md.is_closed
-                        assert set(md.all_bookies()) == {b.address for b in survivors}
-                    # Two more bookies of the original ensemble die; one bookie is left.
-                    for bookie in survivors[:2]:
-                        bookie.kill()
+                    written = await write_wipe_one_heal_lose_two(client, cluster, LEDGERS, ENTRIES)
                 async with Client.connect(url) as reader:
                     for lid, payloads in written.items():
                         lr = await reader.open_ledger(lid)

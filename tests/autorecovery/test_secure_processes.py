@@ -10,7 +10,6 @@ one bookie left (possible only if the first loss was healed).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import trio
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
-from tests.autorecovery.test_processes import _healed
+from tests.autorecovery.test_processes import write_wipe_one_heal_lose_two
 from tests.security.test_tls import Pki, pki
 from walkit.client import Client
 from walkit.errors import AuthenticationError
@@ -73,25 +72,7 @@ def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster
                 async with Client.connect(url, tls=tls) as stranger:
                     await stranger.create_ledger(3, 3, 2)
             async with Client.connect(url, tls=tls, auth=auth) as client:
-                written: dict[int, list[bytes]] = {}
-                for n in range(LEDGERS):
-                    lw = await client.create_ledger(3, 3, 2)
-                    payloads = [bytes([n, i % 251]) * (1 + (i * 37) % 300) for i in range(ENTRIES)]
-                    await lw.append_batch(payloads)
-                    await lw.close()
-                    written[lw.id] = payloads
-                first = await client.ledger_metadata(next(iter(written)))
-                victim = cluster.by_address(first.fragments[0][1][0])
-                victim.kill()
-                shutil.rmtree(victim.data_dir)
-                await _healed(client, list(written), victim.address)
-                survivors = [b for b in cluster.bookies if b is not victim]
-                for lid in written:
-                    md = await client.ledger_metadata(lid)
-                    assert md.is_closed
-                    assert set(md.all_bookies()) == {b.address for b in survivors}
-                for bookie in survivors[:2]:
-                    bookie.kill()
+                written = await write_wipe_one_heal_lose_two(client, cluster, LEDGERS, ENTRIES)
             async with Client.connect(url, tls=tls, auth=auth) as reader:
                 for lid, payloads in written.items():
                     lr = await reader.open_ledger(lid)
