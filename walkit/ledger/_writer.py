@@ -436,7 +436,8 @@ class LedgerWriter:
             self._fail(error)
             return
         bookie = self._ensemble[slot]
-        # UNAUTHORIZED: the ledger id was claimed on this bookie with another key. It will
+        # UNAUTHORIZED: the ledger id was claimed on this bookie with another key, or (with
+        # authentication on) this client's principal may not add there. Either way it will
         # never take this ledger's adds, so it is never chosen again as a replacement for it.
         if isinstance(error, UnauthorizedAccessError) and bookie not in self._refused:
             self._refused.add(bookie)
@@ -444,7 +445,12 @@ class LedgerWriter:
                 "ledger_key_refused",
                 ledger_id=self.id,
                 bookie=str(bookie),
-                detail="the ledger id holds another key there; replacing the bookie",
+                error=str(error),
+                detail=(
+                    "the bookie refuses this ledger's adds: the ledger id holds another key "
+                    "there, or this client's principal is not authorized to add (the bookie's "
+                    "log says which); replacing the bookie"
+                ),
             )
         if self._tracker.is_blocked(slot):
             return
