@@ -325,9 +325,13 @@ def test_hostile_frames_never_stop_a_live_bookie(tmp_path: Path) -> None:
     assert report.log_bytes < 256 * 1024, report
 
 
+SOAK_INPUTS = int(os.environ.get("WALKIT_FUZZ_INPUTS", "1000000"))
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(600 + SOAK_INPUTS // 50)  # ~550 inputs/s measured; allows 50/s
 def test_hostile_frames_soak(tmp_path: Path) -> None:
-    total = int(os.environ.get("WALKIT_FUZZ_INPUTS", "1000000"))
+    total = SOAK_INPUTS
     report = fuzz(tmp_path, total)
     print(f"fuzz soak: {report}")
     assert report.log_bytes < 4 * 1024 * 1024, report
