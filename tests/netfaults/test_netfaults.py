@@ -22,6 +22,8 @@ import attrs
 import pytest
 import trio
 
+import walkit
+from tests.log._history import LogHistory
 from tests.netfaults._lab import (
     PASSWORD,
     NetnsBookie,
@@ -33,8 +35,8 @@ from tests.netfaults._lab import (
     wait_until,
 )
 from tests.netfaults._netns import NetLab, has_netem
-from walkit import BookieId, LedgerWriter
-from walkit.errors import WalkitError
+from walkit import BookieId, LedgerWriter, LogPosition, LogRecord, LogWriter
+from walkit.errors import WalkitError, WriterFencedError
 from walkit.testing import AddAcked, History, assert_ok, check_all
 
 pytestmark = pytest.mark.processes
@@ -263,3 +265,62 @@ async def test_random_fault_schedule_with_writers_readers_and_takeovers(tmp_path
         acked = len(history.of_type(AddAcked))
         print(f"netfault chaos seed={seed}: {len(ledgers)} ledgers, {acked} acks, faults: {faults}")
         check(history, f"seed={seed} (replay with WALKIT_NETFAULT_SEED={seed}); faults: {faults}")
+
+
+async def test_log_takeover_while_a_bookie_is_partitioned(tmp_path: Path) -> None:
+    """The same with ``walkit.Log``: writer A appends (rolling ledgers every 20 entries) and a
+    reader tails the log; one bookie of A's ensemble is cut off and another loses 20 % of its
+    packets; a second writer takes the log over under those faults and appends 50 records.
+    Every record either writer was told about is read, once, in order, at its position, by the
+    tailing reader and by a final read."""
+    with netns_cluster(tmp_path, 4) as (lab, bookies, url):
+        history = LogHistory()
+        tailed: list[LogRecord] = []
+        a_error: list[WalkitError] = []
+        async with client(url) as a_client, client(url) as b_client:
+            log_a = await walkit.Log.open(
+                a_client, "orders", ensemble_size=3, password=PASSWORD, roll_entries=20
+            )
+            log_b = await walkit.Log.open(b_client, "orders", password=PASSWORD, roll_entries=20)
+            with trio.fail_after(150):
+                async with trio.open_nursery() as nursery:
+
+                    async def follow() -> None:
+                        async for rec in log_b.reader(LogPosition.EARLIEST):
+                            tailed.append(rec)
+                            if rec.payload == b"b-49":
+                                return
+
+                    async def write_a(task_status: trio.TaskStatus[LogWriter]) -> None:
+                        try:
+                            async with log_a.writer() as w:
+                                task_status.started(w)
+                                n = 0
+                                while True:
+                                    await history.append("a", w, b"a-%d" % n)
+                                    n += 1
+                        except WalkitError as exc:  # fenced (its append, or its close)
+                            a_error.append(exc)
+
+                    nursery.start_soon(follow)
+                    writer_a: LogWriter = await nursery.start(write_a)
+                    await wait_until(lambda: len(history.acked) >= 60, 30, "60 records of A")
+                    ensemble = (await a_client.ledger_metadata(writer_a.ledger_id)).current_ensemble
+                    cut, lossy = by_address(bookies, ensemble[0]), by_address(bookies, ensemble[1])
+                    lab.link_down(cut.node)
+                    lab.loss(lossy.node, 20)
+                    mark = len(history.acked)
+                    await wait_until(
+                        lambda: len(history.acked) >= mark + 20 or bool(a_error),
+                        60,
+                        "writer A under the faults",
+                    )
+                    async with log_b.writer() as wb:  # the takeover, under the faults
+                        for n in range(50):
+                            await history.append("b", wb, b"b-%d" % n)
+                        lab.heal()
+            final = [rec async for rec in log_b.reader(follow=False)]
+        assert a_error and isinstance(a_error[0], WriterFencedError), a_error
+        assert len(history.acked_by("a")) >= 80 and len(history.acked_by("b")) == 50
+        history.check(final, tailed)
+        assert [r.payload for r in final[-50:]] == [b"b-%d" % n for n in range(50)]
