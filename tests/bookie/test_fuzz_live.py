@@ -255,8 +255,12 @@ class FuzzReport:
     rss_end_mib: float
     log_bytes: int
     bad_input: dict[str, float]
-    #: RSS after each batch, MiB.
-    rss_trace: list[float]
+    #: RSS after each batch, MiB (the report shows 20 samples of it).
+    rss_trace: list[float] = attrs.field(repr=False)
+
+    def __str__(self) -> str:
+        step = max(1, len(self.rss_trace) // 20)
+        return f"{self!r}, RSS every {step} batches: {self.rss_trace[::step]}"
 
 
 def fuzz(tmp_path: Path, total: int) -> FuzzReport:
