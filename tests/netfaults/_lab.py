@@ -26,7 +26,7 @@ from tests.netfaults._netns import NetLab, Node, leftovers, netns_problem
 from walkit import BookieId, LedgerReader
 from walkit._core.digest import DigestManager
 from walkit._core.ledger_metadata import LedgerMetadata
-from walkit._core.wire import StatusCode
+from walkit._core.wire import ReadRequest, ReadResponse, StatusCode
 from walkit.errors import DigestMismatchError, LedgerClosedError, WalkitError
 from walkit.testing import History
 
@@ -95,17 +95,20 @@ async def stored_copies(metadata: LedgerMetadata) -> dict[BookieId, dict[int, by
     copies: dict[BookieId, dict[int, bytes]] = {}
     for address in sorted(metadata.all_bookies()):
         held: dict[int, bytes] = {}
-        with trio.fail_after(30):
+        with trio.fail_after(120):
             async with connect(address) as c:
-                for entry_id in range(metadata.last_entry_id + 1):
-                    answer = await c.read(lid, entry_id)
-                    if answer.status is not StatusCode.OK:
-                        continue
-                    try:
-                        _, payload = digest.verify(answer.packet, entry_id)
-                    except DigestMismatchError:
-                        payload = b"<corrupt>" + answer.packet
-                    held[entry_id] = payload
+                for first in range(0, metadata.last_entry_id + 1, 256):
+                    ids = range(first, min(first + 256, metadata.last_entry_id + 1))
+                    answers = await c.call_many([ReadRequest(c.next_id(), lid, e) for e in ids])
+                    for entry_id, answer in zip(ids, answers, strict=True):
+                        assert isinstance(answer, ReadResponse), answer
+                        if answer.status is not StatusCode.OK:
+                            continue
+                        try:
+                            _, payload = digest.verify(answer.packet, entry_id)
+                        except DigestMismatchError:
+                            payload = b"<corrupt>" + answer.packet
+                        held[entry_id] = payload
         copies[address] = held
     return copies
 
@@ -169,6 +172,20 @@ async def recover(c: walkit.Client, ledger_id: int, attempts: int = 40) -> tuple
                 raise
             await trio.sleep(0.5)
     raise AssertionError("unreachable")
+
+
+async def holders(metadata: LedgerMetadata, entry_id: int) -> dict[str, str]:
+    """What each bookie of ``entry_id``'s ensemble answers to a plain read of it (for failure
+    reports): a status name, or why there was no answer within 3 s."""
+    out: dict[str, str] = {}
+    for address in metadata.ensemble_for(entry_id):
+        try:
+            with trio.fail_after(3):
+                async with connect(address) as c:
+                    out[str(address)] = (await c.read(metadata.ledger_id, entry_id)).status.name
+        except (OSError, trio.TooSlowError) as exc:
+            out[str(address)] = f"no answer ({type(exc).__name__})"
+    return out
 
 
 async def wait_until(predicate: object, timeout: float, what: str) -> None:
