@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.netfaults._lab import skip_without_netns
-from tests.netfaults._netns import NetLab, Node, leftovers
+from tests.netfaults._netns import NetLab, Node, leftovers, netns_problem
 
 
 @contextmanager
@@ -82,3 +83,14 @@ def test_a_failed_run_leaves_nothing_behind() -> None:
         lab.nodes.pop()  # forget it: the next node takes its names and fails
         lab.add_node()
     assert leftovers(lab.prefix) == []
+
+
+def test_without_root_the_tests_skip_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    netns_problem.cache_clear()
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    try:
+        assert netns_problem() == "needs root and ip netns (run the tests as root)"
+        with pytest.raises(pytest.skip.Exception, match="needs root and ip netns"):
+            skip_without_netns()
+    finally:
+        netns_problem.cache_clear()
