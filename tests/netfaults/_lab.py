@@ -23,7 +23,7 @@ import walkit
 from tests._cluster import BookieProcess
 from tests.bookie._helpers import connect
 from tests.netfaults._netns import NetLab, Node, leftovers, netns_problem
-from walkit import BookieId, LedgerReader
+from walkit import BookieId, LedgerReader, LedgerWriter
 from walkit._core.digest import DigestManager
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.wire import ReadRequest, ReadResponse, StatusCode
@@ -167,6 +167,21 @@ async def recover(c: walkit.Client, ledger_id: int, attempts: int = 40) -> tuple
     for attempt in range(1, attempts + 1):
         try:
             return await c.open_ledger(ledger_id, password=PASSWORD, recovery=True), attempt
+        except WalkitError as exc:
+            if not exc.retryable or attempt == attempts:
+                raise
+            await trio.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+async def create_ledger(
+    c: walkit.Client, e: int = 3, qw: int = 2, qa: int = 2, attempts: int = 20
+) -> LedgerWriter:
+    """``create_ledger(e, qw, qa)``, tried again while it fails in a retryable way: under loss a
+    bookie may miss the 2 s connect or answer timeout, and then too few bookies answered."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await c.create_ledger(e, qw, qa, password=PASSWORD)
         except WalkitError as exc:
             if not exc.retryable or attempt == attempts:
                 raise

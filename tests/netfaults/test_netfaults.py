@@ -28,6 +28,7 @@ from tests.netfaults._lab import (
     PASSWORD,
     NetnsBookie,
     client,
+    create_ledger,
     holders,
     netns_cluster,
     read_back,
@@ -190,7 +191,7 @@ async def test_takeover_while_one_bookie_is_partitioned_and_another_lossy(
                     history.record_fence_completed("b", w.id)
                     history.record_ledger_closed("b", w.id, recovered.metadata.last_entry_id)
                     await a.done.wait()
-                    b_ledger = await b_client.create_ledger(3, 2, 2, password=PASSWORD)
+                    b_ledger = await create_ledger(b_client)
                     b = Writer(history, "b", b_ledger)
                     b_stop = trio.Event()
                     nursery.start_soon(b.run, b_stop)
@@ -274,7 +275,7 @@ async def test_random_fault_schedule_with_writers_readers_and_takeovers(tmp_path
                             history.record_ledger_closed(
                                 name, ledgers[-1], h.metadata.last_entry_id
                             )
-                        w = await c.create_ledger(3, 3, 2, password=PASSWORD)
+                        w = await create_ledger(c, 3, 3, 2, attempts=60)
                         ledgers.append(w.id)
                         writer = Writer(history, name, w)
                         nursery.start_soon(writer.run, trio.Event())
