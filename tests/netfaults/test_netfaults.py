@@ -175,7 +175,7 @@ async def test_takeover_while_one_bookie_is_partitioned_and_another_lossy(
                     )
                     # B takes over under the faults: recovery fences the ledger and closes it.
                     try:
-                        recovered, attempts = await recover(b_client, w.id, attempts=10)
+                        recovered, attempts = await recover(b_client, w.id, attempts=4)
                         cut_healed_first = False
                     except LedgerRecoveryError as exc:
                         entry = int(str(exc).split("whether entry ")[1].split()[0])
@@ -207,7 +207,7 @@ async def test_takeover_while_one_bookie_is_partitioned_and_another_lossy(
         await read_back(history, url, b_ledger.id)
         print(
             f"takeover under faults: recovery took {attempts} attempt(s)"
-            + (" after 10 undecidable ones and healing the cut" if cut_healed_first else "")
+            + (" after 4 undecidable ones and healing the cut" if cut_healed_first else "")
         )
         check(history, f"cut {cut.address}, lossy {lossy.address}, slow {spare.address}")
         # A was fenced out: its last append failed, and recovery kept all it was told.
@@ -302,7 +302,9 @@ async def test_log_takeover_while_a_bookie_is_partitioned(tmp_path: Path) -> Non
             log_a = await walkit.Log.open(
                 a_client, "orders", ensemble_size=3, password=PASSWORD, roll_entries=20
             )
-            log_b = await walkit.Log.open(b_client, "orders", password=PASSWORD, roll_entries=20)
+            log_b = await walkit.Log.open(
+                b_client, "orders", password=PASSWORD, roll_entries=20, takeover_attempts=4
+            )
             with trio.fail_after(150):
                 async with trio.open_nursery() as nursery:
 
