@@ -121,13 +121,13 @@ async def test_a_close_between_two_waits_is_seen_at_once(memory_url: str, tmp_pa
     async with cluster(memory_url, tmp_path, 3), connect(memory_url, long_poll_round=100) as client:
         lw = await client.create_ledger(3, 3, 2, password=b"t")
         lr = await client.open_ledger(lw.id, password=b"t")
-        read_at: list[float] = []
+        seen: list[object] = []
         for eid in range(20):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lw.append, payload(eid))
                 assert await lr.wait_for_entry(eid, timeout=30) is not None
-            read_at.append(lr._md_read_at)  # when the metadata was last read
-        assert len(set(read_at)) == 1  # read once, when the watch was armed: not per entry
+            seen.append(lr.metadata)  # a new object each time the metadata is read
+        assert all(md is seen[0] for md in seen)  # read once, when the watch was armed
         watch = lr._watch
         assert watch is not None and watch.live
         await lw.close()  # nobody is waiting now

@@ -10,6 +10,7 @@ import trio
 from tests._log_events import log_event
 from tests.metadata._util import next_event
 from walkit import BookieId
+from walkit._core.types import BookieInfo
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -32,7 +33,6 @@ from walkit.metadata import (
     watch_bookies,
     write_cookie,
 )
-from walkit.placement._policy import BookieInfo
 
 B1 = BookieId("127.0.0.1", 3181)
 B2 = BookieId("127.0.0.1", 3182)

@@ -16,8 +16,8 @@ from tests.client.conftest import cluster, connect
 from tests.recovery._faults import DroppingNetwork
 from tests.recovery.test_recovery import _raw_add, payload
 from walkit._core.digest import DigestManager
+from walkit._core.recovery import RecoveryRules
 from walkit._core.wire import Message, ReadLacFlag, ReadLacRequest, StatusCode
-from walkit.ledger import _recovery
 from walkit.metadata import LedgerManager, list_bookies, open_metadata_store
 
 PW = b"recovery"
@@ -30,7 +30,7 @@ def lost_acknowledged(acked: list[int], closed_last_entry: int) -> list[int]:
 
 @pytest.mark.parametrize("fix", [True, False], ids=["recovery-reads-fence", "broken-variant"])
 async def test_bookkeeper_2614_fencing_only_by_lac_reads_loses_an_ack(
-    fix: bool, memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fix: bool, memory_url: str, tmp_path: Path
 ) -> None:
     """E=Qw=3, Qa=2 (apache/bookkeeper#2614, the TLA+ trace):
 
@@ -40,7 +40,6 @@ async def test_bookkeeper_2614_fencing_only_by_lac_reads_loses_an_ack(
     Then w1's e0 reaches b3. If recovery reads did not fence, b3 accepts it: w1 has Qa acks and
     tells its caller e0 is durable, but the closed ledger does not contain it.
     """
-    monkeypatch.setattr(_recovery, "FENCE_RECOVERY_READS", fix)
     async with cluster(memory_url, tmp_path, 3), connect(memory_url) as w1:
         lw = await w1.create_ledger(3, 3, 2, password=PW)
         _b1, b2, b3 = lw.metadata.current_ensemble
@@ -56,6 +55,7 @@ async def test_bookkeeper_2614_fencing_only_by_lac_reads_loses_an_ack(
 
         network = DroppingNetwork(fence_to_b3_lost)
         async with connect(memory_url, network=network, read_timeout=2.0) as w2:
+            w2._core.recovery_rules = RecoveryRules(fence_reads=fix)
             lr = await w2.open_ledger(lw.id, password=PW, recovery=True)
         assert network.dropped, "the scenario needs the fence to b3 to be lost"
         assert lr.last_add_confirmed == -1  # e0 was absent: QC bookies said so
@@ -73,7 +73,7 @@ async def test_bookkeeper_2614_fencing_only_by_lac_reads_loses_an_ack(
 
 @pytest.mark.parametrize("fix", [True, False], ids=["start-at-last-fragment", "broken-variant"])
 async def test_bookkeeper_2615_recovery_of_an_empty_last_fragment(
-    fix: bool, memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fix: bool, memory_url: str, tmp_path: Path
 ) -> None:
     """apache/bookkeeper#2615: entries 0..1999 acknowledged on {b1, b2}; the writer then changed
     the ensemble to start a fragment at 2000 on {b3, b4} and died before writing there.
@@ -83,7 +83,6 @@ async def test_bookkeeper_2615_recovery_of_an_empty_last_fragment(
     Starting from LAC -1 instead reads the last ensemble from entry 0, finds nothing, and closes
     the ledger empty: every acknowledged entry is lost.
     """
-    monkeypatch.setattr(_recovery, "START_AT_LAST_FRAGMENT", fix)
     async with cluster(memory_url, tmp_path, 4), connect(memory_url) as w1:
         lw = await w1.create_ledger(2, 2, 2, password=PW)
         acked = await lw.append_batch([payload(i) for i in range(2000)])
@@ -95,6 +94,7 @@ async def test_bookkeeper_2615_recovery_of_an_empty_last_fragment(
             await manager.write(md.with_fragment(2000, tuple(spare[:2])), version)
 
         async with connect(memory_url) as w2:
+            w2._core.recovery_rules = RecoveryRules(start_at_last_fragment=fix)
             lr = await w2.open_ledger(lw.id, password=PW, recovery=True)
             md = await w2.ledger_metadata(lw.id)
             tail = (

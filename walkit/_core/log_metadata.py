@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -349,13 +349,6 @@ class LogMetadata:
             )
         new = LogLedger(self.next_seq, new_ledger_id)
         return attrs.evolve(self, ledgers=(*self.ledgers, new), next_seq=self.next_seq + 1), new
-
-    def without_ledgers(self, ledgers: Iterable[LogLedger]) -> LogMetadata:
-        """Drop ledgers (empty ones found after a takeover); the last one is never dropped."""
-        gone = set(ledgers)
-        if self.last is not None and self.last in gone:
-            raise InvalidArgumentError("the log's current ledger cannot be dropped")
-        return attrs.evolve(self, ledgers=tuple(lg for lg in self.ledgers if lg not in gone))
 
     def truncated_at(self, pos: LogPosition) -> Truncation:
         """Move the truncation point to ``pos`` (never backwards) and drop the ledgers wholly

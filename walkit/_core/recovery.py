@@ -40,6 +40,21 @@ class Answer(enum.Enum):
     REFUSED = "refused"
 
 
+@final
+@attrs.frozen
+class RecoveryRules:
+    """The two fixes a recovery applies, each tied to a BookKeeper bug it prevents. Always on
+    in use; a regression test injects one turned off (``ClientCore.recovery_rules``) to show
+    that the fix is what prevents the bug."""
+
+    #: Recovery reads fence (apache/bookkeeper#2614: without it, a late add reaching a bookie
+    #: that missed the fence is acknowledged after the ledger was closed without it).
+    fence_reads: bool = True
+    #: Reading forward starts no lower than the last fragment (apache/bookkeeper#2615: from a
+    #: LAC below it, an empty last fragment closes the ledger empty).
+    start_at_last_fragment: bool = True
+
+
 #: Answers that count as a failed bookie.
 FAILED: frozenset[Answer] = frozenset({Answer.ERROR, Answer.REFUSED})
 

@@ -41,6 +41,20 @@ class BookieId:
         return cls(host, port)
 
 
+@attrs.frozen
+class BookieInfo:
+    """What the client knows about a registered bookie.
+
+    ``network_location`` is what the bookie registered (``walkit-bookie --network-location``);
+    when it is None the policy asks its location resolver, then falls back to the default rack.
+    """
+
+    bookie_id: BookieId
+    #: ``/region/rack`` as the bookie registered it, or None.
+    network_location: str | None = None
+    read_only: bool = False
+
+
 @final
 @attrs.frozen
 class Entry:

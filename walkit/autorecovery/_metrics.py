@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, final
 
+from prometheus_client import Counter, Gauge, Histogram
+
 from walkit._logging import get_logger
 
 log = get_logger(__name__)
@@ -28,7 +30,6 @@ class AutorecoveryMetrics:
         self.ledgers_healed = 0
         if registry is None:
             return
-        from prometheus_client import Counter, Gauge, Histogram
 
         try:
             self._underreplicated = Gauge(

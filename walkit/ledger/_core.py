@@ -17,6 +17,7 @@ import trio
 from walkit._core.backoff import Backoff
 from walkit._core.digest import DigestManager, master_key
 from walkit._core.ledger_metadata import LedgerMetadata, password_matches
+from walkit._core.recovery import RecoveryRules
 from walkit._core.types import BookieId
 from walkit._core.wire import Request, Response, StatusCode
 from walkit._retry import retry
@@ -81,6 +82,8 @@ class ClientCore:
     rng: random.Random
     #: Runs handles' background tasks (explicit LAC, ensemble changes); tasks must not raise.
     nursery: trio.Nursery
+    #: What recovery applies (always both fixes; tests inject one turned off).
+    recovery_rules: RecoveryRules = attrs.field(factory=RecoveryRules)
 
     # --- metadata --------------------------------------------------------------------------
 

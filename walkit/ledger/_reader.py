@@ -90,7 +90,6 @@ class LedgerReader:
         self.id = metadata.ledger_id
         self._digest: DigestManager = core.digest_manager(metadata, password)
         self._lac = metadata.last_entry_id if metadata.is_closed else lac
-        self._md_read_at = trio.current_time()
         self._watch: _MetadataWatch | None = None
 
     def __repr__(self) -> str:
@@ -236,7 +235,6 @@ class LedgerReader:
     async def _refresh_metadata(self) -> bool:
         """Re-read the metadata; True if it changed (a new fragment, or closed)."""
         md, _version = await self._core.read_metadata(self.id)
-        self._md_read_at = trio.current_time()
         changed = md != self._md
         self._md = md
         if md.is_closed:

@@ -73,13 +73,6 @@ WINDOW: Final = 256
 #: Times recovery starts over after losing a CAS to a concurrent change, before giving up.
 MAX_ROUNDS: Final = 10
 
-#: Test-only switch: with False, recovery reads do not fence. This reintroduces
-#: apache/bookkeeper#2614 so a regression test can show that the fence is what prevents it.
-FENCE_RECOVERY_READS = True
-#: Test-only switch: with False, recovery reads forward from the fenced LAC even when that is
-#: below the last fragment, reintroducing apache/bookkeeper#2615.
-START_AT_LAST_FRAGMENT = True
-
 
 class _Inbox:
     """Collects answers of requests sent with ``BookieConnection.send`` for one phase."""
@@ -199,7 +192,7 @@ class _Recovery:
         fenced_lac = await self._fence()
         start_lac = (
             recovery_start_lac(fenced_lac, self.md.last_fragment_first_entry)
-            if START_AT_LAST_FRAGMENT
+            if self.core.recovery_rules.start_at_last_fragment
             else fenced_lac
         )
         packets = await self._read_forward(start_lac)
@@ -271,8 +264,9 @@ class _Recovery:
 
     async def _read_forward(self, start_lac: int) -> list[bytes]:
         """Packets of the confirmed entries after ``start_lac``, in order, up to the first absent."""
-        flags = ReadFlag.FENCE if FENCE_RECOVERY_READS else ReadFlag.NONE
-        key = self.key if FENCE_RECOVERY_READS else b""
+        fence = self.core.recovery_rules.fence_reads
+        flags = ReadFlag.FENCE if fence else ReadFlag.NONE
+        key = self.key if fence else b""
         trackers: dict[int, RecoveryReadTracker] = {}
         inbox = _Inbox()
         timeout = self.core.options.read_timeout

@@ -21,7 +21,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from walkit._core.types import BookieId
+from walkit._core.types import BookieId, BookieInfo
 from walkit._logging import get_logger
 from walkit._version import __version__
 from walkit.errors import (
@@ -37,7 +37,6 @@ from walkit.metadata._cluster import (
     BOOKIES_READONLY_PATH,
 )
 from walkit.metadata._store import MetadataStore, WatchEvent, WatchEventKind
-from walkit.placement._policy import BookieInfo
 
 logger = get_logger(__name__)
 

@@ -5,6 +5,7 @@ the configuration and :class:`PlacementResources`, and ``on_cluster_changed`` wh
 registered bookies change.
 """
 
+from walkit._core.types import BookieInfo
 from walkit.placement._base import BasePlacementPolicy, apply_cluster_change
 from walkit.placement._config import PlacementConfig
 from walkit.placement._default import DefaultEnsemblePlacementPolicy
@@ -14,7 +15,7 @@ from walkit.placement._loader import (
     available_policies,
     load_policy,
 )
-from walkit.placement._policy import BookieInfo, EnsemblePlacementPolicy, PlacementResources
+from walkit.placement._policy import EnsemblePlacementPolicy, PlacementResources
 from walkit.placement._rackaware import RackawareEnsemblePlacementPolicy
 from walkit.placement._regionaware import RegionAwareEnsemblePlacementPolicy
 from walkit.placement._resolvers import (

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import trio
 
 from walkit._core.ledger_metadata import validate_quorums
-from walkit._core.types import BookieId
+from walkit._core.types import BookieId, BookieInfo
 from walkit._logging import get_logger
 from walkit.errors import (
     ClientClosedError,
@@ -21,7 +21,7 @@ from walkit.errors import (
 )
 from walkit.placement._config import PlacementConfig
 from walkit.placement._metrics import PlacementMetrics
-from walkit.placement._policy import BookieInfo, EnsemblePlacementPolicy, PlacementResources
+from walkit.placement._policy import EnsemblePlacementPolicy, PlacementResources
 from walkit.placement._resolvers import (
     LocationResolver,
     ScriptLocationResolver,

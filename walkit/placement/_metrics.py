@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import Counter, Gauge
+
 from walkit._logging import get_logger
 
 log = get_logger(__name__)
@@ -20,7 +22,6 @@ class PlacementMetrics:
         self._bookies: Any = None
         if registry is None:
             return
-        from prometheus_client import Counter, Gauge
 
         try:
             self._placements = Counter(

@@ -1,4 +1,5 @@
-"""The ensemble placement policy interface (seed 004), in Python form."""
+"""The ensemble placement policy interface (seed 004), in Python form. (``BookieInfo`` lives
+in :mod:`walkit._core.types`: the metadata layer makes them too.)"""
 
 from __future__ import annotations
 
@@ -9,21 +10,7 @@ from typing import Any
 
 import attrs
 
-from walkit._core.types import BookieId
-
-
-@attrs.frozen
-class BookieInfo:
-    """What the client knows about a registered bookie.
-
-    ``network_location`` is what the bookie registered (``walkit-bookie --network-location``);
-    when it is None the policy asks its location resolver, then falls back to the default rack.
-    """
-
-    bookie_id: BookieId
-    #: ``/region/rack`` as the bookie registered it, or None.
-    network_location: str | None = None
-    read_only: bool = False
+from walkit._core.types import BookieId, BookieInfo
 
 
 @attrs.frozen

@@ -56,15 +56,6 @@ class LogMark:
         return cls(*cls._S.unpack(data))
 
 
-def encode_records(bodies: Sequence[bytes]) -> bytes:
-    """The journal bytes of some records (without padding); used by tests and tools."""
-    parts: list[bytes] = []
-    for body in bodies:
-        parts.append(_REC.pack(len(body), crc32c.crc32c(body)))
-        parts.append(body)
-    return b"".join(parts)
-
-
 def journal_files(directory: Path) -> dict[int, Path]:
     files: dict[int, Path] = {}
     for p in directory.iterdir():
