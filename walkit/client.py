@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import random
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
@@ -48,6 +47,7 @@ from walkit.ledger._core import ClientCore, check_password
 from walkit.ledger._options import ClientOptions
 from walkit.ledger._reader import LedgerReader
 from walkit.ledger._reads import read_lac, unreachable
+from walkit.ledger._recovery import recover_ledger
 from walkit.ledger._writer import LedgerWriter
 from walkit.metadata import (
     LedgerManager,
@@ -352,12 +352,7 @@ class Client:
 
 
 async def _recover(core: ClientCore, ledger_id: int, password: bytes) -> LedgerMetadata:
-    try:
-        recovery = importlib.import_module("walkit.ledger._recovery")
-    except ImportError:  # pragma: no cover - the lead is writing the driver
-        raise NotImplementedError("open_ledger(recovery=True) is not available yet") from None
-    md: LedgerMetadata = await recovery.recover_ledger(core, ledger_id, password)
-    return md
+    return await recover_ledger(core, ledger_id, password)
 
 
 # --- running -------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ _HEAD = struct.Struct(">BBQ")
 
 
 class StatusCode(enum.IntEnum):
-    """Answer codes, modelled on BookKeeper's (numbers match ``walkit.errors`` codes)."""
+    """Answer codes, named after BookKeeper's; the numbers are walkit's own (not BookKeeper's
+    wire values) and match the ``code`` of the ``walkit.errors`` class each one raises."""
 
     OK = 0
     NO_SUCH_ENTRY = 1
