@@ -23,7 +23,7 @@ from walkit.autorecovery import (
     run_autorecovery,
 )
 from walkit.client import Client
-from walkit.metadata import UnderreplicationManager, open_metadata_store
+from walkit.metadata import UnderreplicationManager, open_metadata_store, register_bookie
 
 #: Only a guard against hangs; nothing here is about speed.
 HANG_GUARD = 60
@@ -228,6 +228,42 @@ async def test_recover_bookie_in_the_foreground(memory_url: str, tmp_path: Path)
             assert [p[0] for p in progress] == list(range(1, len(listing) + 1))
             assert await UnderreplicationManager(client.metadata_store).list_ids() == []
             await read_all(client, written, b"secret")
+
+
+async def test_a_dead_but_still_registered_replacement_is_passed_over(
+    memory_url: str, tmp_path: Path
+) -> None:
+    """A bookie that died a moment ago stays registered until its session expires, so the
+    placement policy may offer it as a replacement: copying to it fails, and the heal plans
+    again without it instead of failing the ledger."""
+    with trio.fail_after(HANG_GUARD):
+        async with (
+            cluster(memory_url, tmp_path, 5) as bookies,
+            connect(memory_url) as client,
+            await open_metadata_store(memory_url) as stale_session,
+        ):
+            lost = None
+            written: dict[int, list[bytes]] = {}
+            while lost is None or len(written) < 8:  # 8 ledgers on one ensemble of 3
+                more = await write_ledgers(client, 1, 20)
+                lid = next(iter(more))
+                ensemble = (await client.ledger_metadata(lid)).fragments[0][1]
+                if lost is None:
+                    lost, first = ensemble[0], set(ensemble)
+                if set(ensemble) == first:
+                    written.update(more)
+            dead = next(b for b in bookies.ids.values() if b not in first)
+            await bookies.stop(bookies.index_of(dead))
+            await register_bookie(stale_session, dead)  # its registration outlives it
+            await bookies.stop(bookies.index_of(lost))
+            report = await recover_bookie(client, lost)
+            # Each ledger's replacement is one of two: the live spare, or the dead one first
+            # (then the live spare): without passing over the dead one, ~255 in 256 runs fail.
+            assert report.ok and set(written) <= set(report.healed), report.failed
+            for lid in written:
+                bookies_now = (await client.ledger_metadata(lid)).all_bookies()
+                assert dead not in bookies_now and lost not in bookies_now
+            await read_all(client, written)
 
 
 async def test_concurrent_workers_on_one_ledger(memory_url: str, tmp_path: Path) -> None:

@@ -29,7 +29,17 @@ from walkit.ledger._core import ClientCore
 
 log = get_logger(__name__)
 
-__all__ = ["RateLimiter", "copy_fragment"]
+__all__ = ["RateLimiter", "TargetFailedError", "copy_fragment"]
+
+
+class TargetFailedError(RereplicationError):
+    """The replacement did not store the copies (unreachable, refused): heal picks another.
+    A bookie that died recently is still registered until its session expires, so the
+    placement policy may offer it."""
+
+    def __init__(self, message: str, target: BookieId) -> None:
+        super().__init__(message)
+        self.target = target
 
 
 @final
@@ -155,9 +165,10 @@ async def _write_chunk(
     await acks.done.wait()
     if acks.problems:
         core.pool.record_failure(target)
-        raise RereplicationError(
+        raise TargetFailedError(
             f"ledger {md.ledger_id}: {target} did not store "
-            f"{len(acks.problems)} of {len(chunk)} entries ({'; '.join(acks.problems[:3])})"
+            f"{len(acks.problems)} of {len(chunk)} entries ({'; '.join(acks.problems[:3])})",
+            target,
         )
 
 

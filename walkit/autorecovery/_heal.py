@@ -31,8 +31,9 @@ from walkit._core.rereplication import (
     next_action,
     with_replacements,
 )
+from walkit._core.types import BookieId
 from walkit._logging import get_logger
-from walkit.autorecovery._copy import RateLimiter, copy_fragment
+from walkit.autorecovery._copy import RateLimiter, TargetFailedError, copy_fragment
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.errors import MetadataVersionError, NoSuchLedgerError, RereplicationError
@@ -99,6 +100,8 @@ class Healer:
         attempt failed (the marker stays; another attempt may succeed)."""
         core = self.client._core
         started = trio.current_time()
+        #: Replacements that failed to store copies in this attempt (not offered again).
+        unusable: set[BookieId] = set()
         for _ in range(_ROUNDS):
             found = await self.urm.read(ledger_id)
             if found is None:
@@ -138,7 +141,7 @@ class Healer:
                 await self.client.open_ledger(ledger_id, password=password, recovery=True)
                 continue
             gaps = gaps_for(md, lost)
-            chosen = choose_replacements(core.placement, md, gaps, avoid=lost)
+            chosen = choose_replacements(core.placement, md, gaps, avoid=lost | unusable)
             if isinstance(chosen, NoReplacement):
                 reason = (
                     f"no valid replacement for {chosen.gap.bookie} in fragment "
@@ -157,21 +160,31 @@ class Healer:
                 return HealOutcome.NO_REPLACEMENT
             digests = DigestManager(ledger_id, md.digest, password)
             key = master_key(password)
-            for gap in gaps:
-                target = chosen[(gap.first_entry, gap.index)]
-                await copy_fragment(
-                    core,
-                    md,
-                    gap,
-                    target,
-                    key=key,
-                    digests=digests,
-                    limiter=self.limiter,
-                    window=self.options.window,
-                    skip=lost,
-                    metrics=self.metrics,
-                    progress=progress,
+            try:
+                for gap in gaps:
+                    target = chosen[(gap.first_entry, gap.index)]
+                    await copy_fragment(
+                        core,
+                        md,
+                        gap,
+                        target,
+                        key=key,
+                        digests=digests,
+                        limiter=self.limiter,
+                        window=self.options.window,
+                        skip=lost,
+                        metrics=self.metrics,
+                        progress=progress,
+                    )
+            except TargetFailedError as exc:
+                unusable.add(exc.target)
+                log.info(
+                    "rereplication_replacement_failed",
+                    ledger_id=ledger_id,
+                    bookie_id=str(exc.target),
+                    error=str(exc),
                 )
+                continue  # plan again without it (copies made so far are harmless)
             old = {(g.first_entry, g.index): g.bookie for g in gaps}
             try:
                 await core.ledgers.write(with_replacements(md, chosen, old), version)
