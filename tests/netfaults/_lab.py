@@ -174,6 +174,20 @@ async def recover(c: walkit.Client, ledger_id: int, attempts: int = 40) -> tuple
     raise AssertionError("unreachable")
 
 
+async def take_over(log: walkit.Log, attempts: int = 40) -> walkit.LogWriter:
+    """``log.writer()`` (a takeover), tried again while it fails in a retryable way: right after
+    a cut heals, the client may still be backing off from the bookie it could not reach, and
+    recovery then still cannot decide the tail entry."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await log.writer()
+        except WalkitError as exc:
+            if not exc.retryable or attempt == attempts:
+                raise
+            await trio.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 async def create_ledger(
     c: walkit.Client, e: int = 3, qw: int = 2, qa: int = 2, attempts: int = 20
 ) -> LedgerWriter:

@@ -34,6 +34,7 @@ from tests.netfaults._lab import (
     read_back,
     recover,
     tail,
+    take_over,
     wait_until,
 )
 from tests.netfaults._netns import NetLab, has_netem
@@ -342,7 +343,7 @@ async def test_log_takeover_while_a_bookie_is_partitioned(tmp_path: Path) -> Non
                         wb = await log_b.writer()  # the takeover, under the faults
                     except LedgerRecoveryError:  # undecidable while cut off: see above
                         lab.link_up(cut.node)
-                        wb = await log_b.writer()
+                        wb = await take_over(log_b)
                     async with wb:
                         for n in range(50):
                             await history.append("b", wb, b"b-%d" % n)
