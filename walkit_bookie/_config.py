@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import ssl
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, final
@@ -20,6 +19,7 @@ from walkit._core.auth import (
     parse_token_file,
 )
 from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
+from walkit._private_file import read_private_text
 from walkit.errors import ConfigurationError
 from walkit.net import TLSConfig
 from walkit.net._tls import CLIENT_AUTH_MODES
@@ -243,17 +243,7 @@ class BookieConfig:
         if self.auth != "token" or self.auth_token_file is None:
             return None
         path = self.auth_token_file
-        try:
-            with open(path, encoding="utf-8") as file:
-                mode = os.fstat(file.fileno()).st_mode
-                text = file.read(1024 * 1024)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(f"cannot read the auth token file {path}: {exc}") from exc
-        if mode & 0o077:
-            raise ConfigurationError(
-                f"the auth token file {path} is readable by others (mode "
-                f"{stat.S_IMODE(mode):04o}): chmod 600 it"
-            )
+        text = read_private_text(path, "auth token file")
         return TokenAuthenticator(parse_token_file(text, path))
 
     def authorization(self) -> Authorization | None:

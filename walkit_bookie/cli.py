@@ -13,9 +13,7 @@ arguments.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import stat
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +22,7 @@ import trio
 
 from walkit._groups import leaves as group_leaves
 from walkit._logging import configure_cli_logging, get_logger
+from walkit._private_file import read_private_text
 from walkit.errors import ConfigurationError, WalkitError
 from walkit.net._auth import read_token_file as read_auth_token_file
 from walkit_bookie._config import BookieConfig
@@ -393,21 +392,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
 
 def read_token_file(path: str) -> str:
     """The admin token: the first line of ``path``, which only its owner may read."""
-    try:
-        with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            raw = f.read(4096)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the admin token file {path}: {exc}") from None
-    if mode & 0o077:
-        raise ConfigurationError(
-            f"the admin token file {path} is readable by group or others "
-            f"(mode {stat.S_IMODE(mode):o}): chmod 600 it"
-        )
-    try:
-        lines = raw.decode().splitlines()
-    except UnicodeDecodeError:
-        raise ConfigurationError(f"the admin token file {path} is not text") from None
+    lines = read_private_text(path, "admin token file", limit=4096).splitlines()
     if not lines or not lines[0].strip():
         raise ConfigurationError(f"the admin token file {path} is empty")
     return lines[0].strip()

@@ -10,14 +10,13 @@ one ACL entry: that identity may do everything, nobody else anything (ZooKeeper'
 
 from __future__ import annotations
 
-import os
 import ssl
-import stat
 from typing import Any, final
 
 import attrs
 from kazoo.security import ACL, make_digest_acl
 
+from walkit._private_file import read_private_text
 from walkit.errors import ConfigurationError
 
 __all__ = ["DigestCredentials", "ZkTls", "read_credentials_file", "zk_tls"]
@@ -46,19 +45,7 @@ class DigestCredentials:
 def read_credentials_file(path: str) -> DigestCredentials:
     """The ``user:password`` in ``path``. ConfigurationError says what is wrong (never the
     password)."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            text = file.read(64 * 1024)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(
-            f"cannot read the ZooKeeper credentials file {path}: {exc}"
-        ) from exc
-    if mode & 0o077:
-        raise ConfigurationError(
-            f"the ZooKeeper credentials file {path} is readable by others "
-            f"(mode {stat.S_IMODE(mode):04o}): chmod 600 it"
-        )
+    text = read_private_text(path, "ZooKeeper credentials file", limit=64 * 1024)
     lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line and not line.startswith("#")]
     if not lines:

@@ -9,8 +9,6 @@ nothing else is sent on a connection the bookie has not accepted. A refusal beco
 
 from __future__ import annotations
 
-import os
-import stat
 from typing import Final, final
 
 import trio
@@ -27,6 +25,7 @@ from walkit._core.wire import (
     frame_length,
 )
 from walkit._logging import get_logger
+from walkit._private_file import read_private_text
 from walkit.errors import (
     AuthenticationError,
     BookieUnavailableError,
@@ -166,17 +165,7 @@ async def _receive_frame(stream: trio.abc.Stream) -> bytes | None:
 def read_token_file(path: str) -> TokenAuth:
     """The token in ``path``: its first line that is not blank or a ``#`` comment. The file
     must not be readable by group or others. ConfigurationError says what is wrong."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            text = file.read(64 * 1024)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"cannot read the auth token file {path}: {exc}") from exc
-    if mode & 0o077:
-        raise ConfigurationError(
-            f"the auth token file {path} is readable by others (mode {stat.S_IMODE(mode):04o}): "
-            "chmod 600 it"
-        )
+    text = read_private_text(path, "auth token file", limit=64 * 1024)
     for line in text.splitlines():
         token = line.strip()
         if token and not token.startswith("#"):
