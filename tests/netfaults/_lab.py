@@ -174,6 +174,22 @@ async def recover(c: walkit.Client, ledger_id: int, attempts: int = 40) -> tuple
     raise AssertionError("unreachable")
 
 
+async def start_tail(
+    nursery: trio.Nursery, history: History, url: str, ledger_id: int
+) -> list[int]:
+    """Start :func:`tail` in ``nursery`` and return once it follows the ledger; the list
+    returned gets the count of entries it read when the ledger closes."""
+    counts: list[int] = []
+    started = trio.Event()
+
+    async def follow() -> None:
+        counts.append(await tail(history, url, ledger_id, started=started))
+
+    nursery.start_soon(follow)
+    await started.wait()
+    return counts
+
+
 async def take_over(log: walkit.Log, attempts: int = 40) -> walkit.LogWriter:
     """``log.writer()`` (a takeover), tried again while it fails in a retryable way: right after
     a cut heals, the client may still be backing off from the bookie it could not reach, and

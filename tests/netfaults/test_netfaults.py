@@ -33,7 +33,7 @@ from tests.netfaults._lab import (
     netns_cluster,
     read_back,
     recover,
-    tail,
+    start_tail,
     take_over,
     wait_until,
 )
@@ -92,16 +92,9 @@ async def test_a_partitioned_bookie_is_replaced_and_nothing_acknowledged_is_lost
             victim = by_address(bookies, w.metadata.current_ensemble[1])
             writer = Writer(history, "writer", w)
             stop = trio.Event()
-            tailed: list[int] = []
             with trio.fail_after(120):
                 async with trio.open_nursery() as nursery:
-                    started = trio.Event()
-
-                    async def follow() -> None:
-                        tailed.append(await tail(history, url, w.id, started=started))
-
-                    nursery.start_soon(follow)
-                    await started.wait()
+                    tailed = await start_tail(nursery, history, url, w.id)
                     nursery.start_soon(writer.run, stop)
                     await wait_until(lambda: writer.acked >= 50, 30, "50 acks before the fault")
                     if how == "link_down":
@@ -153,16 +146,9 @@ async def test_takeover_while_one_bookie_is_partitioned_and_another_lossy(
             cut, lossy = by_address(bookies, ensemble[0]), by_address(bookies, ensemble[2])
             spare = next(b for b in bookies if b.address not in ensemble)
             a = Writer(history, "a", w)
-            tailed: list[int] = []
             with trio.fail_after(150):
                 async with trio.open_nursery() as nursery:
-                    started = trio.Event()
-
-                    async def follow() -> None:
-                        tailed.append(await tail(history, url, w.id, started=started))
-
-                    nursery.start_soon(follow)
-                    await started.wait()
+                    tailed = await start_tail(nursery, history, url, w.id)
                     nursery.start_soon(a.run, trio.Event())
                     await wait_until(lambda: a.acked >= 50, 30, "50 acks before the faults")
                     lab.link_down(cut.node)
