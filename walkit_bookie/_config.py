@@ -153,6 +153,10 @@ class BookieConfig:
     group_commit_max_wait: float = attrs.field(default=0.001, validator=_positive)
     #: A journal write (one fdatasync) carries at most about this many bytes.
     group_commit_max_bytes: int = attrs.field(default=4 * MiB, validator=_positive)
+    #: Rereplication copies (adds flagged COPY) are stored apart from the journal, straight in
+    #: an entry log: one write, one fdatasync and one index transaction per group of at most
+    #: about this many bytes.
+    copy_group_max_bytes: int = attrs.field(default=8 * MiB, validator=_positive)
     #: Groups of at least this many bytes are written from a worker thread, so receiving and
     #: answering go on meanwhile; smaller ones are written inline on the event loop (a small
     #: O_DIRECT write takes ~0.1-0.3 ms, less than a hand-off to a thread and back once both

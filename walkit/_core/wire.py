@@ -84,6 +84,11 @@ class AddFlag(enum.IntFlag):
     NONE = 0
     #: A recovery add: accepted on a fenced ledger, idempotent.
     RECOVERY = 1
+    #: A rereplication copy (sent with RECOVERY): the bookie may store it straight in its
+    #: entry log (durable before the answer) instead of its journal, so copies are written
+    #: once and do not share the foreground's journal syncs. Bookies that do not know the
+    #: flag journal the add as any other.
+    COPY = 2
 
 
 class ReadFlag(enum.IntFlag):

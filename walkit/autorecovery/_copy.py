@@ -2,8 +2,8 @@
 
 Each entry is read from another bookie of its write set (in the placement policy's read
 order), its digest checked, and the exact stored bytes are sent to the replacement as a
-recovery add, which a bookie treats as idempotent: the same bytes again are accepted, other
-bytes are refused (ENTRY_EXISTS). Adds go out in entry order on one connection: a bookie takes
+recovery add flagged COPY, which a bookie treats as idempotent (the same bytes again are
+accepted, other bytes are refused: ENTRY_EXISTS) and writes once, straight into an entry log. Adds go out in entry order on one connection: a bookie takes
 an add above the highest entry it has without looking on disk, while one below it (out of order)
 costs a lookup. A token bucket keeps the rate under the entries/s and bytes/s limits.
 """
@@ -160,7 +160,7 @@ async def _write_chunk(
         acks,
         core.options.add_timeout,
         trio.current_time(),
-        AddFlag.RECOVERY,
+        AddFlag.RECOVERY | AddFlag.COPY,
     )
     await acks.done.wait()
     if acks.problems:

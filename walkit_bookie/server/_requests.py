@@ -11,8 +11,8 @@ reasons set and a callback for a full disk are passed in.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
-from typing import Any, final
+from collections.abc import Callable, Sequence
+from typing import Any, cast, final
 
 import trio
 
@@ -141,11 +141,20 @@ class RequestHandler:
             max_wait=config.group_commit_max_wait,
             max_bytes=config.group_commit_max_bytes,
         )
+        #: Rereplication copies (adds flagged COPY) are grouped apart and stored by
+        #: ``storage.store_copies``: they never join, or delay, the journal's groups.
+        self.copy_commit = GroupCommit(
+            _CopyStore(storage),
+            self._on_committed,
+            max_wait=config.group_commit_max_wait,
+            max_bytes=config.copy_group_max_bytes,
+        )
 
     async def run(self) -> None:
         """The group commit, the disk readers and the checker of rewrites, until cancelled."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.group_commit.run)
+            nursery.start_soon(self.copy_commit.run)
             for _ in range(_DISK_READERS):
                 nursery.start_soon(self._disk_reader)
             nursery.start_soon(self._stored_add_checker)
@@ -371,8 +380,14 @@ class RequestHandler:
                 return None
             return self._add_stored(conn, body, req, stored, pending=key in self._adds_pending)
         self._adds_pending[(req.ledger_id, req.entry_id)] = req.packet
-        self.group_commit.submit(body, req, conn)
+        self._store(body, req, conn)
         return None
+
+    def _store(self, body: bytes, req: AddRequest, conn: Connection) -> None:
+        if req.flags & AddFlag.COPY:
+            self.copy_commit.submit(body, req, conn)
+        else:
+            self.group_commit.submit(body, req, conn)
 
     def _add_stored(
         self, conn: Connection, body: bytes, req: AddRequest, stored: bytes | None, *, pending: bool
@@ -382,7 +397,7 @@ class RequestHandler:
         if decision is StoredEntry.ABSENT or (decision is StoredEntry.SAME and pending):
             # Absent, or the same bytes still on their way to the journal: store (idempotent).
             self._adds_pending[(req.ledger_id, req.entry_id)] = req.packet
-            self.group_commit.submit(body, req, conn)
+            self._store(body, req, conn)
         elif decision is StoredEntry.SAME:
             self.adds_idempotent += 1
             self._answer_add(conn, req, StatusCode.OK)
@@ -636,6 +651,17 @@ class RequestHandler:
             lot = waiters.get(lid)
             if lot is not None:
                 lot.unpark_all()
+
+
+@final
+class _CopyStore:
+    """The committer of the copies' group commit."""
+
+    def __init__(self, storage: BookieStorage) -> None:
+        self._storage = storage
+
+    async def commit(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> None:
+        await self._storage.store_copies(bodies, cast("Sequence[AddRequest]", requests))
 
 
 def _io_status(error: BaseException) -> StatusCode:

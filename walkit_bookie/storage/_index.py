@@ -191,11 +191,12 @@ class Index:
         self,
         locations: Sequence[tuple[bytes, bytes]],
         ledgers: Iterable[tuple[int, LedgerInfo]],
-        mark: LogMark,
+        mark: LogMark | None,
         usage: Mapping[int, Mapping[int, int]] | None = None,
     ) -> None:
         """A checkpoint: new index entries, ledger states, the LastLogMark and the usage the
-        new entries add (``usage``: log id -> ledger id -> bytes), in one transaction."""
+        new entries add (``usage``: log id -> ledger id -> bytes), in one transaction.
+        ``mark`` None keeps the LastLogMark (entries that never were in the journal)."""
         ledgers = list(ledgers)
 
         def work(txn: Any) -> UsageDelta:
@@ -208,7 +209,8 @@ class Index:
                     self._overwrite(txn, locations, delta)
             for ledger_id, info in ledgers:
                 txn.put(_LEDGER.pack(ledger_id), info.to_bytes(), db=self._ledgers)
-            txn.put(_MARK_KEY, mark.to_bytes(), db=self._meta)
+            if mark is not None:
+                txn.put(_MARK_KEY, mark.to_bytes(), db=self._meta)
             self._apply_usage(txn, delta)
             return delta
 
