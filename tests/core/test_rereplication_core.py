@@ -169,10 +169,10 @@ def test_token_bucket() -> None:
     assert bucket.reserve(50, 0.0) == pytest.approx(0.5)  # in debt: wait half a second
     assert bucket.reserve(50, 1.0) == pytest.approx(0.0)  # refilled 100, owed 50, took 50
     assert bucket.reserve(1000, 1.0) == pytest.approx(10.0)  # a large item passes, later
-    # By default a tenth of a second's worth is saved up.
+    # By default 20 ms worth is saved up.
     small = TokenBucket(100.0)
-    assert small.reserve(10, 0.0) == 0.0
-    assert small.reserve(10, 0.0) == pytest.approx(0.1)
+    assert small.reserve(2, 0.0) == 0.0
+    assert small.reserve(2, 0.0) == pytest.approx(0.02)
     assert check_rate(0, "x") is None and check_rate(None, "x") is None
     for bad in (-1, float("inf"), "fast", True):
         with pytest.raises(InvalidArgumentError):

@@ -38,7 +38,7 @@ class TokenBucket:
 
     def __attrs_post_init__(self) -> None:
         if self.rate is not None and self.burst <= 0:
-            self.burst = self.rate / 10  # a tenth of a second's worth: no long bursts
+            self.burst = self.rate / 50  # 20 ms worth: no long bursts
         self.tokens = self.burst
 
     def reserve(self, amount: float, now: float) -> float:
