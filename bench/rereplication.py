@@ -4,10 +4,11 @@ Five ``walkit-bookie`` processes (``--no-autorecovery``: this process does the h
 can time it) on sqlite metadata under ``--dir``. ``--mib`` MiB of 64 KiB entries are written
 across ``--ledgers`` ledgers (E=Qw=3, Qa=2). Then, twice:
 
-1. a foreground writer appends 1 KiB entries, one at a time, to a new ledger, and its latency
-   is measured for a few seconds with no healing (the baseline);
+1. a foreground writer (``bench/_foreground.py``, a process of its own, as an application is)
+   appends 1 KiB entries, one at a time, to a new ledger, and its latency is measured for a
+   few seconds with no healing (the baseline);
 2. a bookie is SIGKILLed and ``walkit.autorecovery.recover_bookie`` heals every ledger that
-   listed it, while the foreground writer keeps appending; time to heal, MiB/s copied and the
+   listed it, while a new foreground writer appends; time to heal, MiB/s copied and the
    foreground p50/p99 are recorded.
 
 The first loss is healed without a rate limit, the second with the default limits. The disk's
@@ -22,6 +23,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,15 +59,39 @@ async def write_data(client: Client, mib: int, ledgers: int) -> list[int]:
     return ids
 
 
-async def foreground(client: Client, stop: trio.Event, latencies: list[float]) -> None:
-    """Append 1 KiB entries one at a time until ``stop``; record each latency (ms)."""
-    lw = await client.create_ledger(3, 3, 2)
-    payload = b"f" * 1024
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        await lw.append(payload)
-        latencies.append((time.perf_counter() - t0) * 1e3)
-    await lw.close()
+class Foreground:
+    """``bench/_foreground.py`` in a child process: an application appending beside the
+    cluster, not sharing an event loop (or a core) with the healing."""
+
+    def __init__(self, url: str, out: Path) -> None:
+        self._url = url
+        self._out = out
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        """Start it; return once its first append is durable (call from a thread)."""
+        self._out.unlink(missing_ok=True)
+        script = Path(__file__).resolve().parent / "_foreground.py"
+        self._process = process = subprocess.Popen(
+            [sys.executable, str(script), self._url, str(self._out)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if line.strip() != "ready":
+            process.kill()
+            raise RuntimeError(f"foreground writer did not start: {line!r}")
+
+    def stop(self) -> list[float]:
+        """Stop it; the latencies (ms) of its appends after the first (call from a thread)."""
+        process = self._process
+        assert process is not None
+        process.send_signal(signal.SIGTERM)
+        code = process.wait()
+        if code != 0:
+            raise RuntimeError(f"foreground writer exited with {code}")
+        return [float(line) for line in self._out.read_text().splitlines()]
 
 
 def p(values: list[float], q: float) -> float:
@@ -75,29 +102,29 @@ def p(values: list[float], q: float) -> float:
 
 
 async def heal_once(
-    cluster: ProcessCluster, url: str, victim_index: int, options: AutorecoveryOptions
+    cluster: ProcessCluster,
+    url: str,
+    victim_index: int,
+    options: AutorecoveryOptions,
+    out: Path,
 ) -> dict[str, Any]:
     victim = cluster.bookies[victim_index]
+    fg = Foreground(url, out)
+    await trio.to_thread.run_sync(fg.start)
+    await trio.sleep(BASELINE_SECONDS)
+    base = await trio.to_thread.run_sync(fg.stop)
     async with Client.connect(url) as client:
-        base: list[float] = []
-        stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(foreground, client, stop, base)
-            await trio.sleep(BASELINE_SECONDS)
-            stop.set()
         victim.kill()
         # Let the bookie's registration expire so the placement policy stops offering it.
         while victim.address in (await list_bookies(client.metadata_store)).writable:  # noqa: ASYNC110
             await trio.sleep(0.1)
+    # A fresh writer: its ledger's ensemble is chosen without the lost bookie.
+    await trio.to_thread.run_sync(fg.start)
     async with Client.connect(url) as client:
-        during: list[float] = []
-        stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(foreground, client, stop, during)
-            t0 = time.perf_counter()
-            report = await recover_bookie(client, victim.address, options=options)
-            elapsed = time.perf_counter() - t0
-            stop.set()
+        t0 = time.perf_counter()
+        report = await recover_bookie(client, victim.address, options=options)
+        elapsed = time.perf_counter() - t0
+    during = await trio.to_thread.run_sync(fg.stop)
     assert report.ok, report.failed
     return {
         "ledgers": len(report.healed),
@@ -134,8 +161,9 @@ def main() -> None:
                     append_rate.append(args.mib / (time.perf_counter() - t0))
                 window = {} if args.window is None else {"window": args.window}
                 unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0, **window)
-                first = await heal_once(cluster, url, 0, unlimited)
-                second = await heal_once(cluster, url, 1, AutorecoveryOptions(**window))
+                out = root / "foreground.txt"
+                first = await heal_once(cluster, url, 0, unlimited, out)
+                second = await heal_once(cluster, url, 1, AutorecoveryOptions(**window), out)
                 return [first, second]
 
             results = trio.run(run)
@@ -147,7 +175,7 @@ def main() -> None:
         "",
         f"Disk: 1 MiB write + fsync {disk:,.0f} MiB/s; the client's own `append_batch` of the "
         f"data: {append_rate[0]:,.0f} MiB/s (x3 replicas; same run). One bookie SIGKILLed, then "
-        "`recover_bookie` heals every ledger that listed it; a foreground writer appends 1 KiB "
+        "`recover_bookie` heals every ledger that listed it; a foreground writer (a process of its own) appends 1 KiB "
         "entries one at a time before (baseline) and during the healing.",
         "",
         "| rate limit | ledgers | copied | time to heal | copy rate | vs disk | "
