@@ -67,6 +67,39 @@ def fsync_1m(directory: str | Path, *, total_mib: int = 512) -> dict[str, float]
     return {"fsync_1m_mib_s": total_mib / elapsed}
 
 
+def copy_1m(directory: str | Path, *, total_mib: int = 256) -> dict[str, float]:
+    """Copy a file on the same disk, 1 MiB at a time: read it (64 KiB reads; the file is
+    written with O_DIRECT where possible and dropped from the page cache first, as a bookie's
+    entry logs are), write it to a second file, fsync after every MiB. The disk's own bound for
+    any copier that must read what it writes, such as rereplication on a one-disk machine."""
+    source = Path(directory) / "limits-copy-src.bin"
+    target = Path(directory) / "limits-copy-dst.bin"
+    block = os.urandom(1 << 20)
+    fd = os.open(source, _FLAGS, 0o644)
+    try:
+        for _ in range(total_mib):
+            os.write(fd, block)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    src = os.open(source, os.O_RDONLY)
+    dst = os.open(target, _FLAGS, 0o644)
+    try:
+        start = time.perf_counter()
+        for i in range(total_mib):
+            chunk = b"".join(os.pread(src, 65536, i * (1 << 20) + j * 65536) for j in range(16))
+            os.write(dst, chunk)
+            os.fsync(dst)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(src)
+        os.close(dst)
+        source.unlink(missing_ok=True)
+        target.unlink(missing_ok=True)
+    return {"copy_1m_mib_s": total_mib / elapsed}
+
+
 _ECHO_SERVER = r"""
 import sys, trio
 async def handler(stream):
