@@ -11,7 +11,7 @@ import pytest
 import trio
 from prometheus_client import CollectorRegistry
 
-from tests.client.conftest import cluster, connect
+from tests.client.conftest import Bookies, cluster, connect
 from walkit import BookieId
 from walkit.autorecovery import (
     Auditor,
@@ -24,6 +24,7 @@ from walkit.autorecovery import (
 )
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager, open_metadata_store, register_bookie
+from walkit_bookie.storage import MemoryStorage
 
 #: Only a guard against hangs; nothing here is about speed.
 HANG_GUARD = 60
@@ -376,3 +377,62 @@ async def test_periodic_check_finds_a_copy_missing_on_a_live_bookie(
             # Nothing is missing any more.
             assert await auditor.check(registered, set(), entries=True) == 0
             await read_all(client, written)
+
+
+def _corrupt(bookies: Bookies, bookie: BookieId, ledger_id: int, entries: range) -> None:
+    """Flip the last payload byte of stored entries: their digests no longer match."""
+    storage = bookies.objects[bookies.index_of(bookie)].storage
+    assert isinstance(storage, MemoryStorage)
+    for entry_id in entries:
+        packet = bytearray(storage.entries[(ledger_id, entry_id)])
+        packet[-1] ^= 0xFF
+        storage.entries[(ledger_id, entry_id)] = bytes(packet)
+
+
+async def test_copies_pass_over_corrupted_replicas(
+    memory_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each survivor holds bad copies of a third of the entries (a different third each): a
+    copy read from a bad replica fails its digest check and is read from the other one, so
+    the replacement ends up with good bytes of every entry."""
+    caplog.set_level(logging.WARNING)
+    with trio.fail_after(HANG_GUARD):
+        async with (
+            cluster(memory_url, tmp_path, 4, memory=True) as bookies,
+            connect(memory_url) as client,
+        ):
+            written = await write_ledgers(client, 1, 30)
+            (lid,) = written
+            lost, first, second = (await client.ledger_metadata(lid)).fragments[0][1]
+            _corrupt(bookies, first, lid, range(0, 30, 3))
+            _corrupt(bookies, second, lid, range(1, 30, 3))
+            await bookies.stop(bookies.index_of(lost))
+            report = await recover_bookie(client, lost)
+            assert report.ok and report.healed == [lid], report.failed
+            assert "rereplication_bad_digest" in caplog.text
+            # Only the replacement's copies are left to read from.
+            await bookies.stop(bookies.index_of(first))
+            await bookies.stop(bookies.index_of(second))
+            await read_all(client, written)
+
+
+async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
+    memory_url: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(HANG_GUARD):
+        async with (
+            cluster(memory_url, tmp_path, 4, memory=True) as bookies,
+            connect(memory_url) as client,
+        ):
+            written = await write_ledgers(client, 1, 10)
+            (lid,) = written
+            lost, first, second = (await client.ledger_metadata(lid)).fragments[0][1]
+            _corrupt(bookies, first, lid, range(7, 8))
+            _corrupt(bookies, second, lid, range(7, 8))
+            await bookies.stop(bookies.index_of(lost))
+            report = await recover_bookie(client, lost)
+            assert not report.ok and list(report.failed) == [lid]
+            assert "no surviving copy of entry 7" in report.failed[lid]
+            assert str(first) in report.failed[lid] and str(second) in report.failed[lid]
+            # The marker stays: the ledger is still under-replicated.
+            assert await UnderreplicationManager(client.metadata_store).list_ids() == [lid]

@@ -21,13 +21,15 @@ from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.rate_limit import TokenBucket
 from walkit._core.rereplication import FragmentGap
 from walkit._core.types import BookieId
-from walkit._core.wire import AddFlag, ReadRequest, ReadResponse, Response, StatusCode
+from walkit._core.wire import AddFlag, ReadResponse, Response, StatusCode, encode_read_request
 from walkit._logging import get_logger
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.errors import DigestMismatchError, RereplicationError, WalkitError
 from walkit.ledger._core import ClientCore
 
 log = get_logger(__name__)
+
+_OK = int(StatusCode.OK)
 
 __all__ = ["RateLimiter", "TargetFailedError", "copy_fragment"]
 
@@ -71,45 +73,121 @@ class RateLimiter:
         return max(1, min(window, int(burst // average_size)))
 
 
-async def _read_packet(
-    core: ClientCore,
-    md: LedgerMetadata,
-    gap: FragmentGap,
-    entry_id: int,
-    digests: DigestManager,
-    skip: Collection[BookieId],
-) -> bytes:
-    """The entry's stored bytes from a surviving replica, digest checked."""
-    ensemble = gap.ensemble
-    ws = [i for i in write_set(entry_id, md.ensemble_size, md.write_quorum) if i != gap.index]
-    order = [i for i in core.read_order(ensemble, ws) if ensemble[i] not in skip]
-    problems: list[str] = []
-    for index in order:
-        source = ensemble[index]
-        try:
-            answer = await core.call(source, lambda rid: ReadRequest(rid, md.ledger_id, entry_id))
-        except WalkitError as exc:
-            core.pool.record_failure(source)
-            problems.append(f"{source}: {exc}")
-            continue
-        if answer.status == StatusCode.OK and isinstance(answer, ReadResponse):
-            try:
-                digests.verify(answer.packet, entry_id)
-            except DigestMismatchError as exc:
-                log.warning(
-                    "rereplication_bad_digest",
-                    ledger_id=md.ledger_id,
-                    entry_id=entry_id,
-                    bookie_id=str(source),
+@final
+class _ChunkReads:
+    """Reads one chunk's entries from surviving replicas, with no task per entry: each answer
+    is checked where it arrives (status, digest) and a failed read moves on to the next
+    replica of the entry's write set from there (``tag`` is the entry id)."""
+
+    def __init__(
+        self,
+        core: ClientCore,
+        md: LedgerMetadata,
+        gap: FragmentGap,
+        digests: DigestManager,
+        skip: Collection[BookieId],
+        into: dict[int, bytes],
+    ) -> None:
+        self._core = core
+        self._md = md
+        self._ensemble = gap.ensemble
+        self._lost_index = gap.index
+        self._digests = digests
+        self._skip = skip
+        self._into = into
+        self._sources: dict[int, list[BookieId]] = {}  # entry -> replicas not asked yet
+        self._asked: dict[int, BookieId] = {}
+        self._problems: dict[int, list[str]] = {}
+        self._orders: dict[int, list[BookieId]] = {}  # by the write set's first slot
+        self.left = 0
+        self.failure: RereplicationError | None = None
+        self.done = trio.Event()
+
+    def start(self, entry_ids: list[int]) -> None:
+        md = self._md
+        self.left = len(entry_ids)
+        if not entry_ids:
+            self.done.set()
+        for entry_id in entry_ids:
+            first_slot = entry_id % md.ensemble_size
+            order = self._orders.get(first_slot)
+            if order is None:
+                ws = write_set(entry_id, md.ensemble_size, md.write_quorum)
+                ws = [i for i in ws if i != self._lost_index]
+                ensemble = self._ensemble
+                order = [
+                    ensemble[i]
+                    for i in self._core.read_order(ensemble, ws)
+                    if ensemble[i] not in self._skip
+                ]
+                self._orders[first_slot] = order
+            self._sources[entry_id] = list(order)
+            self._next(entry_id)
+
+    def _next(self, entry_id: int) -> None:
+        sources = self._sources[entry_id]
+        if not sources:
+            problems = self._problems.get(entry_id)
+            self._fail(
+                RereplicationError(
+                    f"ledger {self._md.ledger_id}: no surviving copy of entry {entry_id} could "
+                    f"be read ({'; '.join(problems or []) or 'no other replica in its write set'})"
                 )
-                problems.append(f"{source}: {exc}")
-                continue
-            return answer.packet
-        problems.append(f"{source}: {StatusCode(answer.status).name}")
-    raise RereplicationError(
-        f"ledger {md.ledger_id}: no surviving copy of entry {entry_id} could be read"
-        f" ({'; '.join(problems) or 'no other replica in its write set'})"
-    )
+            )
+            return
+        source = sources.pop(0)
+        self._asked[entry_id] = source
+        try:
+            conn = self._core.pool.get(source)
+        except WalkitError as exc:
+            self._problem(entry_id, f"{source}: {exc}")
+            return
+        rid = conn.new_request_id()
+        frame = encode_read_request(rid, self._md.ledger_id, entry_id)
+        conn.send((frame,), rid, self, entry_id, self._core.options.read_timeout)
+
+    def _problem(self, entry_id: int, problem: str) -> None:
+        self._problems.setdefault(entry_id, []).append(problem)
+        if self.failure is None:
+            self._next(entry_id)
+
+    def _fail(self, error: RereplicationError) -> None:
+        if self.failure is None:
+            self.failure = error
+            self.done.set()
+
+    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
+        source = self._asked[tag]
+        if status != _OK or not isinstance(msg, ReadResponse):
+            self._problem(tag, f"{source}: {_status_name(status)}")
+            return
+        try:
+            self._digests.verify(msg.packet, tag)
+        except DigestMismatchError as exc:
+            log.warning(
+                "rereplication_bad_digest",
+                ledger_id=self._md.ledger_id,
+                entry_id=tag,
+                bookie_id=str(source),
+            )
+            self._problem(tag, f"{source}: {exc}")
+            return
+        self._into[tag] = msg.packet
+        self.left -= 1
+        if self.left == 0:
+            self.done.set()
+
+    def on_error(self, tag: int, error: WalkitError) -> None:
+        source = self._asked[tag]
+        self._core.pool.record_failure(source)
+        self._problem(tag, f"{source}: {error}")
+
+
+def _status_name(status: int) -> str:
+    try:
+        return StatusCode(status).name
+    except ValueError:
+        return str(status)
 
 
 @final
@@ -129,12 +207,8 @@ class _Acks:
             self.done.set()
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
-        if status != StatusCode.OK:
-            try:
-                name = StatusCode(status).name
-            except ValueError:
-                name = str(status)
-            self.problems.append(f"entry {tag}: {name}")
+        if status != _OK:
+            self.problems.append(f"entry {tag}: {_status_name(status)}")
         self._count()
 
     def on_error(self, tag: int, error: WalkitError) -> None:
@@ -210,20 +284,14 @@ async def copy_fragment(
 
     async def read_chunk(chunk: list[int], into: dict[int, bytes]) -> None:
         await limiter.entries(len(chunk))
-
-        async def one(entry_id: int) -> None:
-            try:
-                packet = await _read_packet(core, md, gap, entry_id, digests, skip)
-            except WalkitError as exc:
-                failure.append(exc)
-                return
-            into[entry_id] = packet
-            seen[0] += 1
-            seen[1] += len(packet)
-
-        async with trio.open_nursery() as nursery:
-            for entry_id in chunk:
-                nursery.start_soon(one, entry_id)
+        reads = _ChunkReads(core, md, gap, digests, skip, into)
+        reads.start(chunk)
+        await reads.done.wait()
+        if reads.failure is not None:
+            failure.append(reads.failure)
+            return
+        seen[0] += len(chunk)
+        seen[1] += sum(len(into[e]) for e in chunk)
 
     async def write_chunk(chunk: list[int], packets: dict[int, bytes]) -> None:
         try:
