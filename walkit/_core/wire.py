@@ -541,7 +541,8 @@ class FrameDecoder:
         if length is None or self.buffered < _LEN.size + length:
             return None
         begin = self._start + _LEN.size
-        body = bytes(self._buffer[begin : begin + length])
+        with memoryview(self._buffer) as view:  # one copy (a bytearray slice would be two)
+            body = view[begin : begin + length].tobytes()
         self._start = begin + length
         if self._start == len(self._buffer):
             self._buffer.clear()

@@ -492,7 +492,8 @@ class BookieConnection:
             if length is None or pos + 4 + length > size:
                 break
             end = pos + 4 + length
-            decoded = decode_message(bytes(buffer[pos + 4 : end]))
+            with memoryview(buffer) as view:  # decoded with no copy of the frame
+                decoded = decode_message(view[pos + 4 : end])
             if not isinstance(decoded, _RESPONSES):
                 raise RemoteProtocolError(f"got a {type(decoded).__name__} from a bookie")
             if isinstance(decoded, ErrorResponse) and decoded.status == StatusCode.AUTH_REQUIRED:
