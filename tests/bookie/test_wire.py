@@ -137,6 +137,30 @@ def test_frame_decoder_reassembles_any_chunking(
     assert decoder.buffered == 0
 
 
+@given(st.lists(MESSAGES, max_size=8), st.data())
+@settings(deadline=None)
+def test_frame_decoder_holds_no_view_of_a_chunk_once_drained(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    """The bookie receives into one reused buffer: once ``next_frame`` returned None the
+    decoder must not depend on the chunk's memory (frames are cut from it without a copy)."""
+    stream = b"".join(encode_frame(m) for m in messages)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    decoder = FrameDecoder()
+    reused = bytearray(len(stream) + 1)
+    got: list[Message] = []
+    last = 0
+    for cut in [*cuts, len(stream)]:
+        reused[: cut - last] = stream[last:cut]
+        decoder.feed(memoryview(reused)[: cut - last])
+        last = cut
+        while (body := decoder.next_frame()) is not None:
+            got.append(decode_message(body))
+        reused[:] = b"\xee" * len(reused)  # the next receive overwrites it
+    assert got == messages
+    assert decoder.buffered == 0
+
+
 @given(st.lists(st.binary(max_size=64), max_size=10))
 @settings(max_examples=500, deadline=None)
 def test_frame_decoder_on_any_bytes_is_total(chunks: list[bytes]) -> None:

@@ -511,9 +511,14 @@ class FrameDecoder:
 
     Feed it whatever the socket gave; take frames out with :meth:`next_frame` until it returns
     None. A frame length of 0 or above ``max_frame_size`` raises at once, before buffering it.
+
+    A chunk fed while nothing is buffered is not copied: frames are cut out of it directly
+    (one copy per frame body), and only a partial frame left at its end is copied, when
+    :meth:`next_frame` returns None. So the caller may reuse the chunk's memory once
+    ``next_frame`` has returned None, and not before.
     """
 
-    __slots__ = ("_buffer", "_start", "max_frame_size")
+    __slots__ = ("_borrowed", "_buffer", "_start", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size < _HEAD.size or max_frame_size > _U64_MAX:
@@ -521,26 +526,59 @@ class FrameDecoder:
         self.max_frame_size = max_frame_size
         self._buffer = bytearray()
         self._start = 0  # consumed prefix; compacted lazily so many small frames stay O(n)
+        #: The chunk being cut up, not copied (None: frames come from ``_buffer``).
+        self._borrowed: memoryview | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._borrowed is not None:
+            self._keep_rest()
+        if self._start == len(self._buffer):
+            self._buffer.clear()
+            self._start = 0
+            if len(data):
+                self._borrowed = memoryview(data).cast("B")
+            return
         if self._start and self._start * 2 >= len(self._buffer):
             del self._buffer[: self._start]
             self._start = 0
         self._buffer += data
 
+    def _keep_rest(self) -> None:
+        """Copy what is left of the borrowed chunk into the buffer (the buffer is empty)."""
+        borrowed = self._borrowed
+        assert borrowed is not None
+        self._borrowed = None
+        self._buffer = bytearray(borrowed[self._start :])
+        self._start = 0
+        borrowed.release()
+
     @property
     def buffered(self) -> int:
+        if self._borrowed is not None:
+            return len(self._borrowed) - self._start
         return len(self._buffer) - self._start
 
     def pending_frame_length(self) -> int | None:
         """The announced length of the next frame, if its prefix has arrived (checked)."""
-        return frame_length(self._buffer, self._start, self.max_frame_size)
+        source = self._buffer if self._borrowed is None else self._borrowed
+        return frame_length(source, self._start, self.max_frame_size)
 
     def next_frame(self) -> bytes | None:
         length = self.pending_frame_length()
         if length is None or self.buffered < _LEN.size + length:
+            if self._borrowed is not None:
+                self._keep_rest()
             return None
         begin = self._start + _LEN.size
+        borrowed = self._borrowed
+        if borrowed is not None:
+            body = borrowed[begin : begin + length].tobytes()
+            self._start = begin + length
+            if self._start == len(borrowed):
+                self._borrowed = None
+                self._start = 0
+                borrowed.release()
+            return body
         with memoryview(self._buffer) as view:  # one copy (a bytearray slice would be two)
             body = view[begin : begin + length].tobytes()
         self._start = begin + length

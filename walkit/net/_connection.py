@@ -450,10 +450,17 @@ class BookieConnection:
                 if not data:
                     raise self._lost(EOFError("the bookie closed the connection"))
                 self._tls_unconfirmed = False
-                buffer += data
-                used = self._dispatch(buffer)
-                if used:
-                    del buffer[:used]
+                if buffer:
+                    buffer += data
+                    used = self._dispatch(buffer)
+                    if used:
+                        del buffer[:used]
+                else:
+                    # Whole frames are taken straight from what was received; only a partial
+                    # frame at its end is kept (saves a copy of every large answer).
+                    used = self._dispatch(data)
+                    if used < len(data):
+                        buffer += memoryview(data)[used:]
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._broken(self._lost(exc), scope)
         except RemoteProtocolError as exc:
@@ -463,7 +470,7 @@ class BookieConnection:
         except WalkitError as exc:
             self._broken(exc, scope)
 
-    def _dispatch(self, buffer: bytearray) -> int:
+    def _dispatch(self, buffer: bytes | bytearray) -> int:
         """Hand every complete frame in ``buffer`` to its handler; return bytes consumed."""
         pos = 0
         size = len(buffer)
