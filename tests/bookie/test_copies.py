@@ -7,11 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests._cluster import process_cluster
 from tests.bookie._helpers import KEY, config, connect, packet, payload_for, running_bookie
 from tests.bookie.test_disk import small_filesystem
-from walkit._core.wire import AddFlag, AddResponse, ReadLacFlag, StatusCode
+from walkit._core.wire import (
+    AddFlag,
+    AddResponse,
+    FrameDecoder,
+    ReadLacFlag,
+    ReadResponse,
+    StatusCode,
+    decode_message,
+    encode_read_request,
+)
 
 COPY = AddFlag.RECOVERY | AddFlag.COPY
 
@@ -124,3 +134,28 @@ async def test_copies_on_a_full_disk_turn_the_bookie_read_only(tmp_path: Path) -
             assert acked and bookie.read_only
             for e in (acked[0], acked[-1]):
                 assert (await c.read(1, e)).packet == packet(1, e, payload_for(1, e, 20_000), e - 1)
+
+
+async def test_large_read_answers_reach_a_slow_reader_whole(tmp_path: Path) -> None:
+    """Large read answers are sent as (header, packet) without a join: with the socket full
+    (the client reads nothing for a while) the rest goes through the writer task, in order."""
+    async with running_bookie(config([tmp_path / "d"])) as (_, bid):
+        async with connect(bid) as c:
+            adds = [c.add_request(4, e, payload_for(4, e, 200_000), lac=e - 1) for e in range(40)]
+            await c.call_many(adds)
+        stream = await trio.open_tcp_stream(bid.host, bid.port)
+        async with stream:
+            await stream.send_all(b"".join(encode_read_request(100 + e, 4, e) for e in range(40)))
+            await trio.sleep(0.5)  # ~8 MB of answers: more than the socket buffers hold
+            decoder = FrameDecoder(64 * 1024 * 1024)
+            answers: list[ReadResponse] = []
+            while len(answers) < 40:
+                decoder.feed(await stream.receive_some(1 << 20))
+                while (body := decoder.next_frame()) is not None:
+                    message = decode_message(body)
+                    assert isinstance(message, ReadResponse)
+                    answers.append(message)
+        assert [a.request_id for a in answers] == [100 + e for e in range(40)]
+        for e, answer in enumerate(answers):
+            assert answer.status is StatusCode.OK
+            assert answer.packet == packet(4, e, payload_for(4, e, 200_000), e - 1)

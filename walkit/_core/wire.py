@@ -483,6 +483,16 @@ def encode_read_request(
     )
 
 
+def encode_read_response_parts(
+    request_id: int, status: int, ledger_id: int, entry_id: int, packet: bytes
+) -> tuple[bytes, bytes]:
+    """``encode_frame(ReadResponse(...))`` as (everything before the packet, the packet), so
+    a large packet is written to the socket without being copied into a frame."""
+    size = _HEAD.size + _READ_RESP.size + len(packet)
+    head = _LEN.pack(size) + _HEAD.pack(PROTOCOL_VERSION, MessageType.READ_RESPONSE, request_id)
+    return head + _READ_RESP.pack(status, ledger_id, entry_id), packet
+
+
 #: ``encode_add_response(request_id, status, ledger_id, entry_id)``: the frame of that
 #: AddResponse, in one pack (the bookie answers one per add).
 encode_add_response = functools.partial(ADD_RESPONSE_FRAME.pack, *ADD_RESPONSE_HEAD)

@@ -148,6 +148,28 @@ class Connection:
         self._unsent += len(frame)
         self._wake.set()
 
+    def send_parts(self, parts: tuple[bytes, ...]) -> None:
+        """Send one frame given in parts (a header and a large packet): written with one
+        writev, never joined unless the writer task must send it."""
+        if self.closed:
+            return
+        out = self._out
+        size = sum(map(len, parts))
+        if not out and self._direct_fd >= 0:
+            written = write_now(self._direct_fd, parts)
+            if written == size:
+                return
+            if written:
+                rest = unwritten(list(parts), written)
+                size -= written
+                out.extend(rest)
+                self._unsent += size
+                self._wake.set()
+                return
+        out.extend(parts)
+        self._unsent += size
+        self._wake.set()
+
     def spawn(self, fn: object, *args: object) -> bool:
         """Run a task for this connection (long polls); False if the connection is gone."""
         if self.closed or self.nursery is None:
