@@ -78,7 +78,7 @@ async def recover_bookie(
     on_ledger: Callable[[int, int, int], None] | None = None,
     on_entry: Callable[[int, int], None] | None = None,
     lock_wait: float = 60.0,
-    parallel: int = 4,
+    parallel: int = 8,
 ) -> RecoveryReport:
     """Replace ``bookie`` in every ledger that lists it, now, in this task.
 
