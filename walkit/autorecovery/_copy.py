@@ -3,9 +3,10 @@
 Each entry is read from another bookie of its write set (in the placement policy's read
 order), its digest checked, and the exact stored bytes are sent to the replacement as a
 recovery add flagged COPY, which a bookie treats as idempotent (the same bytes again are
-accepted, other bytes are refused: ENTRY_EXISTS) and writes once, straight into an entry log. Adds go out in entry order on one connection: a bookie takes
-an add above the highest entry it has without looking on disk, while one below it (out of order)
-costs a lookup. A token bucket keeps the rate under the entries/s and bytes/s limits.
+accepted, other bytes are refused: ENTRY_EXISTS) and writes once, straight into an entry log.
+Adds go out in entry order on one connection: a bookie takes an add above the highest entry it
+has without looking on disk, while one below it (out of order) costs a lookup. A token bucket
+keeps the rate under the entries/s and bytes/s limits.
 """
 
 from __future__ import annotations
