@@ -134,38 +134,23 @@ class Connection:
         self.nursery: trio.Nursery | None = None
 
     def send(self, frame: bytes) -> None:
-        if self.closed:
-            return
-        out = self._out
-        if not out and self._direct_fd >= 0:
-            # The writer is parked: write the answer now (walkit.net._direct).
-            written = write_now(self._direct_fd, (frame,))
-            if written == len(frame):
-                return
-            if written:
-                frame = unwritten([frame], written)[0]
-        out.append(frame)
-        self._unsent += len(frame)
-        self._wake.set()
+        self.send_parts((frame,))
 
     def send_parts(self, parts: tuple[bytes, ...]) -> None:
-        """Send one frame given in parts (a header and a large packet): written with one
-        writev, never joined unless the writer task must send it."""
+        """Send one frame, whole or in parts (a header and a large packet, written with one
+        writev and never joined unless the writer task must send it)."""
         if self.closed:
             return
         out = self._out
         size = sum(map(len, parts))
         if not out and self._direct_fd >= 0:
+            # The writer is parked: write the answer now (walkit.net._direct).
             written = write_now(self._direct_fd, parts)
             if written == size:
                 return
             if written:
-                rest = unwritten(list(parts), written)
+                parts = tuple(unwritten(list(parts), written))
                 size -= written
-                out.extend(rest)
-                self._unsent += size
-                self._wake.set()
-                return
         out.extend(parts)
         self._unsent += size
         self._wake.set()

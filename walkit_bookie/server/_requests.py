@@ -340,10 +340,15 @@ class RequestHandler:
         if self.capacity and self.adds_in_flight < self.config.max_inflight_adds:
             self.capacity.unpark_all()
 
-    def _read_done(self, conn: Connection, frame: bytes | None, long_poll: bool = False) -> None:
+    def _read_done(
+        self, conn: Connection, frame: bytes | tuple[bytes, ...] | None, long_poll: bool = False
+    ) -> None:
         conn.outstanding -= 1
         if frame is not None:
-            conn.send(frame)
+            if isinstance(frame, tuple):
+                conn.send_parts(frame)
+            else:
+                conn.send(frame)
             self.reads_answered += 1
         if long_poll:
             self.long_polls -= 1
@@ -487,14 +492,10 @@ class RequestHandler:
         self, conn: Connection, req: ReadRequest, status: StatusCode, packet: bytes = b""
     ) -> None:
         if len(packet) >= _PARTS_MIN:
-            conn.send_parts(
-                encode_read_response_parts(
-                    req.request_id, status, req.ledger_id, req.entry_id, packet
-                )
+            parts = encode_read_response_parts(
+                req.request_id, status, req.ledger_id, req.entry_id, packet
             )
-            self._read_done(conn, None)
-            self.reads_answered += 1
-            return
+            return self._read_done(conn, parts)
         self._read_done(
             conn,
             encode_frame(ReadResponse(req.request_id, status, req.ledger_id, req.entry_id, packet)),

@@ -340,13 +340,10 @@ class DiskStorage(BookieStorage):
             ledgers = self._ledgers
             states: dict[int, LedgerInfo] = {}
             for request in requests:
-                info = ledgers.get(request.ledger_id)
-                state = states.get(request.ledger_id)
-                if state is None:
-                    state = states[request.ledger_id] = (
-                        info.copy() if info is not None else LedgerInfo(request.master_key)
-                    )
-                apply_request(states, request)
+                lid = request.ledger_id
+                if lid not in states and lid in ledgers:
+                    states[lid] = ledgers[lid].copy()
+                apply_request(states, request)  # (a ledger new here is created by it)
             entries = sorted((r.ledger_id, r.entry_id, r.packet) for r in requests)
             await trio.to_thread.run_sync(self._store_copies_sync, entries, list(states.items()))
         # Durable: now the in-memory state (taken again: a commit may have changed it).
