@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -389,6 +391,27 @@ def _corrupt(bookies: Bookies, bookie: BookieId, ledger_id: int, entries: range)
         storage.entries[(ledger_id, entry_id)] = bytes(packet)
 
 
+@asynccontextmanager
+async def _lost_bookie_and_bad_copies(
+    memory_url: str, tmp_path: Path, entries: int, bad_first: range, bad_second: range
+) -> AsyncIterator[tuple[Bookies, Client, dict[int, list[bytes]], tuple[BookieId, ...]]]:
+    """4 in-memory bookies and one ledger of ``entries``; the two survivors' copies of the
+    given entries corrupted, the first bookie of the ensemble stopped. Yields the bookies, a
+    client, what was written and the ensemble."""
+    with trio.fail_after(HANG_GUARD):
+        async with (
+            cluster(memory_url, tmp_path, 4, memory=True) as bookies,
+            connect(memory_url) as client,
+        ):
+            written = await write_ledgers(client, 1, entries)
+            (lid,) = written
+            ensemble = (await client.ledger_metadata(lid)).fragments[0][1]
+            _corrupt(bookies, ensemble[1], lid, bad_first)
+            _corrupt(bookies, ensemble[2], lid, bad_second)
+            await bookies.stop(bookies.index_of(ensemble[0]))
+            yield bookies, client, written, ensemble
+
+
 async def test_copies_pass_over_corrupted_replicas(
     memory_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -396,43 +419,28 @@ async def test_copies_pass_over_corrupted_replicas(
     copy read from a bad replica fails its digest check and is read from the other one, so
     the replacement ends up with good bytes of every entry."""
     caplog.set_level(logging.WARNING)
-    with trio.fail_after(HANG_GUARD):
-        async with (
-            cluster(memory_url, tmp_path, 4, memory=True) as bookies,
-            connect(memory_url) as client,
-        ):
-            written = await write_ledgers(client, 1, 30)
-            (lid,) = written
-            lost, first, second = (await client.ledger_metadata(lid)).fragments[0][1]
-            _corrupt(bookies, first, lid, range(0, 30, 3))
-            _corrupt(bookies, second, lid, range(1, 30, 3))
-            await bookies.stop(bookies.index_of(lost))
-            report = await recover_bookie(client, lost)
-            assert report.ok and report.healed == [lid], report.failed
-            assert "rereplication_bad_digest" in caplog.text
-            # Only the replacement's copies are left to read from.
-            await bookies.stop(bookies.index_of(first))
-            await bookies.stop(bookies.index_of(second))
-            await read_all(client, written)
+    bad = (range(0, 30, 3), range(1, 30, 3))
+    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 30, *bad) as setup:
+        bookies, client, written, (lost, first, second) = setup
+        report = await recover_bookie(client, lost)
+        assert report.ok and report.healed == list(written), report.failed
+        assert "rereplication_bad_digest" in caplog.text
+        # Only the replacement's copies are left to read from.
+        await bookies.stop(bookies.index_of(first))
+        await bookies.stop(bookies.index_of(second))
+        await read_all(client, written)
 
 
 async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
     memory_url: str, tmp_path: Path
 ) -> None:
-    with trio.fail_after(HANG_GUARD):
-        async with (
-            cluster(memory_url, tmp_path, 4, memory=True) as bookies,
-            connect(memory_url) as client,
-        ):
-            written = await write_ledgers(client, 1, 10)
-            (lid,) = written
-            lost, first, second = (await client.ledger_metadata(lid)).fragments[0][1]
-            _corrupt(bookies, first, lid, range(7, 8))
-            _corrupt(bookies, second, lid, range(7, 8))
-            await bookies.stop(bookies.index_of(lost))
-            report = await recover_bookie(client, lost)
-            assert not report.ok and list(report.failed) == [lid]
-            assert "no surviving copy of entry 7" in report.failed[lid]
-            assert str(first) in report.failed[lid] and str(second) in report.failed[lid]
-            # The marker stays: the ledger is still under-replicated.
-            assert await UnderreplicationManager(client.metadata_store).list_ids() == [lid]
+    bad = (range(7, 8), range(7, 8))
+    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 10, *bad) as setup:
+        _, client, written, (lost, first, second) = setup
+        (lid,) = written
+        report = await recover_bookie(client, lost)
+        assert not report.ok and list(report.failed) == [lid]
+        assert "no surviving copy of entry 7" in report.failed[lid]
+        assert str(first) in report.failed[lid] and str(second) in report.failed[lid]
+        # The marker stays: the ledger is still under-replicated.
+        assert await UnderreplicationManager(client.metadata_store).list_ids() == [lid]
