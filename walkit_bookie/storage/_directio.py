@@ -55,12 +55,13 @@ class AlignedFile:
     """A file written at aligned offsets, with O_DIRECT when possible.
 
     ``sync``: every write is durable when it returns (O_DSYNC); otherwise call ``sync()``.
+    ``direct=False``: through the page cache (entry logs: big writes, then one sync).
     """
 
-    def __init__(self, path: Path, *, sync: bool) -> None:
+    def __init__(self, path: Path, *, sync: bool, direct: bool = True) -> None:
         self.path = path
         self._flags = os.O_WRONLY | os.O_CREAT | (os.O_DSYNC if sync else 0)
-        self.direct = hasattr(os, "O_DIRECT")
+        self.direct = direct and hasattr(os, "O_DIRECT")
         try:
             self._fd = os.open(path, self._flags | (os.O_DIRECT if self.direct else 0), 0o600)
         except OSError as exc:
