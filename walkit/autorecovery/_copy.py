@@ -31,6 +31,9 @@ from walkit.ledger._core import ClientCore
 log = get_logger(__name__)
 
 _OK = int(StatusCode.OK)
+#: A fragment's first chunk, doubling up to the window: the first adds go out after a few
+#: reads, not after a whole window of them (every fragment healed at once waited ~0.2 s).
+_FIRST_CHUNK = 8
 
 __all__ = ["RateLimiter", "TargetFailedError", "copy_fragment"]
 
@@ -263,7 +266,8 @@ async def copy_fragment(
 ) -> int:
     """Copy every entry ``gap`` covers to ``target``; return how many were copied.
 
-    Entries go in chunks of ``window`` (fewer under a bytes/s limit): a chunk's reads run at
+    Entries go in chunks of ``window`` (fewer under a bytes/s limit, and the first chunks
+    smaller: 8, 8, 16, 32, ... entries, so the first adds start early): a chunk's reads run at
     once (from any surviving replica), then its writes go out in entry order, pipelined, while
     the next chunk is read.
     ``skip``: bookies not to read from (the lost ones). ``progress(entries, bytes)`` is called
@@ -277,6 +281,7 @@ async def copy_fragment(
         nonlocal position
         average = seen[1] / seen[0] if seen[0] else None
         count = limiter.chunk_entries(window, average)
+        count = min(count, max(_FIRST_CHUNK, position))
         chunk = ids[position : position + count]
         position += len(chunk)
         return chunk
