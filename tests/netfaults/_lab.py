@@ -12,9 +12,9 @@ bridge, so every fault on a bookie's link is between them and that bookie.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import pytest
 import trio
@@ -29,6 +29,8 @@ from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.wire import ReadRequest, ReadResponse, StatusCode
 from walkit.errors import DigestMismatchError, LedgerClosedError, WalkitError
 from walkit.testing import History
+
+T = TypeVar("T")
 
 BOOKIE_PORT: Final = 3181
 PASSWORD: Final = b"netfault"
@@ -164,9 +166,17 @@ async def recover(c: walkit.Client, ledger_id: int, attempts: int = 40) -> tuple
     """Open ``ledger_id`` with recovery (fence it and close it), trying again while recovery
     fails in a retryable way: under loss, a bookie's answer may miss the read timeout, and
     recovery then cannot decide an entry and says "try again". Returns (handle, attempts)."""
+    return await retrying(
+        lambda: c.open_ledger(ledger_id, password=PASSWORD, recovery=True), attempts
+    )
+
+
+async def retrying(call: Callable[[], Awaitable[T]], attempts: int) -> tuple[T, int]:
+    """``await call()``, again every 0.5 s while it fails in a retryable way, at most
+    ``attempts`` times; returns (result, attempts used)."""
     for attempt in range(1, attempts + 1):
         try:
-            return await c.open_ledger(ledger_id, password=PASSWORD, recovery=True), attempt
+            return await call(), attempt
         except WalkitError as exc:
             if not exc.retryable or attempt == attempts:
                 raise
@@ -194,14 +204,8 @@ async def take_over(log: walkit.Log, attempts: int = 40) -> walkit.LogWriter:
     """``log.writer()`` (a takeover), tried again while it fails in a retryable way: right after
     a cut heals, the client may still be backing off from the bookie it could not reach, and
     recovery then still cannot decide the tail entry."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return await log.writer()
-        except WalkitError as exc:
-            if not exc.retryable or attempt == attempts:
-                raise
-            await trio.sleep(0.5)
-    raise AssertionError("unreachable")
+    writer, _ = await retrying(log.writer, attempts)
+    return writer
 
 
 async def create_ledger(
@@ -209,14 +213,8 @@ async def create_ledger(
 ) -> LedgerWriter:
     """``create_ledger(e, qw, qa)``, tried again while it fails in a retryable way: under loss a
     bookie may miss the 2 s connect or answer timeout, and then too few bookies answered."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return await c.create_ledger(e, qw, qa, password=PASSWORD)
-        except WalkitError as exc:
-            if not exc.retryable or attempt == attempts:
-                raise
-            await trio.sleep(0.5)
-    raise AssertionError("unreachable")
+    writer, _ = await retrying(lambda: c.create_ledger(e, qw, qa, password=PASSWORD), attempts)
+    return writer
 
 
 async def holders(metadata: LedgerMetadata, entry_id: int) -> dict[str, str]:

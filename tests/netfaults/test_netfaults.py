@@ -69,6 +69,13 @@ class Writer:
         finally:
             self.done.set()
 
+    async def goes_on(self, appends: int, timeout: float, what: str) -> None:
+        """Wait until ``appends`` more were acknowledged (or one failed)."""
+        mark = self.acked
+        await wait_until(
+            lambda: self.acked >= mark + appends or self.error is not None, timeout, what
+        )
+
 
 def by_address(bookies: list[NetnsBookie], address: BookieId) -> NetnsBookie:
     return next(b for b in bookies if b.address == address)
@@ -108,19 +115,9 @@ async def test_a_partitioned_bookie_is_replaced_and_nothing_acknowledged_is_lost
                         60,
                         "the writer to replace the partitioned bookie",
                     )
-                    mark = writer.acked
-                    await wait_until(
-                        lambda: writer.acked >= mark + 50 or writer.error is not None,
-                        60,
-                        "the writer to go on with a bookie partitioned",
-                    )
+                    await writer.goes_on(50, 60, "the writer to go on with a bookie partitioned")
                     lab.heal()
-                    mark = writer.acked
-                    await wait_until(
-                        lambda: writer.acked >= mark + 50 or writer.error is not None,
-                        30,
-                        "the writer after healing",
-                    )
+                    await writer.goes_on(50, 30, "the writer after healing")
                     stop.set()
                     await writer.done.wait()
                     assert writer.error is None, writer.error
