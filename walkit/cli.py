@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -203,6 +204,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _until_interrupted(command: Callable[[], Awaitable[int]]) -> int:
+    """Run ``command``; Ctrl-C (SIGINT) cancels it and gives exit code 130. A cancellation,
+    not a KeyboardInterrupt raised wherever the code happens to be, so the client's close
+    (connections, the metadata session) always runs to its end. A second Ctrl-C while
+    closing is a KeyboardInterrupt again (also 130)."""
+    interrupted = False
+    code = 1
+    failure: list[Exception] = []
+
+    async def on_sigint(cancel: trio.CancelScope) -> None:
+        nonlocal interrupted
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                interrupted = True
+                cancel.cancel()
+                return
+
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            nonlocal code
+            try:
+                code = await command()
+            except Exception as exc:  # raised below, outside the nursery (no group)
+                failure.append(exc)
+            finally:
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(on_sigint, nursery.cancel_scope)
+        nursery.start_soon(run)
+    if interrupted:  # (what the cancelled command raised while stopping does not matter)
+        return 130
+    if failure:
+        raise failure[0]
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -246,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             handler = autorecovery_cli.handler(args)
         else:
             handler = handlers[args.command]
-        command = functools.partial(handler, url, args, sys.stdout)
+        command = functools.partial(
+            _until_interrupted, functools.partial(handler, url, args, sys.stdout)
+        )
     try:
         code = trio.run(command)
     except KeyboardInterrupt:

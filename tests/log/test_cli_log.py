@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,7 @@ async def test_log_tail_follow(tmp_path: Path) -> None:
         positions = [LogPosition.parse(g["position"]) for g in got]
         assert positions == sorted(positions) and positions[-1].ledger_seq == 3
         assert code == 130
+        # Ctrl-C cancels the command, and its client closed: its metadata session is gone.
+        with sqlite3.connect(tmp_path / "metadata.db") as db:
+            left = db.execute("SELECT id FROM sessions WHERE pid = ?", (proc.pid,)).fetchall()
+        assert left == []
