@@ -207,8 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def _until_interrupted(command: Callable[[], Awaitable[int]]) -> int:
     """Run ``command``; Ctrl-C (SIGINT) cancels it and gives exit code 130. A cancellation,
     not a KeyboardInterrupt raised wherever the code happens to be, so the client's close
-    (connections, the metadata session) always runs to its end. A second Ctrl-C while
-    closing is a KeyboardInterrupt again (also 130)."""
+    (connections, the metadata session) always runs to its end."""
     interrupted = False
     code = 1
     failure: list[Exception] = []
