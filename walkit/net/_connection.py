@@ -49,6 +49,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.net._direct import direct_fd, unwritten, write_now
+from walkit.net._inbox import Inbox
 from walkit.net._tls import tls_failure
 from walkit.net._transport import Network
 
@@ -440,27 +441,11 @@ class BookieConnection:
             )
 
     async def _receive_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
-        buffer = bytearray()
-        # TLS: trio sizes each read to the records (<= 16 KiB); a fixed large size would
-        # allocate that much per record.
-        size = None if isinstance(stream, trio.SSLStream) else _RECEIVE_SIZE
         try:
-            while True:
-                data = await stream.receive_some(size)
-                if not data:
-                    raise self._lost(EOFError("the bookie closed the connection"))
-                self._tls_unconfirmed = False
-                if buffer:
-                    buffer += data
-                    used = self._dispatch(buffer)
-                    if used:
-                        del buffer[:used]
-                else:
-                    # Whole frames are taken straight from what was received; only a partial
-                    # frame at its end is kept (saves a copy of every large answer).
-                    used = self._dispatch(data)
-                    if used < len(data):
-                        buffer += memoryview(data)[used:]
+            if isinstance(stream, trio.SocketStream):
+                await self._receive_into(stream.socket)
+            else:
+                await self._receive_some(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._broken(self._lost(exc), scope)
         except RemoteProtocolError as exc:
@@ -470,7 +455,41 @@ class BookieConnection:
         except WalkitError as exc:
             self._broken(exc, scope)
 
-    def _dispatch(self, buffer: bytes | bytearray) -> int:
+    async def _receive_into(self, sock: trio.socket.SocketType) -> None:
+        """A plain socket: it writes straight into one reused buffer (see walkit.net._inbox)."""
+        inbox = Inbox(_RECEIVE_SIZE, self._max_frame_size)
+        while True:
+            count = await sock.recv_into(inbox.space())
+            if not count:
+                raise self._lost(EOFError("the bookie closed the connection"))
+            inbox.received(count)
+            with inbox.data() as data:
+                inbox.consume(self._dispatch(data))
+
+    async def _receive_some(self, stream: trio.abc.Stream) -> None:
+        """TLS (and in-memory streams): take what the stream gives."""
+        buffer = bytearray()
+        # TLS: trio sizes each read to the records (<= 16 KiB); a fixed large size would
+        # allocate that much per record.
+        size = None if isinstance(stream, trio.SSLStream) else _RECEIVE_SIZE
+        while True:
+            data = await stream.receive_some(size)
+            if not data:
+                raise self._lost(EOFError("the bookie closed the connection"))
+            self._tls_unconfirmed = False
+            if buffer:
+                buffer += data
+                used = self._dispatch(buffer)
+                if used:
+                    del buffer[:used]
+            else:
+                # Whole frames are taken straight from what was received; only a partial
+                # frame at its end is kept (saves a copy of every large answer).
+                used = self._dispatch(data)
+                if used < len(data):
+                    buffer += memoryview(data)[used:]
+
+    def _dispatch(self, buffer: bytes | bytearray | memoryview) -> int:
         """Hand every complete frame in ``buffer`` to its handler; return bytes consumed."""
         pos = 0
         size = len(buffer)
