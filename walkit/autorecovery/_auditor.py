@@ -146,6 +146,14 @@ class Auditor:
                     wait = next_check - trio.current_time()
                     if deadline is not None:
                         wait = min(wait, deadline - trio.current_time())
+                    # A check finds bookies gone that no watch reported (this auditor just
+                    # took office, say, after the last one died with its bookie): with a delay
+                    # shorter than the check they are due already, and have no deadline left.
+                    now = trio.current_time()
+                    if settings.enabled and self.lost.due(now, settings.lost_bookie_delay) - (
+                        self._marked
+                    ):
+                        wait = 0.0
                 except WalkitError as exc:
                     log.warning("auditor_check_failed", auditor=self.name, error=str(exc))
                 with trio.move_on_after(max(0.0, wait)):
