@@ -46,8 +46,7 @@ def frames_of(inbox: Inbox) -> list[bytes]:
 def test_frames_cut_anywhere_come_out_whole_and_in_order(seed: int) -> None:
     rng = random.Random(seed)
     bodies = [
-        rng.randbytes(rng.choice([1, 20, 4000, SIZE - 3, SIZE * 3 + 7, 300_000]))
-        for _ in range(60)
+        rng.randbytes(rng.choice([1, 20, 4000, SIZE - 3, SIZE * 3 + 7, 300_000])) for _ in range(60)
     ]
     stream = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
     inbox = Inbox(SIZE, 1 << 20)
@@ -96,7 +95,11 @@ async def test_answers_dribbled_over_tcp_arrive_intact() -> None:
                     assert isinstance(m, ReadRequest)
                     out += encode_frame(
                         ReadResponse(
-                            m.request_id, StatusCode.OK, m.ledger_id, m.entry_id, packets[m.entry_id]
+                            m.request_id,
+                            StatusCode.OK,
+                            m.ledger_id,
+                            m.entry_id,
+                            packets[m.entry_id],
                         )
                     )
                     out += encode_frame(AddResponse(10**6, StatusCode.OK, 1, 1))  # unknown id
