@@ -42,7 +42,7 @@ def _size(text: str) -> int:
         t = t[:-1]
     try:
         value = int(float(t) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: "inf"
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 5MiB, 512k)") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
@@ -76,6 +76,13 @@ def _non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
+def _entries_rate(text: str) -> float:
+    value = _non_negative_float(text)
+    if value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be finite (0 is no limit): {text!r}")
     return value
 
 
@@ -315,6 +322,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 30; stored cluster-wide by the first bookie, see `walkit autorecovery delay`)",
     )
     p.add_argument(
+        "--rereplication-entries-per-second",
+        type=_entries_rate,
+        metavar="RATE",
+        help="autorecovery: this bookie's worker copies at most this many entries/s "
+        "(0: no limit; default 5000)",
+    )
+    p.add_argument(
+        "--rereplication-bytes-per-second",
+        type=_rate,
+        metavar="SIZE/s",
+        help="autorecovery: this bookie's worker copies at most this many bytes/s, e.g. "
+        "64MiB/s (0: no limit; default 16MiB/s)",
+    )
+    p.add_argument(
         "--no-autorecovery",
         action="store_true",
         help="run no autorecovery auditor or replication worker in this bookie",
@@ -382,6 +403,8 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("max_requests_per_connection", "max_requests_per_connection"),
         ("max_partial_frame_bytes", "max_partial_frame_bytes"),
         ("lost_bookie_delay", "lost_bookie_delay"),
+        ("rereplication_entries_per_second", "rereplication_entries_per_second"),
+        ("rereplication_bytes_per_second", "rereplication_bytes_per_second"),
     ):
         value = getattr(args, arg)
         if value is not None:

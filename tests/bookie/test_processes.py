@@ -190,6 +190,10 @@ async def test_sigterm_shuts_down_cleanly_with_adds_in_flight(tmp_path: Path) ->
         (["--data-dir", "x", "--data-dir", "x"], "listed twice"),
         (["--data-dir", "x", "--disk-usage-threshold", "2"], "must be in (0, 1]"),
         (["--data-dir", "x", "--max-frame-size", "lots"], "not a size"),
+        (["--data-dir", "x", "--max-frame-size", "inf"], "not a size"),
+        (["--data-dir", "x", "--rereplication-bytes-per-second", "fast"], "not a size"),
+        (["--data-dir", "x", "--rereplication-entries-per-second", "-1"], "must be 0 or more"),
+        (["--data-dir", "x", "--rereplication-entries-per-second", "inf"], "must be finite"),
         (["--data-dir", "x", "--metadata", "foo://bar"], "bad metadata URL"),
         (["--data-dir", "x", "--major-compaction-threshold", "1.5"], "must be in [0, 1]"),
         (
@@ -234,3 +238,20 @@ async def test_cli_with_metadata_registers_and_unregisters(tmp_path: Path) -> No
             assert (await list_bookies(store)).writable == {}
     finally:
         proc.kill()
+
+
+def test_rereplication_rate_limits_reach_the_config() -> None:
+    from walkit_bookie.cli import build_parser, config_from_args
+
+    def config(*args: str) -> tuple[float | None, int | None]:
+        c = config_from_args(build_parser().parse_args(["--data-dir", "x", *args]))
+        return c.rereplication_entries_per_second, c.rereplication_bytes_per_second
+
+    assert config() == (None, None)  # autorecovery's defaults
+    assert config(
+        "--rereplication-entries-per-second",
+        "0",
+        "--rereplication-bytes-per-second",
+        "64MiB/s",
+    ) == (0.0, 64 << 20)
+    assert config("--rereplication-bytes-per-second", "0") == (None, 0)

@@ -18,6 +18,7 @@ from walkit._core.rereplication import (
     gaps_for,
     missing_bookies,
     next_action,
+    prefer_local,
     with_replacements,
 )
 from walkit.errors import InvalidArgumentError, InvalidMetadataError
@@ -142,6 +143,44 @@ def test_rack_awareness_is_kept() -> None:
     outcome = choose_replacements(strict, md, gaps_for(md, {b(2)}))
     assert isinstance(outcome, NoReplacement)
     assert "rack" in outcome.reason.lower()
+
+
+def test_a_worker_takes_the_copy_itself_where_its_rack_allows() -> None:
+    racks = {b(1): "/r/1", b(3): "/r/3", b(4): "/r/4", b(5): "/r/4", b(6): "/r/6"}
+    md = closed([(0, [1, 2, 3]), (10, [2, 4, 3]), (20, [1, 2, 5])], last=24)
+    gaps = gaps_for(md, {b(2)})
+    chosen = {(0, 1): b(4), (10, 0): b(5), (20, 1): b(6)}
+
+    def prefer(
+        local: BookieId, writable: set[BookieId] | None = None, avoid: set[BookieId] | None = None
+    ) -> dict[tuple[int, int], BookieId]:
+        return prefer_local(
+            chosen,
+            gaps,
+            local,
+            writable=set(racks) if writable is None else writable,
+            location_of=racks.__getitem__,
+            avoid=avoid or set(),
+        )
+
+    # bk5 is in bk4's rack: it takes fragment 0's copy; fragment 10 picked bk5 already;
+    # fragment 20 lists bk5 already, so bk6 keeps that one.
+    assert prefer(b(5)) == {(0, 1): b(5), (10, 0): b(5), (20, 1): b(6)}
+    # Another rack than any choice: nothing changes (the policy's rack rules stay whole).
+    assert prefer(b(1)) == chosen
+    # Read-only (not writable), or refused earlier in this attempt: nothing changes.
+    assert prefer(b(5), writable={b(4), b(6)}) == chosen
+    assert prefer(b(5), avoid={b(5)}) == chosen
+    # Two gaps in one fragment: the local bookie takes one of them, never both.
+    two = gaps_for(md, {b(1), b(2)})[:2]
+    out = prefer_local(
+        {(0, 0): b(4), (0, 1): b(5)},
+        two,
+        b(6),
+        writable=set(racks),
+        location_of=lambda _: "/same",
+    )
+    assert sorted(out.values()) == sorted([b(6), b(5)])
 
 
 def test_lost_bookies_due_at_their_deadline() -> None:

@@ -9,7 +9,7 @@ trio code in :mod:`walkit.autorecovery` only reads, writes and waits.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence, Set
 from typing import Protocol, final
 
 import attrs
@@ -164,6 +164,43 @@ def choose_replacements(
         ensemble[gap.index] = new
         chosen[(gap.first_entry, gap.index)] = new
     return chosen
+
+
+def prefer_local(
+    chosen: Mapping[tuple[int, int], BookieId],
+    gaps: Sequence[FragmentGap],
+    local: BookieId,
+    *,
+    writable: Collection[BookieId],
+    location_of: Callable[[BookieId], str],
+    avoid: Collection[BookieId] = (),
+) -> dict[tuple[int, int], BookieId]:
+    """``chosen`` with ``local`` (the bookie a worker runs in) taking one replacement's place
+    in each fragment where it can: its copies are then stored without a network hop, as
+    BookKeeper's replication workers copy to their own bookie.
+
+    Only in place of a replacement in the same network location (``/region/rack``), so every
+    rule a placement policy bases on locations still holds, and only where ``local`` is
+    writable, not avoided, and not in the fragment already.
+    """
+    out = dict(chosen)
+    if local not in writable or local in avoid:
+        return out
+    home = location_of(local)
+    by_fragment: dict[int, list[FragmentGap]] = {}
+    for gap in gaps:
+        by_fragment.setdefault(gap.first_entry, []).append(gap)
+    for first, fragment_gaps in by_fragment.items():
+        ensemble = set(fragment_gaps[0].ensemble)
+        ensemble.update(out[(first, g.index)] for g in fragment_gaps)
+        if local in ensemble:
+            continue
+        for gap in fragment_gaps:
+            key = (first, gap.index)
+            if location_of(out[key]) == home:
+                out[key] = local
+                break
+    return out
 
 
 def with_replacements(

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from walkit.autorecovery._auditor import Auditor
+from walkit.autorecovery._copy import LocalCopies
 from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
@@ -31,6 +32,7 @@ __all__ = [
     "AutorecoverySettings",
     "HealOutcome",
     "Healer",
+    "LocalCopies",
     "RecoveryReport",
     "ReplicationWorker",
     "UnderreplicatedLedger",

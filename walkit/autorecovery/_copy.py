@@ -7,12 +7,17 @@ accepted, other bytes are refused: ENTRY_EXISTS) and writes once, straight into 
 Adds go out in entry order on one connection: a bookie takes an add above the highest entry it
 has without looking on disk, while one below it (out of order) costs a lookup. A token bucket
 keeps the rate under the entries/s and bytes/s limits.
+
+A worker that runs inside a bookie is given that bookie's :class:`LocalCopies`: copies it
+makes to its own bookie are handed to the bookie's storage in the same process (the checks
+and the storing of a COPY add, without the network hop and its two copies through the
+kernel).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from typing import final
+from collections.abc import Callable, Collection, Sequence
+from typing import Protocol, final
 
 import trio
 
@@ -35,7 +40,7 @@ _OK = int(StatusCode.OK)
 #: reads, not after a whole window of them (every fragment healed at once waited ~0.2 s).
 _FIRST_CHUNK = 8
 
-__all__ = ["RateLimiter", "TargetFailedError", "copy_fragment"]
+__all__ = ["LocalCopies", "RateLimiter", "TargetFailedError", "copy_fragment"]
 
 
 class TargetFailedError(RereplicationError):
@@ -46,6 +51,20 @@ class TargetFailedError(RereplicationError):
     def __init__(self, message: str, target: BookieId) -> None:
         super().__init__(message)
         self.target = target
+
+
+class LocalCopies(Protocol):
+    """The bookie a worker runs in, storing copies given to it in the same process."""
+
+    @property
+    def bookie_id(self) -> BookieId: ...
+
+    async def store(
+        self, ledger_id: int, master_key: bytes, entries: Sequence[tuple[int, bytes]]
+    ) -> list[str]:
+        """Store ``(entry id, packet)`` pairs as recovery copies, exactly as adds flagged
+        RECOVERY | COPY are stored; return a line per entry refused (empty: all durable)."""
+        ...
 
 
 @final
@@ -226,9 +245,19 @@ async def _write_chunk(
     target: BookieId,
     key: bytes,
     chunk: list[tuple[int, bytes]],
+    local: LocalCopies | None,
 ) -> None:
     """Send a chunk of recovery adds in entry order on one connection (so the bookie sees
-    them in order, its fast path) and wait for every answer."""
+    them in order, its fast path) and wait for every answer; or store it in ``local``."""
+    if local is not None and target == local.bookie_id:
+        problems = await local.store(md.ledger_id, key, chunk)
+        if problems:
+            raise TargetFailedError(
+                f"ledger {md.ledger_id}: this bookie ({target}) did not store "
+                f"{len(problems)} of {len(chunk)} entries ({'; '.join(problems[:3])})",
+                target,
+            )
+        return
     acks = _Acks(len(chunk))
     conn = core.pool.get(target)
     conn.send_adds(
@@ -263,6 +292,7 @@ async def copy_fragment(
     skip: Collection[BookieId],
     metrics: AutorecoveryMetrics,
     progress: Callable[[int, int], None] | None = None,
+    local: LocalCopies | None = None,
 ) -> int:
     """Copy every entry ``gap`` covers to ``target``; return how many were copied.
 
@@ -271,7 +301,8 @@ async def copy_fragment(
     once (from any surviving replica), then its writes go out in entry order, pipelined, while
     the next chunk is read.
     ``skip``: bookies not to read from (the lost ones). ``progress(entries, bytes)`` is called
-    after each chunk. Raises RereplicationError.
+    after each chunk. ``local``: the bookie this worker runs in (copies to it stay in the
+    process). Raises RereplicationError.
     """
     ids = list(gap.entries(md.ensemble_size, md.write_quorum))
     position = 0
@@ -301,7 +332,7 @@ async def copy_fragment(
 
     async def write_chunk(chunk: list[int], packets: dict[int, bytes]) -> None:
         try:
-            await _write_chunk(core, md, target, key, [(e, packets[e]) for e in chunk])
+            await _write_chunk(core, md, target, key, [(e, packets[e]) for e in chunk], local)
         except WalkitError as exc:
             failure.append(exc)
 
@@ -324,7 +355,9 @@ async def copy_fragment(
         if failure:
             raise failure[0]
         copied += len(chunk)
-        metrics.copied(len(chunk), size_bytes)
+        metrics.copied(
+            len(chunk), size_bytes, local=local is not None and target == local.bookie_id
+        )
         if progress is not None:
             progress(len(chunk), size_bytes)
         chunk, packets = following, upcoming

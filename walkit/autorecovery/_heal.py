@@ -25,15 +25,17 @@ from walkit._core.digest import DigestManager, master_key
 from walkit._core.ledger_metadata import LedgerMetadata, password_matches
 from walkit._core.rereplication import (
     Action,
+    FragmentGap,
     NoReplacement,
     choose_replacements,
     gaps_for,
     next_action,
+    prefer_local,
     with_replacements,
 )
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
-from walkit.autorecovery._copy import RateLimiter, TargetFailedError, copy_fragment
+from walkit.autorecovery._copy import LocalCopies, RateLimiter, TargetFailedError, copy_fragment
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.errors import MetadataVersionError, NoSuchLedgerError, RereplicationError
@@ -60,15 +62,24 @@ class HealOutcome(enum.Enum):
 
 @final
 class Healer:
-    """Heals marked ledgers through one client (its placement policy and connections)."""
+    """Heals marked ledgers through one client (its placement policy and connections).
+
+    ``local``: the bookie this healer runs in. Where the placement policy's choice for a
+    fragment is in the same rack as this bookie, and this bookie is not in the fragment, this
+    bookie takes the copy itself, stored without the network (BookKeeper's replication
+    workers copy to their own bookie).
+    """
 
     def __init__(
         self,
         client: Client,
         options: AutorecoveryOptions | None = None,
         metrics: AutorecoveryMetrics | None = None,
+        *,
+        local: LocalCopies | None = None,
     ) -> None:
         self.client = client
+        self.local = local
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
         self.urm = UnderreplicationManager(client.metadata_store)
@@ -91,6 +102,26 @@ class Healer:
         raise RereplicationError(
             f"ledger {md.ledger_id}: its password is not known to autorecovery (not b'', not "
             "stored with a log); give it with `walkit recover --password` or the passwords option"
+        )
+
+    def _with_local(
+        self,
+        chosen: dict[tuple[int, int], BookieId],
+        gaps: list[FragmentGap],
+        avoid: set[BookieId],
+    ) -> dict[tuple[int, int], BookieId]:
+        policy = self.client._core.placement
+        location_of = getattr(policy, "location_of", None)
+        writable = getattr(policy, "writable_bookies", None)
+        if self.local is None or location_of is None or writable is None:
+            return chosen  # no local bookie, or a policy that does not say where bookies are
+        return prefer_local(
+            chosen,
+            gaps,
+            self.local.bookie_id,
+            writable=writable(),
+            location_of=location_of,
+            avoid=avoid,
         )
 
     async def heal(
@@ -158,6 +189,7 @@ class Healer:
                     reason=chosen.reason,
                 )
                 return HealOutcome.NO_REPLACEMENT
+            chosen = self._with_local(chosen, gaps, lost | unusable)
             digests = DigestManager(ledger_id, md.digest, password)
             key = master_key(password)
             try:
@@ -175,6 +207,7 @@ class Healer:
                         skip=lost,
                         metrics=self.metrics,
                         progress=progress,
+                        local=self.local,
                     )
             except TargetFailedError as exc:
                 unusable.add(exc.target)
@@ -195,6 +228,9 @@ class Healer:
                 ledger_id=ledger_id,
                 replaced={str(g.bookie): str(chosen[k]) for k, g in zip(old, gaps, strict=True)},
                 fragments=len({g.first_entry for g in gaps}),
+                to_this_bookie=sum(
+                    1 for b in chosen.values() if self.local and b == self.local.bookie_id
+                ),
             )
             self.last_problem.pop(ledger_id, None)
             if await self.urm.remove(ledger_id, marker_version):

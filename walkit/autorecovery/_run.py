@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from walkit.autorecovery._auditor import Auditor
+from walkit.autorecovery._copy import LocalCopies
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._worker import ReplicationWorker
@@ -27,13 +28,15 @@ async def run_autorecovery(
     registry: Any = None,
     rng: random.Random | None = None,
     lost_bookie_delay: float | None = None,
+    local: LocalCopies | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run an auditor candidate and a replication worker through ``client`` until cancelled.
 
     ``lost_bookie_delay`` is stored as the cluster's delay unless one is stored already
     (change it at run time with ``walkit autorecovery delay SECONDS``). ``registry``: a
-    prometheus registry for the metrics.
+    prometheus registry for the metrics. ``local``: the bookie this runs in, which then takes
+    copies itself where its rack allows (see :class:`~walkit.autorecovery.Healer`).
     """
     rng = rng or random.Random()
     options = options or AutorecoveryOptions()
@@ -44,7 +47,9 @@ async def run_autorecovery(
         await urm.init_settings(lost_bookie_delay)
     async with trio.open_nursery() as nursery:
         auditor = Auditor(client, name=name, options=options, metrics=metrics, rng=rng)
-        worker = ReplicationWorker(client, name=name, options=options, metrics=metrics, rng=rng)
+        worker = ReplicationWorker(
+            client, name=name, options=options, metrics=metrics, rng=rng, local=local
+        )
         await nursery.start(auditor.run)
         await nursery.start(worker.run)
         task_status.started()

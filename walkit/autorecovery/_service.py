@@ -14,6 +14,7 @@ import trio
 
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
+from walkit.autorecovery._copy import LocalCopies
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.errors import WalkitError
 
@@ -35,13 +36,15 @@ async def run_bookie_autorecovery(
     auth: Any = None,
     registry: Any = None,
     rng: random.Random | None = None,
+    local: LocalCopies | None = None,
 ) -> None:
     """Run autorecovery for the bookie ``bookie_id`` until cancelled (never raises).
 
     ``tls_files``: the bookie's (cert, key, ca); with a cert, the worker talks TLS to the
     other bookies, presenting the bookie's certificate and checking theirs against ``ca``.
     ``auth``: the worker's credentials for bookies that authenticate clients (an
-    ``AuthProvider`` such as ``walkit.TokenAuth``).
+    ``AuthProvider`` such as ``walkit.TokenAuth``). ``options``: the worker's rate limits and
+    window. ``local``: the bookie's own store, so copies to it skip the network.
     """
     from walkit.autorecovery._run import run_autorecovery
     from walkit.client import Client
@@ -62,6 +65,7 @@ async def run_bookie_autorecovery(
                     registry=registry,
                     rng=rng,
                     lost_bookie_delay=lost_bookie_delay,
+                    local=local,
                 )
         except WalkitError as exc:
             log.warning("autorecovery_stopped", bookie_id=str(bookie_id), error=str(exc))

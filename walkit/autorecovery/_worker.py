@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, final
 import trio
 
 from walkit._logging import get_logger
+from walkit.autorecovery._copy import LocalCopies
 from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
@@ -38,7 +39,9 @@ async def _close(events: AsyncIterator[WatchEvent]) -> None:
 
 @final
 class ReplicationWorker:
-    """Heals marked ledgers through ``client`` until cancelled (see module docs)."""
+    """Heals marked ledgers through ``client`` until cancelled (see module docs).
+
+    ``local``: the bookie the worker runs in (see :class:`Healer`)."""
 
     def __init__(
         self,
@@ -48,10 +51,11 @@ class ReplicationWorker:
         options: AutorecoveryOptions | None = None,
         metrics: AutorecoveryMetrics | None = None,
         rng: random.Random | None = None,
+        local: LocalCopies | None = None,
     ) -> None:
         self.name = name
         self.options = options or AutorecoveryOptions()
-        self.healer = Healer(client, self.options, metrics)
+        self.healer = Healer(client, self.options, metrics, local=local)
         self.urm = UnderreplicationManager(client.metadata_store)
         self.rng = rng or random.Random()
         self._wake = trio.Event()

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import final
 
+import attrs
 import trio
 from prometheus_client import CollectorRegistry
 
@@ -224,9 +225,17 @@ class Bookie:
                 self._registration.info["http_port"] = self.admin_address[1]
             await nursery.start(self._registration.run, bookie_id, self._mode_source)
         if config.autorecovery and self._metadata is not None:
-            from walkit.autorecovery import run_bookie_autorecovery
+            from walkit.autorecovery import AutorecoveryOptions, run_bookie_autorecovery
             from walkit.net._auth import read_token_file
+            from walkit_bookie.server._local import LocalCopyStore
 
+            options = AutorecoveryOptions()  # with the bookie's rate limits, if it has any
+            if config.rereplication_entries_per_second is not None:
+                entries = config.rereplication_entries_per_second
+                options = attrs.evolve(options, entries_per_second=entries)
+            if config.rereplication_bytes_per_second is not None:
+                rate = config.rereplication_bytes_per_second
+                options = attrs.evolve(options, bytes_per_second=rate)
             token_file = config.autorecovery_token_file
             auth = None if token_file is None else read_token_file(token_file)
             if auth is None and config.auth == "token":
@@ -249,6 +258,8 @@ class Bookie:
                     self._metadata.url,
                     bookie_id,
                     lost_bookie_delay=config.lost_bookie_delay,
+                    options=options,
+                    local=LocalCopyStore(self.handler, bookie_id),
                     tls_files=(config.tls_cert, config.tls_key, config.tls_ca),
                     auth=auth,
                     registry=self.registry,

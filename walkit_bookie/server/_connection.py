@@ -79,7 +79,22 @@ class RequestHandler(Protocol):
     @property
     def saturated(self) -> bool: ...
 
-    def handle(self, conn: Connection, body: bytes, message: Message) -> None: ...
+    def handle(self, conn: Peer, body: bytes, message: Message) -> None: ...
+
+
+class Peer(Protocol):
+    """Whom the request handler answers: a client :class:`Connection`, or this bookie's own
+    autorecovery worker storing copies in the same process (``_local.LocalCopyStore``)."""
+
+    outstanding: int
+    peer: str
+    principal: str | None
+
+    def send(self, frame: bytes) -> None: ...
+
+    def send_parts(self, parts: tuple[bytes, ...]) -> None: ...
+
+    def spawn(self, fn: object, *args: object) -> bool: ...
 
 
 class _Close(Exception):

@@ -44,7 +44,7 @@ from walkit._core.wire import (
 from walkit._logging import get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._badinput import BadInputLog
-from walkit_bookie.server._connection import Connection
+from walkit_bookie.server._connection import Peer
 from walkit_bookie.storage import (
     BookieStorage,
     GroupCommit,
@@ -132,12 +132,12 @@ class RequestHandler:
         self.adds_idempotent = 0
         self.adds_refused_rewrite = 0
         self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
-        self._disk_queue: list[tuple[Connection, ReadRequest]] = []
+        self._disk_queue: list[tuple[Peer, ReadRequest]] = []
         self._disk_wake = trio.Event()
         #: Packets of adds on their way to the journal, by (ledger, entry).
         self._adds_pending: dict[tuple[int, int], bytes] = {}
         #: Adds waiting for a disk lookup of the entry they would rewrite.
-        self._add_checks: list[tuple[Connection, bytes, AddRequest]] = []
+        self._add_checks: list[tuple[Peer, bytes, AddRequest]] = []
         self._add_check_wake = trio.Event()
         self.group_commit = GroupCommit(
             storage,
@@ -187,13 +187,13 @@ class RequestHandler:
             full.append("connections")
         return full
 
-    def _refuse(self, conn: Connection, message: Message, why: str) -> None:
+    def _refuse(self, conn: Peer, message: Message, why: str) -> None:
         self.requests_refused += 1
         conn.send(
             encode_frame(ErrorResponse(message.request_id, StatusCode.TOO_MANY_REQUESTS, why))
         )
 
-    def handle(self, conn: Connection, body: bytes, message: Message) -> None:
+    def handle(self, conn: Peer, body: bytes, message: Message) -> None:
         kind = type(message)
         self.requests += 1
         if self.authenticator is not None and not self._allowed(conn, message):
@@ -243,7 +243,20 @@ class RequestHandler:
                 )
             )
 
-    def _allowed(self, conn: Connection, message: Message) -> bool:
+    def add_local_copy(self, conn: Peer, req: AddRequest) -> None:
+        """An add flagged RECOVERY | COPY from this bookie's own autorecovery worker, in this
+        process: checked and stored exactly as one from the network, answered to ``conn``.
+
+        No principal claims the ledger (the bookie trusts itself): its next add or fence from
+        the network registers an owner, as after a restart, when no ledger has one."""
+        self.requests += 1
+        conn.outstanding += 1
+        self.adds_in_flight += 1
+        # The copies' store never writes the frame body (only the entry log gets the packet);
+        # the body only sizes the copies' groups, which the packet does as well.
+        self._add(conn, req.packet, req)
+
+    def _allowed(self, conn: Peer, message: Message) -> bool:
         """With authentication on: whether the connection's principal may make this request;
         answers UNAUTHORIZED if not.
 
@@ -308,7 +321,7 @@ class RequestHandler:
             self._claim(ledger_id, principal)
         return True
 
-    def _unauthorized(self, conn: Connection, message: Request, op: str, principal: str) -> bool:
+    def _unauthorized(self, conn: Peer, message: Request, op: str, principal: str) -> bool:
         self.unauthorized[op] = self.unauthorized.get(op, 0) + 1
         self.bad_input.report(
             "unauthorized", peer=conn.peer, op=op, principal=principal, ledger_id=message.ledger_id
@@ -325,14 +338,14 @@ class RequestHandler:
             self.claims = claims = {k: v for k, v in claims.items() if k in self.ledgers}
         claims[ledger_id] = principal
 
-    def _auth_again(self, conn: Connection, req: AuthRequest) -> None:
+    def _auth_again(self, conn: Peer, req: AuthRequest) -> None:
         """AUTH on a connection that is served already (authentication off, so clients can
         turn it on before bookies do; or done, e.g. by its TLS certificate): OK, as the
         principal it has; the credentials change nothing."""
         principal = conn.principal or ""
         conn.send(encode_frame(AuthResponse(req.request_id, StatusCode.OK, principal)))
 
-    def _add_done(self, conn: Connection, frame: bytes) -> None:
+    def _add_done(self, conn: Peer, frame: bytes) -> None:
         conn.outstanding -= 1
         conn.send(frame)
         self.adds_answered += 1
@@ -341,7 +354,7 @@ class RequestHandler:
             self.capacity.unpark_all()
 
     def _read_done(
-        self, conn: Connection, frame: bytes | tuple[bytes, ...] | None, long_poll: bool = False
+        self, conn: Peer, frame: bytes | tuple[bytes, ...] | None, long_poll: bool = False
     ) -> None:
         conn.outstanding -= 1
         if frame is not None:
@@ -357,12 +370,12 @@ class RequestHandler:
         if self.capacity and self.reads_in_flight < self.config.max_inflight_reads:
             self.capacity.unpark_all()
 
-    def _answer_add(self, conn: Connection, req: AddRequest, status: StatusCode) -> None:
+    def _answer_add(self, conn: Peer, req: AddRequest, status: StatusCode) -> None:
         self._add_done(
             conn, encode_frame(AddResponse(req.request_id, status, req.ledger_id, req.entry_id))
         )
 
-    def _add(self, conn: Connection, body: bytes, req: AddRequest) -> None:
+    def _add(self, conn: Peer, body: bytes, req: AddRequest) -> None:
         if self._read_only:
             return self._answer_add(conn, req, StatusCode.BOOKIE_READ_ONLY)
         packet = req.packet
@@ -392,14 +405,14 @@ class RequestHandler:
         self._store(body, req, conn)
         return None
 
-    def _store(self, body: bytes, req: AddRequest, conn: Connection) -> None:
+    def _store(self, body: bytes, req: AddRequest, conn: Peer) -> None:
         if req.flags & AddFlag.COPY:
             self.copy_commit.submit(body, req, conn)
         else:
             self.group_commit.submit(body, req, conn)
 
     def _add_stored(
-        self, conn: Connection, body: bytes, req: AddRequest, stored: bytes | None, *, pending: bool
+        self, conn: Peer, body: bytes, req: AddRequest, stored: bytes | None, *, pending: bool
     ) -> None:
         """Answer an add of an entry that may be stored (``stored``: its bytes, or None)."""
         decision = stored_entry_decision(stored, req.packet)
@@ -441,7 +454,7 @@ class RequestHandler:
                 conn, body, req, stored if pending is None else pending, pending=pending is not None
             )
 
-    def _write_lac(self, conn: Connection, body: bytes, req: WriteLacRequest) -> None:
+    def _write_lac(self, conn: Peer, body: bytes, req: WriteLacRequest) -> None:
         def answer(status: StatusCode) -> None:
             self._add_done(
                 conn, encode_frame(WriteLacResponse(req.request_id, status, req.ledger_id))
@@ -474,7 +487,7 @@ class RequestHandler:
         self.group_commit.submit(body, req, then)
         return True
 
-    def _read(self, conn: Connection, body: bytes, req: ReadRequest) -> None:
+    def _read(self, conn: Peer, body: bytes, req: ReadRequest) -> None:
         if req.flags & ReadFlag.FENCE:
 
             def then(error: BaseException | None) -> None:
@@ -489,7 +502,7 @@ class RequestHandler:
         self._read_entry(conn, req)
 
     def _answer_read(
-        self, conn: Connection, req: ReadRequest, status: StatusCode, packet: bytes = b""
+        self, conn: Peer, req: ReadRequest, status: StatusCode, packet: bytes = b""
     ) -> None:
         if len(packet) >= _PARTS_MIN:
             parts = encode_read_response_parts(
@@ -501,7 +514,7 @@ class RequestHandler:
             encode_frame(ReadResponse(req.request_id, status, req.ledger_id, req.entry_id, packet)),
         )
 
-    def _read_entry(self, conn: Connection, req: ReadRequest) -> None:
+    def _read_entry(self, conn: Peer, req: ReadRequest) -> None:
         info = self.ledgers.get(req.ledger_id)
         if info is None:
             return self._answer_read(conn, req, StatusCode.NO_SUCH_LEDGER)
@@ -539,7 +552,7 @@ class RequestHandler:
 
     def _answer_lac(
         self,
-        conn: Connection,
+        conn: Peer,
         req: ReadLacRequest,
         status: StatusCode,
         lac: int = -1,
@@ -551,7 +564,7 @@ class RequestHandler:
             long_poll=bool(req.flags & ReadLacFlag.LONG_POLL),
         )
 
-    def _read_lac(self, conn: Connection, body: bytes, req: ReadLacRequest) -> None:
+    def _read_lac(self, conn: Peer, body: bytes, req: ReadLacRequest) -> None:
         if req.flags & ReadLacFlag.FENCE:
 
             def then(error: BaseException | None) -> None:
@@ -565,7 +578,7 @@ class RequestHandler:
             return
         self._read_lac_now(conn, req)
 
-    def _read_lac_now(self, conn: Connection, req: ReadLacRequest) -> None:
+    def _read_lac_now(self, conn: Peer, req: ReadLacRequest) -> None:
         info = self.ledgers.get(req.ledger_id)
         if info is None and not req.flags & ReadLacFlag.LONG_POLL:
             # A long poll waits for a ledger this bookie has not seen yet (a tailing reader
@@ -578,7 +591,7 @@ class RequestHandler:
         assert info is not None  # no LONG_POLL: an unknown ledger was answered above
         return self._answer_lac(conn, req, StatusCode.OK, info.last_add_confirmed)
 
-    async def _lac_task(self, conn: Connection, req: ReadLacRequest) -> None:
+    async def _lac_task(self, conn: Peer, req: ReadLacRequest) -> None:
         frame: bytes | None = None
         try:
             lid = req.ledger_id

@@ -1,0 +1,100 @@
+"""Copies from this bookie's own autorecovery worker, stored without the network.
+
+A worker running in a bookie copies to that bookie when the placement policy allows it
+(:func:`walkit._core.rereplication.prefer_local`). Sending those adds to itself over loopback
+would cost a send, a receive, two copies through the kernel and a frame decode per entry;
+here they go straight to the request handler, which checks and stores them as it would a
+network add flagged RECOVERY | COPY (same master-key, fencing and rewrite rules, the same
+group commit of copies, durable before the answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from walkit._core.types import BookieId
+from walkit._core.wire import AddFlag, AddRequest, AddResponse, StatusCode, decode_message
+
+if TYPE_CHECKING:
+    from walkit_bookie.server._requests import RequestHandler
+
+__all__ = ["LocalCopyStore"]
+
+_FLAGS = AddFlag.RECOVERY | AddFlag.COPY
+
+
+@final
+class _Batch:
+    """The answers to one ``store`` call, by request id: what the handler sends back."""
+
+    __slots__ = ("done", "left", "problems")
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.problems: list[str] = []
+        self.done = trio.Event()
+
+
+@final
+class LocalCopyStore:
+    """``walkit.autorecovery.LocalCopies`` for one bookie: what the handler answers comes back
+    here (as a connection's frames would) and completes the waiting ``store`` call."""
+
+    peer = "this bookie's autorecovery worker"
+    principal: str | None = None
+
+    def __init__(self, handler: RequestHandler, bookie_id: BookieId) -> None:
+        self._handler = handler
+        self._bookie_id = bookie_id
+        self.outstanding = 0
+        self._next_rid = 1
+        self._waiting: dict[int, tuple[_Batch, int]] = {}  # request id -> batch, entry id
+
+    @property
+    def bookie_id(self) -> BookieId:
+        return self._bookie_id
+
+    async def store(
+        self, ledger_id: int, master_key: bytes, entries: Sequence[tuple[int, bytes]]
+    ) -> list[str]:
+        batch = _Batch(len(entries))
+        if not entries:
+            return []
+        for entry_id, packet in entries:
+            rid = self._next_rid
+            self._next_rid += 1
+            self._waiting[rid] = (batch, entry_id)
+            self._handler.add_local_copy(
+                self, AddRequest(rid, ledger_id, entry_id, master_key, packet, _FLAGS)
+            )
+        try:
+            await batch.done.wait()
+        finally:
+            for rid in [r for r, (b, _) in self._waiting.items() if b is batch]:
+                del self._waiting[rid]  # cancelled: answers still to come are dropped
+        return batch.problems
+
+    # --- what the handler calls (a connection's answering side) -------------------------------
+
+    def send(self, frame: bytes) -> None:
+        message = decode_message(memoryview(frame)[4:])
+        found = self._waiting.pop(message.request_id, None)
+        if found is None:
+            return
+        batch, entry_id = found
+        if not isinstance(message, AddResponse) or message.status != StatusCode.OK:
+            status = getattr(message, "status", None)
+            name = status.name if isinstance(status, StatusCode) else type(message).__name__
+            batch.problems.append(f"entry {entry_id}: {name}")
+        batch.left -= 1
+        if batch.left == 0:
+            batch.done.set()
+
+    def send_parts(self, parts: tuple[bytes, ...]) -> None:
+        self.send(b"".join(parts))
+
+    def spawn(self, fn: object, *args: object) -> bool:
+        return False  # only long polls spawn, and this peer never polls
