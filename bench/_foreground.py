@@ -42,6 +42,7 @@ async def main(url: str) -> list[float]:
                     t0 = time.perf_counter()
                     await lw.append(payload)
                     samples.append((time.perf_counter() - t0) * 1e3)
+            await lw.close()
     return samples
 
 

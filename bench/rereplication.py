@@ -11,7 +11,11 @@ across ``--ledgers`` ledgers (E=Qw=3, Qa=2). Then, twice:
    listed it, while a new foreground writer appends; time to heal, MiB/s copied and the
    foreground p50/p99 are recorded.
 
-The first loss is healed without a rate limit, the second with the default limits. The disk's
+The first loss is healed without a rate limit, the second with the default limits. Then a
+second cluster, whose bookies run their own autorecovery (``--lost-bookie-delay 0``, no rate
+limit), loses a bookie and heals by itself: its workers copy to their own bookie where the
+placement policy allows, with no network hop; timed from the loss being seen (the lost
+bookie's registration gone) to no ledger listing it and no marker left. The disk's
 1 MiB write+fsync rate, and the rate of a plain copy on the same disk, are measured in the same
 run, before and after the heals (ratios against the mean). Appends a section to
 docs/benchmarks.md unless ``--no-append``.
@@ -40,7 +44,7 @@ from bench._limits import copy_1m, fsync_1m
 from tests._cluster import ProcessCluster, process_cluster
 from walkit.autorecovery import AutorecoveryOptions, recover_bookie
 from walkit.client import Client
-from walkit.metadata import list_bookies
+from walkit.metadata import UnderreplicationManager, list_bookies
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 ENTRY = 64 * 1024
@@ -140,6 +144,53 @@ async def heal_once(
     }
 
 
+async def heal_by_workers(cluster: ProcessCluster, url: str, out: Path) -> dict[str, Any]:
+    """SIGKILL a bookie of a cluster whose bookies run autorecovery; time their healing."""
+    victim = cluster.bookies[0]
+    async with Client.connect(url) as client:
+        ids = await client.list_ledgers()
+        listing = {}
+        for lid in ids:
+            md = await client.ledger_metadata(lid)
+            if victim.address in md.all_bookies():
+                listing[lid] = md.last_entry_id + 1  # E = Qw: the victim had every entry
+        fg = Foreground(url, out)
+        await trio.to_thread.run_sync(fg.start)
+        await trio.sleep(BASELINE_SECONDS)
+        base = await trio.to_thread.run_sync(fg.stop)
+        victim.kill()
+        while victim.address in (await list_bookies(client.metadata_store)).writable:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+        # The loss is seen (the auditor marks at once): the clock starts, and so does a fresh
+        # foreground writer (its ledger must not list the lost bookie, or the workers would
+        # fence it once its writer's grace period is over).
+        t0 = time.perf_counter()
+        urm = UnderreplicationManager(client.metadata_store)
+        left = set(listing)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, fg.start)
+            while left or set(listing) & set(await urm.list_ids()):
+                for lid in list(left):
+                    if victim.address not in (await client.ledger_metadata(lid)).all_bookies():
+                        left.discard(lid)
+                await trio.sleep(0.05)
+            elapsed = time.perf_counter() - t0
+    during = await trio.to_thread.run_sync(fg.stop)
+    entries = sum(listing.values())
+    mib = entries * ENTRY / 1048576
+    return {
+        "ledgers": len(listing),
+        "entries": entries,
+        "mib": mib,
+        "seconds": elapsed,
+        "mib_s": mib / elapsed,
+        "base_p50": p(base, 0.5),
+        "base_p99": p(base, 0.99),
+        "heal_p50": p(during, 0.5),
+        "heal_p99": p(during, 0.99),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="data written before the loss")
@@ -169,6 +220,23 @@ def main() -> None:
                 return [first, second]
 
             results = trio.run(run)
+        url2 = f"sqlite:///{root / 'metadata-workers.db'}"
+        workers_args = [
+            "--lost-bookie-delay",
+            "0",
+            "--rereplication-entries-per-second",
+            "0",
+            "--rereplication-bytes-per-second",
+            "0",
+        ]
+        with process_cluster(url2, root / "workers", 5, extra_args=workers_args) as cluster2:
+
+            async def run_workers() -> dict[str, Any]:
+                async with Client.connect(url2) as client:
+                    await write_data(client, args.mib, args.ledgers)
+                return await heal_by_workers(cluster2, url2, root / "foreground2.txt")
+
+            results.append(trio.run(run_workers))
         # Again once the bookies are gone: this disk's rate drifts by 1.5x within an hour, so
         # the ratios are taken against the mean of both, and both are printed.
         disk_after = fsync_1m(root, total_mib=256)["fsync_1m_mib_s"]
@@ -187,7 +255,11 @@ def main() -> None:
         f"{copy_after:,.0f}), the bound of any copier "
         f"that reads what it writes from one disk; the client's own `append_batch` of the "
         f"data: {append_rate[0]:,.0f} MiB/s (x3 replicas; same run). One bookie SIGKILLed, then "
-        "`recover_bookie` heals every ledger that listed it; a foreground writer (a process of its own) appends 1 KiB "
+        "`recover_bookie` heals every ledger that listed it (first two rows); in the last row, "
+        "a second cluster's bookies heal by themselves (their own autorecovery workers, "
+        "`--lost-bookie-delay 0`, no rate limit, copying to their own bookie where the "
+        "placement allows), timed from the lost bookie's registration going to no ledger "
+        "listing it. A foreground writer (a process of its own) appends 1 KiB "
         "entries one at a time before (baseline) and during the healing.",
         "",
         "| rate limit | ledgers | copied | time to heal | copy rate | vs disk | vs plain copy | "
@@ -199,6 +271,7 @@ def main() -> None:
             "none",
             f"default ({defaults.entries_per_second:,.0f} entries/s, "
             f"{(defaults.bytes_per_second or 0) / 1048576:.0f} MiB/s)",
+            "none, the bookies' own workers",
         ),
         results,
         strict=True,
