@@ -184,17 +184,29 @@ class LogWriter:
         ledger's errors (NotEnoughBookiesError ...).
         """
         record = self._record(payload)
-        tag = producer_tag(producer_id, sequence)
-        if tag is None:
-            await self._current_ledger()
+        if producer_id is None and sequence is None:
+            tag = None
+            if not self._ledger_ready():
+                await self._current_ledger()
         else:
+            tag = producer_tag(producer_id, sequence)
+            assert tag is not None
             await self._admit(tag)
         batch, slot = self._batches.add(record, tag)
         if tag is not None:
             self._producers.sent(tag, batch)
         self._batches.pump()
-        await self._outcome(batch)
+        try:
+            await batch.wait()
+        except WalkitError as exc:
+            raise await self._append_error(batch.lw, exc) from exc
         return batch.position(slot)
+
+    def _ledger_ready(self) -> bool:
+        """The current ledger takes appends now: no roll due or under way, not broken (the
+        common case, checked without a coroutine; otherwise see ``_current_ledger``)."""
+        self._check()
+        return not (self._broken or self._gate.locked() or self._roll_due())
 
     def _spawn(self, fn: Callable[[], Awaitable[None]]) -> bool:
         """Start a background task in the client's nursery (False: the client is closing)."""
@@ -463,18 +475,17 @@ class LogWriter:
     def _roll_due(self) -> bool:
         if self._error is not None or self._closing:
             return False
-        if trio.current_time() < self._roll_retry_at:
-            return False
-        if self._broken:
-            return True
         opts = self._log.options
         lw = self._lw
-        return should_roll(
+        due = self._broken or should_roll(
             lw.last_add_confirmed + 1,
             lw.length,
             roll_entries=opts.roll_entries,
             roll_bytes=opts.roll_bytes,
         )
+        # The clock only when a roll is due (not on every append): after a failed roll,
+        # the next waits ROLL_RETRY_DELAY.
+        return due and trio.current_time() >= self._roll_retry_at
 
     async def _through_gate(self) -> None:
         # Acquire and release explicitly: the caller must enter the ledger's append right after
