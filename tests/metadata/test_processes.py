@@ -96,3 +96,27 @@ async def test_stalled_session_expires_by_the_clock(tmp_path: Path) -> None:
         with pytest.raises(SessionExpiredError):
             await stalled.get("/")
         await wait_for(events, WatchEventKind.SESSION_EXPIRED)
+
+
+async def test_a_watcher_reaps_an_expired_session_by_itself(tmp_path: Path) -> None:
+    """The watch poller is one of the reapers: with no write, read or heartbeat from anyone
+    for a while, a watcher still sees a dead session's ephemeral go (the poller's cheap check
+    on the trio thread must count an expired session as work, not only new change rows)."""
+    now = [1000.0]
+
+    def clock() -> float:
+        return now[0]
+
+    url = f"sqlite://{tmp_path}/m.db"
+    async with (
+        # Heartbeats every 333 s and 10 s of real time: neither runs during the test.
+        await open_metadata_store(url, clock=clock, session_timeout=1000) as watcher,
+        await open_metadata_store(url, clock=clock, session_timeout=30) as stalled,
+    ):
+        await stalled.create("/e", b"", ephemeral=True)
+        events = watcher.watch("/e")
+        await trio.sleep(0.3)  # the poller has read the create's change row: no new rows
+        now[0] += 100  # past the stalled one's timeout; nobody calls anything
+        with trio.fail_after(5):  # the poller runs every 50 ms; its heartbeat in 333 s
+            event = await wait_for(events, WatchEventKind.DELETED)
+        assert event.path == "/e"

@@ -10,8 +10,9 @@ a session past its expiry (any read, write, heartbeat or watch poll, in any proc
 and its ephemerals, so a killed process's nodes vanish about one session timeout after it died.
 Sessions span processes, so this is the one place that uses the wall clock (injected).
 
-Watches: every change appends a row to ``changes``; a background task per store polls for new
-rows every ``poll_interval`` seconds (one indexed query) and turns them into events.
+Watches: every change appends a row to ``changes``; a background task per store looks for new
+rows every ``poll_interval`` seconds (one indexed read on the trio thread, which never waits) and,
+when there are some, reads them in the worker thread and turns them into events.
 """
 
 from __future__ import annotations
@@ -252,6 +253,8 @@ class SqliteMetadataStore(MetadataStore):
         with scope:
             while True:
                 await trio.sleep(self._poll_interval)
+                if not self._db.poll_due():
+                    continue
                 try:
                     rows, missed = await self._call(self._db.poll)
                 except Exception as exc:  # a system task must not raise; try again next time
