@@ -274,11 +274,13 @@ class Committer(Protocol):
 class GroupCommit:
     """Collects journal records and commits them in groups: one write and one sync each.
 
-    ``submit`` is synchronous (no task per request). When the journal is idle and several
-    requests are waiting, the committer gives requests that are ready to run scheduling rounds
-    to join (bounded by ``max_wait`` and ``max_bytes``); a lone request is committed at once
-    (the storage's own checkpoint in ``commit`` is its round). While a group is being synced
-    the next one fills up, and is committed as soon as the sync returns. The committing task
+    ``submit`` is synchronous (no task per request). When several requests are waiting, the
+    committer gives requests that are ready a scheduling round to join, and when the journal
+    was idle, more rounds while more keep coming (bounded by ``max_wait`` and ``max_bytes``).
+    A lone request is committed at once: requests readied in the same round as it were
+    submitted already (their readers ran before this task woke), and a round costs a bookie
+    about a tenth of its CPU per add at one add in flight. While a group is being synced the
+    next one fills up, and is committed as soon as the sync returns. The committing task
     hands each committed group to ``on_committed`` (with the error if the commit failed):
     answering is a few microseconds per request, less than waking another task for it.
     """
@@ -334,7 +336,7 @@ class GroupCommit:
 
     async def _gather(self) -> None:
         """Let requests that are ready join the group, while more keep coming (bounded). The
-        first round is the storage's own checkpoint in ``commit``: this only goes on when
+        first round is the one ``run`` gives every group of several: this only goes on when
         that round may not be enough (requests arrived in the last one)."""
         deadline = trio.current_time() + self._max_wait
         seen = len(self._bodies)
@@ -353,8 +355,10 @@ class GroupCommit:
                 self._wake = trio.Event()
                 idle = True
                 continue
-            if idle and len(self._bodies) > 1:
-                await self._gather()  # several at once: more may be on their way
+            if len(self._bodies) > 1:
+                await trio.lowlevel.checkpoint()  # a round for those readied meanwhile
+                if idle:
+                    await self._gather()  # several at once: more may be on their way
             bodies, requests, sinks = self._take()
             error: BaseException | None = None
             try:

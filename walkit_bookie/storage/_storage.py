@@ -105,7 +105,8 @@ class BookieStorage(abc.ABC):
         """Make a group of journal records durable (one write, one sync), then apply them.
 
         ``bodies`` are the requests' wire bodies (what the journal holds). Raises OSError when
-        the write or sync failed; then nothing of the group was applied.
+        the write or sync failed; then nothing of the group was applied. It may return without
+        a scheduling round (a small group is written at once, from the calling task).
         """
 
     async def store_copies(self, bodies: Sequence[bytes], requests: Sequence[AddRequest]) -> None:
@@ -315,8 +316,7 @@ class DiskStorage(BookieStorage):
             await self._room.wait()
         if sum(map(len, bodies)) >= self._config.journal_thread_min_bytes:
             mark = await trio.to_thread.run_sync(journal.write, bodies)
-        else:
-            await trio.lowlevel.checkpoint()
+        else:  # no scheduling round here: the group commit gives those it wants
             mark = journal.write(bodies)
         if journal.wants_preallocation:
             claim = journal.start_preallocation()
