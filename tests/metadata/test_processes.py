@@ -75,13 +75,19 @@ async def test_ids_unique_across_processes(tmp_path: Path) -> None:
     assert len(set(got)) == 450
 
 
+class _WallClock:
+    """The sessions' wall clock, moved by the test (shared by its stores)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 async def test_stalled_session_expires_by_the_clock(tmp_path: Path) -> None:
     """A process that stops heart-beating for longer than its timeout loses its session."""
-    now = [1000.0]
-
-    def clock() -> float:
-        return now[0]
-
+    clock = _WallClock()
     url = f"sqlite://{tmp_path}/m.db"
     async with (
         await open_metadata_store(url, clock=clock, session_timeout=1000) as watcher,
@@ -89,9 +95,9 @@ async def test_stalled_session_expires_by_the_clock(tmp_path: Path) -> None:
     ):
         await stalled.create("/e", b"", ephemeral=True)
         events = stalled.watch("/e")
-        now[0] += 3  # within the timeout: nothing happens
+        clock.now += 3  # within the timeout: nothing happens
         assert await watcher.exists("/e") == 0
-        now[0] += 100  # past the stalled one's timeout: the first to notice reaps it
+        clock.now += 100  # past the stalled one's timeout: the first to notice reaps it
         assert await watcher.exists("/e") is None
         with pytest.raises(SessionExpiredError):
             await stalled.get("/")
@@ -102,11 +108,7 @@ async def test_a_watcher_reaps_an_expired_session_by_itself(tmp_path: Path) -> N
     """The watch poller is one of the reapers: with no write, read or heartbeat from anyone
     for a while, a watcher still sees a dead session's ephemeral go (the poller's cheap check
     on the trio thread must count an expired session as work, not only new change rows)."""
-    now = [1000.0]
-
-    def clock() -> float:
-        return now[0]
-
+    clock = _WallClock()
     url = f"sqlite://{tmp_path}/m.db"
     async with (
         # Heartbeats every 333 s and 10 s of real time: neither runs during the test.
@@ -116,7 +118,7 @@ async def test_a_watcher_reaps_an_expired_session_by_itself(tmp_path: Path) -> N
         await stalled.create("/e", b"", ephemeral=True)
         events = watcher.watch("/e")
         await trio.sleep(0.3)  # the poller has read the create's change row: no new rows
-        now[0] += 100  # past the stalled one's timeout; nobody calls anything
+        clock.now += 100  # past the stalled one's timeout; nobody calls anything
         with trio.fail_after(5):  # the poller runs every 50 ms; its heartbeat in 333 s
             event = await wait_for(events, WatchEventKind.DELETED)
         assert event.path == "/e"
