@@ -161,6 +161,12 @@ class LedgerWriter:
         self._idle.set()
         self._lac_moved = trio.Event()
         self._lac_on_bookies = -1
+        #: When entries were last sent, and the explicit LAC's timer while it runs (each send
+        #: pushes its deadline: under load it never fires, where sleeping ``interval`` at a
+        #: time woke the writer 200 times a second for nothing).
+        self._last_send = 0.0
+        self._lac_timer: trio.CancelScope | None = None
+        self._lac_interval = core.options.explicit_lac_interval
         self._error: WalkitError | None = None
         self._closing = False
         self._closed = False
@@ -374,7 +380,10 @@ class LedgerWriter:
         return pa.entry_id
 
     def _queue(self, per_slot: list[list[tuple[int, bytes]]]) -> None:
-        now = trio.current_time()
+        now = self._last_send = trio.current_time()
+        timer, interval = self._lac_timer, self._lac_interval
+        if timer is not None and interval is not None:
+            timer.deadline = now + interval
         for slot, items in enumerate(per_slot):
             if items:
                 try:
@@ -604,7 +613,7 @@ class LedgerWriter:
         with self._scope:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                interval = self._core.options.explicit_lac_interval
+                interval = self._lac_interval
                 if interval is not None:
                     nursery.start_soon(self._send_lac_when_idle, interval)
                 task_status.started()
@@ -620,11 +629,13 @@ class LedgerWriter:
             while True:
                 await self._lac_moved.wait()
                 self._lac_moved = trio.Event()
-                while True:
-                    sent = self._tracker.next_entry_id
-                    await trio.sleep(interval)
-                    if self._tracker.next_entry_id == sent:
-                        break
+                # Until no entry was sent for ``interval`` (``_queue`` pushes the deadline).
+                with trio.CancelScope(deadline=self._last_send + interval) as timer:
+                    self._lac_timer = timer
+                    try:
+                        await trio.sleep_forever()
+                    finally:
+                        self._lac_timer = None
                 lac = self._tracker.last_add_confirmed
                 if lac > self._lac_on_bookies and self._error is None:
                     self._lac_on_bookies = lac
