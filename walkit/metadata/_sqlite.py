@@ -11,8 +11,12 @@ and its ephemerals, so a killed process's nodes vanish about one session timeout
 Sessions span processes, so this is the one place that uses the wall clock (injected).
 
 Watches: every change appends a row to ``changes``; a background task per store looks for new
-rows every ``poll_interval`` seconds (one indexed read on the trio thread, which never waits) and,
-when there are some, reads them in the worker thread and turns them into events.
+rows (one indexed read on the trio thread, which never waits) and, when there are some, reads
+them in the worker thread and turns them into events. It looks when the file was written (Linux
+inotify, any process: ``_file_changes.py``; at most every ``_BUSY_GAP`` or ``poll_interval``
+seconds, the shorter), when the first session is due to expire (to reap it), and at the latest
+every ``_QUIET_MAX`` seconds (what a lost inotify event can cost). Without inotify it looks
+every ``poll_interval`` seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from walkit.errors import (
     MetadataStoreError,
     SessionExpiredError,
 )
+from walkit.metadata._file_changes import FileChanges, subscribe
 from walkit.metadata._paths import (
     ROOT,
     check_name,
@@ -47,6 +52,12 @@ from walkit.metadata._watch import WatchStream, catch_up_event, event_for
 logger = get_logger(__name__)
 
 T = TypeVar("T")
+
+#: The longest a watch poller sleeps with inotify and nothing written: what a lost inotify
+#: event can cost.
+_QUIET_MAX = 1.0
+#: With inotify, the least time between two looks (a file written all the time).
+_BUSY_GAP = 0.02
 
 
 @final
@@ -250,17 +261,34 @@ class SqliteMetadataStore(MetadataStore):
         self._scopes.append(scope)
         if self._closed or self._expired:
             return
-        with scope:
-            while True:
-                await trio.sleep(self._poll_interval)
-                if not self._db.poll_due():
-                    continue
+        changes = subscribe(self.path)
+        try:
+            with scope:
+                await self._watch_changes(changes)
+        finally:
+            if changes is not None:
+                changes.close()
+
+    async def _watch_changes(self, changes: FileChanges | None) -> None:
+        db = self._db
+        while True:
+            if changes is not None and not changes.broken and not db.poll_due():
+                # Nothing new: sleep until the file is written, or the first session may
+                # expire (to reap it), or at the latest _QUIET_MAX.
+                quiet = db.until_first_expiry()
+                with trio.move_on_after(_QUIET_MAX if quiet is None else min(quiet, _QUIET_MAX)):
+                    await changes.wait()
+            if db.poll_due():
                 try:
-                    rows, missed = await self._call(self._db.poll)
+                    rows, missed = await self._call(db.poll)
                 except Exception as exc:  # a system task must not raise; try again next time
                     logger.warning("metadata_watch_poll_failed", url=self.url, error=repr(exc))
-                    continue
-                self._dispatch(rows, missed)
+                else:
+                    self._dispatch(rows, missed)
+            # Without inotify, poll_interval is the polling period; with it, a floor on the gap
+            # between two looks while the file is being written all the time.
+            usable = changes is not None and not changes.broken
+            await trio.sleep(min(self._poll_interval, _BUSY_GAP) if usable else self._poll_interval)
 
     def _dispatch(self, rows: list[tuple[int, str, str]], missed: int) -> None:
         for stream in list(self._streams):

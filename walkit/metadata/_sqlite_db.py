@@ -79,6 +79,8 @@ class SqliteDb:
         self.session_id = 0
         #: The last change row the poller has handed out.
         self._last_seq = 0
+        #: The first session expiry :meth:`poll_due` saw (wall clock; None: no session).
+        self._first_expiry: float | None = None
 
     def peek_last_seq(self) -> int:
         """Where the change log ends now. Called on the trio thread for a new watch: a WAL
@@ -104,9 +106,17 @@ class SqliteDb:
             last, first_expiry = peek.execute(_POLL_DUE).fetchone()
         except sqlite3.Error:
             return True
+        self._first_expiry = first_expiry
         return bool(
             last > self._last_seq or (first_expiry is not None and first_expiry < self._clock())
         )
+
+    def until_first_expiry(self) -> float | None:
+        """Seconds until the first session expiry :meth:`poll_due` last saw (a session to reap
+        then, unless its owner heartbeats first); None if it saw none."""
+        if self._first_expiry is None:
+            return None
+        return max(0.0, self._first_expiry - self._clock())
 
     @property
     def _db(self) -> sqlite3.Connection:

@@ -1,0 +1,111 @@
+"""sqlite watches wake on writes (Linux inotify), not on a fast timer.
+
+Each store here polls every 300 s at most on its own (``poll_interval=300``), far beyond the
+hang guard: a watch event arrives in time only because the write woke the poller. Without
+inotify the store falls back to polling every ``poll_interval``, shown with a short one.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.metadata._util import HANG_GUARD, wait_for
+from walkit.metadata import MetadataStore, WatchEventKind, _file_changes, open_metadata_store
+from walkit.metadata._file_changes import changed_names
+
+CHILD = str(Path(__file__).with_name("_child.py"))
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+
+
+def _url(tmp_path: Path, poll_interval: float) -> str:
+    return f"sqlite://{tmp_path}/m.db?poll_interval={poll_interval}"
+
+
+async def test_a_write_in_another_process_wakes_a_watch(tmp_path: Path) -> None:
+    async with await open_metadata_store(_url(tmp_path, 300)) as store:
+        events = store.watch("/bookies/available/b1")
+        await trio.sleep(0.2)  # the poller has looked once and sleeps
+        process = await trio.lowlevel.open_process(
+            [sys.executable, CHILD, "ephemeral", str(_url(tmp_path, 300)), "/bookies/available/b1"],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            event = await wait_for(events, WatchEventKind.CHANGED)
+            assert event.path == "/bookies/available/b1"
+            assert (await store.get("/bookies/available/b1")).value == b"child"
+        finally:
+            process.kill()
+            await process.wait()
+
+
+async def test_writes_keep_waking_a_watch(tmp_path: Path) -> None:
+    """Not only the first write: every later one too (no look is held back by the timer)."""
+    async with (
+        await open_metadata_store(_url(tmp_path, 300)) as store,
+        await open_metadata_store(_url(tmp_path, 300)) as other,
+    ):
+        await store.create("/n", b"0")
+        events = store.watch("/n")
+        for n in range(1, 6):
+            await trio.sleep(0.1)
+            await other.set("/n", b"%d" % n, n - 1)
+            await wait_for(events, WatchEventKind.CHANGED)
+            assert (await store.get("/n")).value == b"%d" % n
+
+
+async def test_more_stores_than_inotify_instances_share_one(tmp_path: Path) -> None:
+    """A user gets 128 inotify instances by default; 150 stores of one process all wake, so
+    they share one (per file), and none fell back to its 300 s timer."""
+    count = 150
+    async with await open_metadata_store(_url(tmp_path, 300)) as writer:
+        stores: list[MetadataStore] = []
+        try:
+            for _ in range(count):
+                stores.append(await open_metadata_store(_url(tmp_path, 300)))
+            streams = [s.watch("/shared") for s in stores]
+            await trio.sleep(0.2)
+            await writer.create("/shared", b"x")
+            with trio.fail_after(HANG_GUARD):
+                for stream in streams:
+                    await wait_for(stream, WatchEventKind.CHANGED)
+        finally:
+            for s in stores:
+                await s.aclose()
+
+
+async def test_without_inotify_watches_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_file_changes, "_LIBC", None)
+    async with (
+        await open_metadata_store(_url(tmp_path, 0.05)) as store,
+        await open_metadata_store(_url(tmp_path, 0.05)) as other,
+    ):
+        events = store.watch("/n")
+        await trio.sleep(0.2)
+        await other.create("/n", b"x")
+        await wait_for(events, WatchEventKind.CHANGED)
+
+
+def _event(mask: int, name: bytes = b"") -> bytes:
+    padded = name + b"\0" * (-len(name) % 16 or 16) if name else b""
+    return struct.pack("iIII", 1, mask, 0, len(padded)) + padded
+
+
+def test_inotify_events_are_read_by_file_name() -> None:
+    modify, overflow, ignored = 0x2, 0x4000, 0x8000
+    assert changed_names(_event(modify, b"m.db-wal"), b"m.db") == (True, False)
+    assert changed_names(_event(modify, b"m.db"), b"m.db") == (True, False)
+    assert changed_names(_event(modify, b"other.db-wal"), b"m.db") == (False, False)
+    assert changed_names(_event(overflow), b"m.db") == (True, False)  # lost events: look
+    assert changed_names(_event(ignored), b"m.db") == (True, True)  # the watch is gone
+    both = _event(modify, b"x.log") + _event(modify, b"m.db-wal")
+    assert changed_names(both, b"m.db") == (True, False)
+    assert changed_names(b"", b"m.db") == (False, False)
