@@ -51,6 +51,23 @@ def test_the_readme_log_snippet_prints_only_its_records(walkit_sandbox: Sandbox)
     assert [line.split(" ", 1)[1] for line in lines] == ["b'order 1'", "b'order 2'", "b'order 3'"]
 
 
+def test_closing_the_client_under_an_open_ledger_writer_is_quiet(walkit_sandbox: Sandbox) -> None:
+    """The application's own shutdown is no warning: nothing on stderr."""
+    program = """
+import os, trio, walkit
+async def main():
+    async with walkit.Client.connect(os.environ["WALKIT_METADATA"]) as client:
+        writer = await client.create_ledger(3, 3, 2, password=b"pw")
+        await writer.append(b"x")
+        print("appended", writer.last_add_confirmed)
+trio.run(main)
+"""
+    result = _run([sys.executable, "-c", program], walkit_sandbox.metadata_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "appended 0\n"
+    assert result.stderr == ""
+
+
 def test_an_application_that_configures_logging_gets_walkits_events(
     walkit_sandbox: Sandbox,
 ) -> None:

@@ -480,7 +480,9 @@ class LedgerWriter:
             return
         self._error = error
         dropped = self._tracker.fail_all()
-        log.warning(
+        # The application closed its client under an idle writer: its own doing, no news.
+        quiet = isinstance(error, ClientClosedError) and not dropped
+        (log.info if quiet else log.warning)(
             "ledger_writer_failed",
             ledger_id=self.id,
             lac=self.last_add_confirmed,
