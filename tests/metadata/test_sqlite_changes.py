@@ -7,6 +7,7 @@ inotify the store falls back to polling every ``poll_interval``, shown with a sh
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
@@ -21,13 +22,26 @@ from walkit.metadata._file_changes import changed_names
 
 CHILD = str(Path(__file__).with_name("_child.py"))
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+
+def _inotify_problem() -> str | None:
+    libc = _file_changes._LIBC
+    if libc is None:
+        return "no inotify here (not Linux)"
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        return "cannot open an inotify instance (the user's limit is used up?)"
+    os.close(fd)
+    return None
+
+
+_PROBLEM = _inotify_problem()
 
 
 def _url(tmp_path: Path, poll_interval: float) -> str:
     return f"sqlite://{tmp_path}/m.db?poll_interval={poll_interval}"
 
 
+@pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
 async def test_a_write_in_another_process_wakes_a_watch(tmp_path: Path) -> None:
     async with await open_metadata_store(_url(tmp_path, 300)) as store:
         events = store.watch("/bookies/available/b1")
@@ -45,6 +59,7 @@ async def test_a_write_in_another_process_wakes_a_watch(tmp_path: Path) -> None:
             await process.wait()
 
 
+@pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
 async def test_writes_keep_waking_a_watch(tmp_path: Path) -> None:
     """Not only the first write: every later one too (no look is held back by the timer)."""
     async with (
@@ -60,6 +75,7 @@ async def test_writes_keep_waking_a_watch(tmp_path: Path) -> None:
             assert (await store.get("/n")).value == b"%d" % n
 
 
+@pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
 async def test_more_stores_than_inotify_instances_share_one(tmp_path: Path) -> None:
     """A user gets 128 inotify instances by default; 150 stores of one process all wake, so
     they share one (per file), and none fell back to its 300 s timer."""
