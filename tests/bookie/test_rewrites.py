@@ -83,6 +83,25 @@ async def test_two_adds_of_one_entry_in_flight_cannot_both_land(tmp_path: Path) 
         assert (await c.read(3, 0)).packet == packet(3, 0, b"genuine")
 
 
+async def test_two_adds_of_one_hole_in_flight_cannot_both_land(tmp_path: Path) -> None:
+    """Holes below the last entry go through the disk lookup: the first add of a hole is stored
+    while the second one's lookup runs in a thread, and that lookup, which found nothing on
+    disk, must not make the second one "absent" too (an acknowledged entry was overwritten)."""
+    count = 300
+    async with running_bookie(config([tmp_path / "d"])) as (bookie, bid), connect(bid) as c:
+        assert (await c.add(4, count, b"last")).status is StatusCode.OK
+        requests = []
+        for e in range(count):
+            requests.append(c.add_request(4, e, b"genuine-%d" % e))
+            requests.append(c.add_request(4, e, b"forged-%d" % e, flags=RECOVERY))
+        answers = await c.call_many(requests)
+        statuses = [a.status for a in answers if isinstance(a, AddResponse)]
+        assert statuses == [StatusCode.OK, StatusCode.ENTRY_EXISTS] * count
+        for e in range(count):
+            assert (await c.read(4, e)).packet == packet(4, e, b"genuine-%d" % e)
+        assert bookie.handler.adds_refused_rewrite == count
+
+
 def test_the_status_maps_to_its_error() -> None:
     error = error_for_code(int(StatusCode.ENTRY_EXISTS), "x")
     assert isinstance(error, EntryExistsError)

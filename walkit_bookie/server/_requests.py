@@ -444,7 +444,7 @@ class RequestHandler:
             conn, body, req = self._add_checks.pop(0)
             key = (req.ledger_id, req.entry_id)
             try:
-                (stored,) = await self.storage.read_entries([key])
+                stored = await self._stored_now(key)
             except OSError as exc:
                 log.error("read_failed", ledger_id=key[0], entry_id=key[1], error=str(exc))
                 self._answer_add(conn, req, _io_status(exc))
@@ -453,6 +453,20 @@ class RequestHandler:
             self._add_stored(
                 conn, body, req, stored if pending is None else pending, pending=pending is not None
             )
+
+    async def _stored_now(self, key: tuple[int, int]) -> bytes | None:
+        """The entry's stored bytes as of now (not as of when the disk lookup began): an add of
+        it may have been committed into the write cache during the lookup (an add of the same
+        hole, decided just before this one), or the cache flushed, or a copy stored on disk."""
+        storage = self.storage
+        while True:
+            stats = storage.stats
+            before = (stats.checkpoints, stats.copies_stored)
+            (stored,) = await storage.read_entries([key])
+            if stored is None:
+                stored = storage.cached_entry(*key)
+            if stored is not None or (stats.checkpoints, stats.copies_stored) == before:
+                return stored
 
     def _write_lac(self, conn: Peer, body: bytes, req: WriteLacRequest) -> None:
         def answer(status: StatusCode) -> None:
