@@ -98,7 +98,7 @@ async def _connection(handler: Handler, stream: trio.SocketStream, *, max_body: 
                 response = await handler(request)
             except Exception as exc:  # the connection (and the process) lives on
                 response = error(500, f"internal error: {type(exc).__name__}: {exc}")
-            await _send(conn, stream, response, close=False)
+            await _send(conn, stream, response, close=False, head=request.method == "HEAD")
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             try:
@@ -169,8 +169,14 @@ def _request(head: h11.Request, body: bytes) -> Request:
 
 
 async def _send(
-    conn: h11.Connection, stream: trio.SocketStream, response: Response, *, close: bool
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    response: Response,
+    *,
+    close: bool,
+    head: bool = False,
 ) -> None:
+    """Send ``response``; for a HEAD request (``head``) its headers only, the length included."""
     headers = [
         ("content-type", response.content_type),
         ("content-length", str(len(response.body))),
@@ -180,6 +186,6 @@ async def _send(
         headers.append(("connection", "close"))
     reason = _REASONS.get(response.status, b"")
     data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
-    data += conn.send(h11.Data(data=response.body)) if response.body else b""
+    data += conn.send(h11.Data(data=response.body)) if response.body and not head else b""
     data += conn.send(h11.EndOfMessage())
     await stream.send_all(data)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+import urllib.parse
 from typing import Any, final
 
 import attrs
@@ -267,16 +268,16 @@ class KVService:
                 return error(400, "missing or malformed key")
             if len(key.encode("utf-8", "surrogateescape")) > MAX_KEY:
                 return error(400, f"key is longer than {MAX_KEY} bytes")
-            if request.method == "GET":
+            if request.method in ("GET", "HEAD"):  # HEAD: the same answer, sent without body
                 return await self._get(request, key)
             if request.method == "PUT":
                 return await self._put(request, key)
             if request.method == "DELETE":
                 return await self._delete(request, key)
             return error(405, f"method {request.method} not allowed on keys")
-        if path == "/v1/status" and request.method == "GET":
+        if path == "/v1/status" and request.method in ("GET", "HEAD"):
             return json_response(200, self.status())
-        if path == "/metrics" and request.method == "GET":
+        if path == "/metrics" and request.method in ("GET", "HEAD"):
             self.metrics.applied.set(self.replica.applied_count)
             return Response(
                 200,
@@ -302,7 +303,7 @@ class KVService:
         if target is None or target == self.address:
             # No leader, or this replica won but is still taking the log over.
             return error(503, "no leader at the moment", [("retry-after", "1")])
-        query = "&".join(f"{k}={v}" for k, v in request.query.items())
+        query = urllib.parse.urlencode(request.query)  # re-encoded: the values came decoded
         location = f"http://{target}{_quote(request.path)}" + (f"?{query}" if query else "")
         return error(307, f"not the leader: try {target}", [("location", location)])
 

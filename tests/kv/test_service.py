@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+from urllib.parse import parse_qsl
 
 import httpx
 import pytest
@@ -67,6 +68,13 @@ async def test_api_and_bad_requests(kv_cluster: str) -> None:
         consistent = await http.get(f"{follower.base}/v1/kv/greeting?consistent=true")
         assert consistent.status_code == 307
         assert consistent.headers["location"] == f"{kv}/greeting?consistent=true"
+        # The redirect keeps the query as it was meant: encoded again, nothing injected.
+        for raw in ("x=a%26admin%3Dtrue", "x=%C3%A9", "x=%00", "x=%0d%0aSet-Cookie:%20a"):
+            odd = await http.get(f"{follower.base}/v1/kv/greeting?consistent=true&{raw}")
+            assert odd.status_code == 307, (raw, odd.text)
+            where, _, query = odd.headers["location"].partition("?")
+            assert where == f"{kv}/greeting", raw
+            assert parse_qsl(query) == [("consistent", "true"), *parse_qsl(raw)], raw
 
         assert (await http.delete(f"{kv}/greeting")).status_code == 200
         assert (await http.delete(f"{kv}/greeting")).status_code == 404
@@ -97,6 +105,18 @@ async def test_api_and_bad_requests(kv_cluster: str) -> None:
             sock.sendall(b"body")
             assert sock.recv(1000).startswith(b"HTTP/1.1 200")
         assert (await http.get(f"{kv}/continued")).content == b"body"
+        # HEAD: the headers alone (an error's too), and the connection serves on.
+        with socket.create_connection(("127.0.0.1", leader.port), timeout=5) as sock:
+            sock.sendall(b"HEAD /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"HEAD /v1/kv/continued HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /v1/kv/continued HTTP/1.1\r\nHost: x\r\n\r\n")
+            answers = b""
+            while not answers.endswith(b"body"):
+                chunk = sock.recv(4096)
+                assert chunk, answers
+                answers += chunk
+            assert answers.startswith(b"HTTP/1.1 404"), answers
+            assert answers.count(b"HTTP/1.1 200") == 2 and answers.count(b"body") == 1, answers
         # Idempotent writes: a retried PUT is applied once, even after a later write.
         tagged = {"Walkit-Producer": "client-1", "Walkit-Sequence": "1"}
         first = await http.put(f"{kv}/idem", content=b"v1", headers=tagged)
