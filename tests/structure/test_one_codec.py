@@ -2,7 +2,8 @@
 
 An ``ast`` scan of walkit/ and walkit_bookie/: outside walkit/_core, only the bookie's storage
 modules may use ``struct``, for their on-disk formats (journal records, entry logs, the index,
-ledger state), which never go on the wire.
+ledger state), which never go on the wire, and the sqlite store's inotify reader, for the
+kernel's event records.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ DISK_FORMATS = {
     "walkit_bookie/storage/_index.py": "index keys and locations",
     "walkit_bookie/storage/_ledger.py": "a ledger's state record",
     "walkit_bookie/storage/_storage.py": "entry keys of the write cache",
+    "walkit/metadata/_file_changes.py": "Linux inotify event records, read from the kernel",
 }
 
 
