@@ -122,11 +122,33 @@ class BookieConfig:
     max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_frame_size)
     #: Adds accepted but not yet answered, over all connections; beyond it sockets are not read.
     max_inflight_adds: int = attrs.field(default=10_000, validator=_positive)
+    #: Bytes of those adds' entries (they are held in memory until stored); beyond it sockets
+    #: are not read either, so big entries cannot pile up to ``max_inflight_adds`` of them.
+    max_inflight_add_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
     #: Reads (including long polls) accepted but not yet answered, over all connections.
     max_inflight_reads: int = attrs.field(default=1_000, validator=_positive)
     #: Answers queued for one connection that its peer has not read yet; beyond it that one
     #: socket is not read.
     max_unsent_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
+    #: Answers queued over all connections that their peers have not read yet; beyond it a
+    #: connection with answers of its own still queued is not read until they go (connections
+    #: whose peers keep up go on).
+    max_unsent_bytes_total: int = attrs.field(default=256 * MiB, validator=_positive)
+    #: Seconds a connection's queued answers may wait without its peer taking any of them
+    #: (about 1 MiB at a time); past it the connection is closed and its answers dropped.
+    send_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: Seconds a new connection has to deliver its first whole request (its AUTH, with
+    #: authentication on; a TLS handshake counts); past it the connection is closed. Clients
+    #: connect when they have something to send.
+    first_request_timeout: float = attrs.field(default=10.0, validator=_positive)
+    #: Seconds a frame may take to arrive once its first bytes have (time the bookie does not
+    #: read the socket, under backpressure, is not counted); past it the connection is closed.
+    frame_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: With ``max_connections`` open, a new connection closes the open one idle longest
+    #: (nothing in flight, queued or partly received), if idle at least this many seconds,
+    #: instead of being refused. Connections that have not sent a request go first (after
+    #: 1 s), so silent connections cannot hold the bookie's slots.
+    evict_idle_after: float = attrs.field(default=10.0, validator=_positive)
     #: Longest a long-poll LAC read waits, in seconds, whatever timeout it asks for.
     max_long_poll: float = attrs.field(default=30.0, validator=_positive)
     #: Long polls waiting at once, over all connections. They are counted apart from reads

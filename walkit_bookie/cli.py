@@ -315,6 +315,47 @@ def build_parser() -> argparse.ArgumentParser:
         "partial frame over 64KiB gets TOO_MANY_REQUESTS and is closed (default 256MiB)",
     )
     p.add_argument(
+        "--max-inflight-add-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="bytes of entries of adds in flight, over all connections; past it sockets are "
+        "not read until adds are stored (default 256MiB)",
+    )
+    p.add_argument(
+        "--max-unsent-bytes-total",
+        type=_size,
+        metavar="SIZE",
+        help="answers queued over all connections; past it a connection with answers of its "
+        "own queued is not read until they go (default 256MiB)",
+    )
+    p.add_argument(
+        "--send-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="close a connection whose peer takes none of its queued answers for this long "
+        "(default 30)",
+    )
+    p.add_argument(
+        "--first-request-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="close a new connection that sends no whole request within this long (default 10)",
+    )
+    p.add_argument(
+        "--frame-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="close a connection whose frame is not whole this long after its first bytes "
+        "(default 30)",
+    )
+    p.add_argument(
+        "--evict-idle-after",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="with max-connections open, a new connection closes one idle this long instead "
+        "of being refused (default 10)",
+    )
+    p.add_argument(
         "--lost-bookie-delay",
         type=_non_negative_float,
         metavar="SECONDS",
@@ -402,6 +443,12 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("max_connections", "max_connections"),
         ("max_requests_per_connection", "max_requests_per_connection"),
         ("max_partial_frame_bytes", "max_partial_frame_bytes"),
+        ("max_inflight_add_bytes", "max_inflight_add_bytes"),
+        ("max_unsent_bytes_total", "max_unsent_bytes_total"),
+        ("send_timeout", "send_timeout"),
+        ("first_request_timeout", "first_request_timeout"),
+        ("frame_timeout", "frame_timeout"),
+        ("evict_idle_after", "evict_idle_after"),
         ("lost_bookie_delay", "lost_bookie_delay"),
         ("rereplication_entries_per_second", "rereplication_entries_per_second"),
         ("rereplication_bytes_per_second", "rereplication_bytes_per_second"),

@@ -30,12 +30,15 @@ class Bookies:
         *,
         network: Any = None,
         memory: bool = False,
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.url = url
         self.root = root
         self.nursery = nursery
         self.network = network
         self.memory = memory
+        #: More BookieConfig fields for every bookie.
+        self.options = options or {}
         self.ids: dict[int, BookieId] = {}
         self.objects: dict[int, Bookie] = {}
         self._scopes: dict[int, trio.CancelScope] = {}
@@ -62,6 +65,7 @@ class Bookies:
                     data_dirs=[str(self.root / f"bookie-{index}")],
                     port=port,
                     network_location="/default-region/default-rack",
+                    **self.options,
                 )
                 kwargs: dict[str, Any] = {"metadata": store}
                 if self.network is not None:

@@ -132,7 +132,8 @@ async def test_the_long_poll_cap_over_all_connections_answers_too_many(tmp_path:
 
 @pytest.mark.usefixtures("many_files")
 async def test_idle_connections_hold_no_receive_buffer(tmp_path: Path) -> None:
-    async with running_bookie(config([tmp_path / "d"], max_connections=5000)) as (bookie, bid):
+    cfg = config([tmp_path / "d"], max_connections=5000, first_request_timeout=300)
+    async with running_bookie(cfg) as (bookie, bid):
         streams = []
         try:
             for _ in range(2000):
@@ -154,8 +155,11 @@ async def test_idle_connections_hold_no_receive_buffer(tmp_path: Path) -> None:
 
 async def test_connections_over_the_cap_get_a_clear_answer(tmp_path: Path) -> None:
     async with running_bookie(config([tmp_path / "d"], max_connections=3)) as (bookie, bid):
+        # Busy connections (a long poll each): an idle one would make room for the newcomer.
         streams = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(3)]
-        await _wait_until(lambda: bookie.handler.connections == 3)
+        for i, stream in enumerate(streams):
+            await stream.send_all(encode_frame(long_poll(1, 10**6 + i)))
+        await _wait_until(lambda: bookie.handler.long_polls == 3)
         async with connect(bid) as extra:
             with trio.fail_after(20):
                 answer = await extra.call(long_poll(extra.next_id(), 1))
@@ -179,7 +183,9 @@ def _rss_kib(pid: int) -> int:
 @pytest.mark.processes
 @pytest.mark.usefixtures("many_files")
 async def test_two_thousand_idle_connections_do_not_take_gigabytes(tmp_path: Path) -> None:
-    bookie = BookieProcess([tmp_path / "d"], "--max-connections", "5000")
+    bookie = BookieProcess(
+        [tmp_path / "d"], "--max-connections", "5000", "--first-request-timeout", "300"
+    )
     bid = await bookie.start()
     assert bookie.proc is not None
     socks: list[socket.socket] = []

@@ -4,10 +4,17 @@ One reader and one writer task per connection; no task per request on the add pa
 queued while the writer was busy (for example all the adds of one group commit) go out in one
 ``send_all``. Backpressure: the reader stops reading its socket while the bookie is at its
 in-flight limits or while this connection has too many answers its peer has not read.
+
+Peers that hold a connection without using it are cut off: a connection must deliver its first
+request within ``first_request_timeout``, each frame within ``frame_timeout`` of its first
+bytes, and its peer must take queued answers within ``send_timeout``. At ``max_connections``
+a newcomer closes the connection idle longest instead of being refused (``evict_idle_after``).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol, final
 
 import trio
@@ -53,6 +60,11 @@ _HEADER_END = 4 + 10  # length prefix + version, type, request id
 #: A partial frame this small is never refused for the partial-frame budget.
 _PARTIAL_FREE = 64 * 1024
 _CLOSE_GRACE = 1.0  # seconds to flush answers before closing a connection
+#: The writer sends queued answers in pieces of about this size (joining small ones, slicing
+#: big ones): never a copy of everything queued, and ``send_timeout`` is per piece.
+_SEND_PIECE = 1024 * 1024
+#: A connection that has not sent a request may be evicted once this old (see evict_idle_after).
+_SILENT_GRACE = 1.0
 
 
 class RequestHandler(Protocol):
@@ -75,6 +87,11 @@ class RequestHandler(Protocol):
     partial_frame_bytes: int
     #: Connections waiting for their unsent answers to drain (``max_unsent_bytes``).
     stalled_connections: int
+    #: Bytes of answers queued over all connections (``max_unsent_bytes_total``).
+    unsent_bytes: int
+    connections_timed_out: int
+    connections_evicted: int
+    client_connections: set[Connection]
 
     @property
     def saturated(self) -> bool: ...
@@ -101,11 +118,17 @@ class _Close(Exception):
     """Stop reading this connection (after flushing what is queued)."""
 
 
+class _TimedOut(Exception):
+    """The peer did not deliver a request or frame in time: close without answering."""
+
+
 @final
 class Connection:
     """One client connection. ``send`` queues a frame; the writer task sends queued frames."""
 
     __slots__ = (
+        "_counted",
+        "_deadline",
         "_direct_fd",
         "_handler",
         "_out",
@@ -116,10 +139,13 @@ class Connection:
         "_wake",
         "authenticated",
         "closed",
+        "last_active",
         "nursery",
+        "opened",
         "outstanding",
         "peer",
         "principal",
+        "spoke",
     )
 
     def __init__(self, handler: RequestHandler, stream: trio.abc.Stream, peer: str) -> None:
@@ -147,6 +173,29 @@ class Connection:
         self.outstanding = 0
         self.peer = peer
         self.nursery: trio.Nursery | None = None
+        #: When it opened, when it last received bytes, and whether it has sent a request.
+        self.opened = self.last_active = trio.current_time()
+        self.spoke = False
+        #: The reader gives up waiting for bytes at this time (inf: it may wait forever).
+        self._deadline = self.opened + handler.config.first_request_timeout
+        self._counted = False  # counted in handler.connections
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight, queued or partly received: closing it loses nothing."""
+        return not (self.outstanding or self._unsent or self._partial or self.closed)
+
+    def evict(self) -> None:
+        """Close this idle connection to make room for a new one."""
+        handler = self._handler
+        handler.connections_evicted += 1
+        if self._counted:  # the newcomer takes the slot at once
+            self._counted = False
+            handler.connections -= 1
+        log.debug("idle_connection_evicted", peer=self.peer, spoke=self.spoke)
+        self.closed = True
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
 
     def send(self, frame: bytes) -> None:
         self.send_parts((frame,))
@@ -168,6 +217,7 @@ class Connection:
                 size -= written
         out.extend(parts)
         self._unsent += size
+        self._handler.unsent_bytes += size
         self._wake.set()
 
     def spawn(self, fn: object, *args: object) -> bool:
@@ -179,6 +229,8 @@ class Connection:
 
     async def _writer(self) -> None:
         stream = self._stream
+        handler = self._handler
+        send_timeout = handler.config.send_timeout
         fd = direct_fd(stream)
         while True:
             if not self._out:
@@ -190,11 +242,28 @@ class Connection:
                 self._wake = trio.Event()
                 continue
             out, self._out = self._out, []
-            data = out[0] if len(out) == 1 else b"".join(out)
-            await stream.send_all(data)
-            self._unsent -= len(data)
-            if self._space:
-                self._space.unpark_all()
+            for piece in send_pieces(out):
+                with trio.move_on_after(send_timeout) as scope:
+                    await stream.send_all(piece)
+                if scope.cancelled_caught:
+                    return self._send_timed_out(send_timeout)
+                self._unsent -= len(piece)
+                handler.unsent_bytes -= len(piece)
+                if self._space:
+                    self._space.unpark_all()
+
+    def _send_timed_out(self, send_timeout: float) -> None:
+        handler = self._handler
+        handler.connections_timed_out += 1
+        handler.bad_input.report(
+            "send_timeout",
+            peer=self.peer,
+            unsent_bytes=self._unsent,
+            error=f"the peer took none of its answers for {send_timeout:g} s",
+        )
+        self.closed = True
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
 
     async def _drain(self) -> None:
         # Answer what is already in flight (a peer may half-close and still read), briefly.
@@ -203,12 +272,27 @@ class Connection:
                 with trio.move_on_after(0.05):
                     await self._space.park()
 
-    async def _wait_for_room(self) -> None:
-        """Return once this connection may take another request (backpressure point)."""
+    def _no_room(self) -> bool:
         handler = self._handler
-        max_unsent = handler.config.max_unsent_bytes
+        config = handler.config
+        return (
+            self._unsent >= config.max_unsent_bytes
+            or handler.saturated
+            or (self._unsent > 0 and handler.unsent_bytes >= config.max_unsent_bytes_total)
+        )
+
+    async def _wait_for_room(self) -> None:
+        """Return once this connection may take another request (backpressure point). Time
+        spent here does not count against the frame being received."""
+        handler = self._handler
+        config = handler.config
+        started = trio.current_time()
         while True:
-            if self._unsent >= max_unsent:
+            unsent = self._unsent
+            if unsent >= config.max_unsent_bytes or (
+                unsent > 0 and handler.unsent_bytes >= config.max_unsent_bytes_total
+            ):
+                # Its own answers must go first (the writer wakes us as they do).
                 handler.stalled_connections += 1
                 try:
                     await self._space.park()
@@ -217,7 +301,8 @@ class Connection:
             elif handler.saturated:
                 await handler.capacity.park()
             else:
-                return
+                break
+        self._deadline += trio.current_time() - started
 
     async def _reader(self) -> None:
         handler = self._handler
@@ -233,20 +318,29 @@ class Connection:
 
     async def _read_frames(self, receive: _Receiver, decoder: FrameDecoder) -> None:
         handler = self._handler
-        max_unsent = handler.config.max_unsent_bytes
         fed = 0  # bytes fed to the decoder so far
         consumed = 0  # bytes of whole frames taken out of it
+        config = handler.config
         while True:
-            await self._wait_for_room()
-            data = await receive()
+            if self._no_room():
+                await self._wait_for_room()
+            if self._deadline == math.inf:
+                data = await receive()
+            else:
+                with trio.move_on_at(self._deadline) as scope:
+                    data = await receive()
+                if scope.cancelled_caught:
+                    self._timed_out(decoder.buffered)
+            self.last_active = trio.current_time()
             if not data:
                 return
             decoder.feed(data)
             fed += len(data)
+            frames = 0
             while True:
                 # Checked per request, not per chunk: one chunk of small reads can ask for far
                 # more answer bytes than the limits allow.
-                if self._unsent >= max_unsent or handler.saturated:
+                if self._no_room():
                     await self._wait_for_room()
                 try:
                     body = decoder.next_frame()
@@ -258,6 +352,7 @@ class Connection:
                     raise _Close from exc
                 if body is None:
                     break
+                frames += 1
                 consumed += 4 + len(body)
                 try:
                     message = decode_message(body)
@@ -271,6 +366,14 @@ class Connection:
             # What is left in the decoder is the start of a frame: count it against the
             # bookie's budget for partial frames.
             held = decoder.buffered
+            if frames:
+                self.spoke = True
+            if self.spoke:  # (until then the first request's deadline holds)
+                if not held:
+                    self._deadline = math.inf  # between frames a peer may wait at will
+                elif frames or not self._partial:
+                    # A frame started in this chunk: it must be whole within frame_timeout.
+                    self._deadline = self.last_active + config.frame_timeout
             handler.partial_frame_bytes += held - self._partial
             self._partial = held
             limit = handler.config.max_partial_frame_bytes
@@ -284,6 +387,20 @@ class Connection:
                     "too_many_partial_frames",
                 )
                 raise _Close
+
+    def _timed_out(self, held: int) -> None:
+        """The reader's deadline passed: report it and close (no answer: nothing to answer)."""
+        handler = self._handler
+        config = handler.config
+        handler.connections_timed_out += 1
+        if not self.spoke:
+            kind = "first_request_timeout"
+            error = f"no whole request within {config.first_request_timeout:g} s of connecting"
+        else:
+            kind = "frame_timeout"
+            error = f"a frame not whole within {config.frame_timeout:g} s ({held} bytes came)"
+        handler.bad_input.report(kind, peer=self.peer, error=error)
+        raise _TimedOut
 
     def _refuse_frame(
         self,
@@ -373,8 +490,11 @@ class Connection:
             pass
 
     async def serve(self) -> None:
-        self._handler.connections += 1
-        self._handler.connections_opened += 1
+        handler = self._handler
+        handler.connections += 1
+        handler.connections_opened += 1
+        handler.client_connections.add(self)
+        self._counted = True
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
@@ -384,13 +504,71 @@ class Connection:
                     await self._reader()
                 except _Close:
                     refused = True
+                except _TimedOut:
+                    nursery.cancel_scope.cancel()
                 await self._drain()
                 if refused:
                     await self._linger()
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
-            self._handler.connections -= 1
+            handler.client_connections.discard(self)
+            handler.unsent_bytes -= self._unsent
+            self._unsent = 0
+            self._out = []
+            if self._counted:
+                self._counted = False
+                handler.connections -= 1
+
+
+def send_pieces(parts: list[bytes]) -> Iterator[bytes | memoryview]:
+    """Queued answers as pieces of about ``_SEND_PIECE`` bytes: small parts joined (one
+    send for many answers), big ones sliced (never copied)."""
+    if len(parts) == 1 and len(parts[0]) <= _SEND_PIECE:
+        yield parts[0]
+        return
+    small: list[bytes] = []
+    size = 0
+    for part in parts:
+        if len(part) >= _SEND_PIECE // 4:
+            if small:
+                yield small[0] if len(small) == 1 else b"".join(small)
+                small, size = [], 0
+            view = memoryview(part)
+            for at in range(0, len(part), _SEND_PIECE):
+                yield view[at : at + _SEND_PIECE]
+            continue
+        small.append(part)
+        size += len(part)
+        if size >= _SEND_PIECE:
+            yield b"".join(small)
+            small, size = [], 0
+    if small:
+        yield small[0] if len(small) == 1 else b"".join(small)
+
+
+def idle_victim(
+    connections: Iterable[Connection], now: float, evict_idle_after: float
+) -> Connection | None:
+    """The connection a newcomer may close when ``max_connections`` are open: of the idle
+    ones, one that never sent a request (open over ``_SILENT_GRACE`` s), else the one idle
+    longest, if idle ``evict_idle_after`` s; None if there is none."""
+    best: Connection | None = None
+    best_key = (2, 0.0)
+    for conn in connections:
+        if not conn.idle:
+            continue
+        if not conn.spoke:
+            if now - conn.opened < _SILENT_GRACE:
+                continue
+            key = (0, conn.opened)
+        elif now - conn.last_active >= evict_idle_after:
+            key = (1, conn.last_active)
+        else:
+            continue
+        if key < best_key:
+            best, best_key = conn, key
+    return best
 
 
 class _Receiver:
@@ -467,8 +645,15 @@ async def handle_stream(
     try:
         await ready.wait()
         if handler.connections >= handler.config.max_connections:
-            await _refuse_connection(handler, stream, peer)
-            return
+            victim = idle_victim(
+                handler.client_connections,
+                trio.current_time(),
+                handler.config.evict_idle_after,
+            )
+            if victim is None:
+                await _refuse_connection(handler, stream, peer)
+                return
+            victim.evict()
         conn = Connection(handler, stream, peer)  # counted in serve() before any checkpoint
         await conn.serve()
     except Exception as exc:  # a broken connection must not stop the bookie

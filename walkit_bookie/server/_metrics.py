@@ -94,6 +94,16 @@ class BookieCollector(Collector):
                 b.requests_refused,
             ),
             (
+                "connections_timed_out",
+                "Client connections closed for a timeout (first request, frame or send)",
+                b.connections_timed_out,
+            ),
+            (
+                "connections_evicted",
+                "Idle client connections closed to make room while max_connections were open",
+                b.connections_evicted,
+            ),
+            (
                 "claims_refused",
                 "Adds and fences refused: the ledger was registered by another principal",
                 b.claims_refused,
@@ -186,6 +196,16 @@ class BookieCollector(Collector):
                 "stalled_connections",
                 "Connections not read from while max_unsent_bytes of answers wait to be sent",
                 b.stalled_connections,
+            ),
+            (
+                "add_bytes_in_flight",
+                "Bytes of the entries of the adds in flight",
+                b.add_bytes_in_flight,
+            ),
+            (
+                "unsent_bytes",
+                "Bytes of answers queued over all connections, not yet taken by their peers",
+                b.unsent_bytes,
             ),
             (
                 "partial_frame_bytes",

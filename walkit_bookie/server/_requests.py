@@ -124,9 +124,19 @@ class RequestHandler:
         #: Connections not read from because ``max_unsent_bytes`` of their answers wait to be
         #: sent (their peer does not read them fast enough).
         self.stalled_connections = 0
+        #: Bytes of answers queued over all connections, not yet taken by their peers.
+        self.unsent_bytes = 0
+        #: Client connections closed for a timeout (first request, frame or send), and closed
+        #: to make room for a new one while ``max_connections`` were open.
+        self.connections_timed_out = 0
+        self.connections_evicted = 0
+        #: The open client connections (``_connection.Connection``), for eviction.
+        self.client_connections: set[Any] = set()
         #: Malformed input, counted by kind; warnings about it are rate-limited.
         self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
         self.adds_in_flight = 0
+        #: Bytes of the entries of the adds in flight.
+        self.add_bytes_in_flight = 0
         self.reads_in_flight = 0
         #: Adds answered from the stored entry (same bytes), and adds refused (other bytes).
         self.adds_idempotent = 0
@@ -165,9 +175,11 @@ class RequestHandler:
 
     @property
     def saturated(self) -> bool:
+        config = self.config
         return (
-            self.adds_in_flight >= self.config.max_inflight_adds
-            or self.reads_in_flight >= self.config.max_inflight_reads
+            self.adds_in_flight >= config.max_inflight_adds
+            or self.add_bytes_in_flight >= config.max_inflight_add_bytes
+            or self.reads_in_flight >= config.max_inflight_reads
         )
 
     # --- requests ----------------------------------------------------------------------------
@@ -177,7 +189,10 @@ class RequestHandler:
         """Which request queues are full now (empty when none is): what ``/health`` says."""
         config = self.config
         full = []
-        if self.adds_in_flight >= config.max_inflight_adds:
+        if (
+            self.adds_in_flight >= config.max_inflight_adds
+            or self.add_bytes_in_flight >= config.max_inflight_add_bytes
+        ):
             full.append("adds")
         if self.reads_in_flight >= config.max_inflight_reads:
             full.append("reads")
@@ -218,6 +233,7 @@ class RequestHandler:
         conn.outstanding += 1
         if kind is AddRequest:
             self.adds_in_flight += 1
+            self.add_bytes_in_flight += len(message.packet)  # type: ignore[union-attr]
             self._add(conn, body, message)  # type: ignore[arg-type]
         elif kind is ReadRequest:
             self.reads_in_flight += 1
@@ -252,6 +268,7 @@ class RequestHandler:
         self.requests += 1
         conn.outstanding += 1
         self.adds_in_flight += 1
+        self.add_bytes_in_flight += len(req.packet)
         # The copies' store never writes the frame body (only the entry log gets the packet);
         # the body only sizes the copies' groups, which the packet does as well.
         self._add(conn, req.packet, req)
@@ -345,12 +362,14 @@ class RequestHandler:
         principal = conn.principal or ""
         conn.send(encode_frame(AuthResponse(req.request_id, StatusCode.OK, principal)))
 
-    def _add_done(self, conn: Peer, frame: bytes) -> None:
+    def _add_done(self, conn: Peer, frame: bytes, size: int) -> None:
+        """Answer an add (``size``: its packet's length) or an explicit LAC (0)."""
         conn.outstanding -= 1
         conn.send(frame)
         self.adds_answered += 1
         self.adds_in_flight -= 1
-        if self.capacity and self.adds_in_flight < self.config.max_inflight_adds:
+        self.add_bytes_in_flight -= size
+        if self.capacity and not self.saturated:
             self.capacity.unpark_all()
 
     def _read_done(
@@ -367,12 +386,14 @@ class RequestHandler:
             self.long_polls -= 1
             return
         self.reads_in_flight -= 1
-        if self.capacity and self.reads_in_flight < self.config.max_inflight_reads:
+        if self.capacity and not self.saturated:
             self.capacity.unpark_all()
 
     def _answer_add(self, conn: Peer, req: AddRequest, status: StatusCode) -> None:
         self._add_done(
-            conn, encode_frame(AddResponse(req.request_id, status, req.ledger_id, req.entry_id))
+            conn,
+            encode_frame(AddResponse(req.request_id, status, req.ledger_id, req.entry_id)),
+            len(req.packet),
         )
 
     def _add(self, conn: Peer, body: bytes, req: AddRequest) -> None:
@@ -471,7 +492,7 @@ class RequestHandler:
     def _write_lac(self, conn: Peer, body: bytes, req: WriteLacRequest) -> None:
         def answer(status: StatusCode) -> None:
             self._add_done(
-                conn, encode_frame(WriteLacResponse(req.request_id, status, req.ledger_id))
+                conn, encode_frame(WriteLacResponse(req.request_id, status, req.ledger_id)), 0
             )
 
         if self._read_only:
@@ -685,7 +706,9 @@ class RequestHandler:
             else:
                 apply_request(ledgers, req)
             if type(req) is AddRequest:
-                self._add_done(sink, ok_frame(req.request_id, 0, lid, req.entry_id))
+                self._add_done(
+                    sink, ok_frame(req.request_id, 0, lid, req.entry_id), len(req.packet)
+                )
             else:
                 sink(None)
         for lid in woken:

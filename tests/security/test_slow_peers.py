@@ -1,0 +1,319 @@
+"""Peers that hold a bookie's connections, memory or slots without using them, on real bookies
+over TCP: silent and slow connections time out, idle ones make room for newcomers at
+``max_connections``, queued answers are bounded over all connections, and adds in flight are
+bounded in bytes. Found by an attack from outside (see docs/security.md, Bounds)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
+
+import trio
+
+from tests.bookie._helpers import config, connect, running_bookie
+from tests.client.conftest import cluster
+from tests.client.conftest import connect as client_connect
+from walkit._core.wire import (
+    ErrorResponse,
+    FrameDecoder,
+    ReadFlag,
+    ReadLacFlag,
+    ReadLacRequest,
+    ReadRequest,
+    StatusCode,
+    decode_message,
+    encode_frame,
+)
+from walkit_bookie.server._connection import Connection, idle_victim, send_pieces
+
+MiB = 1 << 20
+
+
+async def _wait_until(predicate: Callable[[], bool], timeout: float = 20) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():  # noqa: ASYNC110 (polls a counter)
+            await trio.sleep(0.01)
+
+
+async def _closed_by_bookie(stream: trio.abc.Stream, timeout: float = 10) -> bool:
+    """Whether the bookie closes ``stream`` within ``timeout`` (reading what it sends)."""
+    with trio.move_on_after(timeout):
+        try:
+            while await stream.receive_some(65536):
+                pass
+        except trio.BrokenResourceError:
+            pass
+        return True
+    return False
+
+
+def _lac_request(rid: int) -> bytes:
+    return encode_frame(ReadLacRequest(rid, 1, ReadLacFlag.NONE, -1, 0, b""))
+
+
+async def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path) -> None:
+    cfg = config([tmp_path / "d"], first_request_timeout=0.5)
+    async with running_bookie(cfg) as (bookie, bid):
+        silent = await trio.open_tcp_stream(bid.host, bid.port)
+        # A connection that sent a request may then stay idle: only its first is timed.
+        talker = await trio.open_tcp_stream(bid.host, bid.port)
+        await talker.send_all(_lac_request(1))
+        assert await _closed_by_bookie(silent)
+        assert bookie.handler.bad_input.counts["first_request_timeout"] == 1
+        await trio.sleep(1.0)
+        await talker.send_all(_lac_request(2))
+        decoder = FrameDecoder()
+        answers = 0
+        with trio.fail_after(10):
+            while answers < 2:
+                decoder.feed(await talker.receive_some(65536))
+                while decoder.next_frame() is not None:
+                    answers += 1
+        assert bookie.handler.connections_timed_out == 1
+        await talker.aclose()
+        await silent.aclose()
+
+
+async def test_a_frame_sent_too_slowly_is_cut_off(tmp_path: Path) -> None:
+    """A slowloris: one byte of a frame at a time. Its connection is closed once the frame
+    has taken ``frame_timeout``; a frame sent in pieces within it is served."""
+    cfg = config([tmp_path / "d"], frame_timeout=1.0)
+    async with running_bookie(cfg) as (bookie, bid):
+        async with connect(bid) as helper:
+            frame = encode_frame(helper.add_request(1, 0, b"x" * 1000))
+        slow = await trio.open_tcp_stream(bid.host, bid.port)
+        await slow.send_all(_lac_request(1))  # it spoke: the first-request timeout is over
+        cut_off = False
+        with trio.fail_after(15):
+            for i in range(len(frame)):
+                try:
+                    await slow.send_all(frame[i : i + 1])
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    cut_off = True
+                    break
+                await trio.sleep(0.1)
+                if bookie.handler.bad_input.counts.get("frame_timeout"):
+                    cut_off = True
+                    break
+        assert cut_off
+        assert await _closed_by_bookie(slow)
+        assert bookie.handler.bad_input.counts["frame_timeout"] == 1
+        await slow.aclose()
+        # Sent in 4 pieces over 0.6 s: fine.
+        steady = await trio.open_tcp_stream(bid.host, bid.port)
+        quarter = len(frame) // 4
+        for at in range(0, len(frame), quarter):
+            await steady.send_all(frame[at : at + quarter])
+            await trio.sleep(0.2)
+        decoder = FrameDecoder()
+        with trio.fail_after(10):
+            while (body := decoder.next_frame()) is None:
+                decoder.feed(await steady.receive_some(65536))
+        answer = decode_message(body)
+        assert getattr(answer, "status", None) is StatusCode.OK, answer
+        assert bookie.handler.bad_input.counts["frame_timeout"] == 1
+        await steady.aclose()
+
+
+async def test_silent_connections_cannot_hold_the_slots(tmp_path: Path) -> None:
+    """At ``max_connections``, a newcomer closes a connection that never sent a request (the
+    probe's attack: 1,000 silent connections locked clients out until it left)."""
+    cfg = config([tmp_path / "d"], max_connections=5, first_request_timeout=60)
+    async with running_bookie(cfg) as (bookie, bid):
+        silent = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(5)]
+        await _wait_until(lambda: bookie.handler.connections == 5)
+        await trio.sleep(1.1)  # past the grace a fresh connection gets to send its request
+        async with connect(bid) as c:
+            with trio.fail_after(10):
+                assert (await c.add(1, 0, b"x")).status is StatusCode.OK
+            assert bookie.handler.connections_evicted == 1
+            assert bookie.handler.connections == 5
+        closed = 0
+        for s in silent:
+            with trio.move_on_after(0.5):
+                if await s.receive_some(1) == b"":
+                    closed += 1
+            await s.aclose()
+        assert closed == 1
+
+
+async def test_busy_connections_are_never_evicted(tmp_path: Path) -> None:
+    """Connections with a request in flight (here a long poll) are not idle: a newcomer over
+    the cap is refused with TOO_MANY_REQUESTS, as before."""
+    cfg = config([tmp_path / "d"], max_connections=3, evict_idle_after=0.1)
+    async with running_bookie(cfg) as (bookie, bid):
+        streams = []
+        for i in range(3):
+            stream = await trio.open_tcp_stream(bid.host, bid.port)
+            poll = ReadLacRequest(1, 10**6 + i, ReadLacFlag.LONG_POLL, -1, 20_000, b"")
+            await stream.send_all(encode_frame(poll))
+            streams.append(stream)
+        await _wait_until(lambda: bookie.handler.long_polls == 3)
+        await trio.sleep(0.3)
+        async with connect(bid) as extra:
+            with trio.fail_after(10):
+                answer = await extra.call(
+                    ReadLacRequest(extra.next_id(), 1, ReadLacFlag.NONE, -1, 0, b"")
+                )
+        assert isinstance(answer, ErrorResponse)
+        assert answer.status is StatusCode.TOO_MANY_REQUESTS
+        assert bookie.handler.connections_evicted == 0
+        for s in streams:
+            await s.aclose()
+
+
+def test_the_idle_victim_is_silent_first_then_idle_longest() -> None:
+    def conn(opened: float, last: float, spoke: bool, busy: bool = False) -> Connection:
+        return cast(
+            "Connection",
+            SimpleNamespace(opened=opened, last_active=last, spoke=spoke, idle=not busy),
+        )
+
+    talked_long_ago = conn(0, 1, True)
+    talked_lately = conn(0, 95, True)
+    silent_old = conn(50, 50, False)
+    silent_new = conn(99.5, 99.5, False)
+    busy_silent = conn(10, 10, False, busy=True)
+    everyone = [talked_long_ago, talked_lately, silent_old, silent_new, busy_silent]
+    assert idle_victim(everyone, 100, 10) is silent_old
+    assert idle_victim([talked_long_ago, talked_lately, silent_new], 100, 10) is talked_long_ago
+    assert idle_victim([talked_lately, silent_new, busy_silent], 100, 10) is None
+    assert idle_victim([talked_lately], 100, 4) is talked_lately
+
+
+async def test_a_client_whose_idle_connections_were_evicted_goes_on(
+    memory_url: str, tmp_path: Path
+) -> None:
+    """The client reconnects on its next request: no failed add, no ensemble change."""
+    options = {"max_connections": 2, "evict_idle_after": 0.3}
+    async with (
+        cluster(memory_url, tmp_path, 3, options=options) as bookies,
+        client_connect(memory_url) as client,
+    ):
+        writer = await client.create_ledger(3, 3, 2)
+        for i in range(5):
+            await writer.append(b"before %d" % i)
+        ensemble = writer.metadata.current_ensemble
+        await trio.sleep(0.5)
+        # Two newcomers on each bookie: the second takes the writer's idle slot.
+        newcomers = []
+        for bid in bookies.ids.values():
+            for _ in range(2):
+                stream = await trio.open_tcp_stream(bid.host, bid.port)
+                await stream.send_all(_lac_request(1))
+                newcomers.append(stream)
+        await _wait_until(
+            lambda: all(b.handler.connections_evicted >= 1 for b in bookies.objects.values())
+        )
+        # The writer's connections are gone; once the newcomers have been idle a while, its
+        # next add reconnects in their place.
+        await trio.sleep(0.5)
+        for i in range(5):
+            await writer.append(b"after %d" % i)
+        assert len(writer.metadata.ensembles) == 1 and writer.metadata.current_ensemble == ensemble
+        await writer.close()
+        reader = await client.open_ledger(writer.id)
+        entries = [e.payload for e in await reader.read(0, 9)]
+        assert entries == [b"before %d" % i for i in range(5)] + [b"after %d" % i for i in range(5)]
+        for s in newcomers:
+            await s.aclose()
+
+
+async def test_a_peer_that_reads_no_answers_is_cut_off(tmp_path: Path) -> None:
+    cfg = config([tmp_path / "d"], send_timeout=1.0, max_unsent_bytes=4 * MiB)
+    async with running_bookie(cfg) as (bookie, bid):
+        async with connect(bid) as c:
+            assert (await c.add(1, 0, b"e" * (4 * MiB - 1024))).status is StatusCode.OK
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((bid.host, bid.port))
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        reads = b"".join(
+            encode_frame(ReadRequest(i, 1, 0, ReadFlag.NONE, b"")) for i in range(1, 9)
+        )
+        await stream.send_all(reads)
+        await _wait_until(lambda: bookie.handler.unsent_bytes > 0)
+        await _wait_until(lambda: bookie.handler.connections == 0, timeout=15)
+        assert bookie.handler.bad_input.counts["send_timeout"] == 1
+        assert bookie.handler.unsent_bytes == 0 and bookie.handler.connections_timed_out == 1
+        await stream.aclose()
+
+
+async def test_queued_answers_are_bounded_over_all_connections(tmp_path: Path) -> None:
+    """Six peers each ask eight reads of a 4 MiB entry and read nothing: without a bound over
+    all connections each one's queue grew to ``max_unsent_bytes`` (the probe grew a bookie to
+    ~11 GB with 300 such peers). With it, a peer whose answers are queued is not read while the
+    total is over the bound; a peer that reads goes on meanwhile."""
+    total = 8 * MiB
+    cfg = config([tmp_path / "d"], max_unsent_bytes_total=total, send_timeout=60)
+    async with running_bookie(cfg) as (bookie, bid):
+        entry = b"e" * (4 * MiB - 1024)
+        async with connect(bid) as c:
+            assert (await c.add(1, 0, entry)).status is StatusCode.OK
+        peers = []
+        for _ in range(6):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((bid.host, bid.port))
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+            reads = b"".join(
+                encode_frame(ReadRequest(i, 1, 0, ReadFlag.NONE, b"")) for i in range(1, 9)
+            )
+            await stream.send_all(reads)
+            peers.append(stream)
+        peak = 0
+        with trio.move_on_after(3):
+            while True:
+                peak = max(peak, bookie.handler.unsent_bytes)
+                await trio.sleep(0.005)
+        assert bookie.handler.unsent_bytes >= total  # the attack did fill the bound
+        # The bound, plus at most one answer of each peer taken while it had none queued.
+        assert peak <= total + 6 * len(entry), peak / MiB
+        assert bookie.handler.stalled_connections >= 1
+        async with connect(bid) as reader:
+            with trio.fail_after(10):
+                for _ in range(3):
+                    assert (await reader.read(1, 0)).status is StatusCode.OK
+        for s in peers:
+            await s.aclose()
+        await _wait_until(lambda: bookie.handler.unsent_bytes == 0)
+
+
+async def test_adds_in_flight_are_bounded_in_bytes(tmp_path: Path) -> None:
+    """64 adds of 1 MiB sent at once: the bookie stops reading at ``max_inflight_add_bytes``
+    (not at 10,000 adds: the probe took a bookie to 8 GB with 4 MiB adds) and stores all."""
+    cfg = config([tmp_path / "d"], max_inflight_add_bytes=2 * MiB)
+    async with running_bookie(cfg) as (bookie, bid):
+        async with connect(bid) as c:
+            requests = [c.add_request(1, e, b"a" * (MiB - 1024)) for e in range(64)]
+            peak = 0
+
+            async def watch() -> None:
+                nonlocal peak
+                while True:
+                    peak = max(peak, bookie.handler.add_bytes_in_flight)
+                    await trio.lowlevel.checkpoint()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                with trio.fail_after(60):
+                    answers = await c.call_many(requests)
+                nursery.cancel_scope.cancel()
+        assert [getattr(a, "status", None) for a in answers] == [StatusCode.OK] * 64
+        assert MiB <= peak <= 3 * MiB, peak / MiB
+        assert bookie.handler.add_bytes_in_flight == 0
+
+
+def test_queued_answers_are_sent_in_pieces_without_copying_big_ones() -> None:
+    big = b"b" * (3 * MiB + 5)
+    pieces = list(send_pieces([b"a" * 10, b"c" * 20, big, b"d" * 7]))
+    assert b"".join(pieces) == b"a" * 10 + b"c" * 20 + big + b"d" * 7
+    assert [len(p) for p in pieces] == [30, MiB, MiB, MiB, 5, 7]
+    assert all(isinstance(p, memoryview) for p in pieces[1:5])  # slices, not copies
+    many = [b"x" * 1000] * 3000
+    assert [len(p) for p in send_pieces(many)][:2] == [1_049_000, 1_049_000]
+    (only,) = send_pieces([big[:100]])
+    assert only == big[:100]
