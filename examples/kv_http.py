@@ -1,7 +1,10 @@
 """A small HTTP/1.1 server on trio and h11 (keep-alive, bounded bodies), for the KV service.
 
 h11 does the parsing and framing; this module only moves bytes between it and a trio stream
-and hands each complete request to an async handler.
+and hands each complete request to an async handler. Peers cannot hold the server without using
+it: connections are capped (one more gets a 503), a keep-alive connection waits at most
+``idle_timeout`` for its next request, and a request must arrive whole (and its answer be
+taken) within ``request_timeout``.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import functools
 import http
 import json
+import resource
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, final
@@ -62,43 +66,147 @@ class BodyTooLarge(Exception):
     pass
 
 
+class _RequestTimeout(Exception):
+    pass
+
+
+def default_max_connections() -> int:
+    """Half the process's open-file limit, at most 1,024: the rest stays for the log client
+    and the metadata store (at the limit, accept() fails and so does everything else)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(16, min(1024, soft // 2))
+
+
+@final
+@attrs.frozen
+class Limits:
+    """What one HTTP peer may hold."""
+
+    #: Connections open at once; one more is answered 503 and closed. None: see
+    #: :func:`default_max_connections`.
+    max_connections: int | None = None
+    #: Seconds a keep-alive connection may wait for the first byte of its next request.
+    idle_timeout: float = 30.0
+    #: Seconds from a request's first byte to its whole body, and to send its answer.
+    request_timeout: float = 30.0
+
+
+@final
+class Stats:
+    """Connection counts, for the service's metrics."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.refused = 0
+        self.idle_closed = 0
+        self.timed_out = 0
+
+
 async def serve(
     handler: Handler,
     host: str,
     port: int,
     *,
     max_body: int,
+    limits: Limits | None = None,
+    stats: Stats | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; ``task_status.started(port)`` once listening."""
+    limits = limits or Limits()
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     task_status.started(bound)
     await trio.serve_listeners(
-        functools.partial(_connection, handler, max_body=max_body), listeners
+        functools.partial(
+            _admit,
+            handler,
+            limits,
+            stats or Stats(),
+            limits.max_connections or default_max_connections(),
+            max_body,
+        ),
+        listeners,
     )
 
 
-async def _connection(handler: Handler, stream: trio.SocketStream, *, max_body: int) -> None:
+def _busy_answer(cap: int) -> bytes:
+    body = json.dumps({"error": f"too many connections (limit {cap}); try again"}).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body) + 1}\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body + b"\n"
+
+
+async def _admit(
+    handler: Handler,
+    limits: Limits,
+    stats: Stats,
+    cap: int,
+    max_body: int,
+    stream: trio.SocketStream,
+) -> None:
+    if stats.open >= cap:
+        stats.refused += 1
+        with trio.move_on_after(1):
+            try:
+                await stream.send_all(_busy_answer(cap))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        await trio.aclose_forcefully(stream)
+        return
+    stats.open += 1
+    try:
+        await _connection(handler, stream, max_body=max_body, limits=limits, stats=stats)
+    finally:
+        stats.open -= 1
+
+
+async def _connection(
+    handler: Handler,
+    stream: trio.SocketStream,
+    *,
+    max_body: int,
+    limits: Limits | None = None,
+    stats: Stats | None = None,
+) -> None:
+    limits = limits or Limits()
+    stats = stats or Stats()
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
     try:
         while True:
             try:
-                request = await _read_request(conn, stream, max_body)
+                request = await _read_request(conn, stream, max_body, limits)
             except BodyTooLarge:
                 await _send(conn, stream, error(413, f"body over {max_body} bytes"), close=True)
+                return
+            except _RequestTimeout:
+                stats.timed_out += 1
+                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                    why = f"request not received whole within {limits.request_timeout:g} s"
+                    with trio.move_on_after(1):
+                        await _send(conn, stream, error(408, why), close=True)
                 return
             except h11.RemoteProtocolError as exc:
                 if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                     await _send(conn, stream, error(400, f"bad request: {exc}"), close=True)
                 return
             if request is None:
+                if conn.their_state is h11.IDLE and conn.our_state is h11.IDLE:
+                    stats.idle_closed += 1  # (a peer that closes leaves their_state CLOSED)
                 return
             try:
                 response = await handler(request)
             except Exception as exc:  # the connection (and the process) lives on
                 response = error(500, f"internal error: {type(exc).__name__}: {exc}")
-            await _send(conn, stream, response, close=False, head=request.method == "HEAD")
+            with trio.move_on_after(limits.request_timeout) as sending:
+                await _send(conn, stream, response, close=False, head=request.method == "HEAD")
+            if sending.cancelled_caught:  # the peer does not take its answer
+                stats.timed_out += 1
+                return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             try:
@@ -120,16 +228,27 @@ async def _connection(handler: Handler, stream: trio.SocketStream, *, max_body: 
 
 
 async def _read_request(
-    conn: h11.Connection, stream: trio.SocketStream, max_body: int
+    conn: h11.Connection, stream: trio.SocketStream, max_body: int, limits: Limits
 ) -> Request | None:
+    """The next request; None when the peer closes, or stays idle ``idle_timeout`` before
+    sending its first byte. Raises _RequestTimeout when the rest takes ``request_timeout``."""
     head: h11.Request | None = None
     body = bytearray()
+    started = conn.trailing_data[0] != b""  # pipelined bytes of this request are here
+    deadline = trio.current_time() + (limits.request_timeout if started else limits.idle_timeout)
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            data = await stream.receive_some(65536)
-            conn.receive_data(data)  # b"" means end of stream
-            continue
+            with trio.move_on_at(deadline):
+                data = await stream.receive_some(65536)
+                if not started:
+                    started = True
+                    deadline = trio.current_time() + limits.request_timeout
+                conn.receive_data(data)  # b"" means end of stream
+                continue
+            if started:
+                raise _RequestTimeout
+            return None  # idle past idle_timeout: close, as any keep-alive server does
         if isinstance(event, h11.Request):
             head = event
             for name, value in event.headers:

@@ -14,9 +14,10 @@ from typing import Any, final
 
 import attrs
 import trio
-from kv_http import Request, Response, error, json_response, serve
+from kv_http import Limits, Request, Response, Stats, error, json_response, serve
 from kv_state import KVState, command, decode_value, encode_value
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 import walkit
 from walkit.recipes import LeaderElection
@@ -39,6 +40,11 @@ class Options:
     max_body: int = 64 * 1024
     max_batch: int = 512
     batches_in_flight: int = 4
+    #: HTTP connections at once (None: half the open-file limit, at most 1,024), and the
+    #: seconds a keep-alive connection may idle and a request may take to arrive.
+    max_connections: int | None = None
+    idle_timeout: float = 30.0
+    request_timeout: float = 30.0
 
 
 @final
@@ -76,6 +82,34 @@ class _Metrics:
         self.leader = Gauge("kv_is_leader", "1 on the leader", registry=r)
         self.applied = Gauge("kv_applied_records", "records applied by this replica", registry=r)
         self.step_downs = Counter("kv_step_downs", "times this replica stopped leading", registry=r)
+        self.http = Stats()
+        r.register(_HttpCollector(self.http))
+
+
+@final
+class _HttpCollector:
+    """The HTTP server's connection counts (kept by kv_http, read at scrape time)."""
+
+    def __init__(self, stats: Stats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Any:
+        s = self._stats
+        yield GaugeMetricFamily("kv_http_connections", "HTTP connections open", value=s.open)
+        for name, doc, value in (
+            ("kv_http_connections_refused", "connections answered 503: too many open", s.refused),
+            (
+                "kv_http_idle_closed",
+                "keep-alive connections closed after idle_timeout",
+                s.idle_closed,
+            ),
+            (
+                "kv_http_timed_out",
+                "connections closed: a request or its answer took over request_timeout",
+                s.timed_out,
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
 
 
 @final
@@ -124,6 +158,12 @@ class KVService:
             self.options.host,
             self.options.port,
             max_body=self.options.max_body,
+            limits=Limits(
+                max_connections=self.options.max_connections,
+                idle_timeout=self.options.idle_timeout,
+                request_timeout=self.options.request_timeout,
+            ),
+            stats=self.metrics.http,
             task_status=task_status,
         )
 

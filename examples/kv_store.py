@@ -232,6 +232,25 @@ def serve_main(argv: list[str]) -> None:
     parser.add_argument("--write-quorum", type=_positive(int), default=3, help="Qw")
     parser.add_argument("--ack-quorum", type=_positive(int), default=2, help="Qa")
     parser.add_argument(
+        "--max-connections",
+        type=_positive(int),
+        default=None,
+        help="HTTP connections at once; one more gets 503 (default: half the open-file limit, "
+        "at most 1024)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        default=30.0,
+        help="seconds a keep-alive connection may wait for its next request",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=_positive(float),
+        default=30.0,
+        help="seconds a request may take to arrive whole (and its answer to be taken)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
     )
     args = parser.parse_args(argv)
@@ -249,6 +268,9 @@ def serve_main(argv: list[str]) -> None:
         lease_timeout=args.lease_timeout,
         snapshot_every=int(args.snapshot_every),
         max_body=int(args.max_body),
+        max_connections=None if args.max_connections is None else int(args.max_connections),
+        idle_timeout=float(args.idle_timeout),
+        request_timeout=float(args.request_timeout),
     )
 
     async def run() -> None:

@@ -4,6 +4,7 @@ three real bookie processes, sqlite metadata, HTTP on loopback."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 from urllib.parse import parse_qsl
@@ -153,6 +154,10 @@ async def test_api_and_bad_requests(kv_cluster: str) -> None:
         assert metrics.status_code == 200
         assert 'kv_requests_total{code="200",method="PUT"}' in metrics.text
         assert "kv_is_leader 1.0" in metrics.text
+        # This client's keep-alive connection at least; nothing refused or timed out.
+        assert re.search(r"^kv_http_connections [1-9]", metrics.text, re.M), metrics.text
+        assert "kv_http_connections_refused_total 0.0" in metrics.text
+        assert "kv_http_timed_out_total 0.0" in metrics.text
         assert all(r.running for r in reps), dump_output(reps)
 
 

@@ -1,0 +1,136 @@
+"""The KV service's HTTP server (examples/kv_http.py) against peers that hold it without using
+it: a connection cap answered 503, keep-alive connections closed after their idle timeout, and
+slow requests cut off with 408. Found by an attack from outside: ~20k idle connections hit the
+open-file limit, printed tracebacks and cost the leader its session."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+from kv_http import Limits, Request, Response, Stats, default_max_connections, serve
+
+
+async def _echo(request: Request) -> Response:
+    return Response(200, request.body or b"ok")
+
+
+@asynccontextmanager
+async def _server(limits: Limits) -> AsyncIterator[tuple[int, Stats]]:
+    stats = Stats()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            lambda task_status: serve(
+                _echo,
+                "127.0.0.1",
+                0,
+                max_body=1024,
+                limits=limits,
+                stats=stats,
+                task_status=task_status,
+            )
+        )
+        try:
+            yield port, stats
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _read_all(stream: trio.SocketStream, timeout: float = 10) -> bytes:
+    """Everything the server sends until it closes."""
+    out = b""
+    with trio.fail_after(timeout):
+        while chunk := await stream.receive_some(65536):
+            out += chunk
+    return out
+
+
+def _get(body: bytes = b"") -> bytes:
+    method = b"PUT" if body else b"GET"
+    return method + b" /x HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+
+
+async def test_an_idle_keep_alive_connection_is_closed() -> None:
+    async with _server(Limits(idle_timeout=0.5)) as (port, stats):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(_get())
+        answer = await _read_all(stream)  # the answer, then the close after 0.5 s idle
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
+        assert stats.idle_closed == 1 and stats.open == 0
+        await stream.aclose()
+
+
+async def test_a_request_sent_too_slowly_is_answered_408() -> None:
+    async with _server(Limits(request_timeout=0.5)) as (port, stats):
+        slow = await trio.open_tcp_stream("127.0.0.1", port)
+        await slow.send_all(b"GET /x HTTP/1.1\r\n")
+        answer = b""
+        with trio.fail_after(10):
+            for _ in range(100):  # one header byte every 0.1 s: never done in time
+                try:
+                    await slow.send_all(b"x")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    break
+                await trio.sleep(0.1)
+                if stats.timed_out:
+                    break
+        answer = await _read_all(slow)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"request not received whole" in answer
+        assert stats.timed_out == 1
+        await slow.aclose()
+        # A request sent in pieces within the timeout is served.
+        steady = await trio.open_tcp_stream("127.0.0.1", port)
+        request = _get(b"hello")
+        for at in range(0, len(request), 20):
+            await steady.send_all(request[at : at + 20])
+            await trio.sleep(0.05)
+        with trio.fail_after(10):
+            got = b""
+            while not got.endswith(b"hello"):
+                got += await steady.receive_some(65536)
+        assert got.startswith(b"HTTP/1.1 200")
+        await steady.aclose()
+
+
+async def test_connections_over_the_cap_get_503_and_room_comes_back() -> None:
+    async with _server(Limits(max_connections=3, idle_timeout=30)) as (port, stats):
+        held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
+        with trio.fail_after(10):
+            while stats.open < 3:  # noqa: ASYNC110 (polls a counter)
+                await trio.sleep(0.01)
+        extra = await trio.open_tcp_stream("127.0.0.1", port)
+        answer = await _read_all(extra)
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert b"retry-after: 1" in answer and b"too many connections (limit 3)" in answer
+        assert stats.refused == 1
+        await extra.aclose()
+        await held[0].aclose()
+        with trio.fail_after(10):
+            while stats.open > 2:  # noqa: ASYNC110 (polls a counter)
+                await trio.sleep(0.01)
+        again = await trio.open_tcp_stream("127.0.0.1", port)
+        await again.send_all(_get())
+        with trio.fail_after(10):
+            got = b""
+            while not got.endswith(b"ok"):
+                got += await again.receive_some(65536)
+        assert got.startswith(b"HTTP/1.1 200")
+        for s in [*held[1:], again]:
+            await s.aclose()
+
+
+def test_the_default_cap_leaves_file_descriptors_for_the_rest() -> None:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    cap = default_max_connections()
+    assert 16 <= cap <= 1024
+    if soft != resource.RLIM_INFINITY:
+        assert cap <= max(16, soft // 2)
