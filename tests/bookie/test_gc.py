@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import trio
 
 from tests.bookie._helpers import (
+    KEY,
     Client,
     config,
     connect,
@@ -20,7 +22,7 @@ from tests.bookie._helpers import (
 )
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import BookieId
-from walkit._core.wire import StatusCode
+from walkit._core.wire import ReadLacFlag, ReadLacRequest, StatusCode
 from walkit.errors import MetadataStoreError
 from walkit.metadata import (
     LedgerManager,
@@ -44,6 +46,8 @@ class ListingHook(MetadataStore):
         self.url = store.url
         self.during_listing: Callable[[], Awaitable[None]] | None = None
         self.fail: MetadataStoreError | None = None
+        #: Reads of single ledgers' nodes (get and exists under /ledgers).
+        self.ledger_reads = 0
 
     async def children(self, path: str) -> list[str]:
         if self.fail is not None and path.startswith("/ledgers"):
@@ -56,6 +60,7 @@ class ListingHook(MetadataStore):
         return names
 
     async def get(self, path: str) -> Versioned:
+        self.ledger_reads += path.startswith("/ledgers")
         return await self.inner.get(path)
 
     async def create(
@@ -70,6 +75,7 @@ class ListingHook(MetadataStore):
         await self.inner.delete(path, version)
 
     async def exists(self, path: str) -> int | None:
+        self.ledger_reads += path.startswith("/ledgers")
         return await self.inner.exists(path)
 
     def watch(self, path: str, *, children: bool = False) -> AsyncIterator[WatchEvent]:
@@ -257,3 +263,46 @@ async def test_gc_over_http(tmp_path: Path, store: ListingHook) -> None:
         )
         assert b"walkit_bookie_gc_ledgers_deleted_total 1.0" in body
         assert b"walkit_bookie_major_compactions_total 1.0" in body
+
+
+async def test_thousands_of_fenced_junk_ids_are_collected_at_once_and_quietly(
+    tmp_path: Path, store: ListingHook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fencing LAC reads of ids nobody created (found by an attack: 100,000 of them wrote
+    100,000 info lines, and their collection took 1 min 47 s: one index sync and one store
+    read per ledger, and a scan of the write cache per ledger). They are fenced (the bookie
+    cannot tell junk from a ledger it got no entry of) and counted, logged at debug, and
+    collected in one listing and a few index transactions, with the listing race still
+    covered: a ledger whose metadata shows up during the listing stays."""
+    caplog.set_level(logging.INFO, logger="walkit_bookie")
+    ledgers = LedgerManager(store)
+    junk = list(range(10**6, 10**6 + 3000))
+    async with (
+        running_bookie(config([tmp_path / "d"]), metadata=store) as (bookie, bid),
+        connect(bid) as c,
+    ):
+        await ledgers.create(_metadata(1, bid))
+        await _write(c, 1)
+        await _write(c, 8)  # its metadata comes only during the listing
+        answers = await c.call_many(
+            [ReadLacRequest(c.next_id(), lid, ReadLacFlag.FENCE, -1, 0, KEY) for lid in junk]
+        )
+        assert {a.status for a in answers} == {StatusCode.OK}  # type: ignore[union-attr]
+        assert bookie.handler.fences_of_unknown_ledgers == 3000
+
+        async def race() -> None:
+            await ledgers.create(_metadata(8, bid))
+
+        store.during_listing = race
+        reads = store.ledger_reads
+        report = await bookie.collect_garbage()
+        assert store.during_listing is None
+        assert report.ledgers_deleted == junk
+        assert store.ledger_reads - reads < 100  # not one read per ledger
+        assert sorted(bookie.ledger_ids()) == [1, 8]
+        assert await _readable(c, 1) and await _readable(c, 8)
+    events = [getattr(r, "walkit_event", {}).get("event") for r in caplog.records]
+    assert events.count("ledger_fenced") == 0  # (junk fences are debug)
+    assert events.count("ledgers_deleted") == 1 and events.count("ledger_deleted") == 0
+    async with running_bookie(config([tmp_path / "d"]), metadata=store) as (bookie, _):
+        assert sorted(bookie.ledger_ids()) == [1, 8]

@@ -94,6 +94,12 @@ class BookieCollector(Collector):
                 b.requests_refused,
             ),
             (
+                "fences_of_unknown_ledgers",
+                "Fences of ledgers this bookie held nothing of (each creates the ledger's state "
+                "until garbage collection)",
+                b.fences_of_unknown_ledgers,
+            ),
+            (
                 "connections_timed_out",
                 "Client connections closed for a timeout (first request, frame or send)",
                 b.connections_timed_out,

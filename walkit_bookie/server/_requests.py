@@ -141,6 +141,8 @@ class RequestHandler:
         #: Adds answered from the stored entry (same bytes), and adds refused (other bytes).
         self.adds_idempotent = 0
         self.adds_refused_rewrite = 0
+        #: Fences of ledgers this bookie knew nothing of (they create the ledger's state here).
+        self.fences_of_unknown_ledgers = 0
         self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
         self._disk_queue: list[tuple[Peer, ReadRequest]] = []
         self._disk_wake = trio.Event()
@@ -513,10 +515,15 @@ class RequestHandler:
         """Fence the ledger durably, then call ``then(error)``; False if the key is wrong."""
         info = self.ledgers.get(req.ledger_id)
         if info is None:
+            # A ledger this bookie holds nothing of (it may have been in an ensemble and got no
+            # entry, or the id is junk): fenced too, but logged at debug, as these can come by
+            # the thousand; counted in ``fences_of_unknown_ledgers``.
             info = self.ledgers[req.ledger_id] = LedgerInfo(req.master_key)
+            self.fences_of_unknown_ledgers += 1
+            log.debug("ledger_fenced", ledger_id=req.ledger_id, known=False)
         elif info.master_key != req.master_key:
             return False
-        if not info.fenced:
+        elif not info.fenced:
             log.info("ledger_fenced", ledger_id=req.ledger_id, bookie_id=str(self.bookie_id))
         info.fenced = True  # refuse adds at once; the answer waits for the journal
         self.group_commit.submit(body, req, then)

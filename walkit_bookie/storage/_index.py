@@ -236,22 +236,34 @@ class Index:
 
     def delete_ledger(self, ledger_id: int) -> int:
         """Remove a ledger's index entries, state and usage; return how many entries went."""
-        prefix = _LEDGER.pack(ledger_id)
-        delta: UsageDelta = {
-            log_id: {ledger_id: -per_ledger[ledger_id]}
-            for log_id, per_ledger in self.usage.items()
-            if ledger_id in per_ledger
-        }
+        return self.delete_ledgers([ledger_id])
+
+    def delete_ledgers(self, ledger_ids: Iterable[int]) -> int:
+        """Remove ledgers' index entries, state and usage in one transaction (one sync, where
+        one per ledger made deleting 100,000 ledgers take minutes); return how many entries
+        went."""
+        ids = set(ledger_ids)
+        delta: UsageDelta = {}
+        for log_id, per_ledger in self.usage.items():
+            found = (
+                ids.intersection(per_ledger)
+                if len(ids) < len(per_ledger)
+                else [lid for lid in per_ledger if lid in ids]
+            )
+            if found:
+                delta[log_id] = {lid: -per_ledger[lid] for lid in found}
 
         def work(txn: Any) -> int:
             removed = 0
             cursor = txn.cursor(db=self._entries)
-            if cursor.set_range(prefix):
-                while cursor.key()[:8] == prefix:
-                    if not cursor.delete():
-                        break
-                    removed += 1
-            txn.delete(prefix, db=self._ledgers)
+            for ledger_id in sorted(ids):
+                prefix = _LEDGER.pack(ledger_id)
+                if cursor.set_range(prefix):
+                    while cursor.key()[:8] == prefix:
+                        if not cursor.delete():
+                            break
+                        removed += 1
+                txn.delete(prefix, db=self._ledgers)
             self._apply_usage(txn, delta)
             return removed
 

@@ -44,6 +44,8 @@ log = get_logger(__name__)
 
 JOURNAL_DIR = "journal"
 _KEY = struct.Struct(">QQ")
+#: Ledgers deleted per index transaction (garbage collection may delete many at once).
+_DELETE_BATCH = 4096
 
 
 @attrs.define
@@ -472,14 +474,31 @@ class DiskStorage(BookieStorage):
         index = self._index
         if index is None:
             return
+        ids = sorted(set(ledger_ids))
+        if not ids:
+            return
         async with self._checkpoint_lock:
-            for ledger_id in ledger_ids:
-                for key in [k for k in self._cache if k[0] == ledger_id]:
-                    self._cache_bytes -= len(self._cache.pop(key))
+            # One pass over the cache and one index transaction per batch, not per ledger.
+            wanted = set(ids)
+            for key in [k for k in self._cache if k[0] in wanted]:
+                self._cache_bytes -= len(self._cache.pop(key))
+            for ledger_id in ids:
                 self._ledgers.pop(ledger_id, None)
                 self._dirty.discard(ledger_id)
-                removed = await trio.to_thread.run_sync(index.delete_ledger, ledger_id)
-                log.info("ledger_deleted", ledger_id=ledger_id, index_entries=removed)
+            removed = 0
+            for at in range(0, len(ids), _DELETE_BATCH):
+                batch = ids[at : at + _DELETE_BATCH]
+                removed += await trio.to_thread.run_sync(index.delete_ledgers, batch)
+            if len(ids) == 1:
+                log.info("ledger_deleted", ledger_id=ids[0], index_entries=removed)
+            else:
+                log.info(
+                    "ledgers_deleted",
+                    count=len(ids),
+                    first=ids[0],
+                    last=ids[-1],
+                    index_entries=removed,
+                )
 
     # --- compaction --------------------------------------------------------------------------
 
