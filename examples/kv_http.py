@@ -2,9 +2,10 @@
 
 h11 does the parsing and framing; this module only moves bytes between it and a trio stream
 and hands each complete request to an async handler. Peers cannot hold the server without using
-it: connections are capped (one more gets a 503), a keep-alive connection waits at most
-``idle_timeout`` for its next request, and a request must arrive whole (and its answer be
-taken) within ``request_timeout``.
+it: connections are capped, a keep-alive connection waits at most ``idle_timeout`` for its
+next request, and a request must arrive whole (and its answer be taken) within
+``request_timeout``. At the cap a newcomer closes the connection idle longest (or one whose
+request has been arriving for over 2 s) and gets a 503 only if every connection is busy.
 """
 
 from __future__ import annotations
@@ -70,6 +71,43 @@ class _RequestTimeout(Exception):
     pass
 
 
+#: A request still arriving after this many seconds may be cut off to make room at the cap.
+_SLOW_REQUEST = 2.0
+
+
+@final
+class _Slot:
+    """One connection, as the cap sees it: waiting for a request (``waiting``; ``reading``
+    once its first byte came) since ``since``, or busy answering; ``scope`` ends its wait."""
+
+    __slots__ = ("reading", "scope", "since", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting = False
+        self.reading = False
+        self.since = trio.current_time()
+        self.scope = trio.CancelScope()
+
+
+def _victim(slots: set[_Slot], now: float) -> _Slot | None:
+    """The connection a newcomer closes at the cap: the one idle longest between requests,
+    else the one whose request has been arriving longest (over ``_SLOW_REQUEST`` s)."""
+    best: _Slot | None = None
+    best_key = (2, 0.0)
+    for slot in slots:
+        if not slot.waiting:
+            continue
+        if not slot.reading:
+            key = (0, slot.since)
+        elif now - slot.since >= _SLOW_REQUEST:
+            key = (1, slot.since)
+        else:
+            continue
+        if key < best_key:
+            best, best_key = slot, key
+    return best
+
+
 def default_max_connections() -> int:
     """Half the process's open-file limit, at most 1,024: the rest stays for the log client
     and the metadata store (at the limit, accept() fails and so does everything else)."""
@@ -102,6 +140,8 @@ class Stats:
         self.refused = 0
         self.idle_closed = 0
         self.timed_out = 0
+        self.evicted = 0
+        self.slots: set[_Slot] = set()
 
 
 async def serve(
@@ -149,7 +189,12 @@ async def _admit(
     max_body: int,
     stream: trio.SocketStream,
 ) -> None:
-    if stats.open >= cap:
+    victim = _victim(stats.slots, trio.current_time()) if stats.open >= cap else None
+    if victim is not None:
+        stats.evicted += 1
+        victim.waiting = False
+        victim.scope.cancel()
+    elif stats.open >= cap:
         stats.refused += 1
         with trio.move_on_after(1):
             try:
@@ -176,10 +221,19 @@ async def _connection(
     limits = limits or Limits()
     stats = stats or Stats()
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+    slot = _Slot()
+    stats.slots.add(slot)
     try:
         while True:
             try:
-                request = await _read_request(conn, stream, max_body, limits)
+                slot.scope = trio.CancelScope()
+                slot.waiting, slot.reading = True, False
+                slot.since = trio.current_time()
+                with slot.scope:
+                    request = await _read_request(conn, stream, max_body, limits, slot)
+                slot.waiting = False
+                if slot.scope.cancelled_caught:
+                    return  # closed to make room for a newcomer
             except BodyTooLarge:
                 await _send(conn, stream, error(413, f"body over {max_body} bytes"), close=True)
                 return
@@ -219,6 +273,7 @@ async def _connection(
         print(f"kv: http connection failed: {type(exc).__name__}: {exc}", flush=True)
         return
     finally:
+        stats.slots.discard(slot)
         with trio.move_on_after(1) as scope:
             scope.shield = True
             try:
@@ -228,7 +283,11 @@ async def _connection(
 
 
 async def _read_request(
-    conn: h11.Connection, stream: trio.SocketStream, max_body: int, limits: Limits
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    max_body: int,
+    limits: Limits,
+    slot: _Slot | None = None,
 ) -> Request | None:
     """The next request; None when the peer closes, or stays idle ``idle_timeout`` before
     sending its first byte. Raises _RequestTimeout when the rest takes ``request_timeout``."""
@@ -244,6 +303,8 @@ async def _read_request(
                 if not started:
                     started = True
                     deadline = trio.current_time() + limits.request_timeout
+                    if slot is not None:
+                        slot.reading, slot.since = True, trio.current_time()
                 conn.receive_data(data)  # b"" means end of stream
                 continue
             if started:

@@ -104,6 +104,11 @@ class _HttpCollector:
                 s.idle_closed,
             ),
             (
+                "kv_http_evicted",
+                "connections closed to make room for a newcomer at max_connections",
+                s.evicted,
+            ),
+            (
                 "kv_http_timed_out",
                 "connections closed: a request or its answer took over request_timeout",
                 s.timed_out,

@@ -144,10 +144,10 @@ class BookieConfig:
     #: Seconds a frame may take to arrive once its first bytes have (time the bookie does not
     #: read the socket, under backpressure, is not counted); past it the connection is closed.
     frame_timeout: float = attrs.field(default=30.0, validator=_positive)
-    #: With ``max_connections`` open, a new connection closes the open one idle longest
-    #: (nothing in flight, queued or partly received), if idle at least this many seconds,
-    #: instead of being refused. Connections that have not sent a request go first (after
-    #: 1 s), so silent connections cannot hold the bookie's slots.
+    #: With ``max_connections`` open, a new connection closes an open one with nothing in
+    #: flight or queued instead of being refused: the oldest that has not sent a whole request,
+    #: else the one idle longest if idle at least this many seconds, else one whose frame has
+    #: been arriving for over 2 s. Silent and slow connections cannot hold the slots.
     evict_idle_after: float = attrs.field(default=10.0, validator=_positive)
     #: Longest a long-poll LAC read waits, in seconds, whatever timeout it asks for.
     max_long_poll: float = attrs.field(default=30.0, validator=_positive)

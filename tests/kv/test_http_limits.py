@@ -62,7 +62,10 @@ async def test_an_idle_keep_alive_connection_is_closed() -> None:
         await stream.send_all(_get())
         answer = await _read_all(stream)  # the answer, then the close after 0.5 s idle
         assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
-        assert stats.idle_closed == 1 and stats.open == 0
+        with trio.fail_after(10):
+            while stats.open:  # noqa: ASYNC110 (the count drops just after the close)
+                await trio.sleep(0.01)
+        assert stats.idle_closed == 1
         await stream.aclose()
 
 
@@ -99,11 +102,13 @@ async def test_a_request_sent_too_slowly_is_answered_408() -> None:
         await steady.aclose()
 
 
-async def test_connections_over_the_cap_get_503_and_room_comes_back() -> None:
+async def test_connections_over_the_cap_get_503_when_all_are_busy() -> None:
     async with _server(Limits(max_connections=3, idle_timeout=30)) as (port, stats):
         held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
+        for stream in held:  # each in the middle of a request that began just now: busy
+            await stream.send_all(b"GET /x HTTP/1.1\r\n")
         with trio.fail_after(10):
-            while stats.open < 3:  # noqa: ASYNC110 (polls a counter)
+            while sum(slot.reading for slot in stats.slots) < 3:  # noqa: ASYNC110 (polls)
                 await trio.sleep(0.01)
         extra = await trio.open_tcp_stream("127.0.0.1", port)
         answer = await _read_all(extra)
@@ -134,3 +139,52 @@ def test_the_default_cap_leaves_file_descriptors_for_the_rest() -> None:
     assert 16 <= cap <= 1024
     if soft != resource.RLIM_INFINITY:
         assert cap <= max(16, soft // 2)
+
+
+async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> None:
+    """The re-attack held all 1,024 slots with keep-alive connections sending a request every
+    25 s (never idle 30 s), and clients got 503s. A newcomer now closes the one idle longest
+    between requests, else one whose request has been arriving for over 2 s (a slowloris)."""
+    async with _server(Limits(max_connections=2, idle_timeout=30)) as (port, stats):
+        oldest = await trio.open_tcp_stream("127.0.0.1", port)
+        await oldest.send_all(_get())
+        await trio.sleep(0.2)
+        slow = await trio.open_tcp_stream("127.0.0.1", port)
+        await slow.send_all(b"GET /x HTTP/1.1\r\n")  # and no more
+        with trio.fail_after(10):
+            while stats.open < 2:  # noqa: ASYNC110 (polls a counter)
+                await trio.sleep(0.01)
+        newcomer = await trio.open_tcp_stream("127.0.0.1", port)
+        await newcomer.send_all(_get())
+        with trio.fail_after(10):
+            got = b""
+            while not got.endswith(b"ok"):
+                got += await newcomer.receive_some(65536)
+        assert got.startswith(b"HTTP/1.1 200")
+        answer = await _read_all(oldest)  # its answer, then closed for the newcomer
+        assert answer.startswith(b"HTTP/1.1 200") and stats.evicted == 1
+        # Idle ones go first, then a request arriving for over 2 s (the slowloris), never one
+        # just begun.
+        await newcomer.aclose()
+        await oldest.aclose()
+        with trio.fail_after(10):
+            while stats.open > 1:  # noqa: ASYNC110 (polls a counter)
+                await trio.sleep(0.01)
+        await trio.sleep(2.1)
+        recent = await trio.open_tcp_stream("127.0.0.1", port)
+        await recent.send_all(b"GET /x HTTP/1.1\r\n")
+        with trio.fail_after(10):
+            while sum(slot.reading for slot in stats.slots) < 2:  # noqa: ASYNC110 (polls)
+                await trio.sleep(0.01)
+        fresh = await trio.open_tcp_stream("127.0.0.1", port)
+        await fresh.send_all(_get())
+        with trio.fail_after(10):
+            got = b""
+            while not got.endswith(b"ok"):
+                got += await fresh.receive_some(65536)
+        assert await _read_all(slow) == b"" and stats.evicted == 2 and stats.refused == 0
+        await recent.send_all(b"host: t\r\n\r\n")  # still there: it finishes its request
+        with trio.fail_after(10):
+            assert (await recent.receive_some(65536)).startswith(b"HTTP/1.1 200")
+        for s in (slow, recent, fresh):
+            await s.aclose()

@@ -125,7 +125,6 @@ async def test_silent_connections_cannot_hold_the_slots(tmp_path: Path) -> None:
     async with running_bookie(cfg) as (bookie, bid):
         silent = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(5)]
         await _wait_until(lambda: bookie.handler.connections == 5)
-        await trio.sleep(1.1)  # past the grace a fresh connection gets to send its request
         async with connect(bid) as c:
             with trio.fail_after(10):
                 assert (await c.add(1, 0, b"x")).status is StatusCode.OK
@@ -165,22 +164,42 @@ async def test_busy_connections_are_never_evicted(tmp_path: Path) -> None:
             await s.aclose()
 
 
-def test_the_idle_victim_is_silent_first_then_idle_longest() -> None:
-    def conn(opened: float, last: float, spoke: bool, busy: bool = False) -> Connection:
+def test_the_idle_victim_is_silent_first_then_idle_longest_then_slowest_frame() -> None:
+    def conn(
+        opened: float,
+        last: float,
+        spoke: bool,
+        *,
+        busy: bool = False,
+        frame_since: float | None = None,
+    ) -> Connection:
         return cast(
             "Connection",
-            SimpleNamespace(opened=opened, last_active=last, spoke=spoke, idle=not busy),
+            SimpleNamespace(
+                opened=opened,
+                last_active=last,
+                spoke=spoke,
+                closed=False,
+                outstanding=int(busy),
+                unsent=0,
+                partial=0 if frame_since is None else 100,
+                frame_since=frame_since or 0.0,
+            ),
         )
 
     talked_long_ago = conn(0, 1, True)
     talked_lately = conn(0, 95, True)
     silent_old = conn(50, 50, False)
-    silent_new = conn(99.5, 99.5, False)
+    silent_new = conn(99.9, 99.9, False)
     busy_silent = conn(10, 10, False, busy=True)
-    everyone = [talked_long_ago, talked_lately, silent_old, silent_new, busy_silent]
+    slow_frame = conn(0, 99, True, frame_since=90)
+    fresh_frame = conn(0, 99.9, True, frame_since=99.5)
+    everyone = [talked_long_ago, talked_lately, silent_old, silent_new, busy_silent, slow_frame]
     assert idle_victim(everyone, 100, 10) is silent_old
-    assert idle_victim([talked_long_ago, talked_lately, silent_new], 100, 10) is talked_long_ago
-    assert idle_victim([talked_lately, silent_new, busy_silent], 100, 10) is None
+    assert idle_victim([talked_lately, silent_new, busy_silent], 100, 10) is silent_new
+    assert idle_victim([talked_long_ago, talked_lately, slow_frame], 100, 10) is talked_long_ago
+    assert idle_victim([talked_lately, slow_frame, fresh_frame], 100, 10) is slow_frame
+    assert idle_victim([talked_lately, fresh_frame, busy_silent], 100, 10) is None
     assert idle_victim([talked_lately], 100, 4) is talked_lately
 
 
@@ -317,3 +336,81 @@ def test_queued_answers_are_sent_in_pieces_without_copying_big_ones() -> None:
     assert [len(p) for p in send_pieces(many)][:2] == [1_049_000, 1_049_000]
     (only,) = send_pieces([big[:100]])
     assert only == big[:100]
+
+
+def _unread_stream_socket(bid: object) -> trio.SocketStream:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((bid.host, bid.port))  # type: ignore[attr-defined]
+    return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+
+
+async def _peak(read: Callable[[], int], seconds: float) -> int:
+    peak = 0
+    with trio.move_on_after(seconds):
+        while True:
+            peak = max(peak, read())
+            await trio.sleep(0.002)
+    return peak
+
+
+async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -> None:
+    """Reads taken at once are answered later, from disk: the connection's reader cannot hold
+    them back. A re-attack found one connection's 1,000 reads of a 4 MiB entry, sent at once
+    and never read, queued 9.5 GB. Now a disk read is served only while its connection has
+    room (``max_unsent_bytes``): the rest wait, and are refused (TOO_MANY_REQUESTS) once the
+    answers queued over all connections pass ``max_unsent_bytes_total``."""
+    cfg = config([tmp_path / "d"], send_timeout=60, max_unsent_bytes_total=40 * MiB)
+    async with running_bookie(cfg) as (bookie, bid):
+        entry = b"e" * (4 * MiB - 1024)
+        async with connect(bid) as c:
+            for e in range(3):
+                assert (await c.add(1, e, entry)).status is StatusCode.OK
+        await bookie.storage.checkpoint()
+        assert bookie.storage.cached_entry(1, 0) is None  # the reads go to disk
+        reads = b"".join(
+            encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")) for i in range(60)
+        )
+        first = _unread_stream_socket(bid)
+        await first.send_all(reads)
+        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
+        # max_unsent_bytes, passed by at most one disk batch (16 MiB) and one entry.
+        assert peak <= cfg.max_unsent_bytes + 16 * MiB + len(entry), peak / MiB
+        assert bookie.handler.reads_in_flight > 0  # the rest wait
+        assert bookie.handler.reads_refused_unsent == 0
+        # A second such peer takes the total past its bound: its reads are refused.
+        second = _unread_stream_socket(bid)
+        await second.send_all(reads)
+        await _wait_until(lambda: bookie.handler.reads_refused_unsent > 0)
+        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
+        assert peak <= cfg.max_unsent_bytes_total + 16 * MiB + 2 * len(entry), peak / MiB
+        async with connect(bid) as reader:  # another client reads on
+            with trio.fail_after(10):
+                assert (await reader.read(1, 2)).status is StatusCode.OK
+        await first.aclose()
+        await second.aclose()
+        await _wait_until(lambda: bookie.handler.reads_in_flight == 0)
+
+
+async def test_long_polls_carry_entries_only_while_there_is_room(tmp_path: Path) -> None:
+    """Long polls are not reads in flight, so their piggybacked entries skipped every read
+    bound (1,500 of them queued 6.3 GB in the re-attack). An entry now rides along only while
+    the connection has room; otherwise the poll answers the LAC alone."""
+    cfg = config([tmp_path / "d"], send_timeout=60)
+    async with running_bookie(cfg) as (bookie, bid):
+        entry = b"p" * (4 * MiB - 1024)
+        async with connect(bid) as c:
+            for e in range(6):
+                assert (await c.add(1, e, entry, lac=e - 1)).status is StatusCode.OK
+        await bookie.storage.checkpoint()
+        stream = _unread_stream_socket(bid)
+        flags = ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY
+        await stream.send_all(
+            b"".join(
+                encode_frame(ReadLacRequest(i, 1, flags, i % 4, 10_000, b"")) for i in range(50)
+            )
+        )
+        peak = await _peak(lambda: bookie.handler.unsent_bytes, 3)
+        assert peak <= cfg.max_unsent_bytes + 2 * len(entry), peak / MiB
+        await _wait_until(lambda: bookie.handler.long_polls == 0)
+        await stream.aclose()

@@ -63,8 +63,8 @@ _CLOSE_GRACE = 1.0  # seconds to flush answers before closing a connection
 #: The writer sends queued answers in pieces of about this size (joining small ones, slicing
 #: big ones): never a copy of everything queued, and ``send_timeout`` is per piece.
 _SEND_PIECE = 1024 * 1024
-#: A connection that has not sent a request may be evicted once this old (see evict_idle_after).
-_SILENT_GRACE = 1.0
+#: At max_connections, a connection whose frame has been arriving this long may be evicted.
+_SLOW_FRAME = 2.0
 
 
 class RequestHandler(Protocol):
@@ -107,6 +107,11 @@ class Peer(Protocol):
     peer: str
     principal: str | None
 
+    @property
+    def unsent(self) -> int:
+        """Bytes of answers queued for this peer, not yet taken."""
+        ...
+
     def send(self, frame: bytes) -> None: ...
 
     def send_parts(self, parts: tuple[bytes, ...]) -> None: ...
@@ -139,6 +144,7 @@ class Connection:
         "_wake",
         "authenticated",
         "closed",
+        "frame_since",
         "last_active",
         "nursery",
         "opened",
@@ -176,14 +182,19 @@ class Connection:
         #: When it opened, when it last received bytes, and whether it has sent a request.
         self.opened = self.last_active = trio.current_time()
         self.spoke = False
+        self.frame_since = 0.0  # when the frame being received began
         #: The reader gives up waiting for bytes at this time (inf: it may wait forever).
         self._deadline = self.opened + handler.config.first_request_timeout
         self._counted = False  # counted in handler.connections
 
     @property
-    def idle(self) -> bool:
-        """Nothing in flight, queued or partly received: closing it loses nothing."""
-        return not (self.outstanding or self._unsent or self._partial or self.closed)
+    def unsent(self) -> int:
+        return self._unsent
+
+    @property
+    def partial(self) -> int:
+        """Bytes of a frame received in part."""
+        return self._partial
 
     def evict(self) -> None:
         """Close this idle connection to make room for a new one."""
@@ -374,6 +385,7 @@ class Connection:
                 elif frames or not self._partial:
                     # A frame started in this chunk: it must be whole within frame_timeout.
                     self._deadline = self.last_active + config.frame_timeout
+                    self.frame_since = self.last_active
             handler.partial_frame_bytes += held - self._partial
             self._partial = held
             limit = handler.config.max_partial_frame_bytes
@@ -550,20 +562,24 @@ def send_pieces(parts: list[bytes]) -> Iterator[bytes | memoryview]:
 def idle_victim(
     connections: Iterable[Connection], now: float, evict_idle_after: float
 ) -> Connection | None:
-    """The connection a newcomer may close when ``max_connections`` are open: of the idle
-    ones, one that never sent a request (open over ``_SILENT_GRACE`` s), else the one idle
-    longest, if idle ``evict_idle_after`` s; None if there is none."""
+    """The connection a newcomer may close when ``max_connections`` are open, of those with
+    nothing in flight or queued: the oldest that never sent a whole request, else the one idle
+    longest (at least ``evict_idle_after`` s), else the one whose frame has been arriving
+    longest (at least ``_SLOW_FRAME`` s); None if there is none. A peer closed while idle
+    loses nothing (a walkit client reconnects on its next request)."""
     best: Connection | None = None
-    best_key = (2, 0.0)
+    best_key = (3, 0.0)
     for conn in connections:
-        if not conn.idle:
+        if conn.closed or conn.outstanding or conn.unsent:
             continue
         if not conn.spoke:
-            if now - conn.opened < _SILENT_GRACE:
-                continue
             key = (0, conn.opened)
-        elif now - conn.last_active >= evict_idle_after:
+        elif not conn.partial:
+            if now - conn.last_active < evict_idle_after:
+                continue
             key = (1, conn.last_active)
+        elif now - conn.frame_since >= _SLOW_FRAME:
+            key = (2, conn.frame_since)
         else:
             continue
         if key < best_key:

@@ -100,6 +100,11 @@ class BookieCollector(Collector):
                 b.fences_of_unknown_ledgers,
             ),
             (
+                "reads_refused_unsent",
+                "Reads answered TOO_MANY_REQUESTS: their connection's answers are not being read",
+                b.reads_refused_unsent,
+            ),
+            (
                 "connections_timed_out",
                 "Client connections closed for a timeout (first request, frame or send)",
                 b.connections_timed_out,

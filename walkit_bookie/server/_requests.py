@@ -61,6 +61,11 @@ _DISK_READERS = 2
 #: of the packet into a frame (for small ones, one join costs less than a writev of two).
 _PARTS_MIN = 16 * 1024
 _DISK_READ_BATCH = 256
+#: A disk reader's batch reads at most about this many bytes from disk (256 entries of 4 MiB
+#: would be 1 GiB in memory at once); the rest of the batch goes back to the queue.
+_DISK_READ_BATCH_BYTES = 16 * 1024 * 1024
+#: Seconds between looks at disk reads waiting for their connections' answers to drain.
+_ROOM_POLL = 0.005
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -145,6 +150,8 @@ class RequestHandler:
         self.fences_of_unknown_ledgers = 0
         self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
         self._disk_queue: list[tuple[Peer, ReadRequest]] = []
+        #: Reads answered TOO_MANY_REQUESTS because their connection's answers are not read.
+        self.reads_refused_unsent = 0
         self._disk_wake = trio.Event()
         #: Packets of adds on their way to the journal, by (ledger, entry).
         self._adds_pending: dict[tuple[int, int], bytes] = {}
@@ -575,22 +582,66 @@ class RequestHandler:
                 await self._disk_wake.wait()
                 self._disk_wake = trio.Event()
                 continue
-            batch = self._disk_queue[:_DISK_READ_BATCH]
+            taken = self._disk_queue[:_DISK_READ_BATCH]
             del self._disk_queue[:_DISK_READ_BATCH]
+            batch = []
+            waiting = []
+            for conn, req in taken:
+                if self._answer_room(conn):
+                    batch.append((conn, req))
+                elif self.unsent_bytes >= self.config.max_unsent_bytes_total:
+                    self._refuse_read(conn, req)
+                else:
+                    waiting.append((conn, req))  # until its connection's answers drain
+            if waiting:
+                self._disk_queue.extend(waiting)
+            if not batch:
+                if waiting:
+                    await trio.sleep(_ROOM_POLL)
+                continue
             try:
-                packets = await self.storage.read_entries(
-                    [(req.ledger_id, req.entry_id) for _, req in batch]
+                packets = await self.storage.read_entries_upto(
+                    [(req.ledger_id, req.entry_id) for _, req in batch], _DISK_READ_BATCH_BYTES
                 )
             except OSError as exc:
                 log.error("read_failed", error=str(exc), requests=len(batch))
                 for conn, req in batch:
                     self._answer_read(conn, req, StatusCode.IO_ERROR)
                 continue
-            for (conn, req), packet in zip(batch, packets, strict=True):
+            if len(packets) < len(batch):  # the rest next time, first
+                self._disk_queue[:0] = batch[len(packets) :]
+            for (conn, req), packet in zip(batch, packets, strict=False):
                 if packet is None:
                     self._answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
-                else:
+                elif self.unsent_bytes < self.config.max_unsent_bytes_total or not conn.unsent:
+                    # (a connection may pass max_unsent_bytes by the rest of one batch)
                     self._answer_read(conn, req, StatusCode.OK, packet)
+                else:
+                    self._refuse_read(conn, req)
+
+    def _answer_room(self, conn: Peer) -> bool:
+        """Whether an answer may be queued for ``conn``: always when it has none queued (one
+        answer may pass the bounds), else within ``max_unsent_bytes`` and, over all
+        connections, ``max_unsent_bytes_total``. Reads answered from disk (and long polls'
+        entries) arrive after the request was taken, so the connection's reader cannot hold
+        them back: without this, one connection's reads sent at once queued GBs. A disk read
+        without room waits for its connection to drain; over the total it is refused."""
+        unsent = conn.unsent
+        config = self.config
+        return unsent == 0 or (
+            unsent < config.max_unsent_bytes and self.unsent_bytes < config.max_unsent_bytes_total
+        )
+
+    def _refuse_read(self, conn: Peer, req: ReadRequest) -> None:
+        self.requests_refused += 1
+        self.reads_refused_unsent += 1
+        why = (
+            f"too many answers not yet read by this client ({conn.unsent} bytes queued for "
+            f"this connection, {self.unsent_bytes} for all)"
+        )
+        self._read_done(
+            conn, encode_frame(ErrorResponse(req.request_id, StatusCode.TOO_MANY_REQUESTS, why))
+        )
 
     def _answer_lac(
         self,
@@ -662,10 +713,16 @@ class RequestHandler:
             lac = info.last_add_confirmed
             packet = b""
             wanted = req.previous_lac + 1
-            if req.flags & ReadLacFlag.PIGGYBACK_ENTRY and 0 <= wanted <= lac:
+            # The entry rides along only if the connection has room for it (else the client
+            # reads it on its own): long polls are not counted as reads in flight.
+            if (
+                req.flags & ReadLacFlag.PIGGYBACK_ENTRY
+                and 0 <= wanted <= lac
+                and self._answer_room(conn)
+            ):
                 try:
                     (found,) = await self.storage.read_entries([(lid, wanted)])
-                    packet = found or b""
+                    packet = found if found is not None and self._answer_room(conn) else b""
                 except OSError as exc:
                     log.error("read_failed", ledger_id=lid, entry_id=wanted, error=str(exc))
             frame = encode_frame(ReadLacResponse(req.request_id, StatusCode.OK, lid, lac, packet))

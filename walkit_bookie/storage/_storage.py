@@ -127,6 +127,14 @@ class BookieStorage(abc.ABC):
     async def read_entries(self, keys: Sequence[tuple[int, int]]) -> list[bytes | None]:
         """Packets of (ledger, entry) pairs, None where absent. Raises OSError on I/O errors."""
 
+    async def read_entries_upto(
+        self, keys: Sequence[tuple[int, int]], max_bytes: int
+    ) -> list[bytes | None]:
+        """Like :meth:`read_entries`, but stops once about ``max_bytes`` of entries are read
+        from disk (at least one): the result may be a prefix of ``keys``. Entries already in
+        memory are not counted."""
+        return await self.read_entries(keys)
+
     @abc.abstractmethod
     async def checkpoint_due(self) -> None:
         """Return when the storage wants a checkpoint before the next periodic one."""
@@ -381,12 +389,40 @@ class DiskStorage(BookieStorage):
                 results[i] = packet
         return results
 
-    def _read_sync(self, keys: Sequence[tuple[int, int]]) -> list[bytes | None]:
+    async def read_entries_upto(
+        self, keys: Sequence[tuple[int, int]], max_bytes: int
+    ) -> list[bytes | None]:
+        results = [self.cached_entry(lid, eid) for lid, eid in keys]
+        missing = [i for i, packet in enumerate(results) if packet is None]
+        if not missing:
+            return results
+        found = await trio.to_thread.run_sync(
+            self._read_sync, [keys[i] for i in missing], max_bytes
+        )
+        for i, packet in zip(missing, found, strict=False):
+            results[i] = packet
+        if len(found) < len(missing):
+            return results[: missing[len(found)]]  # up to the first entry not read
+        return results
+
+    def _read_sync(
+        self, keys: Sequence[tuple[int, int]], max_bytes: int | None = None
+    ) -> list[bytes | None]:
         index, entrylog = self._index, self._entrylog
         if index is None or entrylog is None:
             raise OSError(errno.EBADF, "bookie storage is closed")
         with self._read_lock:
             locations = index.get_many([entry_key(lid, eid) for lid, eid in keys])
+            if max_bytes is not None:
+                # Stop before the entry that would take the batch past max_bytes.
+                total = 0
+                for n, loc in enumerate(locations):
+                    if loc is None:
+                        continue
+                    total += location_bytes(loc)
+                    if total > max_bytes and n:
+                        locations, keys = locations[:n], keys[:n]
+                        break
             return [
                 None if loc is None else entrylog.read(loc, lid, eid)
                 for loc, (lid, eid) in zip(locations, keys, strict=True)
