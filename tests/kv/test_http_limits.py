@@ -51,6 +51,16 @@ async def _read_all(stream: trio.SocketStream, timeout: float = 10) -> bytes:
     return out
 
 
+async def _ask(stream: trio.SocketStream) -> bytes:
+    """Send a GET on ``stream`` and return its whole answer (the connection stays open)."""
+    await stream.send_all(_get())
+    got = b""
+    with trio.fail_after(10):
+        while not got.endswith(b"ok"):
+            got += await stream.receive_some(65536)
+    return got
+
+
 def _get(body: bytes = b"") -> bytes:
     method = b"PUT" if body else b"GET"
     return method + b" /x HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % len(body) + body
@@ -121,11 +131,7 @@ async def test_connections_over_the_cap_get_503_when_all_are_busy() -> None:
             while stats.open > 2:  # noqa: ASYNC110 (polls a counter)
                 await trio.sleep(0.01)
         again = await trio.open_tcp_stream("127.0.0.1", port)
-        await again.send_all(_get())
-        with trio.fail_after(10):
-            got = b""
-            while not got.endswith(b"ok"):
-                got += await again.receive_some(65536)
+        got = await _ask(again)
         assert got.startswith(b"HTTP/1.1 200")
         for s in [*held[1:], again]:
             await s.aclose()
@@ -155,11 +161,7 @@ async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> Non
             while stats.open < 2:  # noqa: ASYNC110 (polls a counter)
                 await trio.sleep(0.01)
         newcomer = await trio.open_tcp_stream("127.0.0.1", port)
-        await newcomer.send_all(_get())
-        with trio.fail_after(10):
-            got = b""
-            while not got.endswith(b"ok"):
-                got += await newcomer.receive_some(65536)
+        got = await _ask(newcomer)
         assert got.startswith(b"HTTP/1.1 200")
         answer = await _read_all(oldest)  # its answer, then closed for the newcomer
         assert answer.startswith(b"HTTP/1.1 200") and stats.evicted == 1
@@ -177,11 +179,7 @@ async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> Non
             while sum(slot.reading for slot in stats.slots) < 2:  # noqa: ASYNC110 (polls)
                 await trio.sleep(0.01)
         fresh = await trio.open_tcp_stream("127.0.0.1", port)
-        await fresh.send_all(_get())
-        with trio.fail_after(10):
-            got = b""
-            while not got.endswith(b"ok"):
-                got += await fresh.receive_some(65536)
+        got = await _ask(fresh)
         assert await _read_all(slow) == b"" and stats.evicted == 2 and stats.refused == 0
         await recent.send_all(b"host: t\r\n\r\n")  # still there: it finishes its request
         with trio.fail_after(10):

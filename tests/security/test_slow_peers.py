@@ -54,6 +54,22 @@ def _lac_request(rid: int) -> bytes:
     return encode_frame(ReadLacRequest(rid, 1, ReadLacFlag.NONE, -1, 0, b""))
 
 
+def _unread_stream_socket(bid: object) -> trio.SocketStream:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((bid.host, bid.port))  # type: ignore[attr-defined]
+    return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+
+
+async def _peak(read: Callable[[], int], seconds: float) -> int:
+    peak = 0
+    with trio.move_on_after(seconds):
+        while True:
+            peak = max(peak, read())
+            await trio.sleep(0.002)
+    return peak
+
+
 async def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path) -> None:
     cfg = config([tmp_path / "d"], first_request_timeout=0.5)
     async with running_bookie(cfg) as (bookie, bid):
@@ -246,10 +262,7 @@ async def test_a_peer_that_reads_no_answers_is_cut_off(tmp_path: Path) -> None:
     async with running_bookie(cfg) as (bookie, bid):
         async with connect(bid) as c:
             assert (await c.add(1, 0, b"e" * (4 * MiB - 1024))).status is StatusCode.OK
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect((bid.host, bid.port))
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        stream = _unread_stream_socket(bid)
         reads = b"".join(
             encode_frame(ReadRequest(i, 1, 0, ReadFlag.NONE, b"")) for i in range(1, 9)
         )
@@ -274,20 +287,13 @@ async def test_queued_answers_are_bounded_over_all_connections(tmp_path: Path) -
             assert (await c.add(1, 0, entry)).status is StatusCode.OK
         peers = []
         for _ in range(6):
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect((bid.host, bid.port))
-            stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+            stream = _unread_stream_socket(bid)
             reads = b"".join(
                 encode_frame(ReadRequest(i, 1, 0, ReadFlag.NONE, b"")) for i in range(1, 9)
             )
             await stream.send_all(reads)
             peers.append(stream)
-        peak = 0
-        with trio.move_on_after(3):
-            while True:
-                peak = max(peak, bookie.handler.unsent_bytes)
-                await trio.sleep(0.005)
+        peak = await _peak(lambda: bookie.handler.unsent_bytes, 3)
         assert bookie.handler.unsent_bytes >= total  # the attack did fill the bound
         # The bound, plus at most one answer of each peer taken while it had none queued.
         assert peak <= total + 6 * len(entry), peak / MiB
@@ -336,22 +342,6 @@ def test_queued_answers_are_sent_in_pieces_without_copying_big_ones() -> None:
     assert [len(p) for p in send_pieces(many)][:2] == [1_049_000, 1_049_000]
     (only,) = send_pieces([big[:100]])
     assert only == big[:100]
-
-
-def _unread_stream_socket(bid: object) -> trio.SocketStream:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((bid.host, bid.port))  # type: ignore[attr-defined]
-    return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-
-
-async def _peak(read: Callable[[], int], seconds: float) -> int:
-    peak = 0
-    with trio.move_on_after(seconds):
-        while True:
-            peak = max(peak, read())
-            await trio.sleep(0.002)
-    return peak
 
 
 async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -> None:
