@@ -404,3 +404,31 @@ async def test_long_polls_carry_entries_only_while_there_is_room(tmp_path: Path)
         assert peak <= cfg.max_unsent_bytes + 2 * len(entry), peak / MiB
         await _wait_until(lambda: bookie.handler.long_polls == 0)
         await stream.aclose()
+
+
+async def test_reads_waiting_for_a_peer_that_does_not_read_do_not_hold_the_read_slots(
+    tmp_path: Path,
+) -> None:
+    """Peers that read nothing, with more reads in flight than the bookie has read slots,
+    would stop every socket (at ``max_inflight_reads`` none is read) if their reads waited
+    for room; at the limit they are refused instead, and another client reads on."""
+    cfg = config([tmp_path / "d"], send_timeout=60, max_inflight_reads=50)
+    async with running_bookie(cfg) as (bookie, bid):
+        entry = b"w" * (4 * MiB - 1024)
+        async with connect(bid) as c:
+            for e in range(3):
+                assert (await c.add(1, e, entry)).status is StatusCode.OK
+        await bookie.storage.checkpoint()
+        reads = b"".join(
+            encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")) for i in range(40)
+        )
+        hogs = []
+        for _ in range(5):  # 200 reads for 50 slots
+            hogs.append(_unread_stream_socket(bid))
+            await hogs[-1].send_all(reads)
+        await _wait_until(lambda: bookie.handler.reads_refused_unsent > 0)
+        async with connect(bid) as reader:
+            with trio.fail_after(10):
+                assert (await reader.read(1, 1)).status is StatusCode.OK
+        for hog in hogs:
+            await hog.aclose()

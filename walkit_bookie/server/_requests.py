@@ -589,7 +589,12 @@ class RequestHandler:
             for conn, req in taken:
                 if self._answer_room(conn):
                     batch.append((conn, req))
-                elif self.unsent_bytes >= self.config.max_unsent_bytes_total:
+                elif (
+                    self.unsent_bytes >= self.config.max_unsent_bytes_total
+                    or self.reads_in_flight >= self.config.max_inflight_reads
+                ):
+                    # Refused, not kept: waiting reads must not hold the bookie's read slots
+                    # (at the limit no socket is read) for a peer that does not read.
                     self._refuse_read(conn, req)
                 else:
                     waiting.append((conn, req))  # until its connection's answers drain
