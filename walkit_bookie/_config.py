@@ -149,6 +149,11 @@ class BookieConfig:
     #: else the one idle longest if idle at least this many seconds, else one whose frame has
     #: been arriving for over 2 s. Silent and slow connections cannot hold the slots.
     evict_idle_after: float = attrs.field(default=10.0, validator=_positive)
+    #: With ``max_unsent_bytes_total`` of answers queued and reads waiting for room, a
+    #: connection whose peer has taken none of its answers for this many seconds is closed
+    #: (the longest stuck first) until the total is under: peers that read nothing cannot hold
+    #: the answer budget, and so the memory, from the clients that do read.
+    evict_unread_after: float = attrs.field(default=2.0, validator=_positive)
     #: Longest a long-poll LAC read waits, in seconds, whatever timeout it asks for.
     max_long_poll: float = attrs.field(default=30.0, validator=_positive)
     #: Long polls waiting at once, over all connections. They are counted apart from reads

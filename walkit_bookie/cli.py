@@ -356,6 +356,13 @@ def build_parser() -> argparse.ArgumentParser:
         "of being refused (default 10)",
     )
     p.add_argument(
+        "--evict-unread-after",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="with max-unsent-bytes-total of answers queued and reads waiting, close "
+        "connections whose peers took none of their answers for this long (default 2)",
+    )
+    p.add_argument(
         "--lost-bookie-delay",
         type=_non_negative_float,
         metavar="SECONDS",
@@ -449,6 +456,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("first_request_timeout", "first_request_timeout"),
         ("frame_timeout", "frame_timeout"),
         ("evict_idle_after", "evict_idle_after"),
+        ("evict_unread_after", "evict_unread_after"),
         ("lost_bookie_delay", "lost_bookie_delay"),
         ("rereplication_entries_per_second", "rereplication_entries_per_second"),
         ("rereplication_bytes_per_second", "rereplication_bytes_per_second"),

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
+import pytest
 import trio
 
 from tests.bookie._helpers import config, connect, running_bookie
@@ -27,6 +28,8 @@ from walkit._core.wire import (
     decode_message,
     encode_frame,
 )
+from walkit_bookie._config import BookieConfig
+from walkit_bookie.cli import build_parser, config_from_args
 from walkit_bookie.server._connection import Connection, idle_victim, send_pieces
 
 MiB = 1 << 20
@@ -348,9 +351,11 @@ async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -
     """Reads taken at once are answered later, from disk: the connection's reader cannot hold
     them back. A re-attack found one connection's 1,000 reads of a 4 MiB entry, sent at once
     and never read, queued 9.5 GB. Now a disk read is served only while its connection has
-    room (``max_unsent_bytes``): the rest wait, and are refused (TOO_MANY_REQUESTS) once the
-    answers queued over all connections pass ``max_unsent_bytes_total``."""
-    cfg = config([tmp_path / "d"], send_timeout=60, max_unsent_bytes_total=40 * MiB)
+    room (``max_unsent_bytes``) and all connections have (``max_unsent_bytes_total``); the
+    rest wait. A peer that reads nothing while others wait for the total is closed."""
+    cfg = config(
+        [tmp_path / "d"], send_timeout=60, max_unsent_bytes_total=40 * MiB, evict_unread_after=1
+    )
     async with running_bookie(cfg) as (bookie, bid):
         entry = b"e" * (4 * MiB - 1024)
         async with connect(bid) as c:
@@ -368,18 +373,50 @@ async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -
         assert peak <= cfg.max_unsent_bytes + 16 * MiB + len(entry), peak / MiB
         assert bookie.handler.reads_in_flight > 0  # the rest wait
         assert bookie.handler.reads_refused_unsent == 0
-        # A second such peer takes the total past its bound: its reads are refused.
+        assert bookie.handler.connections_evicted_unread == 0  # under the total: no eviction
+        # A second such peer takes the total to its bound: the peer stuck longest is closed.
         second = _unread_stream_socket(bid)
         await second.send_all(reads)
-        await _wait_until(lambda: bookie.handler.reads_refused_unsent > 0)
-        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
-        assert peak <= cfg.max_unsent_bytes_total + 16 * MiB + 2 * len(entry), peak / MiB
+        peak = await _peak(lambda: bookie.handler.unsent_bytes, 3)
+        assert peak <= cfg.max_unsent_bytes_total + 2 * 16 * MiB + len(entry), peak / MiB
+        await _wait_until(lambda: bookie.handler.connections_evicted_unread > 0)
+        assert await _closed_by_bookie(first)
         async with connect(bid) as reader:  # another client reads on
             with trio.fail_after(10):
                 assert (await reader.read(1, 2)).status is StatusCode.OK
-        await first.aclose()
         await second.aclose()
         await _wait_until(lambda: bookie.handler.reads_in_flight == 0)
+
+
+async def test_many_peers_that_read_nothing_cannot_hold_the_memory(tmp_path: Path) -> None:
+    """A re-attack: 400 connections each asked for one 4 MiB entry from disk and read nothing;
+    each could queue one answer whatever the total (1.67 GB). Now the total holds (one disk
+    batch over at most), the others' reads wait, the peers stuck longest are closed after
+    ``evict_unread_after``, and a client that reads is served."""
+    cfg = config(
+        [tmp_path / "d"], send_timeout=60, max_unsent_bytes_total=16 * MiB, evict_unread_after=1
+    )
+    async with running_bookie(cfg) as (bookie, bid):
+        entry = b"m" * (4 * MiB - 1024)
+        async with connect(bid) as c:
+            for e in range(3):
+                assert (await c.add(1, e, entry)).status is StatusCode.OK
+        await bookie.storage.checkpoint()
+        hogs = []
+        for i in range(40):  # 160 MiB of answers asked for
+            hogs.append(_unread_stream_socket(bid))
+            await hogs[-1].send_all(encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")))
+        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
+        # Two disk readers may each pass the total by one batch (16 MiB).
+        assert peak <= cfg.max_unsent_bytes_total + 2 * 16 * MiB + len(entry), peak / MiB
+        await _wait_until(lambda: bookie.handler.connections_evicted_unread > 0)
+        async with connect(bid) as reader:
+            with trio.fail_after(15):
+                assert (await reader.read(1, 1)).status is StatusCode.OK
+        assert bookie.handler.reads_refused_unsent == 0  # waited, not refused
+        for hog in hogs:
+            await hog.aclose()
+        await _wait_until(lambda: bookie.handler.unsent_bytes == 0)
 
 
 async def test_long_polls_carry_entries_only_while_there_is_room(tmp_path: Path) -> None:
@@ -426,9 +463,38 @@ async def test_reads_waiting_for_a_peer_that_does_not_read_do_not_hold_the_read_
         for _ in range(5):  # 200 reads for 50 slots
             hogs.append(_unread_stream_socket(bid))
             await hogs[-1].send_all(reads)
-        await _wait_until(lambda: bookie.handler.reads_refused_unsent > 0)
+        # Each hog's reads are served until its queued answers pass max_unsent_bytes; those
+        # taken before then wait. Whether they filled every slot depends on how fast the disk
+        # reader answered while the requests were taken; if they did, some are refused.
+        handler = bookie.handler
+        await _wait_until(
+            lambda: (
+                len(handler.client_connections) == 5
+                and all(c.unsent >= cfg.max_unsent_bytes for c in handler.client_connections)
+                and handler.reads_in_flight < cfg.max_inflight_reads
+            )
+        )
         async with connect(bid) as reader:
             with trio.fail_after(10):
                 assert (await reader.read(1, 1)).status is StatusCode.OK
         for hog in hogs:
             await hog.aclose()
+
+
+def test_the_bound_options_reach_the_config(capsys: pytest.CaptureFixture[str]) -> None:
+    def config_of(*args: str) -> BookieConfig:
+        return config_from_args(build_parser().parse_args(["--data-dir", "x", *args]))
+
+    c = config_of(
+        *("--first-request-timeout", "3", "--frame-timeout", "4", "--send-timeout", "5"),
+        *("--evict-idle-after", "6", "--evict-unread-after", "0.5"),
+        *("--max-unsent-bytes-total", "64MiB", "--max-inflight-add-bytes", "32MiB"),
+    )
+    assert (c.first_request_timeout, c.frame_timeout, c.send_timeout) == (3, 4, 5)
+    assert (c.evict_idle_after, c.evict_unread_after) == (6, 0.5)
+    assert (c.max_unsent_bytes_total, c.max_inflight_add_bytes) == (64 * MiB, 32 * MiB)
+    assert config_of().evict_unread_after == 2.0
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(SystemExit):
+            config_of("--evict-unread-after", bad)
+        assert "--evict-unread-after" in capsys.readouterr().err

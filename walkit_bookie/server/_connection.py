@@ -8,7 +8,9 @@ in-flight limits or while this connection has too many answers its peer has not 
 Peers that hold a connection without using it are cut off: a connection must deliver its first
 request within ``first_request_timeout``, each frame within ``frame_timeout`` of its first
 bytes, and its peer must take queued answers within ``send_timeout``. At ``max_connections``
-a newcomer closes the connection idle longest instead of being refused (``evict_idle_after``).
+a newcomer closes the connection idle longest instead of being refused (``evict_idle_after``),
+and while the answers queued over all connections are at their bound, a connection whose peer
+takes none of them is closed after ``evict_unread_after`` (see ``RequestHandler``).
 """
 
 from __future__ import annotations
@@ -91,12 +93,16 @@ class RequestHandler(Protocol):
     unsent_bytes: int
     connections_timed_out: int
     connections_evicted: int
+    connections_evicted_unread: int
     client_connections: set[Connection]
 
     @property
     def saturated(self) -> bool: ...
 
     def handle(self, conn: Peer, body: bytes, message: Message) -> None: ...
+
+    def answers_taken(self, conn: Peer) -> None:
+        """Some of ``conn``'s queued answers were sent (or dropped as it closed)."""
 
 
 class Peer(Protocol):
@@ -106,6 +112,8 @@ class Peer(Protocol):
     outstanding: int
     peer: str
     principal: str | None
+    #: Closed: answers sent to it are dropped.
+    closed: bool
 
     @property
     def unsent(self) -> int:
@@ -152,6 +160,7 @@ class Connection:
         "peer",
         "principal",
         "spoke",
+        "taken_at",
     )
 
     def __init__(self, handler: RequestHandler, stream: trio.abc.Stream, peer: str) -> None:
@@ -183,6 +192,9 @@ class Connection:
         self.opened = self.last_active = trio.current_time()
         self.spoke = False
         self.frame_since = 0.0  # when the frame being received began
+        #: When the peer last took queued answers (a piece of about 1 MiB), or the writer began
+        #: sending them: ``evict_unread`` picks connections by how long ago this was.
+        self.taken_at = self.opened
         #: The reader gives up waiting for bytes at this time (inf: it may wait forever).
         self._deadline = self.opened + handler.config.first_request_timeout
         self._counted = False  # counted in handler.connections
@@ -204,6 +216,23 @@ class Connection:
             self._counted = False
             handler.connections -= 1
         log.debug("idle_connection_evicted", peer=self.peer, spoke=self.spoke)
+        self.closed = True
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
+
+    def evict_unread(self) -> None:
+        """Close this connection: its peer takes none of its answers while the bookie's queued
+        answers are at their bound (its queued answers are dropped)."""
+        handler = self._handler
+        handler.connections_evicted_unread += 1
+        handler.bad_input.report(
+            "answers_not_read",
+            peer=self.peer,
+            unsent_bytes=self._unsent,
+            error=f"the peer took none of its answers for "
+            f"{trio.current_time() - self.taken_at:.1f} s while the bookie's queued answers "
+            f"were at their bound",
+        )
         self.closed = True
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()
@@ -251,6 +280,7 @@ class Connection:
                 finally:
                     self._direct_fd = -1
                 self._wake = trio.Event()
+                self.taken_at = trio.current_time()
                 continue
             out, self._out = self._out, []
             for piece in send_pieces(out):
@@ -260,8 +290,10 @@ class Connection:
                     return self._send_timed_out(send_timeout)
                 self._unsent -= len(piece)
                 handler.unsent_bytes -= len(piece)
+                self.taken_at = trio.current_time()
                 if self._space:
                     self._space.unpark_all()
+                handler.answers_taken(self)
 
     def _send_timed_out(self, send_timeout: float) -> None:
         handler = self._handler
@@ -528,6 +560,7 @@ class Connection:
             handler.unsent_bytes -= self._unsent
             self._unsent = 0
             self._out = []
+            handler.answers_taken(self)
             if self._counted:
                 self._counted = False
                 handler.connections -= 1

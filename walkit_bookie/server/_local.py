@@ -45,6 +45,7 @@ class LocalCopyStore:
 
     peer = "this bookie's autorecovery worker"
     principal: str | None = None
+    closed = False  # (in-process: never)
 
     def __init__(self, handler: RequestHandler, bookie_id: BookieId) -> None:
         self._handler = handler

@@ -115,6 +115,12 @@ class BookieCollector(Collector):
                 b.connections_evicted,
             ),
             (
+                "connections_evicted_unread",
+                "Client connections closed because their peers took none of their answers "
+                "while the bookie's queued answers were at max_unsent_bytes_total",
+                b.connections_evicted_unread,
+            ),
+            (
                 "claims_refused",
                 "Adds and fences refused: the ledger was registered by another principal",
                 b.claims_refused,

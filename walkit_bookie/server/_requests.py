@@ -64,8 +64,9 @@ _DISK_READ_BATCH = 256
 #: A disk reader's batch reads at most about this many bytes from disk (256 entries of 4 MiB
 #: would be 1 GiB in memory at once); the rest of the batch goes back to the queue.
 _DISK_READ_BATCH_BYTES = 16 * 1024 * 1024
-#: Seconds between looks at disk reads waiting for their connections' answers to drain.
-_ROOM_POLL = 0.005
+#: Disk reads waiting for room are looked at again when answers are taken and at least this
+#: often (connections that read nothing become evictable with time, not with events).
+_ROOM_RECHECK = 0.1
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -135,6 +136,9 @@ class RequestHandler:
         #: to make room for a new one while ``max_connections`` were open.
         self.connections_timed_out = 0
         self.connections_evicted = 0
+        #: Connections closed because their peers took none of their answers while the
+        #: answers queued over all connections were at ``max_unsent_bytes_total``.
+        self.connections_evicted_unread = 0
         #: The open client connections (``_connection.Connection``), for eviction.
         self.client_connections: set[Any] = set()
         #: Malformed input, counted by kind; warnings about it are rate-limited.
@@ -153,6 +157,8 @@ class RequestHandler:
         #: Reads answered TOO_MANY_REQUESTS because their connection's answers are not read.
         self.reads_refused_unsent = 0
         self._disk_wake = trio.Event()
+        #: Disk readers waiting for room for the reads left in ``_disk_queue``.
+        self._reads_waiting = 0
         #: Packets of adds on their way to the journal, by (ledger, entry).
         self._adds_pending: dict[tuple[int, int], bytes] = {}
         #: Adds waiting for a disk lookup of the entry they would rewrite.
@@ -246,6 +252,8 @@ class RequestHandler:
             self._add(conn, body, message)  # type: ignore[arg-type]
         elif kind is ReadRequest:
             self.reads_in_flight += 1
+            if self._reads_waiting and self.reads_in_flight >= self.config.max_inflight_reads:
+                self._disk_wake.set()  # waiting reads now hold every slot: refuse some
             self._read(conn, body, message)  # type: ignore[arg-type]
         elif kind is ReadLacRequest:
             self.reads_in_flight += 1
@@ -587,22 +595,21 @@ class RequestHandler:
             batch = []
             waiting = []
             for conn, req in taken:
-                if self._answer_room(conn):
+                if conn.closed:
+                    self._read_done(conn, None)
+                elif self._answer_room(conn):
                     batch.append((conn, req))
-                elif (
-                    self.unsent_bytes >= self.config.max_unsent_bytes_total
-                    or self.reads_in_flight >= self.config.max_inflight_reads
-                ):
+                elif self.reads_in_flight >= self.config.max_inflight_reads:
                     # Refused, not kept: waiting reads must not hold the bookie's read slots
                     # (at the limit no socket is read) for a peer that does not read.
                     self._refuse_read(conn, req)
                 else:
-                    waiting.append((conn, req))  # until its connection's answers drain
+                    waiting.append((conn, req))  # until its connection has room
             if waiting:
                 self._disk_queue.extend(waiting)
             if not batch:
                 if waiting:
-                    await trio.sleep(_ROOM_POLL)
+                    await self._wait_for_room()
                 continue
             try:
                 packets = await self.storage.read_entries_upto(
@@ -615,25 +622,66 @@ class RequestHandler:
                 continue
             if len(packets) < len(batch):  # the rest next time, first
                 self._disk_queue[:0] = batch[len(packets) :]
+            # Answered even if the bounds were passed meanwhile: they had room when the batch
+            # was made, so one batch (~16 MiB) is the most they pass them by.
             for (conn, req), packet in zip(batch, packets, strict=False):
                 if packet is None:
                     self._answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
-                elif self.unsent_bytes < self.config.max_unsent_bytes_total or not conn.unsent:
-                    # (a connection may pass max_unsent_bytes by the rest of one batch)
-                    self._answer_read(conn, req, StatusCode.OK, packet)
                 else:
-                    self._refuse_read(conn, req)
+                    self._answer_read(conn, req, StatusCode.OK, packet)
+
+    async def _wait_for_room(self) -> None:
+        """Disk reads wait for room: until some answers are taken (``answers_taken``), a read
+        slot is wanted, or ``_ROOM_RECHECK``. Over the total, connections whose peers read
+        nothing are closed first (``_evict_unread``)."""
+        if self.unsent_bytes >= self.config.max_unsent_bytes_total:
+            self._evict_unread()
+        self._reads_waiting += 1
+        try:
+            with trio.move_on_after(_ROOM_RECHECK):
+                await self._disk_wake.wait()
+        finally:
+            self._reads_waiting -= 1
+        self._disk_wake = trio.Event()
+
+    def answers_taken(self, conn: Peer) -> None:
+        config = self.config
+        if (
+            self._reads_waiting
+            and self.unsent_bytes < config.max_unsent_bytes_total
+            and conn.unsent < config.max_unsent_bytes
+        ):
+            self._disk_wake.set()
+
+    def _evict_unread(self) -> None:
+        """The answers queued over all connections are at ``max_unsent_bytes_total`` and reads
+        wait for room: close the connections whose peers have taken none of their answers for
+        ``evict_unread_after`` s, the longest stuck first, until the total is under. Without
+        this the budget belongs to whoever filled it: a re-attack held it with 400 connections
+        that each asked for one 4 MiB entry and read nothing."""
+        config = self.config
+        over = self.unsent_bytes - config.max_unsent_bytes_total
+        before = trio.current_time() - config.evict_unread_after
+        stuck = [
+            c for c in self.client_connections if c.unsent and not c.closed and c.taken_at <= before
+        ]
+        stuck.sort(key=lambda c: c.taken_at)
+        for conn in stuck:
+            if over < 0:
+                break
+            over -= conn.unsent
+            conn.evict_unread()
 
     def _answer_room(self, conn: Peer) -> bool:
-        """Whether an answer may be queued for ``conn``: always when it has none queued (one
-        answer may pass the bounds), else within ``max_unsent_bytes`` and, over all
-        connections, ``max_unsent_bytes_total``. Reads answered from disk (and long polls'
-        entries) arrive after the request was taken, so the connection's reader cannot hold
-        them back: without this, one connection's reads sent at once queued GBs. A disk read
-        without room waits for its connection to drain; over the total it is refused."""
+        """Whether an answer may be queued for ``conn`` now: its own queued answers are under
+        ``max_unsent_bytes``, and all connections' under ``max_unsent_bytes_total``. Reads
+        answered from disk (and long polls' entries) arrive after the request was taken, so
+        the connection's reader cannot hold them back: without this, one connection's reads
+        sent at once queued GBs, and 400 connections asking one 4 MiB entry each, 1.67 GB. A
+        disk read without room waits (refused if every read slot is taken)."""
         unsent = conn.unsent
         config = self.config
-        return unsent == 0 or (
+        return (
             unsent < config.max_unsent_bytes and self.unsent_bytes < config.max_unsent_bytes_total
         )
 
