@@ -169,6 +169,44 @@ async def test_too_many_admin_connections_get_503_and_the_rest_go_on(tmp_path: P
                 await trio.sleep(0.01)
 
 
+async def test_connections_trickling_their_requests_cannot_hold_the_slots(
+    tmp_path: Path,
+) -> None:
+    """A re-attack kept /health at 503 with ~40 connections sending a byte a second. At the
+    cap a newcomer now closes the connection whose request has been arriving longest (over
+    2 s), and is answered."""
+    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
+        address = bookie.admin_address
+        assert address is not None
+        streams = [await trio.open_tcp_stream(*address) for _ in range(40)]
+        request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        closed = 0
+
+        async def trickle(stream: trio.SocketStream) -> None:
+            nonlocal closed
+            try:
+                for i in range(len(request) - 1):  # never the whole request
+                    await stream.send_all(request[i : i + 1])
+                    await trio.sleep(0.3)
+            except trio.BrokenResourceError:
+                closed += 1
+
+        async with trio.open_nursery() as nursery:
+            for stream in streams:
+                nursery.start_soon(trickle, stream)
+            await trio.sleep(0.5)
+            assert (await _get(address, "/health"))[0] == 503  # all slots young and busy
+            await trio.sleep(2)
+            for _ in range(3):
+                status, _body = await _get(address, "/health")
+                assert status == 200
+            await trio.sleep(1)  # a closed connection shows at the next sends
+            nursery.cancel_scope.cancel()
+        assert closed >= 3  # the oldest were closed for the newcomers
+        for stream in streams:
+            await stream.aclose()
+
+
 async def test_a_failing_collector_gives_500_and_the_bookie_goes_on(tmp_path: Path) -> None:
     class Broken(Collector):
         def collect(self) -> Iterator[Metric]:

@@ -9,8 +9,10 @@ verified client certificate's subject with ``--auth tls``.
 h11 parses and frames HTTP/1.1; this module moves bytes between it and a trio stream, and
 bounds everything: one request per connection, the head's size (h11's
 ``max_incomplete_event_size``), the body's size, the time to send the request, and the
-connections at a time (one more gets ``503``, after its request was read, so that it is an
-answer and not a reset). Anything else gets a clear 4xx (or 5xx) and the bookie goes on.
+connections at a time. At that cap a newcomer closes the connection whose request has been
+arriving longest, if over ``_SLOW_REQUEST`` s (a peer trickling bytes cannot hold the slots);
+only if there is none does it get ``503``, after its request was read, so that it is an answer
+and not a reset. Anything else gets a clear 4xx (or 5xx) and the bookie goes on.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ _MAX_HEAD = 8192  # request line and headers
 _MAX_BODY = 4096
 _REQUEST_TIMEOUT = 5.0  # to send the whole request
 _MAX_CONNECTIONS = 32
+#: At the cap, a connection whose request has been arriving this long may be closed for a
+#: newcomer (an HTTP client sends its request at once; curl and Prometheus take milliseconds).
+_SLOW_REQUEST = 2.0
 _REFUSE_WAIT = 1.0  # an over-limit connection's time to send the request its 503 answers
 _RECEIVE_SIZE = 4096
 _LINGER = 1.0
@@ -111,13 +116,24 @@ def _request(head: h11.Request) -> _Request:
 
 @final
 class _Exchange:
-    """One connection: its h11 state, its stream, and whether the request was a HEAD (whose
-    answer has no body)."""
+    """One connection: its h11 state, its stream, whether the request was a HEAD (whose
+    answer has no body), when it opened, whether its request is still arriving, and the scope
+    a newcomer cancels to close it at the cap."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
         self.stream = stream
         self.head_only = False
+        self.opened = trio.current_time()
+        self.receiving = True
+        self.scope = trio.CancelScope()
+
+
+def _slow_victim(open_: set[_Exchange], now: float) -> _Exchange | None:
+    """The connection a newcomer closes at the cap: the one whose request has been arriving
+    longest, if over ``_SLOW_REQUEST`` s; None if there is none."""
+    slow = [e for e in open_ if e.receiving and now - e.opened >= _SLOW_REQUEST]
+    return min(slow, key=lambda e: e.opened, default=None)
 
 
 async def _read_request(exchange: _Exchange) -> _Request | None:
@@ -299,6 +315,7 @@ async def _answer(bookie: AdminTarget, registry: CollectorRegistry, exchange: _E
             raise _HttpError(408, "request not received in time")
         if request is None:
             return
+        exchange.receiving = False  # answering now: not closed for a newcomer
         answer = await _route(bookie, registry, request, principal_of(exchange.stream))
     except _HttpError as exc:
         answer = exc.answer()
@@ -329,16 +346,25 @@ async def _refuse(exchange: _Exchange) -> None:
 async def _handle(
     bookie: AdminTarget,
     registry: CollectorRegistry,
-    slots: trio.Semaphore,
+    open_: set[_Exchange],
     stream: trio.abc.Stream,
 ) -> None:
     exchange = _Exchange(stream)
     try:
-        if slots.value == 0:
-            await _refuse(exchange)
-            return
-        async with slots:
-            await _answer(bookie, registry, exchange)
+        if len(open_) >= _MAX_CONNECTIONS:
+            victim = _slow_victim(open_, exchange.opened)
+            if victim is None:
+                await _refuse(exchange)
+                return
+            open_.discard(victim)  # the newcomer takes its slot at once
+            victim.scope.cancel()
+            log.debug("admin_connection_evicted", after=round(exchange.opened - victim.opened, 1))
+        open_.add(exchange)
+        try:
+            with exchange.scope:
+                await _answer(bookie, registry, exchange)
+        finally:
+            open_.discard(exchange)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         log.debug("admin_connection_broken", error=str(exc))
     except Exception as exc:  # one connection's trouble must not stop the endpoint
@@ -384,7 +410,8 @@ async def serve_admin(
             trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp
         ]
     async with trio.open_nursery() as nursery:
-        handler = functools.partial(_handle, bookie, registry, trio.Semaphore(_MAX_CONNECTIONS))
+        open_: set[_Exchange] = set()
+        handler = functools.partial(_handle, bookie, registry, open_)
         await nursery.start(functools.partial(trio.serve_listeners, handler, listeners))
         log.info("admin_listening", host=bound[0], port=bound[1], tls=ssl_context is not None)
         task_status.started((str(bound[0]), int(bound[1])))
