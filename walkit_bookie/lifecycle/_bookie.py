@@ -23,6 +23,7 @@ from walkit.errors import BookieIOError, WalkitError
 from walkit.metadata import MetadataStore
 from walkit.net import Network, TcpNetwork, TlsNetwork
 from walkit_bookie._config import BookieConfig
+from walkit_bookie.lifecycle._memory import MemoryReturn
 from walkit_bookie.lifecycle._registration import Registration
 from walkit_bookie.server import BookieCollector, RequestHandler, handle_stream, serve_admin
 from walkit_bookie.storage import (
@@ -102,6 +103,8 @@ class Bookie:
             ),
             bookie_id=lambda: self.bookie_id,
         )
+        #: Hands memory freed after a burst back to the system (``_memory``).
+        self.memory = MemoryReturn()
         #: The prometheus registry the bookie's metrics are collected into.
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(BookieCollector(self))
@@ -115,6 +118,10 @@ class Bookie:
     @property
     def group_commit(self) -> GroupCommit:
         return self.handler.group_commit
+
+    @property
+    def memory_returned_bytes(self) -> int:
+        return self.memory.returned_bytes
 
     @property
     def ledger_count(self) -> int:
@@ -209,6 +216,7 @@ class Bookie:
         nursery.start_soon(self._checkpoint_loop)
         nursery.start_soon(self._disk_check_loop)
         nursery.start_soon(self.gc.run)
+        nursery.start_soon(self.memory.run)
         if config.http_port is not None:
             self.admin_address = await nursery.start(
                 functools.partial(
