@@ -162,6 +162,14 @@ class BookieConfig:
     #: Client connections open at once; a connection beyond it gets its first request
     #: answered TOO_MANY_REQUESTS, then is closed.
     max_connections: int = attrs.field(default=1_000, validator=_positive)
+    #: Client connections open at once from one address (host); None: no cap of its own
+    #: (ZooKeeper's maxClientCnxns, Kafka's max.connections.per.ip). At it, a new connection
+    #: from that address closes one of that address's idle connections (as at
+    #: ``max_connections``) or is refused: one host cannot hold every slot with connections
+    #: that look busy. Clients behind one NAT address share it.
+    max_connections_per_address: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_positive)
+    )
     #: Requests of one connection accepted but not yet answered (long polls included);
     #: beyond it they are answered TOO_MANY_REQUESTS.
     max_requests_per_connection: int = attrs.field(default=20_000, validator=_positive)

@@ -301,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1000)",
     )
     p.add_argument(
+        "--max-connections-per-address",
+        type=_positive_int,
+        metavar="N",
+        help="client connections at once from one address; more close one of that address's "
+        "idle connections or are refused (default: no cap of its own)",
+    )
+    p.add_argument(
         "--max-requests-per-connection",
         type=_positive_int,
         metavar="N",
@@ -448,6 +455,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         ("max_long_poll", "max_long_poll"),
         ("max_long_polls", "max_long_polls"),
         ("max_connections", "max_connections"),
+        ("max_connections_per_address", "max_connections_per_address"),
         ("max_requests_per_connection", "max_requests_per_connection"),
         ("max_partial_frame_bytes", "max_partial_frame_bytes"),
         ("max_inflight_add_bytes", "max_inflight_add_bytes"),

@@ -176,9 +176,14 @@ class Client:
 
 
 @asynccontextmanager
-async def connect(bookie_id: BookieId, network: Network | None = None) -> AsyncIterator[Client]:
+async def connect(
+    bookie_id: BookieId, network: Network | None = None, *, local_address: str | None = None
+) -> AsyncIterator[Client]:
+    """A connection to the bookie (from ``local_address``, e.g. another loopback address)."""
     if network is None:
-        stream: trio.abc.Stream = await trio.open_tcp_stream(bookie_id.host, bookie_id.port)
+        stream: trio.abc.Stream = await trio.open_tcp_stream(
+            bookie_id.host, bookie_id.port, local_address=local_address
+        )
     else:
         stream = await network.connect(bookie_id)
     client = Client(stream)

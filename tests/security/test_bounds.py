@@ -173,6 +173,43 @@ async def test_connections_over_the_cap_get_a_clear_answer(tmp_path: Path) -> No
             assert (await c.add(1, 0, b"x")).status is StatusCode.OK
 
 
+async def test_one_address_cannot_hold_every_connection(tmp_path: Path) -> None:
+    """With ``max_connections_per_address``, connections that look busy (a long poll each)
+    from one address hold only that address's share: its next connection is refused with a
+    clear answer, its idle ones make room for its own newcomers, and another address connects
+    (ZooKeeper's maxClientCnxns; an attack held all 1,000 slots from one host)."""
+    cfg = config(
+        [tmp_path / "d"], max_connections=10, max_connections_per_address=3, evict_idle_after=0.5
+    )
+    async with running_bookie(cfg) as (bookie, bid):
+        streams = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(3)]
+        for i, stream in enumerate(streams):
+            await stream.send_all(encode_frame(long_poll(1, 10**6 + i)))
+        await _wait_until(lambda: bookie.handler.long_polls == 3)
+        async with connect(bid) as extra:  # the same address: refused
+            with trio.fail_after(20):
+                answer = await extra.call(long_poll(extra.next_id(), 1))
+        assert isinstance(answer, ErrorResponse)
+        assert answer.status is StatusCode.TOO_MANY_REQUESTS
+        assert f"from {bid.host}" in answer.message and "limit 3" in answer.message
+        async with connect(bid, local_address="127.0.0.2") as other:  # another address
+            assert (await other.add(1, 0, b"x")).status is StatusCode.OK
+        await _wait_until(lambda: "127.0.0.2" not in bookie.handler.connections_by_address)
+        # An idle connection of the address makes room for that address's newcomer.
+        await streams[0].aclose()
+        await _wait_until(lambda: bookie.handler.connections_by_address[bid.host] == 2)
+        async with connect(bid) as idle:
+            assert (await idle.add(1, 1, b"y")).status is StatusCode.OK
+            await trio.sleep(cfg.evict_idle_after + 0.1)
+            async with connect(bid) as newcomer:
+                assert (await newcomer.add(1, 2, b"z")).status is StatusCode.OK
+            assert bookie.handler.connections_evicted == 1
+        for s in streams[1:]:
+            await s.aclose()
+        await _wait_until(lambda: bookie.handler.connections == 0)
+        assert bookie.handler.connections_by_address == {}
+
+
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -489,12 +489,18 @@ def test_the_bound_options_reach_the_config(capsys: pytest.CaptureFixture[str]) 
         *("--first-request-timeout", "3", "--frame-timeout", "4", "--send-timeout", "5"),
         *("--evict-idle-after", "6", "--evict-unread-after", "0.5"),
         *("--max-unsent-bytes-total", "64MiB", "--max-inflight-add-bytes", "32MiB"),
+        *("--max-connections-per-address", "50"),
     )
     assert (c.first_request_timeout, c.frame_timeout, c.send_timeout) == (3, 4, 5)
     assert (c.evict_idle_after, c.evict_unread_after) == (6, 0.5)
     assert (c.max_unsent_bytes_total, c.max_inflight_add_bytes) == (64 * MiB, 32 * MiB)
+    assert c.max_connections_per_address == 50
     assert config_of().evict_unread_after == 2.0
-    for bad in ("0", "-1", "soon"):
+    assert config_of().max_connections_per_address is None
+    for option, bad in [
+        *(("--evict-unread-after", b) for b in ("0", "-1", "soon")),
+        *(("--max-connections-per-address", b) for b in ("0", "-3", "1.5", "x")),
+    ]:
         with pytest.raises(SystemExit):
-            config_of("--evict-unread-after", bad)
-        assert "--evict-unread-after" in capsys.readouterr().err
+            config_of(option, bad)
+        assert option in capsys.readouterr().err

@@ -75,6 +75,9 @@ class RequestHandler(Protocol):
     config: BookieConfig
     capacity: trio.lowlevel.ParkingLot
     connections: int
+    #: Open client connections by the peer's address (host), for
+    #: ``max_connections_per_address``.
+    connections_by_address: dict[str, int]
     connections_opened: int
     connections_refused: int
     bad_input: BadInputLog
@@ -150,6 +153,7 @@ class Connection:
         "_stream",
         "_unsent",
         "_wake",
+        "address",
         "authenticated",
         "closed",
         "frame_since",
@@ -163,8 +167,12 @@ class Connection:
         "taken_at",
     )
 
-    def __init__(self, handler: RequestHandler, stream: trio.abc.Stream, peer: str) -> None:
+    def __init__(
+        self, handler: RequestHandler, stream: trio.abc.Stream, peer: str, address: str = ""
+    ) -> None:
         self._handler = handler
+        #: The peer's host address ("" if unknown), counted per address.
+        self.address = address
         #: Who the client is: the subject of its verified TLS certificate, else None.
         self.principal = principal_of(stream)
         authenticator = handler.authenticator
@@ -212,9 +220,7 @@ class Connection:
         """Close this idle connection to make room for a new one."""
         handler = self._handler
         handler.connections_evicted += 1
-        if self._counted:  # the newcomer takes the slot at once
-            self._counted = False
-            handler.connections -= 1
+        self._uncount()  # the newcomer takes the slot at once
         log.debug("idle_connection_evicted", peer=self.peer, spoke=self.spoke)
         self.closed = True
         if self.nursery is not None:
@@ -536,6 +542,8 @@ class Connection:
     async def serve(self) -> None:
         handler = self._handler
         handler.connections += 1
+        by_address = handler.connections_by_address
+        by_address[self.address] = by_address.get(self.address, 0) + 1
         handler.connections_opened += 1
         handler.client_connections.add(self)
         self._counted = True
@@ -561,9 +569,20 @@ class Connection:
             self._unsent = 0
             self._out = []
             handler.answers_taken(self)
-            if self._counted:
-                self._counted = False
-                handler.connections -= 1
+            self._uncount()
+
+    def _uncount(self) -> None:
+        if not self._counted:
+            return
+        self._counted = False
+        handler = self._handler
+        handler.connections -= 1
+        by_address = handler.connections_by_address
+        left = by_address[self.address] - 1
+        if left:
+            by_address[self.address] = left
+        else:
+            del by_address[self.address]
 
 
 def send_pieces(parts: list[bytes]) -> Iterator[bytes | memoryview]:
@@ -674,36 +693,57 @@ class _Receiver:
 
 
 def peer_name(stream: trio.abc.Stream) -> str:
+    return _peer(stream)[0]
+
+
+def _peer(stream: trio.abc.Stream) -> tuple[str, str]:
+    """The peer as ``host:port`` (for log lines) and its host alone ("" if unknown)."""
     while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):
         stream = stream.transport_stream  # TLS: the TCP stream under it
     socket = getattr(stream, "socket", None)
     if socket is None:
-        return type(stream).__name__
+        return type(stream).__name__, ""
     try:
         host, port = socket.getpeername()[:2]
     except OSError:
-        return "?"
-    return f"{host}:{port}"
+        return "?", ""
+    return f"{host}:{port}", str(host)
 
 
 async def handle_stream(
     handler: RequestHandler, ready: trio.Event, stream: trio.abc.Stream
 ) -> None:
     """Serve one connection until it closes; never raise (other connections go on)."""
-    peer = peer_name(stream)
+    peer, address = _peer(stream)
     try:
         await ready.wait()
-        if handler.connections >= handler.config.max_connections:
+        config = handler.config
+        per_address = config.max_connections_per_address
+        if per_address is not None and handler.connections_by_address.get(address, 0) >= (
+            per_address
+        ):
+            # This address's own idle connections make room; never another address's.
             victim = idle_victim(
-                handler.client_connections,
+                (c for c in handler.client_connections if c.address == address),
                 trio.current_time(),
-                handler.config.evict_idle_after,
+                config.evict_idle_after,
             )
             if victim is None:
-                await _refuse_connection(handler, stream, peer)
+                why = f"too many connections from {address} to this bookie (limit {per_address})"
+                await _refuse_connection(handler, stream, peer, why)
                 return
             victim.evict()
-        conn = Connection(handler, stream, peer)  # counted in serve() before any checkpoint
+        if handler.connections >= config.max_connections:
+            victim = idle_victim(
+                handler.client_connections, trio.current_time(), config.evict_idle_after
+            )
+            if victim is None:
+                why = f"too many connections to this bookie (limit {config.max_connections})"
+                await _refuse_connection(handler, stream, peer, why)
+                return
+            victim.evict()
+        # Counted in serve() before any checkpoint.
+        conn = Connection(handler, stream, peer, address)
         await conn.serve()
     except Exception as exc:  # a broken connection must not stop the bookie
         if _only_broken(exc):
@@ -714,12 +754,14 @@ async def handle_stream(
         await trio.aclose_forcefully(stream)
 
 
-async def _refuse_connection(handler: RequestHandler, stream: trio.abc.Stream, peer: str) -> None:
-    """Over ``max_connections``: answer the first request TOO_MANY_REQUESTS (so the client
-    sees a clear error, not a hang or a bare reset), then close."""
+async def _refuse_connection(
+    handler: RequestHandler, stream: trio.abc.Stream, peer: str, why: str
+) -> None:
+    """Over ``max_connections`` (or the address's share): answer the first request
+    TOO_MANY_REQUESTS with ``why`` (so the client sees a clear error, not a hang or a bare
+    reset), then close."""
     handler.connections_refused += 1
-    limit = handler.config.max_connections
-    handler.bad_input.report("too_many_connections", peer=peer, limit=limit)
+    handler.bad_input.report("too_many_connections", peer=peer, error=why)
     head = b""
     with trio.move_on_after(_REFUSE_WAIT):
         while len(head) < _HEADER_END:
@@ -728,13 +770,7 @@ async def _refuse_connection(handler: RequestHandler, stream: trio.abc.Stream, p
                 return
             head += chunk
     request_id = peek_request_id(head[4:_HEADER_END]) if len(head) >= _HEADER_END else None
-    frame = encode_frame(
-        ErrorResponse(
-            request_id or 0,
-            StatusCode.TOO_MANY_REQUESTS,
-            f"too many connections to this bookie (limit {limit})",
-        )
-    )
+    frame = encode_frame(ErrorResponse(request_id or 0, StatusCode.TOO_MANY_REQUESTS, why))
     with trio.move_on_after(_REFUSE_WAIT):
         await stream.send_all(frame)
         if isinstance(stream, trio.abc.HalfCloseableStream):

@@ -45,6 +45,11 @@ class AdminTarget(Protocol):
     def ledger_count(self) -> int: ...
 
     @property
+    def memory_returned_bytes(self) -> int:
+        """Bytes of freed memory handed back to the system after bursts."""
+        ...
+
+    @property
     def registration(self) -> MetadataSession | None: ...
 
     async def collect_garbage(self, compaction: str | None = None) -> GcReport: ...
@@ -113,6 +118,12 @@ class BookieCollector(Collector):
                 "connections_evicted",
                 "Idle client connections closed to make room while max_connections were open",
                 b.connections_evicted,
+            ),
+            (
+                "memory_returned_bytes",
+                "Bytes of memory freed after bursts (big answers, big adds) that the bookie "
+                "handed back to the system (glibc malloc_trim)",
+                bookie.memory_returned_bytes,
             ),
             (
                 "connections_evicted_unread",

@@ -116,6 +116,7 @@ class RequestHandler:
         self.adds_answered = 0
         self.reads_answered = 0
         self.connections = 0
+        self.connections_by_address: dict[str, int] = {}
         self.connections_opened = 0
         #: Connections closed at once because ``max_connections`` were open.
         self.connections_refused = 0
