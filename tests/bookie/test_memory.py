@@ -53,3 +53,21 @@ def test_memory_freed_after_a_burst_is_returned() -> None:
     assert r["trims"] == 1
     assert r["returned"] >= 48 * MiB, r
     assert r["new_low"] <= r["low"] + 16 * MiB, r
+
+
+async def test_buffers_freed_after_a_trim_are_trimmed_again() -> None:
+    """A trim while the burst's buffers were still in use returns little; once the bookie
+    lets them go (its held bytes fall by ``growth`` from their peak) the next look trims."""
+    held = [200 * MiB]
+    memory = MemoryReturn(growth=64 * MiB, held=lambda: held[0])
+    low = resident_bytes()
+    low = await memory.check(low)
+    assert memory.trims == 0  # nothing grew, nothing freed yet
+    held[0] = 150 * MiB
+    low = await memory.check(low)
+    assert memory.trims == 0  # 50 MiB freed: under growth
+    held[0] = 100 * MiB
+    low = await memory.check(low)
+    assert memory.trims == 1  # 100 MiB below the peak
+    low = await memory.check(low)
+    assert memory.trims == 1  # the peak starts again from the trim

@@ -104,7 +104,12 @@ class Bookie:
             bookie_id=lambda: self.bookie_id,
         )
         #: Hands memory freed after a burst back to the system (``_memory``).
-        self.memory = MemoryReturn()
+        handler = self.handler
+        self.memory = MemoryReturn(
+            held=lambda: (
+                handler.unsent_bytes + handler.add_bytes_in_flight + handler.partial_frame_bytes
+            )
+        )
         #: The prometheus registry the bookie's metrics are collected into.
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(BookieCollector(self))
