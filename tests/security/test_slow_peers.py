@@ -17,6 +17,7 @@ import trio
 from tests.bookie._helpers import config, connect, running_bookie
 from tests.client.conftest import cluster
 from tests.client.conftest import connect as client_connect
+from walkit._core.types import BookieId
 from walkit._core.wire import (
     ErrorResponse,
     FrameDecoder,
@@ -28,6 +29,7 @@ from walkit._core.wire import (
     decode_message,
     encode_frame,
 )
+from walkit_bookie import Bookie
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.cli import build_parser, config_from_args
 from walkit_bookie.server._connection import Connection, idle_victim, send_pieces
@@ -71,6 +73,17 @@ async def _peak(read: Callable[[], int], seconds: float) -> int:
             peak = max(peak, read())
             await trio.sleep(0.002)
     return peak
+
+
+async def _big_entries_on_disk(bookie: Bookie, bid: BookieId, fill: bytes, count: int = 3) -> bytes:
+    """Store ``count`` entries of ~4 MiB in ledger 1 and checkpoint them out of the write cache
+    (reads of them go to disk); returns the entry."""
+    entry = fill * (4 * MiB - 1024)
+    async with connect(bid) as c:
+        for e in range(count):
+            assert (await c.add(1, e, entry)).status is StatusCode.OK
+    await bookie.storage.checkpoint()
+    return entry
 
 
 async def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path) -> None:
@@ -357,11 +370,7 @@ async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -
         [tmp_path / "d"], send_timeout=60, max_unsent_bytes_total=40 * MiB, evict_unread_after=1
     )
     async with running_bookie(cfg) as (bookie, bid):
-        entry = b"e" * (4 * MiB - 1024)
-        async with connect(bid) as c:
-            for e in range(3):
-                assert (await c.add(1, e, entry)).status is StatusCode.OK
-        await bookie.storage.checkpoint()
+        entry = await _big_entries_on_disk(bookie, bid, b"e")
         assert bookie.storage.cached_entry(1, 0) is None  # the reads go to disk
         reads = b"".join(
             encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")) for i in range(60)
@@ -397,11 +406,7 @@ async def test_many_peers_that_read_nothing_cannot_hold_the_memory(tmp_path: Pat
         [tmp_path / "d"], send_timeout=60, max_unsent_bytes_total=16 * MiB, evict_unread_after=1
     )
     async with running_bookie(cfg) as (bookie, bid):
-        entry = b"m" * (4 * MiB - 1024)
-        async with connect(bid) as c:
-            for e in range(3):
-                assert (await c.add(1, e, entry)).status is StatusCode.OK
-        await bookie.storage.checkpoint()
+        entry = await _big_entries_on_disk(bookie, bid, b"m")
         hogs = []
         for i in range(40):  # 160 MiB of answers asked for
             hogs.append(_unread_stream_socket(bid))
@@ -451,11 +456,7 @@ async def test_reads_waiting_for_a_peer_that_does_not_read_do_not_hold_the_read_
     for room; at the limit they are refused instead, and another client reads on."""
     cfg = config([tmp_path / "d"], send_timeout=60, max_inflight_reads=50)
     async with running_bookie(cfg) as (bookie, bid):
-        entry = b"w" * (4 * MiB - 1024)
-        async with connect(bid) as c:
-            for e in range(3):
-                assert (await c.add(1, e, entry)).status is StatusCode.OK
-        await bookie.storage.checkpoint()
+        await _big_entries_on_disk(bookie, bid, b"w")
         reads = b"".join(
             encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")) for i in range(40)
         )

@@ -222,23 +222,25 @@ class Connection:
         handler.connections_evicted += 1
         self._uncount()  # the newcomer takes the slot at once
         log.debug("idle_connection_evicted", peer=self.peer, spoke=self.spoke)
-        self.closed = True
-        if self.nursery is not None:
-            self.nursery.cancel_scope.cancel()
+        self._close_now()
 
     def evict_unread(self) -> None:
         """Close this connection: its peer takes none of its answers while the bookie's queued
         answers are at their bound (its queued answers are dropped)."""
-        handler = self._handler
-        handler.connections_evicted_unread += 1
-        handler.bad_input.report(
+        self._handler.connections_evicted_unread += 1
+        self._close_unread(
             "answers_not_read",
-            peer=self.peer,
-            unsent_bytes=self._unsent,
-            error=f"the peer took none of its answers for "
-            f"{trio.current_time() - self.taken_at:.1f} s while the bookie's queued answers "
-            f"were at their bound",
+            f"the peer took none of its answers for {trio.current_time() - self.taken_at:.1f} "
+            f"s while the bookie's queued answers were at their bound",
         )
+
+    def _close_unread(self, kind: str, error: str) -> None:
+        """Report (as bad input of ``kind``) and close a connection whose peer does not take
+        its answers."""
+        self._handler.bad_input.report(kind, peer=self.peer, unsent_bytes=self._unsent, error=error)
+        self._close_now()
+
+    def _close_now(self) -> None:
         self.closed = True
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()
@@ -302,17 +304,10 @@ class Connection:
                 handler.answers_taken(self)
 
     def _send_timed_out(self, send_timeout: float) -> None:
-        handler = self._handler
-        handler.connections_timed_out += 1
-        handler.bad_input.report(
-            "send_timeout",
-            peer=self.peer,
-            unsent_bytes=self._unsent,
-            error=f"the peer took none of its answers for {send_timeout:g} s",
+        self._handler.connections_timed_out += 1
+        self._close_unread(
+            "send_timeout", f"the peer took none of its answers for {send_timeout:g} s"
         )
-        self.closed = True
-        if self.nursery is not None:
-            self.nursery.cancel_scope.cancel()
 
     async def _drain(self) -> None:
         # Answer what is already in flight (a peer may half-close and still read), briefly.
