@@ -32,7 +32,8 @@ from walkit._core.wire import (
 from walkit_bookie import Bookie
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.cli import build_parser, config_from_args
-from walkit_bookie.server._connection import Connection, idle_victim, send_pieces
+from walkit_bookie.server._admission import idle_victim
+from walkit_bookie.server._connection import Connection, send_pieces
 
 MiB = 1 << 20
 

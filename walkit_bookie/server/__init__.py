@@ -5,8 +5,9 @@ endpoint needs of the running bookie is the :class:`AdminTarget` protocol.
 """
 
 from walkit_bookie.server._admin import serve_admin
+from walkit_bookie.server._admission import handle_stream
 from walkit_bookie.server._badinput import BadInputLog
-from walkit_bookie.server._connection import Connection, handle_stream
+from walkit_bookie.server._connection import Connection
 from walkit_bookie.server._metrics import AdminTarget, BookieCollector
 from walkit_bookie.server._requests import RequestHandler
 

@@ -43,8 +43,10 @@ from walkit._core.wire import (
 )
 from walkit._logging import get_logger
 from walkit_bookie._config import BookieConfig
+from walkit_bookie.server._access import LedgerAccess
 from walkit_bookie.server._badinput import BadInputLog
 from walkit_bookie.server._connection import Peer
+from walkit_bookie.server._disk_reads import DiskReads
 from walkit_bookie.storage import (
     BookieStorage,
     GroupCommit,
@@ -56,17 +58,9 @@ from walkit_bookie.storage import (
 
 log = get_logger(__name__)
 
-_DISK_READERS = 2
 #: Read answers with a packet at least this large are sent in parts (header, packet): no copy
 #: of the packet into a frame (for small ones, one join costs less than a writev of two).
 _PARTS_MIN = 16 * 1024
-_DISK_READ_BATCH = 256
-#: A disk reader's batch reads at most about this many bytes from disk (256 entries of 4 MiB
-#: would be 1 GiB in memory at once); the rest of the batch goes back to the queue.
-_DISK_READ_BATCH_BYTES = 16 * 1024 * 1024
-#: Disk reads waiting for room are looked at again when answers are taken and at least this
-#: often (connections that read nothing become evictable with time, not with events).
-_ROOM_RECHECK = 0.1
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -94,15 +88,8 @@ class RequestHandler:
         #: Connections authenticated, and refused (bad credentials or none).
         self.auth_ok = 0
         self.auth_refused = 0
-        #: Who may do what (None: every authenticated principal may do all), and the
-        #: requests refused by it, by operation.
+        #: Who may do what (None: every authenticated principal may do all).
         self.authorization = authorization
-        self.unauthorized: dict[str, int] = {}
-        #: With authentication on: ledger id -> the principal that registered its master key
-        #: here (its first add or fence since the bookie started; not persisted), and the
-        #: adds and fences of other principals refused for it.
-        self.claims: dict[int, str] = {}
-        self.claims_refused = 0
         self.storage = storage
         self._read_only = read_only
         self._on_disk_full = on_disk_full
@@ -144,6 +131,8 @@ class RequestHandler:
         self.client_connections: set[Any] = set()
         #: Malformed input, counted by kind; warnings about it are rate-limited.
         self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
+        #: With authentication on: whose ledger is whose, and who may do what (``_access``).
+        self.access = LedgerAccess(authorization, self.bad_input, lambda: self.ledgers)
         self.adds_in_flight = 0
         #: Bytes of the entries of the adds in flight.
         self.add_bytes_in_flight = 0
@@ -154,12 +143,9 @@ class RequestHandler:
         #: Fences of ledgers this bookie knew nothing of (they create the ledger's state here).
         self.fences_of_unknown_ledgers = 0
         self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
-        self._disk_queue: list[tuple[Peer, ReadRequest]] = []
         #: Reads answered TOO_MANY_REQUESTS because their connection's answers are not read.
-        self.reads_refused_unsent = 0
-        self._disk_wake = trio.Event()
-        #: Disk readers waiting for room for the reads left in ``_disk_queue``.
-        self._reads_waiting = 0
+        #: Reads of entries not in the write cache (``_disk_reads``).
+        self.disk_reads = DiskReads(self)
         #: Packets of adds on their way to the journal, by (ledger, entry).
         self._adds_pending: dict[tuple[int, int], bytes] = {}
         #: Adds waiting for a disk lookup of the entry they would rewrite.
@@ -185,9 +171,29 @@ class RequestHandler:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.group_commit.run)
             nursery.start_soon(self.copy_commit.run)
-            for _ in range(_DISK_READERS):
-                nursery.start_soon(self._disk_reader)
+            nursery.start_soon(self.disk_reads.run)
             nursery.start_soon(self._stored_add_checker)
+
+    @property
+    def unauthorized(self) -> dict[str, int]:
+        """Requests refused by the ``--authorize`` rules, by operation (admin included)."""
+        return self.access.unauthorized
+
+    @property
+    def claims(self) -> dict[int, str]:
+        return self.access.claims
+
+    @property
+    def claims_refused(self) -> int:
+        return self.access.claims_refused
+
+    @property
+    def reads_refused_unsent(self) -> int:
+        """Reads answered TOO_MANY_REQUESTS because their connection's answers are not read."""
+        return self.disk_reads.refused
+
+    def answers_taken(self, conn: Peer) -> None:
+        self.disk_reads.answers_taken(conn)
 
     @property
     def saturated(self) -> bool:
@@ -227,7 +233,7 @@ class RequestHandler:
     def handle(self, conn: Peer, body: bytes, message: Message) -> None:
         kind = type(message)
         self.requests += 1
-        if self.authenticator is not None and not self._allowed(conn, message):
+        if self.authenticator is not None and not self.access.allowed(conn, message):
             return
         if conn.outstanding >= self.config.max_requests_per_connection:
             return self._refuse(
@@ -253,8 +259,8 @@ class RequestHandler:
             self._add(conn, body, message)  # type: ignore[arg-type]
         elif kind is ReadRequest:
             self.reads_in_flight += 1
-            if self._reads_waiting and self.reads_in_flight >= self.config.max_inflight_reads:
-                self._disk_wake.set()  # waiting reads now hold every slot: refuse some
+            if self.reads_in_flight >= self.config.max_inflight_reads:
+                self.disk_reads.slots_taken()
             self._read(conn, body, message)  # type: ignore[arg-type]
         elif kind is ReadLacRequest:
             self.reads_in_flight += 1
@@ -291,88 +297,6 @@ class RequestHandler:
         # the body only sizes the copies' groups, which the packet does as well.
         self._add(conn, req.packet, req)
 
-    def _allowed(self, conn: Peer, message: Message) -> bool:
-        """With authentication on: whether the connection's principal may make this request;
-        answers UNAUTHORIZED if not.
-
-        - A ledger's adds and fences are for the principal that registered its key here (its
-          first add or fence since the bookie started, or the first with its key for a ledger
-          stored before; not persisted); the principals an explicit ``fence`` rule lists may
-          also fence it and make recovery adds (operators recovering it). The owner needs no
-          other rule for them.
-        - Otherwise the ``--authorize`` rules decide (no rule: every principal). Recovery adds
-          count as fencing for them (or as adds).
-        """
-        principal = conn.principal or ""
-        if isinstance(message, AddRequest):
-            op = "fence" if message.flags & AddFlag.RECOVERY else "add"
-        elif isinstance(message, WriteLacRequest):
-            op = "add"
-        elif isinstance(message, ReadRequest):
-            op = "fence" if message.flags & ReadFlag.FENCE else "read"
-        elif isinstance(message, ReadLacRequest):
-            op = "fence" if message.flags & ReadLacFlag.FENCE else "read"
-        else:
-            return True
-        rules = self.authorization
-        ledger_id = message.ledger_id
-        if op == "read":
-            if rules is None or rules.allows("read", principal):
-                return True
-            return self._unauthorized(conn, message, op, principal)
-        owner = self.claims.get(ledger_id)
-        if owner == principal:
-            return True
-        if owner is not None:
-            fencers = None if rules is None else rules.rules.get("fence")
-            if op == "fence" and fencers is not None and principal in fencers:
-                return True
-            self.claims_refused += 1
-            self.bad_input.report(
-                "claim_refused",
-                peer=conn.peer,
-                principal=principal,
-                owner=owner,
-                ledger_id=ledger_id,
-            )
-            why = (
-                f"ledger {ledger_id} was registered on this bookie by principal {owner!r}; "
-                f"principal {principal!r} may not {op} it (only its owner may, and the "
-                "principals of a --authorize fence rule may fence and recover it)"
-            )
-            conn.send(
-                encode_frame(ErrorResponse(message.request_id, StatusCode.UNAUTHORIZED_ACCESS, why))
-            )
-            return False
-        recovery_add = op == "fence" and isinstance(message, AddRequest)
-        if (
-            rules is not None
-            and not rules.allows(op, principal)
-            and not (recovery_add and rules.allows("add", principal))
-        ):
-            return self._unauthorized(conn, message, op, principal)
-        info = self.ledgers.get(ledger_id)
-        if info is None or info.master_key == message.master_key:
-            self._claim(ledger_id, principal)
-        return True
-
-    def _unauthorized(self, conn: Peer, message: Request, op: str, principal: str) -> bool:
-        self.unauthorized[op] = self.unauthorized.get(op, 0) + 1
-        self.bad_input.report(
-            "unauthorized", peer=conn.peer, op=op, principal=principal, ledger_id=message.ledger_id
-        )
-        why = f"principal {principal!r} may not {op} on this bookie (its --authorize rules)"
-        conn.send(
-            encode_frame(ErrorResponse(message.request_id, StatusCode.UNAUTHORIZED_ACCESS, why))
-        )
-        return False
-
-    def _claim(self, ledger_id: int, principal: str) -> None:
-        claims = self.claims
-        if len(claims) > 2 * len(self.ledgers) + 4096:  # forget deleted ledgers' claims
-            self.claims = claims = {k: v for k, v in claims.items() if k in self.ledgers}
-        claims[ledger_id] = principal
-
     def _auth_again(self, conn: Peer, req: AuthRequest) -> None:
         """AUTH on a connection that is served already (authentication off, so clients can
         turn it on before bookies do; or done, e.g. by its TLS certificate): OK, as the
@@ -390,7 +314,7 @@ class RequestHandler:
         if self.capacity and not self.saturated:
             self.capacity.unpark_all()
 
-    def _read_done(
+    def read_done(
         self, conn: Peer, frame: bytes | tuple[bytes, ...] | None, long_poll: bool = False
     ) -> None:
         conn.outstanding -= 1
@@ -550,24 +474,24 @@ class RequestHandler:
 
             def then(error: BaseException | None) -> None:
                 if error is not None:
-                    self._answer_read(conn, req, _io_status(error))
+                    self.answer_read(conn, req, _io_status(error))
                 else:
                     self._read_entry(conn, req)
 
             if not self._fence(body, req, then):
-                self._answer_read(conn, req, StatusCode.UNAUTHORIZED_ACCESS)
+                self.answer_read(conn, req, StatusCode.UNAUTHORIZED_ACCESS)
             return
         self._read_entry(conn, req)
 
-    def _answer_read(
+    def answer_read(
         self, conn: Peer, req: ReadRequest, status: StatusCode, packet: bytes = b""
     ) -> None:
         if len(packet) >= _PARTS_MIN:
             parts = encode_read_response_parts(
                 req.request_id, status, req.ledger_id, req.entry_id, packet
             )
-            return self._read_done(conn, parts)
-        self._read_done(
+            return self.read_done(conn, parts)
+        self.read_done(
             conn,
             encode_frame(ReadResponse(req.request_id, status, req.ledger_id, req.entry_id, packet)),
         )
@@ -575,127 +499,14 @@ class RequestHandler:
     def _read_entry(self, conn: Peer, req: ReadRequest) -> None:
         info = self.ledgers.get(req.ledger_id)
         if info is None:
-            return self._answer_read(conn, req, StatusCode.NO_SUCH_LEDGER)
+            return self.answer_read(conn, req, StatusCode.NO_SUCH_LEDGER)
         if not 0 <= req.entry_id <= info.last_entry:
-            return self._answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
+            return self.answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
         packet = self.storage.cached_entry(req.ledger_id, req.entry_id)
         if packet is not None:
-            return self._answer_read(conn, req, StatusCode.OK, packet)
-        self._disk_queue.append((conn, req))
-        self._disk_wake.set()
+            return self.answer_read(conn, req, StatusCode.OK, packet)
+        self.disk_reads.submit(conn, req)
         return None
-
-    async def _disk_reader(self) -> None:
-        while True:
-            if not self._disk_queue:
-                await self._disk_wake.wait()
-                self._disk_wake = trio.Event()
-                continue
-            taken = self._disk_queue[:_DISK_READ_BATCH]
-            del self._disk_queue[:_DISK_READ_BATCH]
-            batch = []
-            waiting = []
-            for conn, req in taken:
-                if conn.closed:
-                    self._read_done(conn, None)
-                elif self._answer_room(conn):
-                    batch.append((conn, req))
-                elif self.reads_in_flight >= self.config.max_inflight_reads:
-                    # Refused, not kept: waiting reads must not hold the bookie's read slots
-                    # (at the limit no socket is read) for a peer that does not read.
-                    self._refuse_read(conn, req)
-                else:
-                    waiting.append((conn, req))  # until its connection has room
-            if waiting:
-                self._disk_queue.extend(waiting)
-            if not batch:
-                if waiting:
-                    await self._wait_for_room()
-                continue
-            try:
-                packets = await self.storage.read_entries_upto(
-                    [(req.ledger_id, req.entry_id) for _, req in batch], _DISK_READ_BATCH_BYTES
-                )
-            except OSError as exc:
-                log.error("read_failed", error=str(exc), requests=len(batch))
-                for conn, req in batch:
-                    self._answer_read(conn, req, StatusCode.IO_ERROR)
-                continue
-            if len(packets) < len(batch):  # the rest next time, first
-                self._disk_queue[:0] = batch[len(packets) :]
-            # Answered even if the bounds were passed meanwhile: they had room when the batch
-            # was made, so one batch (~16 MiB) is the most they pass them by.
-            for (conn, req), packet in zip(batch, packets, strict=False):
-                if packet is None:
-                    self._answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
-                else:
-                    self._answer_read(conn, req, StatusCode.OK, packet)
-
-    async def _wait_for_room(self) -> None:
-        """Disk reads wait for room: until some answers are taken (``answers_taken``), a read
-        slot is wanted, or ``_ROOM_RECHECK``. Over the total, connections whose peers read
-        nothing are closed first (``_evict_unread``)."""
-        if self.unsent_bytes >= self.config.max_unsent_bytes_total:
-            self._evict_unread()
-        self._reads_waiting += 1
-        try:
-            with trio.move_on_after(_ROOM_RECHECK):
-                await self._disk_wake.wait()
-        finally:
-            self._reads_waiting -= 1
-        self._disk_wake = trio.Event()
-
-    def answers_taken(self, conn: Peer) -> None:
-        config = self.config
-        if (
-            self._reads_waiting
-            and self.unsent_bytes < config.max_unsent_bytes_total
-            and conn.unsent < config.max_unsent_bytes
-        ):
-            self._disk_wake.set()
-
-    def _evict_unread(self) -> None:
-        """The answers queued over all connections are at ``max_unsent_bytes_total`` and reads
-        wait for room: close the connections whose peers have taken none of their answers for
-        ``evict_unread_after`` s, the longest stuck first, until the total is under. Without
-        this the budget belongs to whoever filled it: a re-attack held it with 400 connections
-        that each asked for one 4 MiB entry and read nothing."""
-        config = self.config
-        over = self.unsent_bytes - config.max_unsent_bytes_total
-        before = trio.current_time() - config.evict_unread_after
-        stuck = [
-            c for c in self.client_connections if c.unsent and not c.closed and c.taken_at <= before
-        ]
-        stuck.sort(key=lambda c: c.taken_at)
-        for conn in stuck:
-            if over < 0:
-                break
-            over -= conn.unsent
-            conn.evict_unread()
-
-    def _answer_room(self, conn: Peer) -> bool:
-        """Whether an answer may be queued for ``conn`` now: its own queued answers are under
-        ``max_unsent_bytes``, and all connections' under ``max_unsent_bytes_total``. Reads
-        answered from disk (and long polls' entries) arrive after the request was taken, so
-        the connection's reader cannot hold them back: without this, one connection's reads
-        sent at once queued GBs, and 400 connections asking one 4 MiB entry each, 1.67 GB. A
-        disk read without room waits (refused if every read slot is taken)."""
-        unsent = conn.unsent
-        config = self.config
-        return (
-            unsent < config.max_unsent_bytes and self.unsent_bytes < config.max_unsent_bytes_total
-        )
-
-    def _refuse_read(self, conn: Peer, req: ReadRequest) -> None:
-        self.requests_refused += 1
-        self.reads_refused_unsent += 1
-        why = (
-            f"too many answers not yet read by this client ({conn.unsent} bytes queued for "
-            f"this connection, {self.unsent_bytes} for all)"
-        )
-        self._read_done(
-            conn, encode_frame(ErrorResponse(req.request_id, StatusCode.TOO_MANY_REQUESTS, why))
-        )
 
     def _answer_lac(
         self,
@@ -705,7 +516,7 @@ class RequestHandler:
         lac: int = -1,
         packet: bytes = b"",
     ) -> None:
-        self._read_done(
+        self.read_done(
             conn,
             encode_frame(ReadLacResponse(req.request_id, status, req.ledger_id, lac, packet)),
             long_poll=bool(req.flags & ReadLacFlag.LONG_POLL),
@@ -733,7 +544,7 @@ class RequestHandler:
             return self._answer_lac(conn, req, StatusCode.NO_SUCH_LEDGER)
         if req.flags & (ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY):
             if not conn.spawn(self._lac_task, conn, req):
-                self._read_done(conn, None, long_poll=bool(req.flags & ReadLacFlag.LONG_POLL))
+                self.read_done(conn, None, long_poll=bool(req.flags & ReadLacFlag.LONG_POLL))
             return None
         assert info is not None  # no LONG_POLL: an unknown ledger was answered above
         return self._answer_lac(conn, req, StatusCode.OK, info.last_add_confirmed)
@@ -772,16 +583,16 @@ class RequestHandler:
             if (
                 req.flags & ReadLacFlag.PIGGYBACK_ENTRY
                 and 0 <= wanted <= lac
-                and self._answer_room(conn)
+                and self.disk_reads.room(conn)
             ):
                 try:
                     (found,) = await self.storage.read_entries([(lid, wanted)])
-                    packet = found if found is not None and self._answer_room(conn) else b""
+                    packet = found if found is not None and self.disk_reads.room(conn) else b""
                 except OSError as exc:
                     log.error("read_failed", ledger_id=lid, entry_id=wanted, error=str(exc))
             frame = encode_frame(ReadLacResponse(req.request_id, StatusCode.OK, lid, lac, packet))
         finally:
-            self._read_done(conn, frame, long_poll=bool(req.flags & ReadLacFlag.LONG_POLL))
+            self.read_done(conn, frame, long_poll=bool(req.flags & ReadLacFlag.LONG_POLL))
 
     # --- group commit ------------------------------------------------------------------------
 

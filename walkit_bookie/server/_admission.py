@@ -1,0 +1,150 @@
+"""Admission: who gets a connection slot. At ``max_connections`` (or an address's
+``max_connections_per_address``) a newcomer closes an idle connection (``idle_victim``) or is
+refused with a clear answer; peers' addresses for log lines and per-address counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import trio
+
+from walkit._core.wire import ErrorResponse, StatusCode, encode_frame, peek_request_id
+from walkit._logging import get_logger
+from walkit_bookie.server._connection import (
+    HEADER_END,
+    REFUSE_DRAIN,
+    Connection,
+    RequestHandler,
+)
+
+log = get_logger(__name__)
+
+#: Seconds a connection over ``max_connections`` may take to send its first request (which
+#: is answered TOO_MANY_REQUESTS) before it is closed.
+_REFUSE_WAIT = 1.0
+#: At max_connections, a connection whose frame has been arriving this long may be evicted.
+_SLOW_FRAME = 2.0
+
+
+def idle_victim(
+    connections: Iterable[Connection], now: float, evict_idle_after: float
+) -> Connection | None:
+    """The connection a newcomer may close when ``max_connections`` are open, of those with
+    nothing in flight or queued: the oldest that never sent a whole request, else the one idle
+    longest (at least ``evict_idle_after`` s), else the one whose frame has been arriving
+    longest (at least ``_SLOW_FRAME`` s); None if there is none. A peer closed while idle
+    loses nothing (a walkit client reconnects on its next request)."""
+    best: Connection | None = None
+    best_key = (3, 0.0)
+    for conn in connections:
+        if conn.closed or conn.outstanding or conn.unsent:
+            continue
+        if not conn.spoke:
+            key = (0, conn.opened)
+        elif not conn.partial:
+            if now - conn.last_active < evict_idle_after:
+                continue
+            key = (1, conn.last_active)
+        elif now - conn.frame_since >= _SLOW_FRAME:
+            key = (2, conn.frame_since)
+        else:
+            continue
+        if key < best_key:
+            best, best_key = conn, key
+    return best
+
+
+def peer_name(stream: trio.abc.Stream) -> str:
+    return _peer(stream)[0]
+
+
+def _peer(stream: trio.abc.Stream) -> tuple[str, str]:
+    """The peer as ``host:port`` (for log lines) and its host alone ("" if unknown)."""
+    while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):
+        stream = stream.transport_stream  # TLS: the TCP stream under it
+    socket = getattr(stream, "socket", None)
+    if socket is None:
+        return type(stream).__name__, ""
+    try:
+        host, port = socket.getpeername()[:2]
+    except OSError:
+        return "?", ""
+    return f"{host}:{port}", str(host)
+
+
+async def handle_stream(
+    handler: RequestHandler, ready: trio.Event, stream: trio.abc.Stream
+) -> None:
+    """Serve one connection until it closes; never raise (other connections go on)."""
+    peer, address = _peer(stream)
+    try:
+        await ready.wait()
+        config = handler.config
+        per_address = config.max_connections_per_address
+        if per_address is not None and handler.connections_by_address.get(address, 0) >= (
+            per_address
+        ):
+            # This address's own idle connections make room; never another address's.
+            victim = idle_victim(
+                (c for c in handler.client_connections if c.address == address),
+                trio.current_time(),
+                config.evict_idle_after,
+            )
+            if victim is None:
+                why = f"too many connections from {address} to this bookie (limit {per_address})"
+                await _refuse_connection(handler, stream, peer, why)
+                return
+            victim.evict()
+        if handler.connections >= config.max_connections:
+            victim = idle_victim(
+                handler.client_connections, trio.current_time(), config.evict_idle_after
+            )
+            if victim is None:
+                why = f"too many connections to this bookie (limit {config.max_connections})"
+                await _refuse_connection(handler, stream, peer, why)
+                return
+            victim.evict()
+        # Counted in serve() before any checkpoint.
+        conn = Connection(handler, stream, peer, address)
+        await conn.serve()
+    except Exception as exc:  # a broken connection must not stop the bookie
+        if _only_broken(exc):
+            log.debug("connection_broken", peer=peer)
+        else:
+            log.exception("connection_failed", peer=peer)
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _refuse_connection(
+    handler: RequestHandler, stream: trio.abc.Stream, peer: str, why: str
+) -> None:
+    """Over ``max_connections`` (or the address's share): answer the first request
+    TOO_MANY_REQUESTS with ``why`` (so the client sees a clear error, not a hang or a bare
+    reset), then close."""
+    handler.connections_refused += 1
+    handler.bad_input.report("too_many_connections", peer=peer, error=why)
+    head = b""
+    with trio.move_on_after(_REFUSE_WAIT):
+        while len(head) < HEADER_END:
+            chunk = await stream.receive_some(HEADER_END - len(head))
+            if not chunk:
+                return
+            head += chunk
+    request_id = peek_request_id(head[4:HEADER_END]) if len(head) >= HEADER_END else None
+    frame = encode_frame(ErrorResponse(request_id or 0, StatusCode.TOO_MANY_REQUESTS, why))
+    with trio.move_on_after(_REFUSE_WAIT):
+        await stream.send_all(frame)
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            # Closing with unread input would reset the connection, which can destroy the
+            # answer before the client reads it: half-close, drain a little, then close.
+            await stream.send_eof()
+            drained = 0
+            while drained < REFUSE_DRAIN and (chunk := await stream.receive_some(16384)):
+                drained += len(chunk)
+
+
+def _only_broken(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_broken(e) for e in exc.exceptions)
+    return isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError | OSError)

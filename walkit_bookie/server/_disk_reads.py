@@ -1,0 +1,195 @@
+"""Reads of entries not in the write cache: queued, read from disk in batches by two reader
+tasks, and answered only while their connection and the bookie have room for the answers.
+
+Such answers arrive after the request was taken, so a connection's reader cannot hold them
+back: without this bound one connection's reads sent at once queued 9.5 GB, and 400
+connections asking one 4 MiB entry each 1.67 GB. A read without room waits: until answers are
+taken, or a read slot is wanted (then it is refused TOO_MANY_REQUESTS: waiting reads must not
+hold the slots), and, while the total is at its bound, connections whose peers take nothing
+are closed to make room (``evict_unread_after``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, final
+
+import trio
+
+from walkit._core.wire import ErrorResponse, ReadRequest, StatusCode, encode_frame
+from walkit._logging import get_logger
+
+if TYPE_CHECKING:
+    from walkit_bookie._config import BookieConfig
+    from walkit_bookie.server._connection import Peer
+    from walkit_bookie.storage import BookieStorage
+
+log = get_logger(__name__)
+
+_READERS = 2
+_BATCH = 256
+#: A disk reader's batch reads at most about this many bytes from disk (256 entries of 4 MiB
+#: would be 1 GiB in memory at once); the rest of the batch goes back to the queue.
+_BATCH_BYTES = 16 * 1024 * 1024
+#: Disk reads waiting for room are looked at again when answers are taken and at least this
+#: often (connections that read nothing become evictable with time, not with events).
+_ROOM_RECHECK = 0.1
+
+
+class ReadAnswers(Protocol):
+    """What the disk reads need of the request handler."""
+
+    config: BookieConfig
+    storage: BookieStorage
+    #: Bytes of answers queued over all connections, and reads in flight.
+    unsent_bytes: int
+    reads_in_flight: int
+    requests_refused: int
+    client_connections: set[Any]
+
+    def answer_read(
+        self, conn: Peer, req: ReadRequest, status: StatusCode, packet: bytes = b""
+    ) -> None: ...
+
+    def read_done(self, conn: Peer, frame: bytes | tuple[bytes, ...] | None) -> None: ...
+
+
+@final
+class DiskReads:
+    """The queue of disk reads and its readers (``await run()``); ``refused`` counts reads
+    answered TOO_MANY_REQUESTS because their connection's answers are not read."""
+
+    def __init__(self, handler: ReadAnswers) -> None:
+        self._handler = handler
+        self._queue: list[tuple[Peer, ReadRequest]] = []
+        self._wake = trio.Event()
+        #: Readers waiting for room for the reads left in the queue.
+        self._waiting = 0
+        self.refused = 0
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(_READERS):
+                nursery.start_soon(self._reader)
+
+    def submit(self, conn: Peer, req: ReadRequest) -> None:
+        self._queue.append((conn, req))
+        self._wake.set()
+
+    def slots_taken(self) -> None:
+        """Every read slot is taken: reads waiting for room are refused, not kept."""
+        if self._waiting:
+            self._wake.set()
+
+    def answers_taken(self, conn: Peer) -> None:
+        """Some of ``conn``'s answers were sent (or dropped as it closed)."""
+        h = self._handler
+        config = h.config
+        if (
+            self._waiting
+            and h.unsent_bytes < config.max_unsent_bytes_total
+            and conn.unsent < config.max_unsent_bytes
+        ):
+            self._wake.set()
+
+    def room(self, conn: Peer) -> bool:
+        """Whether an answer may be queued for ``conn`` now: its own queued answers are under
+        ``max_unsent_bytes``, and all connections' under ``max_unsent_bytes_total`` (long
+        polls ask too, before carrying an entry)."""
+        h = self._handler
+        config = h.config
+        return (
+            conn.unsent < config.max_unsent_bytes and h.unsent_bytes < config.max_unsent_bytes_total
+        )
+
+    async def _reader(self) -> None:
+        h = self._handler
+        while True:
+            if not self._queue:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                continue
+            taken = self._queue[:_BATCH]
+            del self._queue[:_BATCH]
+            batch = []
+            waiting = []
+            for conn, req in taken:
+                if conn.closed:
+                    h.read_done(conn, None)
+                elif self.room(conn):
+                    batch.append((conn, req))
+                elif h.reads_in_flight >= h.config.max_inflight_reads:
+                    # Refused, not kept: waiting reads must not hold the bookie's read slots
+                    # (at the limit no socket is read) for a peer that does not read.
+                    self._refuse(conn, req)
+                else:
+                    waiting.append((conn, req))  # until its connection has room
+            if waiting:
+                self._queue.extend(waiting)
+            if not batch:
+                if waiting:
+                    await self._wait_for_room()
+                continue
+            try:
+                packets = await h.storage.read_entries_upto(
+                    [(req.ledger_id, req.entry_id) for _, req in batch], _BATCH_BYTES
+                )
+            except OSError as exc:
+                log.error("read_failed", error=str(exc), requests=len(batch))
+                for conn, req in batch:
+                    h.answer_read(conn, req, StatusCode.IO_ERROR)
+                continue
+            if len(packets) < len(batch):  # the rest next time, first
+                self._queue[:0] = batch[len(packets) :]
+            # Answered even if the bounds were passed meanwhile: they had room when the batch
+            # was made, so one batch (~16 MiB) is the most they pass them by.
+            for (conn, req), packet in zip(batch, packets, strict=False):
+                if packet is None:
+                    h.answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
+                else:
+                    h.answer_read(conn, req, StatusCode.OK, packet)
+
+    async def _wait_for_room(self) -> None:
+        """Until some answers are taken (``answers_taken``), a read slot is wanted, or
+        ``_ROOM_RECHECK``. Over the total, connections whose peers read nothing are closed
+        first (``_evict_unread``)."""
+        h = self._handler
+        if h.unsent_bytes >= h.config.max_unsent_bytes_total:
+            self._evict_unread()
+        self._waiting += 1
+        try:
+            with trio.move_on_after(_ROOM_RECHECK):
+                await self._wake.wait()
+        finally:
+            self._waiting -= 1
+        self._wake = trio.Event()
+
+    def _evict_unread(self) -> None:
+        """The answers queued over all connections are at ``max_unsent_bytes_total`` and reads
+        wait for room: close the connections whose peers have taken none of their answers for
+        ``evict_unread_after`` s, the longest stuck first, until the total is under. Without
+        this the budget belongs to whoever filled it."""
+        h = self._handler
+        config = h.config
+        over = h.unsent_bytes - config.max_unsent_bytes_total
+        before = trio.current_time() - config.evict_unread_after
+        stuck = [
+            c for c in h.client_connections if c.unsent and not c.closed and c.taken_at <= before
+        ]
+        stuck.sort(key=lambda c: c.taken_at)
+        for conn in stuck:
+            if over < 0:
+                break
+            over -= conn.unsent
+            conn.evict_unread()
+
+    def _refuse(self, conn: Peer, req: ReadRequest) -> None:
+        h = self._handler
+        h.requests_refused += 1
+        self.refused += 1
+        why = (
+            f"too many answers not yet read by this client ({conn.unsent} bytes queued for "
+            f"this connection, {h.unsent_bytes} for all)"
+        )
+        h.read_done(
+            conn, encode_frame(ErrorResponse(req.request_id, StatusCode.TOO_MANY_REQUESTS, why))
+        )
