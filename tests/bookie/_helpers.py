@@ -8,12 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import trio
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from walkit._core.digest import DigestManager, master_key
 from walkit._core.types import BookieId
@@ -303,3 +306,47 @@ async def http_request(
     data = await http_raw(address, raw, half_close=half_close)
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split()[1]), body
+
+
+class SlowCollector(Collector):
+    """A prometheus collector whose ``collect`` waits until ``release`` is set (the admin
+    endpoint runs it in a worker thread): scrapes through it hold admin slots at will."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        self.entered = 0
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            self.entered += 1
+        self.release.wait(30)
+        return iter(())
+
+
+@asynccontextmanager
+async def admin_slots_held(
+    address: tuple[str, int], slow: SlowCollector, count: int = 32
+) -> AsyncIterator[list[int]]:
+    """``count`` scrapes of ``/metrics`` whose answers are being made (waiting in ``slow``):
+    every admin slot busy. On exit they are released; the list holds their statuses."""
+    statuses: list[int] = []
+
+    async def scrape() -> None:
+        statuses.append(
+            (await http_request(address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
+        )
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for _ in range(count):
+                nursery.start_soon(scrape)
+            with trio.fail_after(10):
+                while slow.entered < count:  # noqa: ASYNC110 (waits for worker threads)
+                    await trio.sleep(0.01)
+            try:
+                yield statuses
+            finally:
+                slow.release.set()
+    finally:
+        slow.release.set()

@@ -12,7 +12,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from tests.bookie._helpers import config, connect, http_raw, http_request, running_bookie
+from tests.bookie._helpers import (
+    config,
+    connect,
+    http_raw,
+    http_request,
+    running_bookie,
+)
 from walkit._core.wire import StatusCode
 
 TOKEN = "test-admin-token-0123456789"
@@ -148,63 +154,42 @@ async def test_a_connection_that_sends_nothing_gets_no_answer_and_costs_nothing(
         assert (await _get(bookie.admin_address, "/health"))[0] == 200
 
 
-async def test_too_many_admin_connections_get_503_and_the_rest_go_on(tmp_path: Path) -> None:
-    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
-        address = bookie.admin_address
-        assert address is not None
-        idle = [await trio.open_tcp_stream(*address) for _ in range(40)]  # each holds a slot
-        try:
-            with trio.fail_after(10):
-                while True:  # the bookie accepts the idle ones asynchronously
-                    status, body = await _get(address, "/health")
-                    if status == 503:
-                        break
-                    assert status == 200
-            assert b"too many" in body
-        finally:
-            for stream in idle:
-                await stream.aclose()
-        with trio.fail_after(10):
-            while (await _get(address, "/health"))[0] != 200:  # noqa: ASYNC110 (polls HTTP)
-                await trio.sleep(0.01)
-
-
 async def test_connections_trickling_their_requests_cannot_hold_the_slots(
     tmp_path: Path,
 ) -> None:
-    """A re-attack kept /health at 503 with ~40 connections sending a byte a second. At the
-    cap a newcomer now closes the connection whose request has been arriving longest (over
-    2 s), and is answered."""
+    """Re-attacks kept /health at 503 with ~40 connections sending a byte a second, and then
+    with such connections reconnecting as soon as they were closed. At the cap a newcomer now
+    closes the oldest connection whose answer is not being made, so it is answered."""
     async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
         address = bookie.admin_address
         assert address is not None
-        streams = [await trio.open_tcp_stream(*address) for _ in range(40)]
         request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
         closed = 0
 
-        async def trickle(stream: trio.SocketStream) -> None:
+        async def trickle() -> None:
             nonlocal closed
-            try:
-                for i in range(len(request) - 1):  # never the whole request
-                    await stream.send_all(request[i : i + 1])
-                    await trio.sleep(0.3)
-            except trio.BrokenResourceError:
-                closed += 1
+            while True:  # reconnect at once when closed
+                stream = await trio.open_tcp_stream(*address)
+                try:
+                    for i in range(len(request) - 1):  # never the whole request
+                        await stream.send_all(request[i : i + 1])
+                        await trio.sleep(0.3)
+                except trio.BrokenResourceError:
+                    closed += 1
+                finally:
+                    await stream.aclose()
 
         async with trio.open_nursery() as nursery:
-            for stream in streams:
-                nursery.start_soon(trickle, stream)
-            await trio.sleep(0.5)
-            assert (await _get(address, "/health"))[0] == 503  # all slots young and busy
-            await trio.sleep(2)
-            for _ in range(3):
-                status, _body = await _get(address, "/health")
-                assert status == 200
-            await trio.sleep(1)  # a closed connection shows at the next sends
+            for _ in range(40):
+                nursery.start_soon(trickle)
+            await trio.sleep(1)
+            statuses = []
+            for _ in range(20):
+                statuses.append((await _get(address, "/health"))[0])
+                await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
-        assert closed >= 3  # the oldest were closed for the newcomers
-        for stream in streams:
-            await stream.aclose()
+        assert statuses.count(200) >= 19, statuses
+        assert closed >= 8  # 8 over the cap, closed for each other and for the probes
 
 
 async def test_a_failing_collector_gives_500_and_the_bookie_goes_on(tmp_path: Path) -> None:

@@ -13,8 +13,17 @@ from pathlib import Path
 
 import pytest
 import trio
+from prometheus_client import CollectorRegistry
 
-from tests.bookie._helpers import BookieProcess, config, http_raw, http_request, running_bookie
+from tests.bookie._helpers import (
+    BookieProcess,
+    SlowCollector,
+    admin_slots_held,
+    config,
+    http_raw,
+    http_request,
+    running_bookie,
+)
 from walkit.errors import ConfigurationError
 from walkit_bookie import BookieConfig
 
@@ -69,26 +78,23 @@ def _slow_reader(address: tuple[str, int]) -> bytes:
 
 
 async def test_over_limit_admin_connections_get_503_not_a_reset(tmp_path: Path) -> None:
-    async with running_bookie(config([tmp_path / "d"], http_port=0)) as (bookie, _):
+    """32 answers being made at once (scrapes through a slow collector) hold every slot: a
+    newcomer gets 503 with a reason, which it reads (not a reset); then all goes on."""
+    registry = CollectorRegistry()
+    registry.register(slow := SlowCollector())
+    cfg = config([tmp_path / "d"], http_port=0)
+    async with running_bookie(cfg, registry=registry) as (bookie, _):
         address = bookie.admin_address
         assert address is not None
-        idle = [await trio.open_tcp_stream(*address) for _ in range(40)]  # each holds a slot
-        try:
-            with trio.fail_after(20):
-                while (await http_request(address, HEALTH))[0] != 503:  # noqa: ASYNC110
-                    await trio.sleep(0.01)  # the bookie accepts the idle ones asynchronously
+        async with admin_slots_held(address, slow) as statuses:  # every slot answering
             for _ in range(5):
                 answer = await trio.to_thread.run_sync(_slow_reader, address)
                 head, _, body = answer.partition(b"\r\n\r\n")
                 assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 1" in head
                 assert body == b"too many admin connections\n"
                 assert f"Content-Length: {len(body)}".encode() in head
-        finally:
-            for stream in idle:
-                await stream.aclose()
-        with trio.fail_after(10):
-            while (await http_request(address, HEALTH))[0] != 200:  # noqa: ASYNC110
-                await trio.sleep(0.01)
+        assert statuses == [200] * 32
+        assert (await http_request(address, HEALTH))[0] == 200
 
 
 async def test_admin_endpoint_is_on_loopback_whatever_the_host(tmp_path: Path) -> None:

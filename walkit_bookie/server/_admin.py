@@ -9,10 +9,11 @@ verified client certificate's subject with ``--auth tls``.
 h11 parses and frames HTTP/1.1; this module moves bytes between it and a trio stream, and
 bounds everything: one request per connection, the head's size (h11's
 ``max_incomplete_event_size``), the body's size, the time to send the request, and the
-connections at a time. At that cap a newcomer closes the connection whose request has been
-arriving longest, if over ``_SLOW_REQUEST`` s (a peer trickling bytes cannot hold the slots);
-only if there is none does it get ``503``, after its request was read, so that it is an answer
-and not a reset. Anything else gets a clear 4xx (or 5xx) and the bookie goes on.
+connections at a time. At that cap a newcomer closes the oldest connection that is not being
+answered (still sending its request, or slow to take its answer), so peers trickling bytes or
+not reading cannot hold the slots, however fast they reconnect; only if every slot is being
+answered does it get ``503``, after its request was read, so that it is an answer and not a
+reset. Anything else gets a clear 4xx (or 5xx) and the bookie goes on.
 """
 
 from __future__ import annotations
@@ -42,9 +43,6 @@ _MAX_HEAD = 8192  # request line and headers
 _MAX_BODY = 4096
 _REQUEST_TIMEOUT = 5.0  # to send the whole request
 _MAX_CONNECTIONS = 32
-#: At the cap, a connection whose request has been arriving this long may be closed for a
-#: newcomer (an HTTP client sends its request at once; curl and Prometheus take milliseconds).
-_SLOW_REQUEST = 2.0
 _REFUSE_WAIT = 1.0  # an over-limit connection's time to send the request its 503 answers
 _RECEIVE_SIZE = 4096
 _LINGER = 1.0
@@ -117,23 +115,23 @@ def _request(head: h11.Request) -> _Request:
 @final
 class _Exchange:
     """One connection: its h11 state, its stream, whether the request was a HEAD (whose
-    answer has no body), when it opened, whether its request is still arriving, and the scope
-    a newcomer cancels to close it at the cap."""
+    answer has no body), when it opened, whether a newcomer may close it at the cap (not while
+    its answer is being made), and the scope that closes it."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
         self.stream = stream
         self.head_only = False
         self.opened = trio.current_time()
-        self.receiving = True
+        self.evictable = True
         self.scope = trio.CancelScope()
 
 
-def _slow_victim(open_: set[_Exchange], now: float) -> _Exchange | None:
-    """The connection a newcomer closes at the cap: the one whose request has been arriving
-    longest, if over ``_SLOW_REQUEST`` s; None if there is none."""
-    slow = [e for e in open_ if e.receiving and now - e.opened >= _SLOW_REQUEST]
-    return min(slow, key=lambda e: e.opened, default=None)
+def _victim(open_: set[_Exchange]) -> _Exchange | None:
+    """The connection a newcomer closes at the cap: the oldest not being answered (its
+    request still arriving, or its answer not yet taken); None if every one is. No minimum
+    age: a re-attack that reconnected at once kept every slot younger than any minimum."""
+    return min((e for e in open_ if e.evictable), key=lambda e: e.opened, default=None)
 
 
 async def _read_request(exchange: _Exchange) -> _Request | None:
@@ -315,7 +313,7 @@ async def _answer(bookie: AdminTarget, registry: CollectorRegistry, exchange: _E
             raise _HttpError(408, "request not received in time")
         if request is None:
             return
-        exchange.receiving = False  # answering now: not closed for a newcomer
+        exchange.evictable = False  # its answer is being made: not closed for a newcomer
         answer = await _route(bookie, registry, request, principal_of(exchange.stream))
     except _HttpError as exc:
         answer = exc.answer()
@@ -324,6 +322,7 @@ async def _answer(bookie: AdminTarget, registry: CollectorRegistry, exchange: _E
     except Exception as exc:  # never let a bad request or a bug stop the bookie
         log.exception("admin_request_failed", error=str(exc))
         answer = _Answer(500, f"{exc}\n".encode())
+    exchange.evictable = True  # made: a peer slow to take it may be closed for a newcomer
     await _send(exchange, answer)
     await _linger(exchange.stream)
 
@@ -352,7 +351,7 @@ async def _handle(
     exchange = _Exchange(stream)
     try:
         if len(open_) >= _MAX_CONNECTIONS:
-            victim = _slow_victim(open_, exchange.opened)
+            victim = _victim(open_)
             if victim is None:
                 await _refuse(exchange)
                 return
