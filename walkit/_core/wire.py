@@ -23,7 +23,7 @@ import enum
 import functools
 import struct
 from collections.abc import Iterable
-from typing import Final, final
+from typing import Final, Protocol, final
 
 import attrs
 
@@ -433,8 +433,14 @@ ADD_RESPONSE_HEAD: Final = (
 )
 
 
+class _Parts(Protocol):
+    """Where frames' parts are appended (a list of bytes, or of bytes and views)."""
+
+    def append(self, part: bytes, /) -> None: ...
+
+
 def encode_adds_into(
-    out: list[bytes],
+    out: _Parts,
     first_request_id: int,
     ledger_id: int,
     master_key: bytes,

@@ -78,7 +78,7 @@ _VECTOR_MIN: Final = 8 * 1024
 _IOV_MAX: Final = 512
 
 
-async def _send_vectored(sock: trio.socket.SocketType, parts: list[bytes]) -> None:
+async def _send_vectored(sock: trio.socket.SocketType, parts: list[bytes | memoryview]) -> None:
     """Send every byte of ``parts`` with scatter-gather writes (partial sends resumed)."""
     index = 0
     offset = 0  # bytes of parts[index] already sent
@@ -159,7 +159,7 @@ class BookieConnection:
         self._max_frame_size = max_frame_size
         self._next_rid = 1
         self._pending: dict[int, _Record] = {}
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._tx_ready = trio.Event()
         #: The socket to write to directly while the send task is parked, else -1.
         self._direct_fd = -1

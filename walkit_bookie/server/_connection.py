@@ -16,7 +16,7 @@ takes none of them is closed after ``evict_unread_after`` (see ``RequestHandler`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol, final
 
 import trio
@@ -180,7 +180,7 @@ class Connection:
                 self.principal = principal
                 handler.auth_ok += 1
         self._stream = stream
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._unsent = 0
         self._partial = 0  # bytes of a partly received frame, counted in the handler's budget
         self._wake = trio.Event()
@@ -250,15 +250,20 @@ class Connection:
             return
         out = self._out
         size = sum(map(len, parts))
+        rest: Sequence[bytes | memoryview] = parts
         if not out and self._direct_fd >= 0:
             # The writer is parked: write the answer now (walkit.net._direct).
             written = write_now(self._direct_fd, parts)
             if written == size:
                 return
             if written:
-                parts = tuple(unwritten(list(parts), written))
+                rest = unwritten(parts, written)
                 size -= written
-        out.extend(parts)
+        if not self._unsent:
+            # The peer's clock starts now (``evict_unread``), not when the writer next runs:
+            # a client whose read waited for room had an old mark and was closed as unread.
+            self.taken_at = trio.current_time()
+        out.extend(rest)
         self._unsent += size
         self._handler.unsent_bytes += size
         self._wake.set()
@@ -575,13 +580,13 @@ class Connection:
             del by_address[self.address]
 
 
-def send_pieces(parts: list[bytes]) -> Iterator[bytes | memoryview]:
+def send_pieces(parts: Sequence[bytes | memoryview]) -> Iterator[bytes | memoryview]:
     """Queued answers as pieces of about ``_SEND_PIECE`` bytes: small parts joined (one
     send for many answers), big ones sliced (never copied)."""
     if len(parts) == 1 and len(parts[0]) <= _SEND_PIECE:
         yield parts[0]
         return
-    small: list[bytes] = []
+    small: list[bytes | memoryview] = []
     size = 0
     for part in parts:
         if len(part) >= _SEND_PIECE // 4:

@@ -1,5 +1,7 @@
-"""Reads of entries not in the write cache: queued, read from disk in batches by two reader
-tasks, and answered only while their connection and the bookie have room for the answers.
+"""Reads that cannot be answered at once (entries not in the write cache, and cached ones
+whose connection or the bookie has no room for the answer): queued, read in batches by two
+reader tasks (from the cache where they are still there), and answered only while their
+connection and the bookie have room for the answers.
 
 Such answers arrive after the request was taken, so a connection's reader cannot hold them
 back: without this bound one connection's reads sent at once queued 9.5 GB, and 400
@@ -138,15 +140,21 @@ class DiskReads:
                 for conn, req in batch:
                     h.answer_read(conn, req, StatusCode.IO_ERROR)
                 continue
-            if len(packets) < len(batch):  # the rest next time, first
-                self._queue[:0] = batch[len(packets) :]
             # Answered even if the bounds were passed meanwhile: they had room when the batch
-            # was made, so one batch (~16 MiB) is the most they pass them by.
+            # was made, so one batch (~16 MiB, entries from the cache counted too) is the most
+            # they pass them by. The rest go back to the queue, first.
+            done = answered = 0
             for (conn, req), packet in zip(batch, packets, strict=False):
+                if answered >= _BATCH_BYTES:
+                    break
+                done += 1
                 if packet is None:
                     h.answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
                 else:
+                    answered += len(packet)
                     h.answer_read(conn, req, StatusCode.OK, packet)
+            if done < len(batch):
+                self._queue[:0] = batch[done:]
 
     async def _wait_for_room(self) -> None:
         """Until some answers are taken (``answers_taken``), a read slot is wanted, or
