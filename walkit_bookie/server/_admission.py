@@ -54,10 +54,6 @@ def idle_victim(
     return best
 
 
-def peer_name(stream: trio.abc.Stream) -> str:
-    return _peer(stream)[0]
-
-
 def _peer(stream: trio.abc.Stream) -> tuple[str, str]:
     """The peer as ``host:port`` (for log lines) and its host alone ("" if unknown)."""
     while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):

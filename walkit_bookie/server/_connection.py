@@ -54,6 +54,7 @@ log = get_logger(__name__)
 #: RECEIVE_SIZE: a connection costs memory in proportion to what it sends.
 FIRST_RECEIVE_SIZE = 16 * 1024
 RECEIVE_SIZE = 1024 * 1024
+#: Most bytes drained from a peer after refusing its input, before closing (see ``_linger``).
 REFUSE_DRAIN = 256 * 1024
 HEADER_END = 4 + 10  # length prefix + version, type, request id
 #: A partial frame this small is never refused for the partial-frame budget.
