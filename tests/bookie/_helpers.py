@@ -337,16 +337,13 @@ async def admin_slots_held(
             (await http_request(address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
         )
 
-    try:
-        async with trio.open_nursery() as nursery:
-            for _ in range(count):
-                nursery.start_soon(scrape)
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(scrape)
+        try:  # released whatever happens, or the nursery would wait on the scrapes
             with trio.fail_after(10):
                 while slow.entered < count:  # noqa: ASYNC110 (waits for worker threads)
                     await trio.sleep(0.01)
-            try:
-                yield statuses
-            finally:
-                slow.release.set()
-    finally:
-        slow.release.set()
+            yield statuses
+        finally:
+            slow.release.set()

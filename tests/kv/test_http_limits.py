@@ -6,7 +6,7 @@ open-file limit, printed tracebacks and cost the leader its session."""
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -61,6 +61,18 @@ async def _ask(stream: trio.SocketStream) -> bytes:
     return got
 
 
+async def _until(predicate: Callable[[], bool]) -> None:
+    """Poll the server's counters (they change just after the events the test causes)."""
+    with trio.fail_after(10):
+        while not predicate():  # noqa: ASYNC110 (polls counters)
+            await trio.sleep(0.01)
+
+
+def _reading(stats: Stats) -> int:
+    """Connections whose request is arriving."""
+    return sum(slot.reading for slot in stats.slots)
+
+
 def _get(body: bytes = b"") -> bytes:
     method = b"PUT" if body else b"GET"
     return method + b" /x HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % len(body) + body
@@ -72,9 +84,7 @@ async def test_an_idle_keep_alive_connection_is_closed() -> None:
         await stream.send_all(_get())
         answer = await _read_all(stream)  # the answer, then the close after 0.5 s idle
         assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
-        with trio.fail_after(10):
-            while stats.open:  # noqa: ASYNC110 (the count drops just after the close)
-                await trio.sleep(0.01)
+        await _until(lambda: not stats.open)
         assert stats.idle_closed == 1
         await stream.aclose()
 
@@ -117,9 +127,7 @@ async def test_connections_over_the_cap_get_503_when_all_are_busy() -> None:
         held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
         for stream in held:  # each in the middle of a request that began just now: busy
             await stream.send_all(b"GET /x HTTP/1.1\r\n")
-        with trio.fail_after(10):
-            while sum(slot.reading for slot in stats.slots) < 3:  # noqa: ASYNC110 (polls)
-                await trio.sleep(0.01)
+        await _until(lambda: _reading(stats) >= 3)
         extra = await trio.open_tcp_stream("127.0.0.1", port)
         answer = await _read_all(extra)
         assert answer.startswith(b"HTTP/1.1 503"), answer
@@ -127,9 +135,7 @@ async def test_connections_over_the_cap_get_503_when_all_are_busy() -> None:
         assert stats.refused == 1
         await extra.aclose()
         await held[0].aclose()
-        with trio.fail_after(10):
-            while stats.open > 2:  # noqa: ASYNC110 (polls a counter)
-                await trio.sleep(0.01)
+        await _until(lambda: stats.open <= 2)
         again = await trio.open_tcp_stream("127.0.0.1", port)
         got = await _ask(again)
         assert got.startswith(b"HTTP/1.1 200")
@@ -157,9 +163,7 @@ async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> Non
         await trio.sleep(0.2)
         slow = await trio.open_tcp_stream("127.0.0.1", port)
         await slow.send_all(b"GET /x HTTP/1.1\r\n")  # and no more
-        with trio.fail_after(10):
-            while stats.open < 2:  # noqa: ASYNC110 (polls a counter)
-                await trio.sleep(0.01)
+        await _until(lambda: stats.open >= 2)
         newcomer = await trio.open_tcp_stream("127.0.0.1", port)
         got = await _ask(newcomer)
         assert got.startswith(b"HTTP/1.1 200")
@@ -169,15 +173,11 @@ async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> Non
         # just begun.
         await newcomer.aclose()
         await oldest.aclose()
-        with trio.fail_after(10):
-            while stats.open > 1:  # noqa: ASYNC110 (polls a counter)
-                await trio.sleep(0.01)
+        await _until(lambda: stats.open <= 1)
         await trio.sleep(2.1)
         recent = await trio.open_tcp_stream("127.0.0.1", port)
         await recent.send_all(b"GET /x HTTP/1.1\r\n")
-        with trio.fail_after(10):
-            while sum(slot.reading for slot in stats.slots) < 2:  # noqa: ASYNC110 (polls)
-                await trio.sleep(0.01)
+        await _until(lambda: _reading(stats) >= 2)
         fresh = await trio.open_tcp_stream("127.0.0.1", port)
         got = await _ask(fresh)
         assert await _read_all(slow) == b"" and stats.evicted == 2 and stats.refused == 0

@@ -196,8 +196,8 @@ class Connection:
         self.opened = self.last_active = trio.current_time()
         self.spoke = False
         self.frame_since = 0.0  # when the frame being received began
-        #: When the peer last took queued answers (a piece of about 1 MiB), or the writer began
-        #: sending them: ``evict_unread`` picks connections by how long ago this was.
+        #: When the peer last took queued answers (a piece of about 1 MiB), or answers were
+        #: queued with none before: ``evict_unread`` picks connections by how long ago.
         self.taken_at = self.opened
         #: The reader gives up waiting for bytes at this time (inf: it may wait forever).
         self._deadline = self.opened + handler.config.first_request_timeout
@@ -289,7 +289,6 @@ class Connection:
                 finally:
                     self._direct_fd = -1
                 self._wake = trio.Event()
-                self.taken_at = trio.current_time()
                 continue
             out, self._out = self._out, []
             for piece in send_pieces(out):
