@@ -135,6 +135,10 @@ async def test_watch_markers(store: MetadataStore, other: MetadataStore) -> None
     urm = UnderreplicationManager(store)
     await urm.ensure_paths()
     events = UnderreplicationManager(other).watch()
+    # Watch, then read through the watching store: ZooKeeper arms the watch asynchronously, and
+    # only a read on the same session is sure to come after it (a mark made through another
+    # session could land first, and the watch would then see no change).
+    assert await UnderreplicationManager(other).list_ids() == []
     await urm.mark(9, [B1])
     await wait_for(events, WatchEventKind.CHILDREN)
     assert await UnderreplicationManager(other).list_ids() == [9]
