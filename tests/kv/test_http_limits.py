@@ -16,18 +16,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 from kv_http import Limits, Request, Response, Stats, default_max_connections, serve
 
+#: An answer larger than loopback's socket buffers can hold: a peer that reads none of it
+#: keeps the server sending.
+_BIG = 32 << 20
 
-async def _echo(request: Request) -> Response:
-    return Response(200, request.body or b"ok")
+
+class _Echo:
+    """Echoes the body; ``/hold`` waits for ``release`` first (a busy handler), and ``/big``
+    answers ``_BIG`` bytes."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.running = 0
+
+    async def __call__(self, request: Request) -> Response:
+        if request.path == "/big":
+            return Response(200, b"x" * _BIG)
+        if request.path == "/hold":
+            self.running += 1
+            try:
+                await self.release.wait()
+            finally:
+                self.running -= 1
+        return Response(200, request.body or b"ok")
 
 
 @asynccontextmanager
-async def _server(limits: Limits) -> AsyncIterator[tuple[int, Stats]]:
+async def _server(limits: Limits, handler: _Echo | None = None) -> AsyncIterator[tuple[int, Stats]]:
     stats = Stats()
     async with trio.open_nursery() as nursery:
         port = await nursery.start(
             lambda task_status: serve(
-                _echo,
+                handler or _Echo(),
                 "127.0.0.1",
                 0,
                 max_body=1024,
@@ -123,23 +143,29 @@ async def test_a_request_sent_too_slowly_is_answered_408() -> None:
 
 
 async def test_connections_over_the_cap_get_503_when_all_are_busy() -> None:
-    async with _server(Limits(max_connections=3, idle_timeout=30)) as (port, stats):
+    handler = _Echo()
+    async with _server(Limits(max_connections=3, idle_timeout=30), handler) as (port, stats):
         held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
-        for stream in held:  # each in the middle of a request that began just now: busy
-            await stream.send_all(b"GET /x HTTP/1.1\r\n")
-        await _until(lambda: _reading(stats) >= 3)
+        for stream in held:  # each with its handler running: busy, so never closed for room
+            await stream.send_all(b"GET /hold HTTP/1.1\r\nhost: t\r\n\r\n")
+        await _until(lambda: handler.running == 3)
         extra = await trio.open_tcp_stream("127.0.0.1", port)
         answer = await _read_all(extra)
         assert answer.startswith(b"HTTP/1.1 503"), answer
         assert b"retry-after: 1" in answer and b"too many connections (limit 3)" in answer
-        assert stats.refused == 1
+        assert stats.refused == 1 and stats.evicted == 0
         await extra.aclose()
-        await held[0].aclose()
-        await _until(lambda: stats.open <= 2)
+        handler.release.set()
+        for stream in held:  # each still gets its answer
+            got = b""
+            with trio.fail_after(10):
+                while not got.endswith(b"ok"):
+                    got += await stream.receive_some(65536)
+            assert got.startswith(b"HTTP/1.1 200")
         again = await trio.open_tcp_stream("127.0.0.1", port)
-        got = await _ask(again)
-        assert got.startswith(b"HTTP/1.1 200")
-        for s in [*held[1:], again]:
+        got = await _ask(again)  # closes one of the now idle ones
+        assert got.startswith(b"HTTP/1.1 200") and stats.evicted == 1
+        for s in [*held, again]:
             await s.aclose()
 
 
@@ -156,25 +182,24 @@ def test_the_default_cap_leaves_file_descriptors_for_the_rest() -> None:
 async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> None:
     """The re-attack held all 1,024 slots with keep-alive connections sending a request every
     25 s (never idle 30 s), and clients got 503s. A newcomer now closes the one idle longest
-    between requests, else one whose request has been arriving for over 2 s (a slowloris)."""
+    between requests, else the one whose request has been arriving longest (a slowloris),
+    whatever its age: one that reconnects at once keeps its connections young."""
     async with _server(Limits(max_connections=2, idle_timeout=30)) as (port, stats):
         oldest = await trio.open_tcp_stream("127.0.0.1", port)
         await oldest.send_all(_get())
         await trio.sleep(0.2)
         slow = await trio.open_tcp_stream("127.0.0.1", port)
         await slow.send_all(b"GET /x HTTP/1.1\r\n")  # and no more
-        await _until(lambda: stats.open >= 2)
+        await _until(lambda: _reading(stats) >= 1 and stats.open >= 2)
         newcomer = await trio.open_tcp_stream("127.0.0.1", port)
         got = await _ask(newcomer)
         assert got.startswith(b"HTTP/1.1 200")
         answer = await _read_all(oldest)  # its answer, then closed for the newcomer
         assert answer.startswith(b"HTTP/1.1 200") and stats.evicted == 1
-        # Idle ones go first, then a request arriving for over 2 s (the slowloris), never one
-        # just begun.
+        # With none idle, the request arriving longest goes, however young.
         await newcomer.aclose()
         await oldest.aclose()
         await _until(lambda: stats.open <= 1)
-        await trio.sleep(2.1)
         recent = await trio.open_tcp_stream("127.0.0.1", port)
         await recent.send_all(b"GET /x HTTP/1.1\r\n")
         await _until(lambda: _reading(stats) >= 2)
@@ -185,4 +210,33 @@ async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> Non
         with trio.fail_after(10):
             assert (await recent.receive_some(65536)).startswith(b"HTTP/1.1 200")
         for s in (slow, recent, fresh):
+            await s.aclose()
+
+
+async def test_at_the_cap_a_peer_that_does_not_take_its_answer_is_closed() -> None:
+    """After idle and arriving ones, a connection whose peer leaves its answer untaken is the
+    next to go; one whose handler is running never is."""
+    handler = _Echo()
+    async with _server(Limits(max_connections=2, idle_timeout=30), handler) as (port, stats):
+        busy = await trio.open_tcp_stream("127.0.0.1", port)
+        await busy.send_all(b"GET /hold HTTP/1.1\r\nhost: t\r\n\r\n")
+        await _until(lambda: handler.running == 1)
+        stuck = await trio.open_tcp_stream("127.0.0.1", port)
+        await stuck.send_all(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")  # and reads nothing
+        await _until(lambda: any(slot.state == "sending" for slot in stats.slots))
+        newcomer = await trio.open_tcp_stream("127.0.0.1", port)
+        assert (await _ask(newcomer)).startswith(b"HTTP/1.1 200")
+        assert stats.evicted == 1 and stats.refused == 0 and stats.timed_out == 0
+        taken = 0
+        with trio.fail_after(10):
+            try:
+                while chunk := await stuck.receive_some(1 << 20):
+                    taken += len(chunk)
+            except trio.BrokenResourceError:  # closed with data unread: a reset
+                pass
+        assert taken < _BIG  # cut off, not served whole
+        handler.release.set()
+        with trio.fail_after(10):
+            assert (await busy.receive_some(65536)).startswith(b"HTTP/1.1 200")
+        for s in (busy, stuck, newcomer):
             await s.aclose()
