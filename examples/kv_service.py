@@ -45,6 +45,11 @@ class Options:
     max_connections: int | None = None
     idle_timeout: float = 30.0
     request_timeout: float = 30.0
+    #: Bytes of keys and values the store may hold: a PUT that would grow it past this is
+    #: refused with 507 (deletes, and PUTs that do not grow it, still go). Every replica holds
+    #: the whole map in memory and replays it from the log, so without a bound a stranger's
+    #: PUTs could grow it until every replica runs out of memory, again at each restart.
+    quota_bytes: int = 1 << 30
 
 
 @final
@@ -82,6 +87,9 @@ class _Metrics:
         self.leader = Gauge("kv_is_leader", "1 on the leader", registry=r)
         self.applied = Gauge("kv_applied_records", "records applied by this replica", registry=r)
         self.step_downs = Counter("kv_step_downs", "times this replica stopped leading", registry=r)
+        self.quota_refused = Counter(
+            "kv_quota_refused", "PUTs refused with 507: the store would pass its quota", registry=r
+        )
         self.http = Stats()
         r.register(_HttpCollector(self.http))
 
@@ -118,6 +126,21 @@ class _HttpCollector:
 
 
 @final
+class _StateCollector:
+    """The store's size against its quota, read at scrape time."""
+
+    def __init__(self, state: KVState, quota: int) -> None:
+        self._state = state
+        self._quota = quota
+
+    def collect(self) -> Any:
+        yield GaugeMetricFamily(
+            "kv_state_bytes", "bytes of keys and values this replica holds", value=self._state.size
+        )
+        yield GaugeMetricFamily("kv_quota_bytes", "the quota (--quota-bytes)", value=self._quota)
+
+
+@final
 class KVService:
     def __init__(self, client: walkit.Client, log: walkit.Log, options: Options) -> None:
         self.options = options
@@ -125,6 +148,9 @@ class KVService:
         self.state = KVState()
         self.replica = Replica(log, self.state, snapshot_every=options.snapshot_every)
         self.metrics = _Metrics()
+        self.metrics.registry.register(_StateCollector(self.state, options.quota_bytes))
+        #: Growth of the PUTs admitted under the quota and not applied yet.
+        self._reserved = 0
         self.election: LeaderElection | None = None
         self.address = ""
         self._leader: Leader | None = None  # set while leading and caught up
@@ -339,6 +365,8 @@ class KVService:
             "leader": election.leader if election is not None else None,
             "applied": str(self.replica.applied_position),
             "address": self.address,
+            "size_bytes": self.state.size,
+            "quota_bytes": self.options.quota_bytes,
         }
 
     def _not_leader(self, request: Request) -> Response:
@@ -388,7 +416,28 @@ class KVService:
             return tag
         if self._leader is None:
             return self._not_leader(request)
-        p = await self._write(command("set", key, encode_value(request.body), expect), tag)
+        value = encode_value(request.body)
+        # Admitted against what is applied plus what is admitted and not applied yet, so
+        # concurrent PUTs cannot pass the quota together; followers apply whatever the log
+        # holds, so a replica with another quota never diverges.
+        growth = max(0, self.state.growth(key, value))
+        quota = self.options.quota_bytes
+        if growth and self.state.size + self._reserved + growth > quota:
+            self.metrics.quota_refused.inc()
+            return json_response(
+                507,
+                {
+                    "error": f"quota exceeded: the store holds {self.state.size} of "
+                    f"{quota} bytes; delete keys or raise --quota-bytes",
+                    "size_bytes": self.state.size,
+                    "quota_bytes": quota,
+                },
+            )
+        self._reserved += growth
+        try:
+            p = await self._write(command("set", key, value, expect), tag)
+        finally:
+            self._reserved -= growth
         if p.duplicate:
             return _duplicate(p)
         if p.error is not None:

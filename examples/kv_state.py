@@ -22,6 +22,14 @@ def decode_value(value: str) -> bytes:
     return value.encode("utf-8", "surrogateescape")
 
 
+def stored_bytes(text: str) -> int:
+    """The bytes a key or value stands for (exact for what :func:`encode_value` made)."""
+    try:
+        return len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:  # a lone surrogate that no request body can make
+        return len(text.encode("utf-8", "surrogatepass"))
+
+
 def command(op: str, key: str, value: str | None = None, expect: str | None = None) -> bytes:
     obj: dict[str, str] = {"op": op, "key": key}
     if value is not None:
@@ -44,6 +52,8 @@ class KVState:
 
     def __init__(self) -> None:
         self.data: dict[str, tuple[str, str]] = {}
+        #: Bytes of all keys and values (what the service's quota bounds).
+        self.size = 0
 
     def get(self, key: str) -> tuple[str, str] | None:
         return self.data.get(key)
@@ -57,12 +67,17 @@ class KVState:
             expect = op.get("expect")
             if expect is not None and (current is None or not _same_version(current[1], expect)):
                 return ("mismatch", None if current is None else current[1], str(position))
-            self.data[key] = (op["value"], str(position))
+            value = op["value"]
+            self.data[key] = (value, str(position))
+            self.size += stored_bytes(value) - (
+                stored_bytes(current[0]) if current is not None else -stored_bytes(key)
+            )
             return ("ok", None if current is None else current[0], str(position))
         if kind == "delete":
             if current is None:
                 return ("absent", None, str(position))
             del self.data[key]
+            self.size -= stored_bytes(key) + stored_bytes(current[0])
             return ("ok", current[0], str(position))
         raise ValueError(f"unknown operation at {position}: {op!r}")
 
@@ -76,6 +91,14 @@ class KVState:
             k: (v, "earliest") if isinstance(v, str) else (v[0], v[1])
             for k, v in loaded.items()
         }
+        self.size = sum(stored_bytes(k) + stored_bytes(v[0]) for k, v in self.data.items())
+
+    def growth(self, key: str, value: str) -> int:
+        """How many bytes setting ``key`` to ``value`` adds (negative: it frees some)."""
+        current = self.data.get(key)
+        if current is None:
+            return stored_bytes(key) + stored_bytes(value)
+        return stored_bytes(value) - stored_bytes(current[0])
 
 
 def _same_version(stored: str, expect: object) -> bool:

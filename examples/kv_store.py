@@ -251,6 +251,13 @@ def serve_main(argv: list[str]) -> None:
         help="seconds a request may take to arrive whole (and its answer to be taken)",
     )
     parser.add_argument(
+        "--quota-bytes",
+        type=_positive(int),
+        default=1 << 30,
+        help="bytes of keys and values the store may hold; a PUT that would grow it past "
+        "this gets 507 (deletes still go)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
     )
     args = parser.parse_args(argv)
@@ -271,6 +278,7 @@ def serve_main(argv: list[str]) -> None:
         max_connections=None if args.max_connections is None else int(args.max_connections),
         idle_timeout=float(args.idle_timeout),
         request_timeout=float(args.request_timeout),
+        quota_bytes=int(args.quota_bytes),
     )
 
     async def run() -> None:
