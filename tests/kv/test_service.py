@@ -165,47 +165,48 @@ async def test_the_quota_bounds_what_strangers_can_store(kv_cluster: str) -> Non
     """Every replica holds the whole map in memory and replays it from the log: without a
     bound, anyone's PUTs could grow it until all replicas run out of memory (and again at each
     restart). Past --quota-bytes a PUT that grows the store gets 507; deletes and PUTs that do
-    not grow it still go, and concurrent PUTs cannot pass it together."""
+    not grow it still go, and concurrent PUTs cannot pass it together. Each key costs its bytes,
+    its value's and 200 more (KEY_OVERHEAD)."""
     async with (
-        replicas(kv_cluster, "kv-quota", "--quota-bytes", "2000") as reps,
+        replicas(kv_cluster, "kv-quota", "--quota-bytes", "4000") as reps,
         httpx.AsyncClient(limits=httpx.Limits(max_connections=32)) as http,
     ):
         leader = await wait_leader(http, reps)
         kv = f"{leader.base}/v1/kv"
-        assert (await http.put(f"{kv}/a", content=b"x" * 1500)).status_code == 200
-        full = await http.put(f"{kv}/b", content=b"y" * 500)  # 1 + 500 more: 2002 > 2000
+        assert (await http.put(f"{kv}/a", content=b"x" * 3500)).status_code == 200  # 3701
+        full = await http.put(f"{kv}/b", content=b"y" * 100)  # 301 more: 4002 > 4000
         assert full.status_code == 507, full.text
         body = full.json()
         assert "quota exceeded" in body["error"] and "--quota-bytes" in body["error"]
-        assert (body["size_bytes"], body["quota_bytes"]) == (1501, 2000)
+        assert (body["size_bytes"], body["quota_bytes"]) == (3701, 4000)
         assert (await http.get(f"{kv}/b")).status_code == 404
         # Overwriting with less, or the same, is fine; so is a delete, which makes room.
-        assert (await http.put(f"{kv}/a", content=b"z" * 1000)).status_code == 200
-        assert (await http.put(f"{kv}/b", content=b"y" * 500)).status_code == 200
-        assert (await http.put(f"{kv}/a", content=b"w" * 1000)).status_code == 200
-        assert (await http.put(f"{kv}/c", content=b"v" * 600)).status_code == 507
+        assert (await http.put(f"{kv}/a", content=b"z" * 3000)).status_code == 200  # 3201
+        assert (await http.put(f"{kv}/b", content=b"y" * 100)).status_code == 200  # 3502
+        assert (await http.put(f"{kv}/a", content=b"w" * 3000)).status_code == 200
+        assert (await http.put(f"{kv}/c", content=b"v" * 600)).status_code == 507  # 4303
         assert (await http.delete(f"{kv}/a")).status_code == 200
         assert (await http.put(f"{kv}/c", content=b"v" * 600)).status_code == 200
         st = await status(http, leader)
-        assert st is not None and (st["size_bytes"], st["quota_bytes"]) == (501 + 601, 2000)
+        assert st is not None and (st["size_bytes"], st["quota_bytes"]) == (301 + 801, 4000)
 
-        # 40 concurrent PUTs of 100 B to new keys: those admitted fit, all the others get 507.
+        # 40 concurrent PUTs to new keys: those admitted fit, all the others get 507.
         codes: list[int] = []
 
         async def put(i: int) -> None:
-            r = await http.put(f"{kv}/n{i:02d}", content=b"n" * 97)  # 3 + 97 bytes each
+            r = await http.put(f"{kv}/n{i:02d}", content=b"n" * 97)  # 3 + 97 + 200 each
             codes.append(r.status_code)
 
         async with trio.open_nursery() as nursery:
             for i in range(40):
                 nursery.start_soon(put, i)
         assert sorted(set(codes)) == [200, 507], codes
-        assert codes.count(200) == (2000 - 1102) // 100
+        assert codes.count(200) == (4000 - 1102) // 300
         for replica in reps:  # the followers apply the same, whatever their own quota
             st = await wait_caught_up(http, replica, leader)
-            assert st["size_bytes"] == 1102 + 100 * codes.count(200) <= 2000
+            assert st["size_bytes"] == 1102 + 300 * codes.count(200) <= 4000
         metrics = (await http.get(f"{leader.base}/metrics")).text
-        assert "kv_quota_bytes 2000.0" in metrics
+        assert "kv_quota_bytes 4000.0" in metrics
         assert f"kv_state_bytes {st['size_bytes']}.0" in metrics
         assert f"kv_quota_refused_total {2 + codes.count(507)}.0" in metrics
         assert all(r.running for r in reps), dump_output(reps)

@@ -12,7 +12,7 @@ from walkit import LogPosition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
-from kv_state import KVState, command, decode_value, encode_value
+from kv_state import KEY_OVERHEAD, KVState, command, decode_value, encode_value
 
 
 def pos(seq: int, entry: int, slot: int = 0) -> LogPosition:
@@ -84,24 +84,25 @@ def test_unknown_operation() -> None:
 
 def test_the_size_counts_the_bytes_of_keys_and_values() -> None:
     """What the service's quota bounds: exact through sets, overwrites, deletes and restores,
-    for binary and UTF-8 values alike."""
+    for binary and UTF-8 values alike, with a fixed cost per key (tiny keys are not free)."""
     s = KVState()
+    o = KEY_OVERHEAD
     binary = encode_value(bytes(range(256)))
     text = encode_value("é€".encode())  # 5 bytes, 2 characters
-    assert s.growth("ké", binary) == 3 + 256
+    assert s.growth("ké", binary) == 3 + 256 + o
     s.apply(command("set", "ké", binary), pos(1, 0))
     s.apply(command("set", "t", text), pos(1, 1))
-    assert s.size == 3 + 256 + 1 + 5
+    assert s.size == 3 + 256 + 1 + 5 + 2 * o
     assert s.growth("t", encode_value(b"xy")) == -3
     s.apply(command("set", "t", encode_value(b"xy")), pos(1, 2))
-    assert s.size == 3 + 256 + 1 + 2
+    assert s.size == 3 + 256 + 1 + 2 + 2 * o
     s.apply(command("set", "t", "never", expect="9:9"), pos(1, 3))  # refused: no change
-    assert s.size == 3 + 256 + 1 + 2
+    assert s.size == 3 + 256 + 1 + 2 + 2 * o
     restored = KVState()
     restored.restore(s.snapshot())
     assert restored.size == s.size
     s.apply(command("delete", "ké"), pos(1, 4))
     s.apply(command("delete", "gone"), pos(1, 5))
-    assert s.size == 1 + 2
+    assert s.size == 1 + 2 + o
     s.apply(command("delete", "t"), pos(1, 6))
     assert s.size == 0 and not s.data
