@@ -50,6 +50,7 @@ from walkit.errors import (
 )
 from walkit.net._direct import direct_fd, unwritten, write_now
 from walkit.net._inbox import Inbox
+from walkit.net._receive import Receiver
 from walkit.net._tls import tls_failure
 from walkit.net._transport import Network
 
@@ -458,8 +459,9 @@ class BookieConnection:
     async def _receive_into(self, sock: trio.socket.SocketType) -> None:
         """A plain socket: it writes straight into one reused buffer (see walkit.net._inbox)."""
         inbox = Inbox(_RECEIVE_SIZE, self._max_frame_size)
+        receiver = Receiver(sock)
         while True:
-            count = await sock.recv_into(inbox.space())
+            count = await receiver.receive_into(inbox.space())
             if not count:
                 raise self._lost(EOFError("the bookie closed the connection"))
             inbox.received(count)

@@ -41,6 +41,7 @@ from walkit.errors import (
 )
 from walkit.net import principal_of
 from walkit.net._direct import direct_fd, unwritten, write_now
+from walkit.net._receive import Receiver
 
 if TYPE_CHECKING:
     from walkit._core.auth import Authenticator
@@ -616,7 +617,7 @@ class _Receiver:
     what it keeps.
     """
 
-    __slots__ = ("_buffer", "_handler", "_sock", "_stream", "_tls", "_view")
+    __slots__ = ("_buffer", "_handler", "_receiver", "_sock", "_stream", "_tls", "_view")
 
     def __init__(self, stream: trio.abc.Stream, handler: RequestHandler) -> None:
         self._stream = stream
@@ -624,6 +625,7 @@ class _Receiver:
         self._sock = (
             getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
         )
+        self._receiver = None if self._sock is None else Receiver(self._sock)
         # TLS records are <= 16 KiB: let trio size each read (a fixed 1 MiB read allocates a
         # fresh 1 MiB buffer per record, which made TLS adds cost ~5x the CPU).
         self._tls = isinstance(stream, trio.SSLStream)
@@ -631,14 +633,15 @@ class _Receiver:
         self._view = memoryview(self._buffer)
 
     async def __call__(self) -> bytes | bytearray | memoryview:
-        sock = self._sock
-        if sock is None:
+        sock, receiver = self._sock, self._receiver
+        if sock is None or receiver is None:
             return await self._stream.receive_some(None if self._tls else RECEIVE_SIZE)
         try:
             if not self._buffer:
                 await trio.lowlevel.wait_readable(sock)
                 self._resize(FIRST_RECEIVE_SIZE)
-            n = await sock.recv_into(self._buffer)
+                receiver.expect_data()
+            n = await receiver.receive_into(self._buffer)
         except OSError as exc:
             raise trio.BrokenResourceError(f"connection broken: {exc}") from exc
         chunk = self._view[:n]

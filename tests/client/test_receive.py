@@ -1,0 +1,92 @@
+"""walkit.net._receive: waiting first after a drained socket, trying first after a full
+buffer; data arriving later, end of stream, a reset, and cancellation while waiting."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+import trio
+import trio.testing
+
+from walkit.net._receive import Receiver
+
+
+def pair() -> tuple[trio.socket.SocketType, socket.socket]:
+    a, b = socket.socketpair()
+    return trio.socket.from_stdlib_socket(a), b
+
+
+async def test_a_receive_waits_for_data_that_comes_later() -> None:
+    sock, peer = pair()
+    with sock, peer:
+        receiver = Receiver(sock)
+        buffer = bytearray(64)
+        got: list[int] = []
+
+        async def receive() -> None:
+            got.append(await receiver.receive_into(buffer))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == []  # parked on the socket, not spinning
+            peer.send(b"hello")
+        assert got == [5]
+        assert bytes(buffer[:5]) == b"hello"
+
+
+async def test_a_full_buffer_is_followed_by_the_rest_in_order() -> None:
+    sock, peer = pair()
+    with sock, peer:
+        receiver = Receiver(sock)
+        data = bytes(range(256)) * 40
+        peer.sendall(data)
+        out = bytearray()
+        buffer = bytearray(1000)
+        while len(out) < len(data):
+            count = await receiver.receive_into(buffer)
+            assert count > 0
+            out += buffer[:count]
+        assert out == data
+
+
+async def test_the_end_of_the_stream_gives_zero() -> None:
+    sock, peer = pair()
+    with sock:
+        receiver = Receiver(sock)
+        peer.send(b"last")
+        peer.close()
+        buffer = bytearray(64)
+        assert await receiver.receive_into(buffer) == 4
+        assert await receiver.receive_into(buffer) == 0
+
+
+async def test_a_reset_raises_oserror() -> None:
+    listener = trio.socket.socket()
+    with listener:
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        peer = socket.create_connection(listener.getsockname())
+        sock, _ = await listener.accept()
+        with sock:
+            # SO_LINGER 0: close sends a reset.
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+            with pytest.raises(OSError):
+                receiver = Receiver(sock)
+                while await receiver.receive_into(bytearray(64)):
+                    pass
+
+
+async def test_a_waiting_receive_can_be_cancelled() -> None:
+    sock, peer = pair()
+    with sock, peer:
+        receiver = Receiver(sock)
+        with trio.move_on_after(0.05) as scope:
+            await receiver.receive_into(bytearray(64))
+        assert scope.cancelled_caught
+        peer.send(b"after")
+        buffer = bytearray(64)
+        assert await receiver.receive_into(buffer) == 5
