@@ -1,8 +1,11 @@
-"""Group commit: many adds share one journal write and sync; MemoryStorage's crash model."""
+"""Group commit: many adds share one journal write and sync; a lone request committed by its
+reader; MemoryStorage's crash model."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -11,10 +14,18 @@ import trio.testing
 
 from tests.bookie._helpers import config, connect, packet, payload_for, running_bookie
 from walkit._core.types import BookieId
-from walkit._core.wire import ReadLacFlag, StatusCode, encode_frame
+from walkit._core.wire import (
+    AddFlag,
+    AddRequest,
+    ReadLacFlag,
+    Request,
+    StatusCode,
+    encode_frame,
+)
 from walkit.errors import CookieError
 from walkit.testing import SimNetwork
 from walkit_bookie import Bookie, BookieConfig, MemoryStorage
+from walkit_bookie.storage import GroupCommit
 
 
 async def test_concurrent_adds_share_journal_syncs(tmp_path: Path) -> None:
@@ -140,3 +151,105 @@ async def test_full_memory_storage_turns_the_bookie_read_only(
             assert bookie.read_only
             assert (await c.add(1, 2, b"c")).status is StatusCode.BOOKIE_READ_ONLY
         nursery.cancel_scope.cancel()
+
+
+class _Journal:
+    """A committer that records what it was given, and how (``commit`` or ``commit_now``)."""
+
+    def __init__(self, *, now: bool = True, error: OSError | None = None) -> None:
+        self.now = now
+        self.error = error
+        self.calls: list[tuple[str, int]] = []
+
+    async def commit(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> None:
+        self.calls.append(("commit", len(bodies)))
+        if self.error is not None:
+            raise self.error
+
+    def commit_now(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> bool:
+        if not self.now:
+            return False
+        self.calls.append(("commit_now", len(bodies)))
+        if self.error is not None:
+            raise self.error
+        return True
+
+
+def _add(entry_id: int) -> AddRequest:
+    return AddRequest(entry_id, 1, entry_id, b"k" * 20, packet(1, entry_id, b"x"), AddFlag.NONE)
+
+
+@contextlib.asynccontextmanager
+async def _group(journal: _Journal) -> AsyncIterator[tuple[GroupCommit, list[object]]]:
+    done: list[object] = []
+
+    def on_committed(requests: list[Request], sinks: list[object], error: object) -> None:
+        done.extend((sink, error) for sink in sinks)
+
+    group = GroupCommit(journal, on_committed, max_wait=0.001, max_bytes=1 << 20)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.run)
+        await trio.testing.wait_all_tasks_blocked()
+        yield group, done
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_lone_deferred_request_is_committed_by_the_caller() -> None:
+    journal = _Journal()
+    async with _group(journal) as (group, done):
+        group.defer_wake()
+        group.submit(b"body", _add(0), "a")
+        assert done == []  # deferred: nothing yet, and the task was not woken
+        group.flush()
+        assert done == [("a", None)]  # committed and answered before flush returned
+        assert journal.calls == [("commit_now", 1)]
+        # The task stays parked and takes the next request the usual way.
+        group.submit(b"body", _add(1), "b")
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.calls[-1] == ("commit", 1) and done[-1] == ("b", None)
+        assert group.groups == 2
+
+
+async def test_deferred_requests_go_to_the_task_when_it_could_group_them() -> None:
+    # Several requests in one chunk, a committer that cannot commit at once, or another task
+    # ready to run (it may have a request for the same group): the task commits them.
+    journal = _Journal()
+    async with _group(journal) as (group, done):
+        group.defer_wake()
+        group.submit(b"body", _add(0), "a")
+        group.submit(b"body", _add(1), "b")
+        group.flush()
+        assert done == []
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.calls == [("commit", 2)] and done == [("a", None), ("b", None)]
+
+        async def other() -> None:
+            pass
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)  # runnable until this task yields
+            group.defer_wake()
+            group.submit(b"body", _add(2), "c")
+            group.flush()
+            assert done[-1] == ("b", None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.calls[-1] == ("commit", 1) and done[-1] == ("c", None)
+
+        journal.now = False
+        group.defer_wake()
+        group.submit(b"body", _add(3), "d")
+        group.flush()
+        assert done[-1] == ("c", None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.calls[-1] == ("commit", 1) and done[-1] == ("d", None)
+
+
+async def test_a_failed_commit_by_the_caller_answers_with_the_error() -> None:
+    error = OSError(errno.ENOSPC, "No space left on device")
+    journal = _Journal(error=error)
+    async with _group(journal) as (group, done):
+        group.defer_wake()
+        group.submit(b"body", _add(0), "a")
+        group.flush()
+        assert done == [("a", error)]
+        assert group.pending == 0

@@ -101,6 +101,13 @@ class RequestHandler(Protocol):
 
     def handle(self, conn: Peer, body: bytes, message: Message) -> None: ...
 
+    def defer_commits(self) -> None:
+        """The requests handled from now until :meth:`flush_commits` came in one chunk: let
+        the group commit see them all before it acts (no checkpoint in between)."""
+
+    def flush_commits(self) -> None:
+        """End :meth:`defer_commits`."""
+
     def answers_taken(self, conn: Peer) -> None:
         """Some of ``conn``'s queued answers were sent (or dropped as it closed)."""
 
@@ -382,32 +389,40 @@ class Connection:
             decoder.feed(data)
             fed += len(data)
             frames = 0
-            while True:
-                # Checked per request, not per chunk: one chunk of small reads can ask for far
-                # more answer bytes than the limits allow.
-                if self._no_room():
-                    await self._wait_for_room()
-                try:
-                    body = decoder.next_frame()
-                except FrameTooLargeError as exc:
-                    self._refuse_frame(data, fed, consumed, str(exc))
-                    raise _Close from exc
-                except RemoteProtocolError as exc:
-                    handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
-                    raise _Close from exc
-                if body is None:
-                    break
-                frames += 1
-                consumed += 4 + len(body)
-                try:
-                    message = decode_message(body)
-                except RemoteProtocolError as exc:
-                    self._bad_message(body, exc)
-                    continue
-                if self.authenticated:
-                    handler.handle(self, body, message)
-                else:
-                    self._authenticate(message)
+            # The chunk's adds reach the group commit together (a lone one may be committed
+            # by this task at the end: handler.flush_commits).
+            handler.defer_commits()
+            try:
+                while True:
+                    # Checked per request, not per chunk: one chunk of small reads can ask
+                    # for far more answer bytes than the limits allow.
+                    if self._no_room():
+                        handler.flush_commits()
+                        await self._wait_for_room()
+                        handler.defer_commits()
+                    try:
+                        body = decoder.next_frame()
+                    except FrameTooLargeError as exc:
+                        self._refuse_frame(data, fed, consumed, str(exc))
+                        raise _Close from exc
+                    except RemoteProtocolError as exc:
+                        handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
+                        raise _Close from exc
+                    if body is None:
+                        break
+                    frames += 1
+                    consumed += 4 + len(body)
+                    try:
+                        message = decode_message(body)
+                    except RemoteProtocolError as exc:
+                        self._bad_message(body, exc)
+                        continue
+                    if self.authenticated:
+                        handler.handle(self, body, message)
+                    else:
+                        self._authenticate(message)
+            finally:
+                handler.flush_commits()
             # What is left in the decoder is the start of a frame: count it against the
             # bookie's budget for partial frames.
             held = decoder.buffered

@@ -283,6 +283,12 @@ class RequestHandler:
                 )
             )
 
+    def defer_commits(self) -> None:
+        self.group_commit.defer_wake()
+
+    def flush_commits(self) -> None:
+        self.group_commit.flush()
+
     def add_local_copy(self, conn: Peer, req: AddRequest) -> None:
         """An add flagged RECOVERY | COPY from this bookie's own autorecovery worker, in this
         process: checked and stored exactly as one from the network, answered to ``conn``.
@@ -658,6 +664,9 @@ class _CopyStore:
 
     async def commit(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> None:
         await self._storage.store_copies(bodies, cast("Sequence[AddRequest]", requests))
+
+    def commit_now(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> bool:
+        return False  # copies are big and written on a worker thread
 
 
 def _io_status(error: BaseException) -> StatusCode:

@@ -269,6 +269,8 @@ class Committer(Protocol):
 
     async def commit(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> None: ...
 
+    def commit_now(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> bool: ...
+
 
 @final
 class GroupCommit:
@@ -283,6 +285,11 @@ class GroupCommit:
     next one fills up, and is committed as soon as the sync returns. The committing task
     hands each committed group to ``on_committed`` (with the error if the commit failed):
     answering is a few microseconds per request, less than waking another task for it.
+
+    A connection's reader may go further with :meth:`defer_wake` and :meth:`flush` around
+    the requests of one received chunk: then a lone request, with the committing task idle
+    and no other task ready to run, is committed by the reader itself (what the task would
+    do next, without the scheduling round that waking it costs).
     """
 
     def __init__(
@@ -304,6 +311,10 @@ class GroupCommit:
         self._wake = trio.Event()
         self._done: list[tuple[list[Request], list[Sink], BaseException | None]] = []
         self._done_wake = trio.Event()
+        #: The committing task waits for requests (``run``).
+        self._parked = False
+        #: Submits do not wake the task (between :meth:`defer_wake` and :meth:`flush`).
+        self._deferring = False
         self.groups = 0
         self.records = 0
 
@@ -316,7 +327,38 @@ class GroupCommit:
         self._requests.append(request)
         self._sinks.append(sink)
         self._bytes += len(body)
+        if not self._deferring:
+            self._wake.set()
+
+    def defer_wake(self) -> None:
+        """Submits from now on do not wake the committing task, until :meth:`flush`; the
+        caller must reach :meth:`flush` without a checkpoint (nothing else runs between)."""
+        self._deferring = True
+
+    def flush(self) -> None:
+        """End :meth:`defer_wake`: commit a lone request here and now when the committing
+        task is idle and no other task is ready to run (one that is could have a request
+        to join it), else wake the task as :meth:`submit` would have."""
+        self._deferring = False
+        bodies = self._bodies
+        if not bodies:
+            return
+        if (
+            self._parked
+            and len(bodies) == 1
+            and trio.lowlevel.current_statistics().tasks_runnable == 0
+        ):
+            requests, sinks = self._requests, self._sinks
+            try:
+                done = self._storage.commit_now(bodies, requests)
+            except OSError as exc:
+                self._bodies, self._requests, self._sinks, self._bytes = [], [], [], 0
+                return self._finish(bodies, requests, sinks, exc)
+            if done:
+                self._bodies, self._requests, self._sinks, self._bytes = [], [], [], 0
+                return self._finish(bodies, requests, sinks, None)
         self._wake.set()
+        return None
 
     def _take(self) -> tuple[list[bytes], list[Request], list[Sink]]:
         bodies, requests, sinks = self._bodies, self._requests, self._sinks
@@ -351,7 +393,11 @@ class GroupCommit:
         idle = True
         while True:
             if not self._bodies:
-                await self._wake.wait()
+                self._parked = True
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._parked = False
                 self._wake = trio.Event()
                 idle = True
                 continue
@@ -360,20 +406,30 @@ class GroupCommit:
                 if idle:
                     await self._gather()  # several at once: more may be on their way
             bodies, requests, sinks = self._take()
-            error: BaseException | None = None
+            error: OSError | None = None
             try:
                 await self._storage.commit(bodies, requests)
             except OSError as exc:
                 error = exc
-                log.error(
-                    "journal_commit_failed",
-                    records=len(bodies),
-                    error=str(exc),
-                    enospc=exc.errno in (errno.ENOSPC, errno.EDQUOT),
-                )
-            self.groups += 1
-            self.records += len(bodies)
-            # Answer at once, from this task: a hand-off to another task costs a scheduling
-            # round per group, and answering is a few microseconds per request.
-            self._on_committed(requests, sinks, error)
+            self._finish(bodies, requests, sinks, error)
             idle = False
+
+    def _finish(
+        self,
+        bodies: list[bytes],
+        requests: list[Request],
+        sinks: list[Sink],
+        error: OSError | None,
+    ) -> None:
+        if error is not None:
+            log.error(
+                "journal_commit_failed",
+                records=len(bodies),
+                error=str(error),
+                enospc=error.errno in (errno.ENOSPC, errno.EDQUOT),
+            )
+        self.groups += 1
+        self.records += len(bodies)
+        # Answer at once, from this task: a hand-off to another task costs a scheduling
+        # round per group, and answering is a few microseconds per request.
+        self._on_committed(requests, sinks, error)

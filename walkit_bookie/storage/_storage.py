@@ -111,6 +111,12 @@ class BookieStorage(abc.ABC):
         a scheduling round (a small group is written at once, from the calling task).
         """
 
+    def commit_now(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> bool:
+        """:meth:`commit` without waiting, if the group can be committed so: True when it
+        was (durable and applied), False when nothing was done (it needs :meth:`commit`).
+        Raises OSError as :meth:`commit` does. This one never can."""
+        return False
+
     async def store_copies(self, bodies: Sequence[bytes], requests: Sequence[AddRequest]) -> None:
         """Make a group of rereplication copies (adds flagged COPY) durable, then apply them.
 
@@ -320,14 +326,38 @@ class DiskStorage(BookieStorage):
         journal = self._journal
         if journal is None:
             raise OSError(errno.EBADF, "bookie storage is not open")
-        limit = 2 * self._config.write_cache_max_bytes
-        while self._cache_bytes + self._flushing_bytes >= limit and not self._checkpoint_failed:
+        while self._cache_full():
             self._due.set()
             await self._room.wait()
         if sum(map(len, bodies)) >= self._config.journal_thread_min_bytes:
             mark = await trio.to_thread.run_sync(journal.write, bodies)
         else:  # no scheduling round here: the group commit gives those it wants
             mark = journal.write(bodies)
+        self._committed(journal, bodies, requests, mark)
+
+    def commit_now(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> bool:
+        journal = self._journal
+        if (
+            journal is None
+            or self._cache_full()
+            or sum(map(len, bodies)) >= self._config.journal_thread_min_bytes
+        ):
+            return False
+        self._committed(journal, bodies, requests, journal.write(bodies))
+        return True
+
+    def _cache_full(self) -> bool:
+        """Whether commits must wait for a checkpoint to make room in the write cache."""
+        limit = 2 * self._config.write_cache_max_bytes
+        return self._cache_bytes + self._flushing_bytes >= limit and not self._checkpoint_failed
+
+    def _committed(
+        self,
+        journal: JournalWriter,
+        bodies: Sequence[bytes],
+        requests: Sequence[Request],
+        mark: LogMark,
+    ) -> None:
         if journal.wants_preallocation:
             claim = journal.start_preallocation()
             trio.lowlevel.start_thread_soon(
