@@ -235,13 +235,21 @@ async def test_deferred_requests_go_to_the_task_when_it_could_group_them() -> No
         await trio.testing.wait_all_tasks_blocked()
         assert journal.calls[-1] == ("commit", 1) and done[-1] == ("c", None)
 
-        journal.now = False
         group.defer_wake()
         group.submit(b"body", _add(3), "d")
-        group.flush()
+        group.flush(here=False)  # (a bookie with many connections)
         assert done[-1] == ("c", None)
         await trio.testing.wait_all_tasks_blocked()
         assert journal.calls[-1] == ("commit", 1) and done[-1] == ("d", None)
+
+        journal.now = False
+        group.defer_wake()
+        group.submit(b"body", _add(4), "e")
+        group.flush()
+        assert done[-1] == ("d", None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.calls[-1] == ("commit", 1) and done[-1] == ("e", None)
+        assert ("commit_now", 1) not in journal.calls
 
 
 async def test_a_failed_commit_by_the_caller_answers_with_the_error() -> None:

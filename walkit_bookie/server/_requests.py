@@ -62,6 +62,9 @@ log = get_logger(__name__)
 #: of the packet into a frame (for small ones, one join costs less than a writev of two).
 _PARTS_MIN = 16 * 1024
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+#: Up to this many client connections a lone add may be committed by its reader
+#: (``GroupCommit.flush``).
+_COMMIT_HERE_MAX_CONNECTIONS = 64
 
 
 @final
@@ -287,7 +290,9 @@ class RequestHandler:
         self.group_commit.defer_wake()
 
     def flush_commits(self) -> None:
-        self.group_commit.flush()
+        # Past a few dozen connections a lone add per chunk is rare, and the check for other
+        # ready tasks costs a step per watched socket.
+        self.group_commit.flush(here=self.connections <= _COMMIT_HERE_MAX_CONNECTIONS)
 
     def add_local_copy(self, conn: Peer, req: AddRequest) -> None:
         """An add flagged RECOVERY | COPY from this bookie's own autorecovery worker, in this

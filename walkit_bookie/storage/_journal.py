@@ -335,16 +335,18 @@ class GroupCommit:
         caller must reach :meth:`flush` without a checkpoint (nothing else runs between)."""
         self._deferring = True
 
-    def flush(self) -> None:
-        """End :meth:`defer_wake`: commit a lone request here and now when the committing
-        task is idle and no other task is ready to run (one that is could have a request
-        to join it), else wake the task as :meth:`submit` would have."""
+    def flush(self, *, here: bool = True) -> None:
+        """End :meth:`defer_wake`: commit a lone request here and now when ``here`` allows,
+        the committing task is idle and no other task is ready to run (one that is could
+        have a request to join it), else wake the task as :meth:`submit` would have.
+        (trio's statistics count every watched socket: a caller with many gives False.)"""
         self._deferring = False
         bodies = self._bodies
         if not bodies:
             return
         if (
-            self._parked
+            here
+            and self._parked
             and len(bodies) == 1
             and trio.lowlevel.current_statistics().tasks_runnable == 0
         ):
