@@ -1,5 +1,6 @@
 """walkit.net._receive: waiting first after a drained socket, trying first after a full
-buffer; data arriving later, end of stream, a reset, and cancellation while waiting."""
+buffer or a wait; data arriving later, end of stream, a reset, and cancellation while
+waiting."""
 
 from __future__ import annotations
 
@@ -90,3 +91,14 @@ async def test_a_waiting_receive_can_be_cancelled() -> None:
         peer.send(b"after")
         buffer = bytearray(64)
         assert await receiver.receive_into(buffer) == 5
+
+
+async def test_after_waiting_for_the_socket_the_receive_reads_at_once() -> None:
+    sock, peer = pair()
+    with sock, peer:
+        receiver = Receiver(sock)
+        peer.send(b"ready")
+        await receiver.wait_readable()
+        buffer = bytearray(64)
+        assert await receiver.receive_into(buffer) == 5
+        assert bytes(buffer[:5]) == b"ready"

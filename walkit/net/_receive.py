@@ -30,8 +30,10 @@ class Receiver:
         #: Whether the last receive filled its buffer (then more is likely queued).
         self._more = False
 
-    def expect_data(self) -> None:
-        """The socket was seen readable: let the next receive try at once."""
+    async def wait_readable(self) -> None:
+        """Wait until the socket has data (or an end or error) to receive; the next receive
+        then reads at once."""
+        await trio.lowlevel.wait_readable(self._sock)
         self._more = True
 
     async def receive_into(self, buffer: bytearray | memoryview) -> int:

@@ -632,15 +632,12 @@ class _Receiver:
     what it keeps.
     """
 
-    __slots__ = ("_buffer", "_handler", "_receiver", "_sock", "_stream", "_tls", "_view")
+    __slots__ = ("_buffer", "_handler", "_receiver", "_stream", "_tls", "_view")
 
     def __init__(self, stream: trio.abc.Stream, handler: RequestHandler) -> None:
         self._stream = stream
         self._handler = handler
-        self._sock = (
-            getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
-        )
-        self._receiver = None if self._sock is None else Receiver(self._sock)
+        self._receiver = Receiver(stream.socket) if isinstance(stream, trio.SocketStream) else None
         # TLS records are <= 16 KiB: let trio size each read (a fixed 1 MiB read allocates a
         # fresh 1 MiB buffer per record, which made TLS adds cost ~5x the CPU).
         self._tls = isinstance(stream, trio.SSLStream)
@@ -648,14 +645,13 @@ class _Receiver:
         self._view = memoryview(self._buffer)
 
     async def __call__(self) -> bytes | bytearray | memoryview:
-        sock, receiver = self._sock, self._receiver
-        if sock is None or receiver is None:
+        receiver = self._receiver
+        if receiver is None:
             return await self._stream.receive_some(None if self._tls else RECEIVE_SIZE)
         try:
             if not self._buffer:
-                await trio.lowlevel.wait_readable(sock)
+                await receiver.wait_readable()
                 self._resize(FIRST_RECEIVE_SIZE)
-                receiver.expect_data()
             n = await receiver.receive_into(self._buffer)
         except OSError as exc:
             raise trio.BrokenResourceError(f"connection broken: {exc}") from exc

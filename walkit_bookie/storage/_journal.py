@@ -351,16 +351,16 @@ class GroupCommit:
             and trio.lowlevel.current_statistics().tasks_runnable == 0
         ):
             requests, sinks = self._requests, self._sinks
+            error: OSError | None = None
             try:
                 done = self._storage.commit_now(bodies, requests)
             except OSError as exc:
-                self._bodies, self._requests, self._sinks, self._bytes = [], [], [], 0
-                return self._finish(bodies, requests, sinks, exc)
+                done, error = True, exc  # (failed: nothing of it is durable; answered so)
             if done:
                 self._bodies, self._requests, self._sinks, self._bytes = [], [], [], 0
-                return self._finish(bodies, requests, sinks, None)
+                self._finish(bodies, requests, sinks, error)
+                return
         self._wake.set()
-        return None
 
     def _take(self) -> tuple[list[bytes], list[Request], list[Sink]]:
         bodies, requests, sinks = self._bodies, self._requests, self._sinks
