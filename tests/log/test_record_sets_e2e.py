@@ -2,7 +2,7 @@
 
 Checkers: every acknowledged record is read exactly once, in position order, with its bytes;
 readers start and stop in the middle of an entry; old-format ledgers (one record per entry)
-read as slot 0; a producer's retried record is stored once, also after a takeover.
+read as slot 0; a producer's retried record, or batch, is stored once, also after a takeover.
 """
 
 from __future__ import annotations
@@ -257,3 +257,89 @@ async def test_a_new_writer_learns_producers_from_the_tail(memory_url: str, tmp_
             await old.close()
         got = await read_all(log)
         assert [r.payload for r in got] == [b"a%d" % s for s in range(7)]
+
+
+def test_producer_table_remembers_a_batch_as_runs_per_entry() -> None:
+    table = ProducerTable()
+    # 1,000 records of one producer in entries of 300 (slots 0..299), the first entry holding
+    # an untagged record at slot 0 first: four runs.
+    for seq in range(1000):
+        entry, slot = divmod(seq + 1, 300)
+        table.durable("p", seq, LogPosition(2, entry, slot))
+    for seq in (0, 298, 299, 599, 999):
+        entry, slot = divmod(seq + 1, 300)
+        assert table.duplicate_of("p", seq) == (True, LogPosition(2, entry, slot))
+    # A gap in the numbers starts a run of its own, and so does a position out of step.
+    table.durable("p", 1005, LogPosition(2, 3, 101))
+    table.durable("p", 1006, LogPosition(2, 3, 103))
+    assert table.duplicate_of("p", 1002) == (True, None)  # never written: below the highest
+    assert table.duplicate_of("p", 1005) == (True, LogPosition(2, 3, 101))
+    assert table.duplicate_of("p", 1006) == (True, LogPosition(2, 3, 103))
+    # Only the last RECENT_POSITIONS runs are kept.
+    for seq in range(2000, 2100):
+        table.durable("p", seq, LogPosition(3, seq))
+    assert table.duplicate_of("p", 2099) == (True, LogPosition(3, 2099))
+    assert table.duplicate_of("p", 999) == (True, None)
+
+
+async def test_a_retried_batch_stores_only_what_is_not_in_the_log(
+    memory_url: str, tmp_path: Path
+) -> None:
+    payloads = [b"b%03d" % i for i in range(100)]
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        # Small entries: a batch spans many of them.
+        log = await Log.open(client, "idem-batch", batch_bytes=128)
+        async with log.writer() as w:
+            # The first try stored a prefix (as a writer that died in the middle would).
+            prefix = await w.append_batch(payloads[:30], producer_id="p", sequence=1000)
+            whole = await w.append_batch(payloads, producer_id="p", sequence=1000)
+            assert whole[:30] == prefix
+            assert whole == sorted(whole) and len(set(whole)) == 100
+            # Retried whole: nothing is stored, every position is the first copy's.
+            assert await w.append_batch(payloads, producer_id="p", sequence=1000) == whole
+            with pytest.raises(DuplicateRecordError) as dup:
+                await w.append(payloads[57], producer_id="p", sequence=1057)
+            assert dup.value.position == whole[57]
+            # Two tasks retrying one batch at once: stored once, both told the same positions.
+            more = [b"m%d" % i for i in range(40)]
+            answers: list[list[LogPosition]] = []
+
+            async def retry() -> None:
+                answers.append(await w.append_batch(more, producer_id="p", sequence=1100))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(retry)
+                nursery.start_soon(retry)
+            assert answers[0] == answers[1]
+            # Untagged batches and other producers are independent.
+            await w.append_batch([b"plain"])
+            await w.append_batch([b"q"], producer_id="q", sequence=0)
+            with pytest.raises(InvalidArgumentError, match="2\\^64"):
+                await w.append_batch([b"x", b"y"], producer_id="q", sequence=2**64 - 1)
+            with pytest.raises(InvalidArgumentError, match="both"):
+                await w.append_batch([b"x"], producer_id="q")
+            assert await w.append_batch([], producer_id="q", sequence=5) == []
+        got = await read_all(log)
+        assert [r.payload for r in got] == [*payloads, *more, b"plain", b"q"]
+        assert [r.position for r in got[:100]] == whole
+        assert [r.producer for r in got[:140]] == [
+            *(ProducerTag("p", 1000 + i) for i in range(140))
+        ]
+
+
+async def test_a_new_writer_recognises_a_retried_batch(memory_url: str, tmp_path: Path) -> None:
+    payloads = [b"t%03d" % i for i in range(50)]
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "idem-batch-takeover", batch_bytes=128)
+        old = await log.writer()
+        first = await old.append_batch(payloads[:20], producer_id="kv", sequence=0)
+        async with log.writer() as new:  # takes over: the old writer is fenced
+            again = await new.append_batch(payloads, producer_id="kv", sequence=0)
+            assert again[:20] == first
+        with pytest.raises(WriterFencedError):
+            await old.append_batch([b"late"], producer_id="kv", sequence=50)
+        with pytest.raises(WriterFencedError):
+            await old.close()
+        got = await read_all(log)
+        assert [r.payload for r in got] == payloads
+        assert [r.position for r in got] == again

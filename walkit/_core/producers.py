@@ -21,8 +21,9 @@ from walkit._core.log_position import LogPosition
 
 __all__ = ["MAX_SEQUENCE", "RECENT_POSITIONS", "ProducerTable"]
 
-#: Positions remembered per producer (a duplicate older than these is still recognised, but
-#: reported without its position).
+#: Runs of positions remembered per producer: a run is the producer's records with consecutive
+#: sequence numbers in consecutive slots of one entry (a batch of many records costs a run per
+#: entry). A duplicate older than these is still recognised, but reported without its position.
 RECENT_POSITIONS: Final = 64
 #: Largest sequence number (they are stored as u64).
 MAX_SEQUENCE: Final = 2**64 - 1
@@ -30,11 +31,32 @@ MAX_SEQUENCE: Final = 2**64 - 1
 
 @final
 @attrs.define
+class _Run:
+    """Sequence numbers ``first`` .. ``last`` at slots ``at.slot`` .. of one entry."""
+
+    first: int
+    last: int
+    at: LogPosition
+
+    def extends_to(self, sequence: int, position: LogPosition) -> bool:
+        at = self.at
+        return (
+            sequence == self.last + 1
+            and position.ledger_seq == at.ledger_seq
+            and position.entry_id == at.entry_id
+            and position.slot == at.slot + (sequence - self.first)
+        )
+
+    def position_of(self, sequence: int) -> LogPosition:
+        at = self.at
+        return LogPosition._of(at.ledger_seq, at.entry_id, at.slot + (sequence - self.first))
+
+
+@final
+@attrs.define
 class _Producer:
     highest: int
-    recent: deque[tuple[int, LogPosition]] = attrs.field(
-        factory=lambda: deque(maxlen=RECENT_POSITIONS)
-    )
+    recent: deque[_Run] = attrs.field(factory=lambda: deque(maxlen=RECENT_POSITIONS))
 
 
 @final
@@ -60,7 +82,11 @@ class ProducerTable:
         elif sequence <= entry.highest:
             return  # a copy the log holds twice (written before idempotence): keep the first
         entry.highest = sequence
-        entry.recent.append((sequence, position))
+        recent = entry.recent
+        if recent and recent[-1].extends_to(sequence, position):
+            recent[-1].last = sequence
+        else:
+            recent.append(_Run(sequence, sequence, position))
 
     def duplicate_of(self, producer_id: str, sequence: int) -> tuple[bool, LogPosition | None]:
         """Whether ``sequence`` is already durable, and the first copy's position if it is
@@ -68,9 +94,9 @@ class ProducerTable:
         entry = self._producers.get(producer_id)
         if entry is None or sequence > entry.highest:
             return False, None
-        for seq, pos in reversed(entry.recent):
-            if seq == sequence:
-                return True, pos
-            if seq < sequence:
+        for run in reversed(entry.recent):
+            if run.first <= sequence <= run.last:
+                return True, run.position_of(sequence)
+            if run.last < sequence:
                 break
         return True, None

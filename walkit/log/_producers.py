@@ -8,7 +8,7 @@ written by this writer (retries come seconds after a failure, ledgers roll every
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -69,16 +69,39 @@ class ProducerState:
         wait for if an earlier copy may be in flight (then check again); None: append it."""
         duplicate, position = self.table.duplicate_of(tag.producer_id, tag.sequence)
         if duplicate:
-            raise DuplicateRecordError(
-                f"log {self._log_name}: producer {tag.producer_id!r} sequence {tag.sequence} "
-                f"is already in the log"
-                + (f" at {position}" if position is not None else " (an older record)"),
-                position=position,
-            )
+            raise self._duplicate(tag, position)
+        return self.in_flight(tag)
+
+    def in_flight(self, tag: ProducerTag) -> RecordBatch | None:
+        """The record set to wait for if a copy of ``tag``'s sequence number, or of a later one
+        of its producer, may be in flight; None if none may be."""
         sent = self._in_flight.get(tag.producer_id)
         if sent is not None and tag.sequence <= sent[0]:
             return sent[1]
         return None
+
+    def durable_prefix(self, tags: Sequence[ProducerTag]) -> list[LogPosition]:
+        """The first copies' positions of the leading ``tags`` already durable (a batch retried
+        after an unknown outcome; ask once none of them is in flight). DuplicateRecordError if
+        one of them is durable but older than the positions remembered."""
+        positions: list[LogPosition] = []
+        table = self.table
+        for tag in tags:
+            duplicate, position = table.duplicate_of(tag.producer_id, tag.sequence)
+            if not duplicate:
+                break
+            if position is None:
+                raise self._duplicate(tag, None)
+            positions.append(position)
+        return positions
+
+    def _duplicate(self, tag: ProducerTag, position: LogPosition | None) -> DuplicateRecordError:
+        return DuplicateRecordError(
+            f"log {self._log_name}: producer {tag.producer_id!r} sequence {tag.sequence} "
+            f"is already in the log"
+            + (f" at {position}" if position is not None else " (an older record)"),
+            position=position,
+        )
 
     def sent(self, tag: ProducerTag, batch: RecordBatch) -> None:
         self._in_flight[tag.producer_id] = (tag.sequence, batch)

@@ -31,6 +31,7 @@ from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
 from walkit._core.log_position import LogPosition, position
 from walkit._core.log_tail import CloseOutcome, close_outcome
+from walkit._core.producers import MAX_SEQUENCE
 from walkit._core.record_set import ProducerTag, envelope_overhead
 from walkit._core.retention import RECORDS_KEY
 from walkit._logging import get_logger
@@ -239,21 +240,60 @@ class LogWriter:
         elif self._broken:
             await self._check_owner()  # the ledger failed and a roll must wait: still ours?
 
-    async def append_batch(self, payloads: Sequence[bytes]) -> list[LogPosition]:
+    async def append_batch(
+        self,
+        payloads: Sequence[bytes],
+        *,
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> list[LogPosition]:
         """Append several records, in order, packed into as few entries as ``batch_bytes``
-        allows and pipelined; returns their positions once all are durable."""
+        allows and pipelined; returns their positions once all are durable.
+
+        With ``producer_id`` and ``sequence``, record ``i`` carries sequence number
+        ``sequence + i`` and the batch is idempotent: retried after an unknown outcome, the
+        records already in the log (a prefix of the batch: the first try stored part of it,
+        or all) are not stored again, and their positions are those of their first copies.
+        DuplicateRecordError only when such a record is older than the positions the writer
+        remembers (see ``docs/log.md``). Raises as :meth:`append`.
+        """
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
         records = [self._record(p) for p in payloads]
-        await self._current_ledger()
-        if not records:
-            return []
+        first = producer_tag(producer_id, sequence)
         batcher = self._batches
-        added = [batcher.add(record) for record in records]
+        if first is None:
+            await self._current_ledger()
+            known: list[LogPosition] = []
+            added = [batcher.add(record) for record in records]
+        else:
+            if first.sequence + len(records) - 1 > MAX_SEQUENCE:
+                raise InvalidArgumentError(
+                    f"sequence {first.sequence} + {len(records)} records passes 2^64-1"
+                )
+            tags = [ProducerTag(first.producer_id, first.sequence + i) for i in range(len(records))]
+            known = await self._admit_batch(tags) if tags else []
+            added = []
+            for record, tag in zip(records[len(known) :], tags[len(known) :], strict=True):
+                batch, slot = batcher.add(record, tag)
+                self._producers.sent(tag, batch)
+                added.append((batch, slot))
         batcher.pump()
         for batch in dict.fromkeys(b for b, _slot in added):
             await self._outcome(batch)
-        return [batch.position(slot) for batch, slot in added]
+        return known + [batch.position(slot) for batch, slot in added]
+
+    async def _admit_batch(self, tags: list[ProducerTag]) -> list[LogPosition]:
+        """:meth:`_admit` for a batch: wait until no earlier copy of its sequence numbers may
+        be in flight; return the positions of those already in the log (a prefix). No
+        checkpoint between the last check and the return."""
+        while True:
+            await self._producers.ready()
+            await self._current_ledger()
+            earlier = self._producers.in_flight(tags[0])
+            if earlier is None:
+                return self._producers.durable_prefix(tags)
+            await earlier.done.wait()  # a copy in flight: its outcome decides
 
     def _record(self, payload: object) -> bytes:
         if isinstance(payload, bytes):
