@@ -210,6 +210,19 @@ async def test_a_lone_deferred_request_is_committed_by_the_caller() -> None:
         assert group.groups == 2
 
 
+async def _committed_by_the_task(
+    group: GroupCommit, done: list[object], journal: _Journal, sink: str, *, here: bool = True
+) -> None:
+    """Submit one deferred request and flush: the task, not the caller, commits it."""
+    before = list(done)
+    group.defer_wake()
+    group.submit(b"body", _add(len(before)), sink)
+    group.flush(here=here)
+    assert done == before  # not committed by the caller
+    await trio.testing.wait_all_tasks_blocked()
+    assert journal.calls[-1] == ("commit", 1) and done[-1] == (sink, None)
+
+
 async def test_deferred_requests_go_to_the_task_when_it_could_group_them() -> None:
     # Several requests in one chunk, a committer that cannot commit at once, or another task
     # ready to run (it may have a request for the same group): the task commits them.
@@ -228,27 +241,10 @@ async def test_deferred_requests_go_to_the_task_when_it_could_group_them() -> No
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(other)  # runnable until this task yields
-            group.defer_wake()
-            group.submit(b"body", _add(2), "c")
-            group.flush()
-            assert done[-1] == ("b", None)
-        await trio.testing.wait_all_tasks_blocked()
-        assert journal.calls[-1] == ("commit", 1) and done[-1] == ("c", None)
-
-        group.defer_wake()
-        group.submit(b"body", _add(3), "d")
-        group.flush(here=False)  # (a bookie with many connections)
-        assert done[-1] == ("c", None)
-        await trio.testing.wait_all_tasks_blocked()
-        assert journal.calls[-1] == ("commit", 1) and done[-1] == ("d", None)
-
+            await _committed_by_the_task(group, done, journal, "c")
+        await _committed_by_the_task(group, done, journal, "d", here=False)  # many connections
         journal.now = False
-        group.defer_wake()
-        group.submit(b"body", _add(4), "e")
-        group.flush()
-        assert done[-1] == ("d", None)
-        await trio.testing.wait_all_tasks_blocked()
-        assert journal.calls[-1] == ("commit", 1) and done[-1] == ("e", None)
+        await _committed_by_the_task(group, done, journal, "e")
         assert ("commit_now", 1) not in journal.calls
 
 
