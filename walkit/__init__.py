@@ -17,6 +17,7 @@ from walkit.log import (
     LogReader,
     LogRecord,
     LogWriter,
+    ProducerTag,
     Snapshot,
 )
 from walkit.net import TLSConfig
@@ -39,6 +40,7 @@ __all__ = [
     "LogReader",
     "LogRecord",
     "LogWriter",
+    "ProducerTag",
     "Snapshot",
     "TLSConfig",
     "TokenAuth",

@@ -1,7 +1,8 @@
 """Log takeover with real processes: bookie processes on loopback, a writer process appending
 (printing each acknowledged position) is SIGKILLed, another process takes the log over and
 appends; a reader tailing all along and a final read see every acknowledged record of both,
-in order, exactly once, at the positions the writers were given."""
+in order, exactly once, at the positions the writers were given. An idempotent producer's
+writer processes, SIGKILLed in the middle of batches and retried, store each record once."""
 
 from __future__ import annotations
 
@@ -132,3 +133,87 @@ async def test_killed_writer_is_taken_over_and_nothing_acknowledged_is_lost(
         assert len([lg for lg in md.ledgers if lg.seq < b.first.ledger_seq]) >= 4  # a rolled
         for lg in md.ledgers:
             assert (await client.ledger_metadata(lg.ledger_id)).is_closed
+
+
+PRODUCER_WRITER = Path(__file__).with_name("_producer_writer.py")
+
+
+class ProducerProcess:
+    """``_producer_writer.py``: ``acked`` holds (position, sequence number) per record."""
+
+    def __init__(self, url: str, start: int, count: int | None = None) -> None:
+        args = [sys.executable, str(PRODUCER_WRITER), url, "payments", "teller-1", str(start)]
+        if count is not None:
+            args.append(str(count))
+        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.acked: list[tuple[LogPosition, int]] = []
+        self.first: LogPosition | None = None
+        self.done = False
+        self.output: list[str] = []
+        self.ended = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            line = raw.decode(errors="replace").strip()
+            self.output.append(line)
+            parts = line.split()
+            if parts[:1] == ["ACK"]:
+                self.acked.append((LogPosition.parse(parts[1]), int(parts[2])))
+            elif parts[:1] == ["FIRST"]:
+                self.first = LogPosition.parse(parts[1])
+            elif parts[:1] == ["DONE"]:
+                self.done = True
+        self.ended.set()
+
+    async def wait_for(self, count: int) -> None:
+        with trio.fail_after(60):
+            while len(self.acked) < count:
+                if self.ended.is_set():
+                    raise AssertionError("writer exited early:\n" + "\n".join(self.output[-20:]))
+                await trio.sleep(0.01)
+
+    async def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        with trio.fail_after(30):
+            await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(self.ended.wait, abandon_on_cancel=True)
+
+
+async def test_an_idempotent_producer_killed_mid_batch_retries_and_stores_each_record_once(
+    bookies: ProcessCluster,
+) -> None:
+    # Three writer processes in turn, each starting where the last one's acknowledged records
+    # end: the batch it was killed in is retried whole, with the same numbers and bytes, and
+    # some of its entries may have been stored (they are recognised, not stored again).
+    url = bookies.metadata_url
+    writers: list[ProducerProcess] = []
+    start = 0
+    for _round in range(3):
+        writer = ProducerProcess(url, start)
+        writers.append(writer)
+        try:
+            await writer.wait_for(60)
+        finally:
+            await writer.kill()
+        start = writer.acked[-1][1] + 1  # the start of the batch it was killed in
+    last = ProducerProcess(url, start, count=28)
+    writers.append(last)
+    with trio.fail_after(60):
+        assert await trio.to_thread.run_sync(last.process.wait, abandon_on_cancel=True) == 0
+        await trio.to_thread.run_sync(last.ended.wait, abandon_on_cancel=True)
+    assert last.done, "\n".join(last.output[-20:])
+    async with walkit.Client.connect(url) as client:
+        log = await walkit.Log.open(client, "payments")
+        final = [rec async for rec in log.reader(follow=False)]
+    # Every number from 0 to the end, once each, in order, with its bytes.
+    numbers = [rec.producer.sequence for rec in final if rec.producer is not None]
+    assert len(numbers) == len(final)
+    assert numbers == list(range(start + 28)), "a record stored twice, or missing"
+    assert all(rec.payload == b"p-%d" % rec.producer.sequence for rec in final if rec.producer)
+    # Every position a writer was given holds its record (retried ones: the first copy).
+    at = {rec.position: rec for rec in final}
+    for writer in writers:
+        for pos, n in writer.acked:
+            assert at[pos].producer == walkit.ProducerTag("teller-1", n)

@@ -11,7 +11,7 @@ from walkit._core.log_metadata import (
     SnapshotRecord,
 )
 from walkit._core.log_position import LogPosition
-from walkit._core.record_set import encode_record_set
+from walkit._core.record_set import ProducerTag, encode_record_set
 from walkit.errors import LogTruncatedError, NoSuchLogError
 from walkit.log._gc import Orphan
 from walkit.log._link import LinkResult, StagedLedger
@@ -38,6 +38,7 @@ __all__ = [
     "LogWriter",
     "NoSuchLogError",
     "Orphan",
+    "ProducerTag",
     "RetentionResult",
     "SinkMark",
     "Snapshot",
