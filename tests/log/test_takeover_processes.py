@@ -29,8 +29,13 @@ LOG = "orders"
 
 
 class WriterProcess:
-    def __init__(self, url: str, tag: str, count: int | None = None) -> None:
-        args = [sys.executable, str(WRITER), url, LOG, tag]
+    """``_log_writer.py`` (or a script with the same output, see ``script``): ``acked``
+    holds (position, what the ACK line names) per acknowledged record."""
+
+    def __init__(
+        self, url: str, tag: str, count: int | None = None, *, script: list[str] | None = None
+    ) -> None:
+        args = [sys.executable, *(script or [str(WRITER), url, LOG, tag])]
         if count is not None:
             args.append(str(count))
         self.tag = tag
@@ -73,6 +78,10 @@ class WriterProcess:
             code = await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
             await trio.to_thread.run_sync(self.ended.wait, abandon_on_cancel=True)
         return code
+
+    async def kill(self) -> int:
+        self.process.send_signal(signal.SIGKILL)
+        return await self.finish()
 
     def record(self, history: LogHistory) -> None:
         for pos, payload in self.acked:
@@ -138,47 +147,10 @@ async def test_killed_writer_is_taken_over_and_nothing_acknowledged_is_lost(
 PRODUCER_WRITER = Path(__file__).with_name("_producer_writer.py")
 
 
-class ProducerProcess:
-    """``_producer_writer.py``: ``acked`` holds (position, sequence number) per record."""
-
-    def __init__(self, url: str, start: int, count: int | None = None) -> None:
-        args = [sys.executable, str(PRODUCER_WRITER), url, "payments", "teller-1", str(start)]
-        if count is not None:
-            args.append(str(count))
-        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.acked: list[tuple[LogPosition, int]] = []
-        self.first: LogPosition | None = None
-        self.done = False
-        self.output: list[str] = []
-        self.ended = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            line = raw.decode(errors="replace").strip()
-            self.output.append(line)
-            parts = line.split()
-            if parts[:1] == ["ACK"]:
-                self.acked.append((LogPosition.parse(parts[1]), int(parts[2])))
-            elif parts[:1] == ["FIRST"]:
-                self.first = LogPosition.parse(parts[1])
-            elif parts[:1] == ["DONE"]:
-                self.done = True
-        self.ended.set()
-
-    async def wait_for(self, count: int) -> None:
-        with trio.fail_after(60):
-            while len(self.acked) < count:
-                if self.ended.is_set():
-                    raise AssertionError("writer exited early:\n" + "\n".join(self.output[-20:]))
-                await trio.sleep(0.01)
-
-    async def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        with trio.fail_after(30):
-            await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
-            await trio.to_thread.run_sync(self.ended.wait, abandon_on_cancel=True)
+def producer_process(url: str, start: int, count: int | None = None) -> WriterProcess:
+    """``_producer_writer.py`` from sequence number ``start``: its ACK lines name the numbers."""
+    script = [str(PRODUCER_WRITER), url, "payments", "teller-1", str(start)]
+    return WriterProcess(url, "teller-1", count, script=script)
 
 
 async def test_an_idempotent_producer_killed_mid_batch_retries_and_stores_each_record_once(
@@ -188,22 +160,19 @@ async def test_an_idempotent_producer_killed_mid_batch_retries_and_stores_each_r
     # end: the batch it was killed in is retried whole, with the same numbers and bytes, and
     # some of its entries may have been stored (they are recognised, not stored again).
     url = bookies.metadata_url
-    writers: list[ProducerProcess] = []
+    writers: list[WriterProcess] = []
     start = 0
     for _round in range(3):
-        writer = ProducerProcess(url, start)
+        writer = producer_process(url, start)
         writers.append(writer)
         try:
             await writer.wait_for(60)
         finally:
             await writer.kill()
-        start = writer.acked[-1][1] + 1  # the start of the batch it was killed in
-    last = ProducerProcess(url, start, count=28)
+        start = int(writer.acked[-1][1]) + 1  # the start of the batch it was killed in
+    last = producer_process(url, start, count=28)
     writers.append(last)
-    with trio.fail_after(60):
-        assert await trio.to_thread.run_sync(last.process.wait, abandon_on_cancel=True) == 0
-        await trio.to_thread.run_sync(last.ended.wait, abandon_on_cancel=True)
-    assert last.done, "\n".join(last.output[-20:])
+    assert await last.finish() == 0 and last.done, "\n".join(last.output[-20:])
     async with walkit.Client.connect(url) as client:
         log = await walkit.Log.open(client, "payments")
         final = [rec async for rec in log.reader(follow=False)]
@@ -216,4 +185,4 @@ async def test_an_idempotent_producer_killed_mid_batch_retries_and_stores_each_r
     at = {rec.position: rec for rec in final}
     for writer in writers:
         for pos, n in writer.acked:
-            assert at[pos].producer == walkit.ProducerTag("teller-1", n)
+            assert at[pos].producer == walkit.ProducerTag("teller-1", int(n))
