@@ -262,7 +262,7 @@ class LogWriter:
         records = [self._record(p) for p in payloads]
         first = producer_tag(producer_id, sequence)
         batcher = self._batches
-        if first is None:
+        if first is None or not records:
             await self._current_ledger()
             known: list[LogPosition] = []
             added = [batcher.add(record) for record in records]
@@ -272,7 +272,7 @@ class LogWriter:
                     f"sequence {first.sequence} + {len(records)} records passes 2^64-1"
                 )
             tags = [ProducerTag(first.producer_id, first.sequence + i) for i in range(len(records))]
-            known = await self._admit_batch(tags) if tags else []
+            known = await self._admit_batch(tags)
             added = []
             for record, tag in zip(records[len(known) :], tags[len(known) :], strict=True):
                 batch, slot = batcher.add(record, tag)

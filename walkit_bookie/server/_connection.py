@@ -388,39 +388,11 @@ class Connection:
                 return
             decoder.feed(data)
             fed += len(data)
-            frames = 0
             # The chunk's adds reach the group commit together (a lone one may be committed
             # by this task at the end: handler.flush_commits).
             handler.defer_commits()
             try:
-                while True:
-                    # Checked per request, not per chunk: one chunk of small reads can ask
-                    # for far more answer bytes than the limits allow.
-                    if self._no_room():
-                        handler.flush_commits()
-                        await self._wait_for_room()
-                        handler.defer_commits()
-                    try:
-                        body = decoder.next_frame()
-                    except FrameTooLargeError as exc:
-                        self._refuse_frame(data, fed, consumed, str(exc))
-                        raise _Close from exc
-                    except RemoteProtocolError as exc:
-                        handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
-                        raise _Close from exc
-                    if body is None:
-                        break
-                    frames += 1
-                    consumed += 4 + len(body)
-                    try:
-                        message = decode_message(body)
-                    except RemoteProtocolError as exc:
-                        self._bad_message(body, exc)
-                        continue
-                    if self.authenticated:
-                        handler.handle(self, body, message)
-                    else:
-                        self._authenticate(message)
+                frames, consumed = await self._handle_frames(decoder, data, fed, consumed)
             finally:
                 handler.flush_commits()
             # What is left in the decoder is the start of a frame: count it against the
@@ -448,6 +420,42 @@ class Connection:
                     "too_many_partial_frames",
                 )
                 raise _Close
+
+    async def _handle_frames(
+        self, decoder: FrameDecoder, data: bytes | bytearray | memoryview, fed: int, consumed: int
+    ) -> tuple[int, int]:
+        """Handle the whole frames the decoder holds; return how many, and the bytes of whole
+        frames taken out of the decoder so far (``consumed``, grown by theirs)."""
+        handler = self._handler
+        frames = 0
+        while True:
+            # Checked per request, not per chunk: one chunk of small reads can ask for far
+            # more answer bytes than the limits allow.
+            if self._no_room():
+                handler.flush_commits()
+                await self._wait_for_room()
+                handler.defer_commits()
+            try:
+                body = decoder.next_frame()
+            except FrameTooLargeError as exc:
+                self._refuse_frame(data, fed, consumed, str(exc))
+                raise _Close from exc
+            except RemoteProtocolError as exc:
+                handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
+                raise _Close from exc
+            if body is None:
+                return frames, consumed
+            frames += 1
+            consumed += 4 + len(body)
+            try:
+                message = decode_message(body)
+            except RemoteProtocolError as exc:
+                self._bad_message(body, exc)
+                continue
+            if self.authenticated:
+                handler.handle(self, body, message)
+            else:
+                self._authenticate(message)
 
     def _timed_out(self, held: int) -> None:
         """The reader's deadline passed: report it and close (no answer: nothing to answer)."""
