@@ -194,7 +194,7 @@ class LogWriter:
         batch, slot = self._batches.add(record, tag)
         if tag is not None:
             self._producers.sent(tag, batch)
-        self._batches.pump()
+        self._batches.added()
         try:  # (_outcome inlined: one coroutine fewer per append)
             await batch.wait()
         except WalkitError as exc:
@@ -224,7 +224,7 @@ class LogWriter:
             earlier = self._producers.check(tag)
             if earlier is None:
                 return
-            await earlier.done.wait()  # a copy in flight: its outcome decides
+            await earlier.settled()  # a copy in flight: its outcome decides
 
     async def _current_ledger(self) -> None:
         """Roll first if one is due or under way (no checkpoint otherwise: call order is
@@ -278,7 +278,7 @@ class LogWriter:
                 batch, slot = batcher.add(record, tag)
                 self._producers.sent(tag, batch)
                 added.append((batch, slot))
-        batcher.pump()
+        batcher.added()
         for batch in dict.fromkeys(b for b, _slot in added):
             await self._outcome(batch)
         return known + [batch.position(slot) for batch, slot in added]
@@ -293,7 +293,7 @@ class LogWriter:
             earlier = self._producers.in_flight(tags[0])
             if earlier is None:
                 return self._producers.durable_prefix(tags)
-            await earlier.done.wait()  # a copy in flight: its outcome decides
+            await earlier.settled()  # a copy in flight: its outcome decides
 
     def _record(self, payload: object) -> bytes:
         if isinstance(payload, bytes):
@@ -356,7 +356,7 @@ class LogWriter:
             pass
         last = self._batches.flush()
         if last is not None:  # the records queued before close are sent and waited for
-            await last.done.wait()
+            await last.settled()
         await self._old_closed.wait()
         if self._error is not None:
             # Fenced or failed: the ledger is another writer's to recover; just stop ours.
