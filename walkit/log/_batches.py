@@ -220,16 +220,11 @@ class RecordBatcher:
             self.records_acked[lw.id] = self.records_acked.get(lw.id, 0) + len(batch.records)
         if self.on_done is not None:
             self.on_done(batch, acknowledged)
-        if (
-            acknowledged
-            and woken > 1
-            and not self._holding
-            and self._spawn is not None
-            and self._spawn(functools.partial(self._release, self._hold + 1))
-        ):
-            self._holding = True  # (full record sets still go at once)
-            self._hold += 1
-            self._awaited = woken
+        if acknowledged and woken > 1 and not self._holding and self._spawn is not None:
+            hold = self._hold + 1
+            if self._spawn(functools.partial(self._release, hold)):
+                # (full record sets still go at once)
+                self._holding, self._hold, self._awaited = True, hold, woken
         self.pump()
 
     async def _release(self, hold: int) -> None:
