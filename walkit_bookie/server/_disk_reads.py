@@ -140,21 +140,28 @@ class DiskReads:
                 for conn, req in batch:
                     h.answer_read(conn, req, StatusCode.IO_ERROR)
                 continue
-            # Answered even if the bounds were passed meanwhile: they had room when the batch
-            # was made, so one batch (~16 MiB, entries from the cache counted too) is the most
-            # they pass them by. The rest go back to the queue, first.
-            done = answered = 0
-            for (conn, req), packet in zip(batch, packets, strict=False):
+            # Each answer only while its connection and the bookie still have room (the
+            # batch's earlier answers may have filled them): a bound is passed by one entry
+            # at most. The rest go back to the queue, first, in order (read again later).
+            back = []
+            answered = 0
+            for i, ((conn, req), packet) in enumerate(zip(batch, packets, strict=False)):
                 if answered >= _BATCH_BYTES:
+                    back.extend(batch[i:])
                     break
-                done += 1
-                if packet is None:
+                if conn.closed:
+                    h.read_done(conn, None)
+                elif packet is None:
                     h.answer_read(conn, req, StatusCode.NO_SUCH_ENTRY)
-                else:
+                elif self.room(conn):
                     answered += len(packet)
                     h.answer_read(conn, req, StatusCode.OK, packet)
-            if done < len(batch):
-                self._queue[:0] = batch[done:]
+                else:
+                    back.append((conn, req))
+            else:
+                back.extend(batch[len(packets) :])
+            if back:
+                self._queue[:0] = back
 
     async def _wait_for_room(self) -> None:
         """Until some answers are taken (``answers_taken``), a read slot is wanted, or
