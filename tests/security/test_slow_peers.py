@@ -62,9 +62,11 @@ def _lac_request(rid: int) -> bytes:
     return encode_frame(ReadLacRequest(rid, 1, ReadLacFlag.NONE, -1, 0, b""))
 
 
-def _unread_stream_socket(bid: object) -> trio.SocketStream:
+def _unread_stream_socket(bid: object, source: str | None = None) -> trio.SocketStream:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if source is not None:
+        sock.bind((source, 0))  # (another host on loopback: any 127/8 address)
     sock.connect((bid.host, bid.port))  # type: ignore[attr-defined]
     return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
 
@@ -400,6 +402,38 @@ async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -
                 assert (await reader.read(1, 2)).status is StatusCode.OK
         await second.aclose()
         await _wait_until(lambda: bookie.handler.reads_in_flight == 0)
+
+
+async def test_a_client_takes_turns_with_a_stranger_whose_reads_came_first(
+    tmp_path: Path,
+) -> None:
+    """Re-attack (2026-11-26): 400 connections of one host each asked a 4 MiB entry from disk
+    and read nothing; a client's reads, sent after theirs, waited for all of them (two 5 s read
+    timeouts in a row): the evictions made room for the stranger's next reads first. Waiting
+    reads now take turns per client (address): the client is served at the first room made."""
+    cfg = config(
+        [tmp_path / "d"], send_timeout=60, max_unsent_bytes_total=16 * MiB, evict_unread_after=1
+    )
+    async with running_bookie(cfg) as (bookie, bid):
+        await _big_entries_on_disk(bookie, bid, b"t")
+        handler = bookie.handler
+        hogs = []
+        for i in range(40):
+            hogs.append(_unread_stream_socket(bid, source="127.0.0.2"))
+            await hogs[-1].send_all(encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")))
+        await _wait_until(lambda: handler.unsent_bytes >= cfg.max_unsent_bytes_total)
+        await _wait_until(lambda: handler.reads_in_flight >= 30)  # the stranger's reads wait
+        async with connect(bid) as reader:
+            with trio.fail_after(30):
+                answer = await reader.read(1, 1)
+            evicted = handler.connections_evicted_unread
+        assert answer.status is StatusCode.OK
+        # Served once the first stuck connections were closed, not after the stranger's
+        # other waiting reads (about nine more rounds of evictions).
+        assert 1 <= evicted <= 8, evicted
+        for hog in hogs:
+            await hog.aclose()
+        await _wait_until(lambda: handler.unsent_bytes == 0)
 
 
 @pytest.mark.parametrize("where", ["disk", "cache"])

@@ -118,6 +118,8 @@ class Peer(Protocol):
 
     outstanding: int
     peer: str
+    #: The peer's host address ("" if unknown).
+    address: str
     principal: str | None
     #: Closed: answers sent to it are dropped.
     closed: bool

@@ -9,10 +9,17 @@ connections asking one 4 MiB entry each 1.67 GB. A read without room waits: unti
 taken, or a read slot is wanted (then it is refused TOO_MANY_REQUESTS: waiting reads must not
 hold the slots), and, while the total is at its bound, connections whose peers take nothing
 are closed to make room (``evict_unread_after``).
+
+Waiting reads are queued per client (its principal, else its address) and taken in turns, one
+of each client's at a time, and a client whose read was answered goes to the end of the turn
+order: when room is made, a client is not served after all the reads that another sent
+before it (400 connections of one stranger, each asking a 4 MiB entry: a fresh client's reads
+timed out for ~10 s).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 import trio
@@ -62,7 +69,8 @@ class DiskReads:
 
     def __init__(self, handler: ReadAnswers) -> None:
         self._handler = handler
-        self._queue: list[tuple[Peer, ReadRequest]] = []
+        #: Reads waiting, per client (see the module), clients in turn order (none empty).
+        self._queues: OrderedDict[str, deque[tuple[Peer, ReadRequest]]] = OrderedDict()
         self._wake = trio.Event()
         #: Readers waiting for room for the reads left in the queue.
         self._waiting = 0
@@ -74,8 +82,44 @@ class DiskReads:
                 nursery.start_soon(self._reader)
 
     def submit(self, conn: Peer, req: ReadRequest) -> None:
-        self._queue.append((conn, req))
+        client = _client(conn)
+        queue = self._queues.get(client)
+        if queue is None:
+            queue = self._queues[client] = deque()
+        queue.append((conn, req))
         self._wake.set()
+
+    def _take(self, limit: int) -> list[tuple[Peer, ReadRequest]]:
+        """Up to ``limit`` waiting reads: one of each client's in turn order, then again."""
+        queues = self._queues
+        taken: list[tuple[Peer, ReadRequest]] = []
+        while queues and len(taken) < limit:
+            for client, queue in list(queues.items()):
+                taken.append(queue.popleft())
+                if not queue:
+                    del queues[client]
+                if len(taken) >= limit:
+                    break
+        return taken
+
+    def _put_back(self, reads: list[tuple[Peer, ReadRequest]]) -> None:
+        """Return reads taken but not answered to the front of their clients' queues, in
+        their order (each client's reads are taken in the order they came); a client that
+        has none left waiting takes back its turn at the front (its reads were taken first)."""
+        queues = self._queues
+        for conn, req in reversed(reads):
+            client = _client(conn)
+            queue = queues.get(client)
+            if queue is None:
+                queue = queues[client] = deque()
+                queues.move_to_end(client, last=False)
+            queue.appendleft((conn, req))
+
+    def _served(self, conn: Peer) -> None:
+        """A read of ``conn``'s client was answered: its turn is over."""
+        client = _client(conn)
+        if client in self._queues:
+            self._queues.move_to_end(client)
 
     def slots_taken(self) -> None:
         """Every read slot is taken: reads waiting for room are refused, not kept."""
@@ -106,12 +150,11 @@ class DiskReads:
     async def _reader(self) -> None:
         h = self._handler
         while True:
-            if not self._queue:
+            if not self._queues:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 continue
-            taken = self._queue[:_BATCH]
-            del self._queue[:_BATCH]
+            taken = self._take(_BATCH)
             batch = []
             waiting = []
             for conn, req in taken:
@@ -126,7 +169,7 @@ class DiskReads:
                 else:
                     waiting.append((conn, req))  # until its connection has room
             if waiting:
-                self._queue.extend(waiting)
+                self._put_back(waiting)
             if not batch:
                 if waiting:
                     await self._wait_for_room()
@@ -142,7 +185,7 @@ class DiskReads:
                 continue
             # Each answer only while its connection and the bookie still have room (the
             # batch's earlier answers may have filled them): a bound is passed by one entry
-            # at most. The rest go back to the queue, first, in order (read again later).
+            # at most. The rest go back to their queues, first (read again later).
             back = []
             answered = 0
             for i, ((conn, req), packet) in enumerate(zip(batch, packets, strict=False)):
@@ -156,12 +199,13 @@ class DiskReads:
                 elif self.room(conn):
                     answered += len(packet)
                     h.answer_read(conn, req, StatusCode.OK, packet)
+                    self._served(conn)
                 else:
                     back.append((conn, req))
             else:
                 back.extend(batch[len(packets) :])
             if back:
-                self._queue[:0] = back
+                self._put_back(back)
 
     async def _wait_for_room(self) -> None:
         """Until some answers are taken (``answers_taken``), a read slot is wanted, or
@@ -208,3 +252,8 @@ class DiskReads:
         h.read_done(
             conn, encode_frame(ErrorResponse(req.request_id, StatusCode.TOO_MANY_REQUESTS, why))
         )
+
+
+def _client(conn: Peer) -> str:
+    """Whose turn a read waits for: the connection's principal, else its host address."""
+    return conn.principal if conn.principal is not None else f"address {conn.address}"

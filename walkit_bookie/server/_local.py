@@ -44,6 +44,7 @@ class LocalCopyStore:
     here (as a connection's frames would) and completes the waiting ``store`` call."""
 
     peer = "this bookie's autorecovery worker"
+    address = ""
     principal: str | None = None
     closed = False  # (in-process: never)
 
