@@ -41,8 +41,8 @@ class RecordBatch:
     acknowledged or failed."""
 
     __slots__ = (
-        "_settled", "_waiters", "batcher", "entry_id", "error", "lw", "records", "seq", "size",
-        "tags",
+        "_settled", "_waiters", "acked", "batcher", "entry_id", "error", "lw", "records", "seq",
+        "size", "tags",
     )  # fmt: skip
 
     def __init__(self, batcher: RecordBatcher) -> None:
@@ -57,6 +57,8 @@ class RecordBatch:
         self.entry_id = -1
         self.lw: LedgerWriter | None = None
         self.error: WalkitError | None = None
+        #: The entry was acknowledged (known when the waiters wake).
+        self.acked = False
 
     def add(self, record: bytes, tag: ProducerTag | None) -> int:
         slot = len(self.records)
@@ -106,6 +108,8 @@ class RecordBatch:
                 return trio.lowlevel.Abort.SUCCEEDED
 
             await trio.lowlevel.wait_task_rescheduled(abort)
+        if self.acked:
+            return
         if self.error is not None:
             raise type(self.error)(*self.error.args)  # one object per raising task
         assert self.lw is not None
@@ -216,6 +220,7 @@ class RecordBatcher:
         lw = batch.lw
         acknowledged = lw is not None and lw.last_add_confirmed >= batch.entry_id
         if acknowledged:
+            batch.acked = True  # (before its waiters run: set() wakes them, they run later)
             assert lw is not None
             self.records_acked[lw.id] = self.records_acked.get(lw.id, 0) + len(batch.records)
         if self.on_done is not None:

@@ -184,12 +184,19 @@ class LogWriter:
         LedgerClosedError (after close), InvalidArgumentError (not bytes, too big), and the
         ledger's errors (NotEnoughBookiesError ...).
         """
-        record = self._record(payload)
-        tag = producer_tag(producer_id, sequence)
-        if tag is None:
+        # (The common case, a bytes record without a producer, is checked inline: this runs
+        # once per record.)
+        if type(payload) is bytes and len(payload) <= self._max_record:
+            record = payload
+        else:
+            record = self._record(payload)
+        if producer_id is None and sequence is None:
+            tag = None
             if not self._ledger_ready():  # (_current_ledger without its coroutine)
                 await self._roll_first()
         else:
+            tag = producer_tag(producer_id, sequence)
+            assert tag is not None  # (one of them given: a tag, or it raised)
             await self._admit(tag)
         batch, slot = self._batches.add(record, tag)
         if tag is not None:
@@ -199,7 +206,7 @@ class LogWriter:
             await batch.wait()
         except WalkitError as exc:
             raise await self._append_error(batch.lw, exc) from exc
-        return batch.position(slot)
+        return LogPosition._of(batch.seq, batch.entry_id, slot)
 
     def _ledger_ready(self) -> bool:
         """The current ledger takes appends now: no roll due or under way, not broken (the
