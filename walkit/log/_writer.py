@@ -369,18 +369,18 @@ class LogWriter:
             # Fenced or failed: the ledger is another writer's to recover; just stop ours.
             with contextlib.suppress(WalkitError):
                 await self._lw.close()
-            self._closed = True
+            self._mark_closed()
             raise _copy(self._error)
         try:
             await self._lw.close(custom_metadata=self._record_count(self._lw))
         except (LedgerFencedError, LedgerInRecoveryError) as exc:
-            self._closed = True
+            self._mark_closed()
             why = f"ledger {self._lw.id} was recovered by another writer"
             raise await self._gone_or(self._was_fenced(why)) from exc
         except NoSuchLedgerError as exc:  # deleted with its log?
-            self._closed = True
+            self._mark_closed()
             raise await self._gone_or(exc) from exc
-        self._closed = True
+        self._mark_closed()
         log.debug("log_writer_closed", log=self._log.name, ledger_id=self._lw.id)
 
     async def __aenter__(self) -> LogWriter:
@@ -397,9 +397,14 @@ class LogWriter:
                 await self.close()
             except WalkitError as close_error:  # the body's error is the one to report
                 log.warning("log_writer_close_failed", log=self._log.name, error=str(close_error))
-        self._closing = self._closed = True
+        self._closing = True
+        self._mark_closed()
 
     # --- internals -------------------------------------------------------------------------
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+        self._batches.stop()  # (its releaser task ends)
 
     def _check(self) -> None:
         if self._error is not None:
