@@ -140,9 +140,10 @@ class RecordBatcher:
         self._awaited = 0
         self._hold = 0
         #: The releaser: started at the first hold, parked between holds (a task started per
-        #: hold cost ~1 % of the writer's time at 64 appenders); whether it runs; stopped.
+        #: hold cost ~1 % of the writer's time at 64 appenders); whether it was started and has
+        #: not ended; whether it must end.
         self._releaser: trio.lowlevel.Task | None = None
-        self._releasing = False
+        self._releaser_started = False
         self._stopped = False
         self._limit = batch_bytes
         self._codec = codec
@@ -235,7 +236,7 @@ class RecordBatcher:
         self.pump()
 
     def stop(self) -> None:
-        """The writer is closing: the releaser ends (holds end with their appends)."""
+        """The writer is closed: its releaser task ends, and no hold starts again."""
         self._stopped = True
         self._holding = False
         self._wake_releaser()
@@ -247,11 +248,11 @@ class RecordBatcher:
             self._releaser = None
             trio.lowlevel.reschedule(task)
             return True
-        if self._releasing:
+        if self._releaser_started:
             return True  # it looks at the holds before it parks again
         if self._stopped or self._spawn is None or not self._spawn(self._release):
             return False
-        self._releasing = True
+        self._releaser_started = True
         return True
 
     async def _release(self) -> None:
@@ -276,7 +277,7 @@ class RecordBatcher:
                 await trio.lowlevel.wait_task_rescheduled(self._unpark)
         finally:
             self._releaser = None
-            self._releasing = False
+            self._releaser_started = False
             if self._holding and not self._stopped:  # (cancelled: the client is closing)
                 self._holding = False
                 self.pump()
