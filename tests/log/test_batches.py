@@ -96,6 +96,11 @@ async def test_the_last_woken_appender_sends_the_held_record_set() -> None:
 
 async def test_a_hold_ends_one_round_later_when_a_woken_task_does_not_append() -> None:
     lw = _Ledger()
+    with trio.fail_after(10):  # (a releaser that never ends the hold would spin here)
+        await _three_holds(lw)
+
+
+async def _three_holds(lw: _Ledger) -> None:
     started = 0
     async with trio.open_nursery() as nursery:
 
