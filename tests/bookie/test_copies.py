@@ -22,6 +22,7 @@ from walkit._core.wire import (
     decode_message,
     encode_read_request,
 )
+from walkit_bookie.storage._storage import DiskStorage
 
 COPY = AddFlag.RECOVERY | AddFlag.COPY
 
@@ -39,6 +40,11 @@ async def test_copies_are_stored_apart_from_the_journal(tmp_path: Path) -> None:
         assert stats.copies_stored == 40
         assert 1 <= stats.copy_groups <= 40
         assert stats.journal_records == records  # none of them went through the journal
+        # Written around the page cache (O_DIRECT: tmp_path is not tmpfs).
+        assert isinstance(bookie.storage, DiskStorage)
+        entrylog = bookie.storage._entrylog
+        assert entrylog is not None and entrylog._file is not None
+        assert entrylog._file._direct_fd >= 0
         # Readable at once, from the entry log (never in the write cache).
         assert bookie.storage.cached_entry(5, 7) is None
         for e in (0, 7, 39):

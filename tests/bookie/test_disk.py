@@ -158,7 +158,8 @@ def test_entry_log_round_trips_entries_larger_than_a_write_chunk(tmp_path: Path)
 
 def test_entry_logs_are_written_through_the_page_cache(tmp_path: Path) -> None:
     # Big writes and one fdatasync each: the page cache lets the sync hand the whole write to
-    # the disk at once (O_DIRECT waited for each chunk); the journal keeps O_DIRECT.
+    # the disk at once (O_DIRECT waited for each chunk), and entries just checkpointed stay
+    # cached for readers; the journal keeps O_DIRECT, and so do rereplication copies.
     from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
 
     (tmp_path / ENTRYLOG_DIR).mkdir()
@@ -166,6 +167,54 @@ def test_entry_logs_are_written_through_the_page_cache(tmp_path: Path) -> None:
     [(_, location)] = logger.append([(1, 0, b"x" * 5000)])
     assert logger._file is not None and not logger._file.direct
     assert logger.read(location, 1, 0) == b"x" * 5000
+    logger.close()
+
+
+def test_direct_writes_of_copies_round_trip_between_page_cache_writes(tmp_path: Path) -> None:
+    # Copies go around the page cache (O_DIRECT on a second descriptor) into the same log as
+    # the checkpoints' writes; both kinds of write must read back, whatever their sizes.
+    from walkit_bookie.storage._entrylog import _DIRECT_CHUNK, ENTRYLOG_DIR, EntryLogger
+
+    (tmp_path / ENTRYLOG_DIR).mkdir()
+    logger = EntryLogger([tmp_path], max_size=1 << 30)
+    sizes = [10, 65_536, _DIRECT_CHUNK + 5, 3, _DIRECT_CHUNK - 19, 4096, 1]
+    entries = [(3, i, bytes([i + 1]) * n) for i, n in enumerate(sizes)]
+    located = logger.write(entries[:1]).locations  # through the page cache
+    located += logger.write(entries[1:4], direct=True).locations
+    located += logger.write(entries[4:5]).locations
+    located += logger.write(entries[5:], direct=True).locations
+    assert logger._file is not None and logger._file._direct_fd >= 0  # ext4 takes O_DIRECT
+    for (ledger, entry, data), (_, location) in zip(entries, located, strict=True):
+        assert logger.read(location, ledger, entry) == data
+    logger.close()
+    reopened = EntryLogger([tmp_path], max_size=1 << 30)  # read back by a new process
+    for (ledger, entry, data), (_, location) in zip(entries, located, strict=True):
+        assert reopened.read(location, ledger, entry) == data
+    reopened.close()
+
+
+def test_direct_writes_fall_back_where_o_direct_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
+
+    real_open = os.open
+
+    def refusing_open(path: str, flags: int, *args: int) -> int:
+        if flags & os.O_DIRECT:
+            raise OSError(22, "Invalid argument")  # as tmpfs and some overlays answer
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    (tmp_path / ENTRYLOG_DIR).mkdir()
+    logger = EntryLogger([tmp_path], max_size=1 << 30)
+    [(_, first)] = logger.write([(1, 0, b"a" * 5000)], direct=True).locations
+    [(_, second)] = logger.write([(1, 1, b"b" * 70_000)], direct=True).locations
+    assert logger._file is not None and logger._file._direct_fd == -2
+    assert logger.read(first, 1, 0) == b"a" * 5000
+    assert logger.read(second, 1, 1) == b"b" * 70_000
     logger.close()
 
 

@@ -370,7 +370,7 @@ class DiskStorage(BookieStorage):
         self._mark = mark
 
     async def store_copies(self, bodies: Sequence[bytes], requests: Sequence[AddRequest]) -> None:
-        # A copy is written once: to an entry log (synced), then indexed in a synced LMDB
+        # A copy is written once: to an entry log (O_DIRECT, synced), then indexed in a synced LMDB
         # transaction with its ledger's state, before the answer. Through the journal it
         # would be written twice (journal, then entry log at the checkpoint) and its big
         # groups would share, and slow, the fsync of the foreground's adds.
@@ -398,7 +398,7 @@ class DiskStorage(BookieStorage):
         index, entrylog = self._index, self._entrylog
         if index is None or entrylog is None:
             raise OSError(errno.EBADF, "bookie storage is closed")
-        appended = entrylog.write(entries)
+        appended = entrylog.write(entries, direct=True)
         index.commit(appended.locations, states, None, {appended.log_id: appended.usage})
 
     # --- reads -------------------------------------------------------------------------------
