@@ -3,8 +3,10 @@
     python bench/_foreground.py METADATA_URL OUT_FILE
 
 Appends 1 KiB entries one at a time to a new ledger (E=Qw=3, Qa=2) until SIGTERM, then writes
-the latency of each append after the first to OUT_FILE (ms, one per line). Prints "ready"
-once the first append is durable.
+the latency of each append after the first to OUT_FILE (ms, one per line). Prints "loaded"
+once its imports are done, then waits for a line on stdin before it connects (so a benchmark
+can start it ahead, and the interpreter's start-up is not timed), and prints "ready" once the
+first append is durable.
 """
 
 from __future__ import annotations
@@ -47,5 +49,7 @@ async def main(url: str) -> list[float]:
 
 
 if __name__ == "__main__":
+    print("loaded", flush=True)
+    sys.stdin.readline()
     appends = trio.run(main, sys.argv[1])
     Path(sys.argv[2]).write_text("".join(f"{ms:.4f}\n" for ms in appends))

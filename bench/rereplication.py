@@ -73,18 +73,36 @@ class Foreground:
         self._out = out
         self._process: subprocess.Popen[str] | None = None
 
-    def start(self) -> None:
-        """Start it; return once its first append is durable (call from a thread)."""
+    def load(self) -> None:
+        """Start the process and let it import (call from a thread): ``go`` then connects."""
         self._out.unlink(missing_ok=True)
         script = Path(__file__).resolve().parent / "_foreground.py"
-        self._process = process = subprocess.Popen(
+        self._process = subprocess.Popen(
             [sys.executable, str(script), self._url, str(self._out)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert process.stdout is not None
+        self._expect("loaded")
+
+    def go(self) -> None:
+        """Let the loaded process connect; return once its first append is durable."""
+        process = self._process
+        assert process is not None and process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        self._expect("ready")
+
+    def start(self) -> None:
+        """``load`` then ``go`` (call from a thread)."""
+        self.load()
+        self.go()
+
+    def _expect(self, word: str) -> None:
+        process = self._process
+        assert process is not None and process.stdout is not None
         line = process.stdout.readline()
-        if line.strip() != "ready":
+        if line.strip() != word:
             process.kill()
             raise RuntimeError(f"foreground writer did not start: {line!r}")
 
@@ -158,17 +176,19 @@ async def heal_by_workers(cluster: ProcessCluster, url: str, out: Path) -> dict[
         await trio.to_thread.run_sync(fg.start)
         await trio.sleep(BASELINE_SECONDS)
         base = await trio.to_thread.run_sync(fg.stop)
+        # The next writer's process is started now; it connects once the loss is seen.
+        await trio.to_thread.run_sync(fg.load)
         victim.kill()
         while victim.address in (await list_bookies(client.metadata_store)).writable:  # noqa: ASYNC110
             await trio.sleep(0.05)
-        # The loss is seen (the auditor marks at once): the clock starts, and so does a fresh
-        # foreground writer (its ledger must not list the lost bookie, or the workers would
+        # The loss is seen (the auditor marks at once): the clock starts, and the foreground
+        # writer makes its ledger (which must not list the lost bookie, or the workers would
         # fence it once its writer's grace period is over).
         t0 = time.perf_counter()
         urm = UnderreplicationManager(client.metadata_store)
         left = set(listing)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, fg.start)
+            nursery.start_soon(trio.to_thread.run_sync, fg.go)
             while left or set(listing) & set(await urm.list_ids()):
                 for lid in list(left):
                     if victim.address not in (await client.ledger_metadata(lid)).all_bookies():
