@@ -113,15 +113,21 @@ class DigestManager:
         self, packet: bytes, expected_entry_id: int | None = None
     ) -> tuple[EntryHeader, bytes]:
         """Check a packet and return its header and payload; raise DigestMismatchError if bad."""
+        header = self.check(packet, expected_entry_id)
+        return header, bytes(packet[HEADER_SIZE + self._type.size :])
+
+    def check(self, packet: bytes, expected_entry_id: int | None = None) -> EntryHeader:
+        """Check a packet and return its header, without copying its payload out (what a
+        copier that forwards the packet whole needs); raise DigestMismatchError if bad."""
         size = self._type.size
         if len(packet) < HEADER_SIZE + size:
             raise DigestMismatchError(
                 f"ledger {self.ledger_id}: packet of {len(packet)} bytes is too short"
             )
+        view = memoryview(packet)
         header_bytes = packet[:HEADER_SIZE]
         digest = packet[HEADER_SIZE : HEADER_SIZE + size]
-        payload = packet[HEADER_SIZE + size :]
-        if not hmac.compare_digest(digest, self._digest(header_bytes, payload)):
+        if not hmac.compare_digest(digest, self._digest(header_bytes, view[HEADER_SIZE + size :])):
             raise DigestMismatchError(f"ledger {self.ledger_id}: digest mismatch")
         header = EntryHeader(*_HEADER.unpack(header_bytes))
         if header.ledger_id != self.ledger_id or (
@@ -131,7 +137,7 @@ class DigestManager:
                 f"ledger {self.ledger_id}: packet is for ledger {header.ledger_id} "
                 f"entry {header.entry_id}, expected entry {expected_entry_id}"
             )
-        return header, bytes(payload)
+        return header
 
 
 def read_header(packet: bytes | memoryview) -> EntryHeader:
