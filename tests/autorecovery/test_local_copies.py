@@ -11,7 +11,7 @@ import trio
 from tests.autorecovery.test_heal import FAST, read_all, write_ledgers
 from tests.client.conftest import cluster, connect
 from walkit._core.digest import master_key
-from walkit.autorecovery import AutorecoveryMetrics, ReplicationWorker
+from walkit.autorecovery import AutorecoveryMetrics, HealOutcome, ReplicationWorker
 from walkit.metadata import UnderreplicationManager
 from walkit_bookie.server._local import LocalCopyStore
 
@@ -93,3 +93,55 @@ async def test_local_copies_follow_the_rules_of_network_copies(
             reader = await client.open_ledger(lid)
             got = await reader.read(0, reader.last_add_confirmed)
             assert [e.payload for e in got] == written[lid]
+
+
+async def test_a_worker_heals_first_what_its_own_bookie_can_take(
+    memory_url: str, tmp_path: Path
+) -> None:
+    """A worker whose bookie is in a ledger's ensemble leaves that ledger (DEFERRED) until it
+    has healed the ledgers it can copy to its own bookie, then heals it over the network (a
+    worker of a bookie outside the ensemble would have taken it meanwhile)."""
+    with trio.fail_after(HANG_GUARD):
+        async with cluster(memory_url, tmp_path, 3) as bookies, connect(memory_url) as client:
+            b0, b2 = bookies.ids[0], bookies.ids[2]
+            in_ensemble = next(iter(await write_ledgers(client, 1, 20)))  # on b0, b1, b2
+            b3 = await bookies.start(3)
+            await bookies.stop(2)
+            outside = next(iter(await write_ledgers(client, 1, 20)))  # on b0, b1, b3
+            assert b2 not in (await client.ledger_metadata(outside)).all_bookies()
+            b2 = await bookies.start(2)
+            await bookies.stop(0)  # lost: in both ledgers
+            urm = UnderreplicationManager(client.metadata_store)
+            await urm.ensure_paths()
+            for lid in (in_ensemble, outside):
+                await urm.mark(lid, [b0])
+            bookie = bookies.objects[bookies.index_of(b2)]
+            metrics = AutorecoveryMetrics()
+            async with connect(memory_url) as worker_client:
+                worker = ReplicationWorker(
+                    worker_client,
+                    name=str(b2),
+                    options=FAST,
+                    metrics=metrics,
+                    rng=random.Random(1),
+                    local=LocalCopyStore(bookie.handler, b2),
+                )
+                calls: list[tuple[int, bool, HealOutcome]] = []
+                heal = worker.healer.heal
+
+                async def recording(ledger_id: int, *, local_only: bool = False) -> HealOutcome:
+                    outcome = await heal(ledger_id, local_only=local_only)
+                    calls.append((ledger_id, local_only, outcome))
+                    return outcome
+
+                worker.healer.heal = recording  # type: ignore[method-assign,assignment]
+                assert await worker.run_once() == 2
+            first_of_in_ensemble = next(c for c in calls if c[0] == in_ensemble)
+            assert first_of_in_ensemble == (in_ensemble, True, HealOutcome.DEFERRED)
+            assert calls[-1] == (in_ensemble, False, HealOutcome.HEALED)
+            assert (outside, True, HealOutcome.HEALED) in calls
+            assert metrics.entries_copied_locally == 20  # the outside ledger's, to b2
+            assert metrics.entries_copied == 40
+            assert b3 in (await client.ledger_metadata(in_ensemble)).all_bookies()
+            assert b2 in (await client.ledger_metadata(outside)).all_bookies()
+            assert await urm.list_ids() == []

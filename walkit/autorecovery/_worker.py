@@ -9,6 +9,7 @@ second worker simply copies again.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, final
 
@@ -91,8 +92,11 @@ class ReplicationWorker:
     async def run_once(self) -> int:
         """One pass over the markers; returns how many ledgers were healed.
 
-        Every pass also sets this bookie's under-replicated gauge (so every bookie exports
-        it, not only the auditor's): passes follow the markers' watch, so it stays current.
+        A worker in a bookie first heals the ledgers whose copies can go to its own bookie
+        (stored without the network), then the ones it left (``HealOutcome.DEFERRED``), unless
+        another worker has healed them meanwhile. Every pass also sets this bookie's
+        under-replicated gauge (so every bookie exports it, not only the auditor's): passes
+        follow the markers' watch, so it stays current.
         """
         ids = await self.urm.list_ids()
         metrics = self.healer.metrics
@@ -101,26 +105,21 @@ class ReplicationWorker:
         if not settings.enabled:
             return 0
         self.rng.shuffle(ids)  # workers of several bookies spread over the markers
+        local_first = self.healer.local is not None
         healed = 0
-        for ledger_id in ids:
-            if not await self.urm.try_lock(ledger_id, self.name):
+        deferred: list[int] = []
+        queue = deque((ledger_id, local_first) for ledger_id in ids)
+        while queue or deferred:
+            if not queue:
+                queue.extend((ledger_id, False) for ledger_id in deferred)
+                deferred.clear()
+            ledger_id, local_only = queue.popleft()
+            outcome = await self._take(ledger_id, local_only)
+            if outcome is None:
                 continue
-            try:
-                outcome = await self.healer.heal(ledger_id)
-            except WalkitError as exc:
-                said = self.healer.last_problem.get(ledger_id) == str(exc)
-                (log.debug if said else log.warning)(
-                    "rereplication_failed", worker=self.name, ledger_id=ledger_id, error=str(exc)
-                )
-                self.healer.last_problem[ledger_id] = str(exc)
-                metrics.outcome("failed")
+            if outcome is HealOutcome.DEFERRED:
+                deferred.append(ledger_id)
                 continue
-            finally:
-                with trio.CancelScope(shield=True):
-                    try:
-                        await self.urm.unlock(ledger_id)
-                    except WalkitError as exc:  # the session ended: the lock went with it
-                        log.info("rereplication_unlock_failed", ledger_id=ledger_id, error=str(exc))
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
             metrics.outcome(outcome.value)
             if outcome is HealOutcome.HEALED:
@@ -131,3 +130,24 @@ class ReplicationWorker:
         if healed:
             metrics.underreplicated(len(await self.urm.list_ids()))
         return healed
+
+    async def _take(self, ledger_id: int, local_only: bool) -> HealOutcome | None:
+        """Lock and heal one ledger; None if another worker holds it or the attempt failed."""
+        if not await self.urm.try_lock(ledger_id, self.name):
+            return None
+        try:
+            return await self.healer.heal(ledger_id, local_only=local_only)
+        except WalkitError as exc:
+            said = self.healer.last_problem.get(ledger_id) == str(exc)
+            (log.debug if said else log.warning)(
+                "rereplication_failed", worker=self.name, ledger_id=ledger_id, error=str(exc)
+            )
+            self.healer.last_problem[ledger_id] = str(exc)
+            self.healer.metrics.outcome("failed")
+            return None
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.urm.unlock(ledger_id)
+                except WalkitError as exc:  # the session ended: the lock went with it
+                    log.info("rereplication_unlock_failed", ledger_id=ledger_id, error=str(exc))
