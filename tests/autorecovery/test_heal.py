@@ -444,3 +444,46 @@ async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
         assert str(first) in report.failed[lid] and str(second) in report.failed[lid]
         # The marker stays: the ledger is still under-replicated.
         assert await UnderreplicationManager(client.metadata_store).list_ids() == [lid]
+
+
+async def test_copies_are_read_in_batches_where_every_replica_holds_every_entry(
+    memory_url: str, tmp_path: Path
+) -> None:
+    """E = Qw: a copier reads runs of entries with one batch read each (BP-62), not one read
+    per entry; the healed ledger reads back whole from its replacement."""
+    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 60, range(0), range(0)) as setup:
+        bookies, client, written, (lost, first, second) = setup
+        survivors = [bookies.objects[bookies.index_of(b)].handler for b in (first, second)]
+        before = sum(h.reads_answered for h in survivors)
+        report = await recover_bookie(client, lost)
+        assert report.ok and report.entries == 60, report.failed
+        answered = sum(h.reads_answered for h in survivors) - before
+        assert answered <= 8, answered  # chunks of 8, 8, 16, 28 entries: 5 batches
+        await bookies.stop(bookies.index_of(first))
+        await bookies.stop(bookies.index_of(second))
+        await read_all(client, written)
+
+
+async def test_copies_are_read_entry_by_entry_from_bookies_without_batch_reads(
+    memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bookie that does not know batch reads (an older one) answers BAD_REQUEST: the copier
+    reads the same entries one by one, from the same replica first."""
+    from walkit._core.wire import ErrorResponse, StatusCode, encode_frame
+    from walkit_bookie.server._requests import RequestHandler
+
+    def older(self: RequestHandler, conn: object, req: object) -> None:
+        frame = encode_frame(ErrorResponse(req.request_id, StatusCode.BAD_REQUEST, "unknown"))  # type: ignore[attr-defined]
+        self.read_done(conn, frame)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RequestHandler, "_batch_read", older)
+    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 30, range(0), range(0)) as setup:
+        bookies, client, written, (lost, first, second) = setup
+        survivors = [bookies.objects[bookies.index_of(b)].handler for b in (first, second)]
+        before = sum(h.reads_answered for h in survivors)
+        report = await recover_bookie(client, lost)
+        assert report.ok and report.entries == 30, report.failed
+        assert sum(h.reads_answered for h in survivors) - before >= 30
+        await bookies.stop(bookies.index_of(first))
+        await bookies.stop(bookies.index_of(second))
+        await read_all(client, written)

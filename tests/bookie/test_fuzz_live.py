@@ -40,6 +40,8 @@ from walkit._core.wire import (
     AddRequest,
     AddResponse,
     AuthRequest,
+    BatchReadRequest,
+    BatchReadResponse,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -93,11 +95,20 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
         KEYS,
     ),
     st.builds(WriteLacRequest, U64, LEDGERS, ENTRIES, KEYS),
+    st.builds(
+        BatchReadRequest,
+        U64,
+        LEDGERS,
+        ENTRIES,
+        st.one_of(st.integers(0, 70), st.sampled_from([1024, 1025, 2**32 - 1])),
+        st.one_of(st.integers(0, 4096), U32),
+    ),
     st.builds(AuthRequest, U64, st.text(max_size=20), st.binary(max_size=64)),
     # Answers sent to a bookie are hostile too.
     st.builds(AddResponse, U64, STATUS, U64, I64),
     st.builds(ReadResponse, U64, STATUS, U64, I64, DATA),
     st.builds(ErrorResponse, U64, STATUS, st.text(max_size=50)),
+    st.builds(BatchReadResponse, U64, STATUS, U64, I64, st.lists(DATA, max_size=4).map(tuple)),
 )
 
 _EXTREMES = st.sampled_from(

@@ -19,6 +19,7 @@ from tests.client.conftest import cluster
 from tests.client.conftest import connect as client_connect
 from walkit._core.types import BookieId
 from walkit._core.wire import (
+    BatchReadRequest,
     ErrorResponse,
     FrameDecoder,
     Message,
@@ -36,6 +37,7 @@ from walkit_bookie._config import BookieConfig
 from walkit_bookie.cli import build_parser, config_from_args
 from walkit_bookie.server._admission import idle_victim
 from walkit_bookie.server._connection import Connection, send_pieces
+from walkit_bookie.server._disk_reads import BATCH_READ_MAX_BYTES
 
 MiB = 1 << 20
 
@@ -401,6 +403,32 @@ async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -
             with trio.fail_after(10):
                 assert (await reader.read(1, 2)).status is StatusCode.OK
         await second.aclose()
+        await _wait_until(lambda: bookie.handler.reads_in_flight == 0)
+
+
+async def test_batch_reads_answered_from_disk_are_bounded_as_reads_are(tmp_path: Path) -> None:
+    """A batch read's answer is up to 1 MiB of entries (or one entry): 400 of them sent at once
+    and never read queue no more than ``max_unsent_bytes`` and one answer, as single reads."""
+    cfg = config([tmp_path / "d"], send_timeout=60)
+    async with running_bookie(cfg) as (bookie, bid):
+        async with connect(bid) as c:
+            for e in range(64):
+                assert (await c.add(1, e, b"b" * 200_000)).status is StatusCode.OK
+        await bookie.storage.checkpoint()
+        assert bookie.storage.cached_entry(1, 0) is None  # the reads go to disk
+        reads = b"".join(
+            encode_frame(BatchReadRequest(i, 1, (i * 16) % 64, 16, 64 * MiB)) for i in range(400)
+        )
+        peer = _unread_stream_socket(bid, "127.0.0.2")  # (reads take turns per address)
+        await peer.send_all(reads)
+        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
+        # (an answer's frame: 1 MiB of packets, its header and a length per packet)
+        assert 0 < peak < cfg.max_unsent_bytes + BATCH_READ_MAX_BYTES + 4096, peak / MiB
+        assert bookie.handler.reads_in_flight > 0  # the rest wait
+        async with connect(bid) as reader:  # another client reads on
+            with trio.fail_after(10):
+                assert (await reader.read(1, 2)).status is StatusCode.OK
+        await peer.aclose()
         await _wait_until(lambda: bookie.handler.reads_in_flight == 0)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import functools
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, Protocol, final
 
 import attrs
@@ -78,6 +78,8 @@ class MessageType(enum.IntEnum):
     ERROR_RESPONSE = 9
     AUTH_REQUEST = 10
     AUTH_RESPONSE = 11
+    BATCH_READ_REQUEST = 12
+    BATCH_READ_RESPONSE = 13
 
 
 class AddFlag(enum.IntFlag):
@@ -221,10 +223,49 @@ class AuthResponse:
     text: str = ""
 
 
+#: Most entries one batch read may ask for.
+MAX_BATCH_READ_ENTRIES: Final = 1024
+
+
+@final
+@attrs.frozen
+class BatchReadRequest:
+    """Read up to ``count`` consecutive entries from ``first_entry_id`` in one answer
+    (BookKeeper's batch read, BP-62): for ledgers whose bookies hold every entry (ensemble
+    size = write quorum), such as a copier reading a whole fragment. The answer stops at
+    ``count``, at the first entry this bookie does not have, or before its packets pass
+    ``max_bytes`` (the first entry is always in it, whatever its size)."""
+
+    request_id: int
+    ledger_id: int
+    first_entry_id: int
+    count: int
+    max_bytes: int
+
+
+@final
+@attrs.frozen
+class BatchReadResponse:
+    """The entries ``first_entry_id``, ``first_entry_id + 1``, ... (``packets``, maybe fewer
+    than asked); a status other than OK carries none (NO_SUCH_ENTRY: not even the first)."""
+
+    request_id: int
+    status: StatusCode
+    ledger_id: int
+    first_entry_id: int
+    packets: tuple[bytes, ...] = ()
+
+
 #: The requests about ledgers (AUTH is about the connection).
-Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest
+Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest | BatchReadRequest
 Response = (
-    AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ErrorResponse | AuthResponse
+    AddResponse
+    | ReadResponse
+    | ReadLacResponse
+    | WriteLacResponse
+    | ErrorResponse
+    | AuthResponse
+    | BatchReadResponse
 )
 Message = Request | AuthRequest | Response
 
@@ -239,6 +280,11 @@ _WLAC_RESP = struct.Struct(">hQ")
 _ERR_RESP = struct.Struct(">h")
 _AUTH_REQ = struct.Struct(">B")
 _AUTH_RESP = struct.Struct(">h")
+_BREAD_REQ = struct.Struct(">QqII")
+_BREAD_RESP = struct.Struct(">hQqI")
+_PACKET_LEN = struct.Struct(">I")
+#: A packet of a batch answer this big is sent as a part of its own (not copied).
+_OWN_PART: Final = 16 * 1024
 #: Longest text of an ErrorResponse or AuthResponse, in bytes.
 _MAX_TEXT: Final = 1024
 
@@ -306,6 +352,15 @@ def _encode_body(msg: Message) -> bytes:
     if isinstance(msg, AuthResponse):
         head = _HEAD.pack(PROTOCOL_VERSION, MessageType.AUTH_RESPONSE, msg.request_id)
         return b"".join((head, _AUTH_RESP.pack(msg.status), msg.text.encode("utf-8")[:_MAX_TEXT]))
+    if isinstance(msg, BatchReadRequest):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.BATCH_READ_REQUEST, msg.request_id)
+        fixed = _BREAD_REQ.pack(msg.ledger_id, msg.first_entry_id, msg.count, msg.max_bytes)
+        return head + fixed
+    if isinstance(msg, BatchReadResponse):
+        parts = encode_batch_read_response_parts(
+            msg.request_id, msg.status, msg.ledger_id, msg.first_entry_id, msg.packets
+        )
+        return b"".join(parts)[_LEN.size :]
     raise LocalProtocolError(f"not a wire message: {msg!r}")
 
 
@@ -404,7 +459,39 @@ def _decode(view: memoryview) -> Message:
         (status,) = _AUTH_RESP.unpack_from(view, at)
         text = bytes(view[at + _AUTH_RESP.size :]).decode("utf-8", errors="replace")
         return AuthResponse(request_id, _status(status), text)
+    if mtype == MessageType.BATCH_READ_REQUEST:
+        _exact(view, at + _BREAD_REQ.size)
+        ledger_id, first_entry_id, count, max_bytes = _BREAD_REQ.unpack_from(view, at)
+        return BatchReadRequest(request_id, ledger_id, first_entry_id, count, max_bytes)
+    if mtype == MessageType.BATCH_READ_RESPONSE:
+        status, ledger_id, first_entry_id, count = _BREAD_RESP.unpack_from(view, at)
+        return BatchReadResponse(
+            request_id,
+            _status(status),
+            ledger_id,
+            first_entry_id,
+            _packets(view, at + _BREAD_RESP.size, count),
+        )
     raise RemoteProtocolError(f"unknown message type {mtype}")
+
+
+def _packets(view: memoryview, at: int, count: int) -> tuple[bytes, ...]:
+    """``count`` length-prefixed packets filling ``view[at:]`` exactly."""
+    if count > MAX_BATCH_READ_ENTRIES:
+        raise RemoteProtocolError(f"batch of {count} entries (at most {MAX_BATCH_READ_ENTRIES})")
+    packets = []
+    unpack = _PACKET_LEN.unpack_from
+    end = len(view)
+    for _ in range(count):
+        (size,) = unpack(view, at)
+        at += _PACKET_LEN.size
+        if at + size > end:
+            raise RemoteProtocolError("a packet's length runs past the end of the batch")
+        packets.append(bytes(view[at : at + size]))
+        at += size
+    if at != end:
+        raise RemoteProtocolError(f"{end - at} bytes after the batch's last packet")
+    return tuple(packets)
 
 
 def _exact(view: memoryview, size: int) -> None:
@@ -489,6 +576,16 @@ def encode_read_request(
     )
 
 
+def encode_batch_read_request(
+    request_id: int, ledger_id: int, first_entry_id: int, count: int, max_bytes: int
+) -> bytes:
+    """``encode_frame(BatchReadRequest(...))`` without building the message."""
+    body = _HEAD.pack(PROTOCOL_VERSION, MessageType.BATCH_READ_REQUEST, request_id) + (
+        _BREAD_REQ.pack(ledger_id, first_entry_id, count, max_bytes)
+    )
+    return _LEN.pack(len(body)) + body
+
+
 def encode_read_response_parts(
     request_id: int, status: int, ledger_id: int, entry_id: int, packet: bytes
 ) -> tuple[bytes, bytes]:
@@ -497,6 +594,39 @@ def encode_read_response_parts(
     size = _HEAD.size + _READ_RESP.size + len(packet)
     head = _LEN.pack(size) + _HEAD.pack(PROTOCOL_VERSION, MessageType.READ_RESPONSE, request_id)
     return head + _READ_RESP.pack(status, ledger_id, entry_id), packet
+
+
+def encode_batch_read_response_parts(
+    request_id: int, status: int, ledger_id: int, first_entry_id: int, packets: Sequence[bytes]
+) -> list[bytes]:
+    """``encode_frame(BatchReadResponse(...))`` as parts for one scatter-gather send: large
+    packets (16 KiB and more) are parts of their own, not copied; small ones are joined with
+    the length prefixes around them (a thousand small entries are a few parts, not two
+    thousand)."""
+    size = _HEAD.size + _BREAD_RESP.size + sum(_PACKET_LEN.size + len(p) for p in packets)
+    head = _LEN.pack(size) + _HEAD.pack(
+        PROTOCOL_VERSION, MessageType.BATCH_READ_RESPONSE, request_id
+    )
+    parts: list[bytes] = []
+    small = [head + _BREAD_RESP.pack(status, ledger_id, first_entry_id, len(packets))]
+    pack = _PACKET_LEN.pack
+    for packet in packets:
+        small.append(pack(len(packet)))
+        if len(packet) >= _OWN_PART:
+            parts.append(b"".join(small))
+            parts.append(packet)
+            small = []
+        else:
+            small.append(packet)
+    if small:
+        parts.append(b"".join(small))
+    return parts
+
+
+def batch_read_response_size(packet_sizes: int, count: int) -> int:
+    """The frame size (length prefix included) of a BatchReadResponse of ``count`` packets
+    of ``packet_sizes`` bytes in all."""
+    return _LEN.size + _HEAD.size + _BREAD_RESP.size + count * _PACKET_LEN.size + packet_sizes
 
 
 #: ``encode_add_response(request_id, status, ledger_id, entry_id)``: the frame of that

@@ -26,6 +26,7 @@ from walkit._core.wire import (
     AddFlag,
     AddResponse,
     AuthResponse,
+    BatchReadResponse,
     ErrorResponse,
     ReadLacResponse,
     ReadResponse,
@@ -60,6 +61,7 @@ __all__ = ["BookieConnection", "ResponseHandler"]
 
 _RESPONSES = (
     AddResponse,
+    BatchReadResponse,
     ReadResponse,
     ReadLacResponse,
     WriteLacResponse,

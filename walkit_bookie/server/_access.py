@@ -10,6 +10,7 @@ from walkit._core.auth import Authorization
 from walkit._core.wire import (
     AddFlag,
     AddRequest,
+    BatchReadRequest,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -70,14 +71,14 @@ class LedgerAccess:
             op = "fence" if message.flags & ReadFlag.FENCE else "read"
         elif isinstance(message, ReadLacRequest):
             op = "fence" if message.flags & ReadLacFlag.FENCE else "read"
+        elif isinstance(message, BatchReadRequest):
+            return self._may_read(conn, message, principal)
         else:
             return True
+        if op == "read":
+            return self._may_read(conn, message, principal)
         rules = self.authorization
         ledger_id = message.ledger_id
-        if op == "read":
-            if rules is None or rules.allows("read", principal):
-                return True
-            return self._unauthorized(conn, message, op, principal)
         owner = self.claims.get(ledger_id)
         if owner == principal:
             return True
@@ -113,6 +114,12 @@ class LedgerAccess:
         if info is None or info.master_key == message.master_key:
             self._claim(ledger_id, principal)
         return True
+
+    def _may_read(self, conn: Peer, message: Request, principal: str) -> bool:
+        rules = self.authorization
+        if rules is None or rules.allows("read", principal):
+            return True
+        return self._unauthorized(conn, message, "read", principal)
 
     def _unauthorized(self, conn: Peer, message: Request, op: str, principal: str) -> bool:
         self.unauthorized[op] = self.unauthorized.get(op, 0) + 1

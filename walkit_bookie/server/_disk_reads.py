@@ -20,11 +20,18 @@ timed out for ~10 s).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 import trio
 
-from walkit._core.wire import ErrorResponse, ReadRequest, StatusCode, encode_frame
+from walkit._core.wire import (
+    BatchReadRequest,
+    ErrorResponse,
+    ReadRequest,
+    StatusCode,
+    encode_frame,
+)
 from walkit._logging import get_logger
 
 if TYPE_CHECKING:
@@ -34,11 +41,17 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
+_Read = ReadRequest | BatchReadRequest
+
 _READERS = 2
 _BATCH = 256
 #: A disk reader's batch reads at most about this many bytes from disk (256 entries of 4 MiB
 #: would be 1 GiB in memory at once); the rest of the batch goes back to the queue.
 _BATCH_BYTES = 16 * 1024 * 1024
+#: A batch read's answer holds at most this many bytes of entries (or its first entry,
+#: whatever its size): a bound on answers is passed by at most one entry or this, as by
+#: single reads.
+BATCH_READ_MAX_BYTES = 1024 * 1024
 #: Disk reads waiting for room are looked at again when answers are taken and at least this
 #: often (connections that read nothing become evictable with time, not with events).
 _ROOM_RECHECK = 0.1
@@ -59,6 +72,14 @@ class ReadAnswers(Protocol):
         self, conn: Peer, req: ReadRequest, status: StatusCode, packet: bytes = b""
     ) -> None: ...
 
+    def answer_batch_read(
+        self,
+        conn: Peer,
+        req: BatchReadRequest,
+        status: StatusCode,
+        packets: Sequence[bytes] = (),
+    ) -> None: ...
+
     def read_done(self, conn: Peer, frame: bytes | tuple[bytes, ...] | None) -> None: ...
 
 
@@ -70,7 +91,7 @@ class DiskReads:
     def __init__(self, handler: ReadAnswers) -> None:
         self._handler = handler
         #: Reads waiting, per client (see the module), clients in turn order (none empty).
-        self._queues: OrderedDict[str, deque[tuple[Peer, ReadRequest]]] = OrderedDict()
+        self._queues: OrderedDict[str, deque[tuple[Peer, _Read]]] = OrderedDict()
         self._wake = trio.Event()
         #: Readers waiting for room for the reads left in the queue.
         self._waiting = 0
@@ -81,7 +102,7 @@ class DiskReads:
             for _ in range(_READERS):
                 nursery.start_soon(self._reader)
 
-    def submit(self, conn: Peer, req: ReadRequest) -> None:
+    def submit(self, conn: Peer, req: _Read) -> None:
         client = _client(conn)
         queue = self._queues.get(client)
         if queue is None:
@@ -89,10 +110,10 @@ class DiskReads:
         queue.append((conn, req))
         self._wake.set()
 
-    def _take(self, limit: int) -> list[tuple[Peer, ReadRequest]]:
+    def _take(self, limit: int) -> list[tuple[Peer, _Read]]:
         """Up to ``limit`` waiting reads: one of each client's in turn order, then again."""
         queues = self._queues
-        taken: list[tuple[Peer, ReadRequest]] = []
+        taken: list[tuple[Peer, _Read]] = []
         while queues and len(taken) < limit:
             for client, queue in list(queues.items()):
                 taken.append(queue.popleft())
@@ -102,7 +123,7 @@ class DiskReads:
                     break
         return taken
 
-    def _put_back(self, reads: list[tuple[Peer, ReadRequest]]) -> None:
+    def _put_back(self, reads: list[tuple[Peer, _Read]]) -> None:
         """Return reads taken but not answered to the front of their clients' queues, in
         their order (each client's reads are taken in the order they came); a client that
         has none left waiting takes back its turn at the front (its reads were taken first)."""
@@ -174,23 +195,38 @@ class DiskReads:
                 if waiting:
                     await self._wait_for_room()
                 continue
+            singles: list[tuple[Peer, ReadRequest]] = []
+            later: list[tuple[Peer, _Read]] = []
+            for conn, req in batch:
+                if not isinstance(req, BatchReadRequest):
+                    singles.append((conn, req))
+                elif conn.closed:
+                    h.read_done(conn, None)
+                elif not self.room(conn) or not await self._batch_read(conn, req):
+                    later.append((conn, req))  # (the answers before it filled the room)
+            if later:
+                self._put_back(later)
+            if not singles:
+                if later:
+                    await self._wait_for_room()  # (not at once again: that would spin)
+                continue
             try:
                 packets = await h.storage.read_entries_upto(
-                    [(req.ledger_id, req.entry_id) for _, req in batch], _BATCH_BYTES
+                    [(req.ledger_id, req.entry_id) for _, req in singles], _BATCH_BYTES
                 )
             except OSError as exc:
-                log.error("read_failed", error=str(exc), requests=len(batch))
-                for conn, req in batch:
+                log.error("read_failed", error=str(exc), requests=len(singles))
+                for conn, req in singles:
                     h.answer_read(conn, req, StatusCode.IO_ERROR)
                 continue
             # Each answer only while its connection and the bookie still have room (the
             # batch's earlier answers may have filled them): a bound is passed by one entry
             # at most. The rest go back to their queues, first (read again later).
-            back = []
+            back: list[tuple[Peer, _Read]] = []
             answered = 0
-            for i, ((conn, req), packet) in enumerate(zip(batch, packets, strict=False)):
+            for i, ((conn, req), packet) in enumerate(zip(singles, packets, strict=False)):
                 if answered >= _BATCH_BYTES:
-                    back.extend(batch[i:])
+                    back.extend(singles[i:])
                     break
                 if conn.closed:
                     h.read_done(conn, None)
@@ -203,9 +239,42 @@ class DiskReads:
                 else:
                     back.append((conn, req))
             else:
-                back.extend(batch[len(packets) :])
+                back.extend(singles[len(packets) :])
             if back:
                 self._put_back(back)
+
+    async def _batch_read(self, conn: Peer, req: BatchReadRequest) -> bool:
+        """Answer one batch read: the longest run of entries from its first that this bookie
+        has, within the byte limits (one answer, however many entries). False (not answered)
+        if there is no room for the answer once read: it goes back to the queue, as a single
+        read would (another reader's answers may have come first)."""
+        h = self._handler
+        ledger_id, first = req.ledger_id, req.first_entry_id
+        limit = min(req.max_bytes, BATCH_READ_MAX_BYTES)
+        keys = [(ledger_id, first + i) for i in range(req.count)]
+        try:
+            found = await h.storage.read_entries_upto(keys, limit)
+        except OSError as exc:
+            log.error("read_failed", error=str(exc), requests=1, entries=req.count)
+            h.answer_batch_read(conn, req, StatusCode.IO_ERROR)
+            return True
+        packets: list[bytes] = []
+        total = 0
+        for packet in found:
+            if packet is None or (packets and total + len(packet) > limit):
+                break
+            packets.append(packet)
+            total += len(packet)
+        if conn.closed:
+            h.read_done(conn, None)
+        elif not packets:
+            h.answer_batch_read(conn, req, StatusCode.NO_SUCH_ENTRY)
+        elif not self.room(conn):
+            return False
+        else:
+            h.answer_batch_read(conn, req, StatusCode.OK, packets)
+            self._served(conn)
+        return True
 
     async def _wait_for_room(self) -> None:
         """Until some answers are taken (``answers_taken``), a read slot is wanted, or
@@ -241,7 +310,7 @@ class DiskReads:
             over -= conn.unsent
             conn.evict_unread()
 
-    def _refuse(self, conn: Peer, req: ReadRequest) -> None:
+    def _refuse(self, conn: Peer, req: _Read) -> None:
         h = self._handler
         h.requests_refused += 1
         self.refused += 1

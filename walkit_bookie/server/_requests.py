@@ -20,11 +20,13 @@ from walkit._core.auth import Authenticator, Authorization
 from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.types import BookieId
 from walkit._core.wire import (
+    MAX_BATCH_READ_ENTRIES,
     AddFlag,
     AddRequest,
     AddResponse,
     AuthRequest,
     AuthResponse,
+    BatchReadRequest,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -38,6 +40,7 @@ from walkit._core.wire import (
     WriteLacRequest,
     WriteLacResponse,
     encode_add_response,
+    encode_batch_read_response_parts,
     encode_frame,
     encode_read_response_parts,
 )
@@ -268,6 +271,11 @@ class RequestHandler:
         elif kind is ReadLacRequest:
             self.reads_in_flight += 1
             self._read_lac(conn, body, message)  # type: ignore[arg-type]
+        elif kind is BatchReadRequest:
+            self.reads_in_flight += 1
+            if self.reads_in_flight >= self.config.max_inflight_reads:
+                self.disk_reads.slots_taken()
+            self._batch_read(conn, message)  # type: ignore[arg-type]
         elif kind is WriteLacRequest:
             self.adds_in_flight += 1
             self._write_lac(conn, body, message)  # type: ignore[arg-type]
@@ -521,6 +529,41 @@ class RequestHandler:
         # queued 4.1 GB).
         self.disk_reads.submit(conn, req)
         return None
+
+    def _batch_read(self, conn: Peer, req: BatchReadRequest) -> None:
+        if not 1 <= req.count <= MAX_BATCH_READ_ENTRIES or req.max_bytes < 1:
+            return self.read_done(
+                conn,
+                encode_frame(
+                    ErrorResponse(
+                        req.request_id,
+                        StatusCode.BAD_REQUEST,
+                        f"a batch read asks for 1 to {MAX_BATCH_READ_ENTRIES} entries and at "
+                        f"least 1 byte, not {req.count} entries and {req.max_bytes} bytes",
+                    )
+                ),
+            )
+        info = self.ledgers.get(req.ledger_id)
+        if info is None:
+            return self.answer_batch_read(conn, req, StatusCode.NO_SUCH_LEDGER)
+        if not 0 <= req.first_entry_id <= info.last_entry:
+            return self.answer_batch_read(conn, req, StatusCode.NO_SUCH_ENTRY)
+        # Always through the disk reads (the cache is looked at there): one answer can be
+        # large, so it waits for room as any read from disk does.
+        self.disk_reads.submit(conn, req)
+        return None
+
+    def answer_batch_read(
+        self,
+        conn: Peer,
+        req: BatchReadRequest,
+        status: StatusCode,
+        packets: Sequence[bytes] = (),
+    ) -> None:
+        parts = encode_batch_read_response_parts(
+            req.request_id, status, req.ledger_id, req.first_entry_id, packets
+        )
+        self.read_done(conn, tuple(parts))
 
     def _answer_lac(
         self,

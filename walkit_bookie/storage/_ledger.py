@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import final
+from typing import TypeGuard, final
 
 import attrs
 
@@ -92,7 +92,7 @@ def stored_entry_decision(stored: bytes | None, packet: bytes) -> StoredEntry:
     return StoredEntry.SAME if stored == packet else StoredEntry.OTHER
 
 
-def is_fence(request: Request) -> bool:
+def is_fence(request: Request) -> TypeGuard[ReadRequest | ReadLacRequest]:
     if type(request) is ReadLacRequest:
         return bool(request.flags & ReadLacFlag.FENCE)
     if type(request) is ReadRequest:
