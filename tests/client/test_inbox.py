@@ -21,7 +21,7 @@ from walkit._core.wire import (
 )
 from walkit.errors import BookieUnavailableError, FrameTooLargeError, WalkitError
 from walkit.net import TcpNetwork
-from walkit.net._inbox import Inbox
+from walkit.net._inbox import _KEEP, Inbox
 from walkit.net._pool import ConnectionPool
 
 SIZE = 64 * 1024
@@ -64,7 +64,28 @@ def test_frames_cut_anywhere_come_out_whole_and_in_order(seed: int) -> None:
     assert got == bodies
     assert len(inbox) == 0
     inbox.space()
-    assert len(inbox.space()) == SIZE  # back to its normal size after the big frames
+    # Grown for the big frames, and kept (they come one after another), within _KEEP.
+    assert SIZE < len(inbox.space()) <= _KEEP
+
+
+def test_a_buffer_grown_past_the_kept_size_goes_back_to_the_first() -> None:
+    inbox = Inbox(SIZE, 8 << 20)
+    for length in (_KEEP - 100, _KEEP + 100):
+        body = bytes([length % 251]) * length
+        stream = length.to_bytes(4, "big") + body
+        at = 0
+        got: list[bytes] = []
+        while at < len(stream):
+            space = inbox.space()
+            count = min(len(space), len(stream) - at)
+            space[:count] = stream[at : at + count]
+            del space
+            at += count
+            inbox.received(count)
+            got += frames_of(inbox)
+        assert got == [body]
+        kept = len(inbox.space())
+        assert (kept <= _KEEP) and (kept > SIZE if length < _KEEP else kept == SIZE)
 
 
 def test_a_frame_above_the_limit_is_refused_before_it_is_buffered() -> None:

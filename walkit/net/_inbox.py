@@ -19,6 +19,10 @@ __all__ = ["Inbox"]
 _MIN_ROOM: Final = 16 * 1024
 #: Bytes of a frame's start needed to know its length.
 _PREFIX: Final = 4
+#: A buffer grown for a large frame is kept up to this size (batch read answers of 1 MiB
+#: come one after another: a fresh buffer for each, from ``mmap``, page-faulted every time and
+#: dropped again, cost a copier ~8 % of its CPU); past it, the first size comes back.
+_KEEP: Final = 4 * 1024 * 1024
 
 
 @final
@@ -45,15 +49,18 @@ class Inbox:
         start, end = self._start, self._end
         if start == end:
             start = end = self._start = self._end = 0
-            if len(self._buffer) != self._size:  # first use, or after an oversized frame
-                self._replace(self._size)
+            if len(self._buffer) < self._size or len(self._buffer) > _KEEP:
+                self._replace(self._size)  # first use, or after an oversized frame
         length = frame_length(self._view, start, self.max_frame_size) if end > start else None
         needed = _PREFIX if length is None else _PREFIX + length
         wanted = max(start + needed, end + _MIN_ROOM)
         if wanted > len(self._buffer):
             held = end - start
             if max(needed, held + _MIN_ROOM) > len(self._buffer):
-                self._replace(max(self._size, needed, held + _MIN_ROOM))
+                # Twice the frame (within _KEEP): the next such frame lands after this one
+                # more often than it must be moved down.
+                grown = max(self._size, needed, held + _MIN_ROOM)
+                self._replace(max(grown, min(2 * grown, _KEEP)))
             else:
                 self._view[:held] = self._view[start:end]
             self._start, self._end = 0, held
