@@ -63,9 +63,10 @@ def test_frames_cut_anywhere_come_out_whole_and_in_order(seed: int) -> None:
         got += frames_of(inbox)
     assert got == bodies
     assert len(inbox) == 0
-    inbox.space()
-    # Grown for the big frames, and kept (they come one after another), within _KEEP.
-    assert SIZE < len(inbox.space()) <= _KEEP
+    # Grown for the big frames, and kept (they come one after another), within _KEEP; but a
+    # receive is offered no more than the first size unless a frame needs it.
+    assert len(inbox.space()) == SIZE
+    assert SIZE < len(inbox._buffer) <= _KEEP
 
 
 def test_a_buffer_grown_past_the_kept_size_goes_back_to_the_first() -> None:
@@ -84,7 +85,8 @@ def test_a_buffer_grown_past_the_kept_size_goes_back_to_the_first() -> None:
             inbox.received(count)
             got += frames_of(inbox)
         assert got == [body]
-        kept = len(inbox.space())
+        assert len(inbox.space()) == SIZE
+        kept = len(inbox._buffer)
         assert (kept <= _KEEP) and (kept > SIZE if length < _KEEP else kept == SIZE)
 
 

@@ -45,7 +45,8 @@ class Inbox:
     def space(self) -> memoryview:
         """Where the next read goes: room for the rest of the frame being received (its
         length is checked against ``max_frame_size``: RemoteProtocolError or
-        FrameTooLargeError), and at least ``_MIN_ROOM`` bytes."""
+        FrameTooLargeError), and at least ``_MIN_ROOM`` bytes; no more than the first size
+        unless that frame needs it."""
         start, end = self._start, self._end
         if start == end:
             start = end = self._start = self._end = 0
@@ -64,7 +65,11 @@ class Inbox:
             else:
                 self._view[:held] = self._view[start:end]
             self._start, self._end = 0, held
-        return self._view[self._end :]
+            start, end = 0, held
+        # At most the first size, or the rest of the frame being received: a receive that
+        # fills what it was offered tells the receiver more is queued (``walkit.net._receive``),
+        # which a buffer kept large for big frames would hide.
+        return self._view[end : end + max(self._size, start + needed - end)]
 
     def _replace(self, size: int) -> None:
         """A new buffer of ``size`` bytes, holding what is unconsumed at its front (a new
