@@ -118,6 +118,12 @@ async def test_bad_batch_reads_are_refused_and_the_connection_serves_on(tmp_path
         assert isinstance(answer, BatchReadResponse) and answer.status is StatusCode.NO_SUCH_ENTRY
         answer = await batch(c, 2, 0, MAX_BATCH_READ_ENTRIES)
         assert isinstance(answer, BatchReadResponse) and len(answer.packets) == 1
+        # The last entry id there is: a batch from it asks for nothing past it.
+        last = 2**63 - 1
+        assert (await c.add(3, last, b"last")).status is StatusCode.OK
+        answer = await batch(c, 3, last, MAX_BATCH_READ_ENTRIES)
+        assert isinstance(answer, BatchReadResponse) and len(answer.packets) == 1
+        assert (await c.read(2, 0)).status is StatusCode.OK  # the bookie serves on
         assert bookie.handler.reads_in_flight == 0
 
 

@@ -14,6 +14,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import Any, cast, final
 
+import attrs
 import trio
 
 from walkit._core.auth import Authenticator, Authorization
@@ -548,6 +549,9 @@ class RequestHandler:
             return self.answer_batch_read(conn, req, StatusCode.NO_SUCH_LEDGER)
         if not 0 <= req.first_entry_id <= info.last_entry:
             return self.answer_batch_read(conn, req, StatusCode.NO_SUCH_ENTRY)
+        if req.first_entry_id + req.count - 1 > info.last_entry:
+            # Nothing is stored past the last entry: not looked up (nor ids past 2**63 - 1).
+            req = attrs.evolve(req, count=info.last_entry - req.first_entry_id + 1)
         # Always through the disk reads (the cache is looked at there): one answer can be
         # large, so it waits for room as any read from disk does.
         self.disk_reads.submit(conn, req)
