@@ -40,7 +40,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._limits import copy_1m, fsync_1m, fsync_1m_direct
+from bench._limits import copy_1m, fsync_1m
 from tests._cluster import ProcessCluster, process_cluster
 from walkit.autorecovery import AutorecoveryOptions, recover_bookie
 from walkit.client import Client
@@ -222,7 +222,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         disk_before = fsync_1m(root, total_mib=256)["fsync_1m_mib_s"]
-        direct_before = fsync_1m_direct(root, total_mib=256)["fsync_1m_direct_mib_s"]
+        direct_before = fsync_1m(root, total_mib=256, direct=True)["fsync_1m_direct_mib_s"]
         copy_before = copy_1m(root, total_mib=256)["copy_1m_mib_s"]
         url = f"sqlite:///{root / 'metadata.db'}"
         with process_cluster(url, root, 5, extra_args=["--no-autorecovery"]) as cluster:
@@ -261,7 +261,7 @@ def main() -> None:
         # Again once the bookies are gone: this disk's rate drifts by 1.5x within an hour, so
         # the ratios are taken against the mean of both, and both are printed.
         disk_after = fsync_1m(root, total_mib=256)["fsync_1m_mib_s"]
-        direct_after = fsync_1m_direct(root, total_mib=256)["fsync_1m_direct_mib_s"]
+        direct_after = fsync_1m(root, total_mib=256, direct=True)["fsync_1m_direct_mib_s"]
         copy_after = copy_1m(root, total_mib=256)["copy_1m_mib_s"]
     disk = (disk_before + disk_after) / 2
     disk_copy = (copy_before + copy_after) / 2

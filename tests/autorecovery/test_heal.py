@@ -446,22 +446,32 @@ async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
         assert await UnderreplicationManager(client.metadata_store).list_ids() == [lid]
 
 
+async def _heal_counting_survivor_reads(memory_url: str, tmp_path: Path, entries: int) -> int:
+    """Heal one ledger of ``entries`` (E = Qw = 3) after its first bookie is lost; return
+    the read answers its two survivors gave meanwhile, after checking that every entry reads
+    back from the replacement alone."""
+    async with _lost_bookie_and_bad_copies(
+        memory_url, tmp_path, entries, range(0), range(0)
+    ) as setup:
+        bookies, client, written, (lost, first, second) = setup
+        survivors = [bookies.objects[bookies.index_of(b)].handler for b in (first, second)]
+        before = sum(h.reads_answered for h in survivors)
+        report = await recover_bookie(client, lost)
+        assert report.ok and report.entries == entries, report.failed
+        answered = sum(h.reads_answered for h in survivors) - before
+        await bookies.stop(bookies.index_of(first))
+        await bookies.stop(bookies.index_of(second))
+        await read_all(client, written)
+        return answered
+
+
 async def test_copies_are_read_in_batches_where_every_replica_holds_every_entry(
     memory_url: str, tmp_path: Path
 ) -> None:
     """E = Qw: a copier reads runs of entries with one batch read each (BP-62), not one read
     per entry; the healed ledger reads back whole from its replacement."""
-    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 60, range(0), range(0)) as setup:
-        bookies, client, written, (lost, first, second) = setup
-        survivors = [bookies.objects[bookies.index_of(b)].handler for b in (first, second)]
-        before = sum(h.reads_answered for h in survivors)
-        report = await recover_bookie(client, lost)
-        assert report.ok and report.entries == 60, report.failed
-        answered = sum(h.reads_answered for h in survivors) - before
-        assert answered <= 8, answered  # chunks of 8, 8, 16, 28 entries: 5 batches
-        await bookies.stop(bookies.index_of(first))
-        await bookies.stop(bookies.index_of(second))
-        await read_all(client, written)
+    answered = await _heal_counting_survivor_reads(memory_url, tmp_path, 60)
+    assert answered <= 8, answered  # chunks of 8, 8, 16, 28 entries: 5 batches
 
 
 async def test_copies_are_read_entry_by_entry_from_bookies_without_batch_reads(
@@ -477,13 +487,4 @@ async def test_copies_are_read_entry_by_entry_from_bookies_without_batch_reads(
         self.read_done(conn, frame)  # type: ignore[arg-type]
 
     monkeypatch.setattr(RequestHandler, "_batch_read", older)
-    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 30, range(0), range(0)) as setup:
-        bookies, client, written, (lost, first, second) = setup
-        survivors = [bookies.objects[bookies.index_of(b)].handler for b in (first, second)]
-        before = sum(h.reads_answered for h in survivors)
-        report = await recover_bookie(client, lost)
-        assert report.ok and report.entries == 30, report.failed
-        assert sum(h.reads_answered for h in survivors) - before >= 30
-        await bookies.stop(bookies.index_of(first))
-        await bookies.stop(bookies.index_of(second))
-        await read_all(client, written)
+    assert await _heal_counting_survivor_reads(memory_url, tmp_path, 30) >= 30

@@ -10,12 +10,29 @@ import trio
 
 from tests.autorecovery.test_heal import FAST, read_all, write_ledgers
 from tests.client.conftest import cluster, connect
+from walkit import BookieId
 from walkit._core.digest import master_key
 from walkit.autorecovery import AutorecoveryMetrics, HealOutcome, ReplicationWorker
+from walkit.client import Client
 from walkit.metadata import UnderreplicationManager
+from walkit_bookie import Bookie
 from walkit_bookie.server._local import LocalCopyStore
 
 HANG_GUARD = 60
+
+
+def bookie_worker(
+    client: Client, bookie: Bookie, bid: BookieId, metrics: AutorecoveryMetrics, seed: int
+) -> ReplicationWorker:
+    """The replication worker of ``bookie`` (storing its own copies in the process)."""
+    return ReplicationWorker(
+        client,
+        name=str(bid),
+        options=FAST,
+        metrics=metrics,
+        rng=random.Random(seed),
+        local=LocalCopyStore(bookie.handler, bid),
+    )
 
 
 async def test_a_worker_copies_to_its_own_bookie_without_the_network(
@@ -36,14 +53,7 @@ async def test_a_worker_copies_to_its_own_bookie_without_the_network(
             stored_before = bookie.storage.stats.copies_stored
             metrics = AutorecoveryMetrics()
             async with connect(memory_url) as worker_client:
-                worker = ReplicationWorker(
-                    worker_client,
-                    name=str(free),
-                    options=FAST,
-                    metrics=metrics,
-                    rng=random.Random(3),
-                    local=LocalCopyStore(bookie.handler, free),
-                )
+                worker = bookie_worker(worker_client, bookie, free, metrics, 3)
                 assert await worker.run_once() == len(written)
                 # The only valid replacement is the worker's own bookie: every copy went to it
                 # in the process, and the worker never connected to it.
@@ -118,14 +128,7 @@ async def test_a_worker_heals_first_what_its_own_bookie_can_take(
             bookie = bookies.objects[bookies.index_of(b2)]
             metrics = AutorecoveryMetrics()
             async with connect(memory_url) as worker_client:
-                worker = ReplicationWorker(
-                    worker_client,
-                    name=str(b2),
-                    options=FAST,
-                    metrics=metrics,
-                    rng=random.Random(1),
-                    local=LocalCopyStore(bookie.handler, b2),
-                )
+                worker = bookie_worker(worker_client, bookie, b2, metrics, 1)
                 calls: list[tuple[int, bool, HealOutcome]] = []
                 heal = worker.healer.heal
 
