@@ -11,7 +11,9 @@ maximum *before* buffering it, so a hostile length cannot make us allocate.
 
 This module owns every byte layout of a frame, the hot paths' included: the adds the client
 sends (:func:`encode_adds_into`, parts for one scatter-gather send), the reads it sends
-(:func:`encode_read_request`), the OK answers the bookie sends (:func:`encode_add_response`)
+(:func:`encode_read_request`, :func:`encode_batch_read_request`), the answers to reads the
+bookie sends in parts (:func:`encode_read_response_parts`,
+:func:`encode_batch_read_response_parts`), the OK answers the bookie sends (:func:`encode_add_response`)
 and the client's decoding of them (:data:`ADD_RESPONSE_FRAME`), each equal to the slow path
 (``encode_frame``/``decode_message``) on the same message; the tests check it. I/O code does not
 pack frames itself.
