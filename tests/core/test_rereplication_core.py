@@ -18,6 +18,7 @@ from walkit._core.rereplication import (
     gaps_for,
     missing_bookies,
     next_action,
+    plan_batch_answer,
     prefer_local,
     with_replacements,
 )
@@ -216,3 +217,40 @@ def test_token_bucket() -> None:
     for bad in (-1, float("inf"), "fast", True):
         with pytest.raises(InvalidArgumentError):
             check_rate(bad, "x")
+
+
+def test_what_a_copier_does_with_a_batch_answer() -> None:
+    run = [10, 11, 12, 13]
+    good = {10: b"a", 11: b"b", 12: b"c", 13: b"d"}
+
+    def bad(entry: int, packet: bytes) -> str | None:
+        return None if good[entry] == packet else "digest mismatch"
+
+    # All there and good; a short answer: the rest asked again of the same replica.
+    plan = plan_batch_answer(run, "OK", 10, [b"a", b"b", b"c", b"d"], bad)
+    assert (plan.got, plan.alone, plan.again) == (list(good.items()), [], [])
+    plan = plan_batch_answer(run, "OK", 10, [b"a"], bad)
+    assert (plan.got, plan.alone, plan.again) == ([(10, b"a")], [], [11, 12, 13])
+    # A bad copy goes on alone; the entries after it are still taken from here.
+    plan = plan_batch_answer(run, "OK", 10, [b"a", b"X", b"c"], bad)
+    assert plan.got == [(10, b"a"), (12, b"c")]
+    assert plan.alone == [(11, "digest mismatch")] and plan.again == [13]
+    # The first missing here: it alone goes on, the rest are asked again.
+    plan = plan_batch_answer(run, "NO_SUCH_ENTRY", None, [], bad)
+    assert (plan.got, plan.alone, plan.again) == ([], [(10, "NO_SUCH_ENTRY")], [11, 12, 13])
+    plan = plan_batch_answer([13], "NO_SUCH_ENTRY", None, [], bad)
+    assert (plan.alone, plan.again) == ([(13, "NO_SUCH_ENTRY")], [])
+    # An older bookie: entry by entry, from it first.
+    plan = plan_batch_answer(run, "BAD_REQUEST", None, [], bad)
+    assert plan.same_first and [e for e, _ in plan.alone] == run and not plan.again
+    # Errors, and answers for other entries (or more than asked): every entry goes on.
+    for status, first, packets in [
+        ("IO_ERROR", None, []),
+        ("OK", None, []),
+        ("OK", 11, [b"b"]),
+        ("OK", 10, []),
+        ("OK", 10, [b"a"] * 5),
+    ]:
+        plan = plan_batch_answer(run, status, first, packets, bad)
+        assert not plan.got and not plan.again and not plan.same_first
+        assert [e for e, _ in plan.alone] == run

@@ -2,8 +2,9 @@
 
 Given a ledger's metadata and the bookies to replace, these say which fragments lost a copy,
 which entries of each the replacement must receive, which bookie the ledger's placement policy
-picks (or why none fits), and the new metadata that swaps the bookie in (for a CAS). The
-trio code in :mod:`walkit.autorecovery` only reads, writes and waits.
+picks (or why none fits), what a copier does with a batch read's answer, and the new metadata
+that swaps the bookie in (for a CAS). The trio code in :mod:`walkit.autorecovery` only reads,
+writes and waits.
 """
 
 from __future__ import annotations
@@ -201,6 +202,58 @@ def prefer_local(
                 out[key] = local
                 break
     return out
+
+
+@final
+@attrs.frozen
+class BatchAnswerPlan:
+    """What a copier does with the answer to a batch read of the entries ``run`` from one
+    replica: keep ``got`` (entry, packet: good), send each of ``alone`` (entry, why) on by
+    itself to the replicas after this one (or to this one first when ``same_first``), and ask
+    this replica again for ``again``."""
+
+    got: list[tuple[int, bytes]]
+    alone: list[tuple[int, str]]
+    again: list[int]
+    same_first: bool = False
+
+
+def plan_batch_answer(
+    run: Sequence[int],
+    status: str,
+    first_entry_id: int | None,
+    packets: Sequence[bytes],
+    bad: Callable[[int, bytes], str | None],
+) -> BatchAnswerPlan:
+    """Decide what to do with a batch read's answer (``status``: its status code's name;
+    ``first_entry_id`` None when the answer is not a batch answer at all; ``bad(entry,
+    packet)``: why the packet is not that entry's, None if it is).
+
+    - OK: the packets are the run's first entries; each that ``bad`` refuses goes on alone (a
+      bad copy here says nothing of the others), and entries the answer left out are asked
+      again (an answer stops at a byte limit).
+    - NO_SUCH_ENTRY: only the first is missing here; it goes on alone, the rest are asked again.
+    - BAD_REQUEST: a bookie that does not know batch reads (an older one): every entry alone,
+      this replica first.
+    - Anything else (an error, an answer for other entries): every entry goes on alone.
+    """
+    if status == "NO_SUCH_ENTRY" and len(run) > 1:
+        return BatchAnswerPlan([], [(run[0], "NO_SUCH_ENTRY")], list(run[1:]))
+    if status == "BAD_REQUEST":
+        return BatchAnswerPlan([], [(e, "") for e in run], [], same_first=True)
+    if status != "OK" or first_entry_id is None:
+        return BatchAnswerPlan([], [(e, status) for e in run], [])
+    if first_entry_id != run[0] or not packets or len(packets) > len(run):
+        return BatchAnswerPlan([], [(e, "a batch answer for other entries") for e in run], [])
+    got: list[tuple[int, bytes]] = []
+    alone: list[tuple[int, str]] = []
+    for entry_id, packet in zip(run, packets, strict=False):
+        why = bad(entry_id, packet)
+        if why is None:
+            got.append((entry_id, packet))
+        else:
+            alone.append((entry_id, why))
+    return BatchAnswerPlan(got, alone, list(run[len(packets) :]))
 
 
 def with_replacements(

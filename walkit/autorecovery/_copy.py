@@ -25,7 +25,7 @@ from walkit._core.digest import DigestManager
 from walkit._core.distribution import write_set
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.rate_limit import TokenBucket
-from walkit._core.rereplication import FragmentGap
+from walkit._core.rereplication import FragmentGap, plan_batch_answer
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     AddFlag,
@@ -44,8 +44,6 @@ from walkit.ledger._core import ClientCore
 log = get_logger(__name__)
 
 _OK = int(StatusCode.OK)
-_NO_SUCH_ENTRY = int(StatusCode.NO_SUCH_ENTRY)
-_BAD_REQUEST = int(StatusCode.BAD_REQUEST)
 #: Entries one batch read asks for, and the bytes its answer may hold (bookies cap it at
 #: 1 MiB): reads of ledgers whose bookies hold every entry go in batches (BP-62), a request
 #: and an answer per 16 entries instead of per entry.
@@ -284,35 +282,33 @@ class _BatchAnswer:
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         reads, run, sources = self._reads, self._run, self._sources
-        source = sources[0]
         if reads.failure is not None:
             return
-        if status == _NO_SUCH_ENTRY and len(run) > 1:
-            # Only the first is missing there: it goes on alone, the rest ask again.
-            reads._batch_failed(run[:1], sources, f"{source}: NO_SUCH_ENTRY")
-            return reads._batch(run[1:], sources)
-        if status == _BAD_REQUEST:
-            # A bookie that does not know batch reads (an older one): entry by entry, there
-            # first (the same order, nothing to report).
-            return reads._batch_failed(run, [source, *sources], "")
-        if status != _OK or not isinstance(msg, BatchReadResponse):
-            return reads._batch_failed(run, sources, f"{source}: {_status_name(status)}")
-        packets = msg.packets
-        if msg.first_entry_id != run[0] or not packets or len(packets) > len(run):
-            return reads._batch_failed(run, sources, f"{source}: a batch answer for other entries")
-        for i, packet in enumerate(packets):
-            entry_id = run[i]
+        source = sources[0]
+        batch = msg if isinstance(msg, BatchReadResponse) else None
+
+        def bad(entry_id: int, packet: bytes) -> str | None:
             try:
                 reads._digests.check(packet, entry_id)
             except DigestMismatchError as exc:
-                # That copy is bad here, not the others: it goes on alone to the next replica.
                 reads._bad_digest(entry_id, source)
-                reads._batch_failed([entry_id], sources, f"{source}: {exc}")
-                continue
+                return str(exc)
+            return None
+
+        plan = plan_batch_answer(
+            run,
+            _status_name(status),
+            None if batch is None else batch.first_entry_id,
+            () if batch is None else batch.packets,
+            bad,
+        )
+        for entry_id, packet in plan.got:
             reads._got(entry_id, packet)
-        if len(packets) < len(run) and reads.failure is None:
-            reads._batch(run[len(packets) :], sources)
-        return None
+        onward = [source, *sources] if plan.same_first else sources
+        for entry_id, why in plan.alone:
+            reads._batch_failed([entry_id], onward, f"{source}: {why}" if why else "")
+        if plan.again and reads.failure is None:
+            reads._batch(plan.again, sources)
 
     def on_error(self, tag: int, error: WalkitError) -> None:
         reads, source = self._reads, self._sources[0]
