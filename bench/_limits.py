@@ -12,6 +12,7 @@ bounded in time. Run ``python -m bench._limits [DIR]`` to print them.
 
 from __future__ import annotations
 
+import mmap
 import os
 import statistics
 import subprocess
@@ -60,8 +61,6 @@ def fsync_1m(
     O_DIRECT). On a virtual machine whose freed memory goes back to the host, the buffered
     figure is bound by the copy into fresh page-cache pages and moves with the state of the
     guest's memory; this one does not."""
-    import mmap
-
     key = "fsync_1m_direct_mib_s" if direct else "fsync_1m_mib_s"
     path = Path(directory) / "limits-fsync.bin"
     block = mmap.mmap(-1, 1 << 20)  # (page-aligned, as O_DIRECT needs)

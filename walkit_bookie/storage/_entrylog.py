@@ -1,12 +1,14 @@
 """Entry logs: entries of all ledgers interleaved in append-only files, rolled by size.
 
-A record is ``u32 length | u64 ledger | i64 entry | packet``. Entries reach entry logs only at
-checkpoints (from the write cache), sorted by (ledger, entry) so that one ledger's entries sit
-together, written in aligned chunks through the page cache, synced once per write, and padded
-with zeros to a block boundary at the end of each checkpoint's write. The index maps (ledger, entry) to (log id,
-offset of the packet, length). Compaction appends the live entries of old logs the same way,
-then removes the old logs. Everything in here runs in a worker thread.
-"""
+A record is ``u32 length | u64 ledger | i64 entry | packet``. Entries reach entry logs at
+checkpoints (from the write cache) and as rereplication copies (straight, in groups), sorted
+by (ledger, entry) so that one ledger's entries sit together, synced once per write, and padded
+with zeros to a block boundary at the end of each write. Checkpoints write in aligned 4 MiB
+chunks through the page cache (entries just written stay cached for readers); copies, which
+nobody reads soon, go around it (``direct``: one O_DIRECT write per group). The index maps
+(ledger, entry) to (log id, offset of the packet, length). Compaction appends the live entries
+of old logs the same way, then removes the old logs. Everything in here runs in a worker
+thread."""
 
 from __future__ import annotations
 
