@@ -13,6 +13,7 @@ from walkit._core.rereplication import (
     FragmentGap,
     LostBookies,
     NoReplacement,
+    batch_entries,
     choose_replacements,
     fragment_ranges,
     gaps_for,
@@ -217,6 +218,17 @@ def test_token_bucket() -> None:
     for bad in (-1, float("inf"), "fast", True):
         with pytest.raises(InvalidArgumentError):
             check_rate(bad, "x")
+
+
+def test_batch_entries_fit_whole_answers() -> None:
+    mib = 1024 * 1024
+    assert batch_entries(None, 16, mib) == 16  # nothing seen yet
+    assert batch_entries(0.0, 16, mib) == 16
+    assert batch_entries(1000.0, 16, mib) == 16
+    assert batch_entries(65536.0, 16, mib) == 16  # exactly 16 fit
+    assert batch_entries(65572.0, 16, mib) == 15  # 64 KiB payloads with their headers
+    assert batch_entries(300_000.0, 16, mib) == 3
+    assert batch_entries(2 * mib, 16, mib) == 1  # one entry always (an answer holds it)
 
 
 def test_what_a_copier_does_with_a_batch_answer() -> None:

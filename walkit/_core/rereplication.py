@@ -204,6 +204,17 @@ def prefer_local(
     return out
 
 
+def batch_entries(average_packet: float | None, most: int, max_bytes: int) -> int:
+    """Entries to ask of a replica in one batch read: ``most``, fewer when packets of the
+    ``average_packet`` size seen so far (None: none seen yet) would not all fit the answer's
+    ``max_bytes``. An answer stops before the packet that would pass ``max_bytes``, and the
+    copier asks again for the rest: 16 entries of 64 KiB (each packet a header longer) came
+    back as 15, then 1, twice the requests and answers for the same bytes."""
+    if average_packet is None or average_packet <= 0:
+        return most
+    return max(1, min(most, int(max_bytes // average_packet)))
+
+
 @final
 @attrs.frozen
 class BatchAnswerPlan:

@@ -25,7 +25,7 @@ from walkit._core.digest import DigestManager
 from walkit._core.distribution import write_set
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.rate_limit import TokenBucket
-from walkit._core.rereplication import FragmentGap, plan_batch_answer
+from walkit._core.rereplication import FragmentGap, batch_entries, plan_batch_answer
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     AddFlag,
@@ -123,8 +123,10 @@ class _ChunkReads:
         digests: DigestManager,
         skip: Collection[BookieId],
         into: dict[int, bytes],
+        batch_entries: int = _BATCH_ENTRIES,
     ) -> None:
         self._core = core
+        self._batch_entries = batch_entries
         self._md = md
         self._ensemble = gap.ensemble
         self._lost_index = gap.index
@@ -152,7 +154,7 @@ class _ChunkReads:
                 self._sources[entry_id] = list(order)
                 self._next(entry_id)
                 continue
-            if run and (entry_id != run[-1] + 1 or len(run) == _BATCH_ENTRIES):
+            if run and (entry_id != run[-1] + 1 or len(run) == self._batch_entries):
                 self._batch(run, list(self._order(run[0])))
                 run = []
             run.append(entry_id)
@@ -423,6 +425,9 @@ async def copy_fragment(
         average = seen[1] / seen[0] if seen[0] else None
         count = limiter.chunk_entries(window, average)
         count = min(count, max(_FIRST_CHUNK, position))
+        per_batch = batch_entries(average, _BATCH_ENTRIES, _BATCH_BYTES)
+        if count > per_batch:
+            count -= count % per_batch  # whole batches: no short one at each chunk's end
         chunk = ids[position : position + count]
         position += len(chunk)
         return chunk
@@ -431,7 +436,9 @@ async def copy_fragment(
 
     async def read_chunk(chunk: list[int], into: dict[int, bytes]) -> None:
         await limiter.entries(len(chunk))
-        reads = _ChunkReads(core, md, gap, digests, skip, into)
+        average = seen[1] / seen[0] if seen[0] else None
+        per_batch = batch_entries(average, _BATCH_ENTRIES, _BATCH_BYTES)
+        reads = _ChunkReads(core, md, gap, digests, skip, into, per_batch)
         reads.start(chunk)
         await reads.done.wait()
         if reads.failure is not None:
