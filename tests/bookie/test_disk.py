@@ -153,7 +153,30 @@ def test_entry_log_round_trips_entries_larger_than_a_write_chunk(tmp_path: Path)
     for (ledger, entry, packet_bytes), (_, location) in zip(entries, locations, strict=True):
         assert logger.read(location, ledger, entry) == packet_bytes
     assert logger.read(locations[0][1], 7, 99) is None  # a location for another entry
+    assert logger.read(locations[1][1], 7, 99) is None  # (large: read in two parts)
+    assert logger.read(locations[1][1], 8, 1) is None
     logger.close()
+
+
+def test_entry_log_reads_of_cut_records_find_nothing(tmp_path: Path) -> None:
+    # A record whose file ends early (cut short, or a location past the end) reads as absent,
+    # small or large (read in two parts), with its packet or its header cut.
+    import os
+
+    from walkit_bookie.storage._entrylog import _SPLIT_READ, ENTRYLOG_DIR, LOCATION, EntryLogger
+
+    for size in (100, _SPLIT_READ * 4):
+        for keep in (size - 1, 0, -5):  # bytes of the packet left (-5: into its header)
+            directory = tmp_path / f"{size}-{keep}"
+            (directory / ENTRYLOG_DIR).mkdir(parents=True)
+            logger = EntryLogger([directory], max_size=1 << 30)
+            [(_, location)] = logger.append([(1, 0, b"z" * size)])
+            assert logger.read(location, 1, 0) == b"z" * size
+            _, offset, _ = LOCATION.unpack(location)
+            [path] = (directory / ENTRYLOG_DIR).iterdir()
+            os.truncate(path, offset + keep)
+            assert logger.read(location, 1, 0) is None
+            logger.close()
 
 
 def test_entry_logs_are_written_through_the_page_cache(tmp_path: Path) -> None:
