@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from walkit._core.types import BookieId
-from walkit._core.wire import AddFlag, AddRequest, AddResponse, StatusCode, decode_message
+from walkit._core.wire import (
+    ADD_RESPONSE_FRAME,
+    ADD_RESPONSE_HEAD,
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    StatusCode,
+    decode_message,
+)
 
 if TYPE_CHECKING:
     from walkit_bookie.server._requests import RequestHandler
@@ -24,6 +32,14 @@ if TYPE_CHECKING:
 __all__ = ["LocalCopyStore"]
 
 _FLAGS = AddFlag.RECOVERY | AddFlag.COPY
+_OK = int(StatusCode.OK)
+
+
+def _status_name(status: int) -> str:
+    try:
+        return StatusCode(status).name
+    except ValueError:
+        return str(status)
 
 
 @final
@@ -86,15 +102,27 @@ class LocalCopyStore:
     # --- what the handler calls (a connection's answering side) -------------------------------
 
     def send(self, frame: bytes) -> None:
+        if len(frame) == ADD_RESPONSE_FRAME.size:
+            # The usual answer, unpacked in place (as the client's dispatcher does): a full
+            # decode per copied entry was a visible part of a worker's CPU.
+            size, version, kind, rid, status, _, _ = ADD_RESPONSE_FRAME.unpack(frame)
+            if (size, version, kind) == ADD_RESPONSE_HEAD:
+                self._answered(rid, None if status == _OK else _status_name(status))
+                return
         message = decode_message(memoryview(frame)[4:])
-        found = self._waiting.pop(message.request_id, None)
+        problem = None
+        if not isinstance(message, AddResponse) or message.status != StatusCode.OK:
+            status = getattr(message, "status", None)
+            problem = status.name if isinstance(status, StatusCode) else type(message).__name__
+        self._answered(message.request_id, problem)
+
+    def _answered(self, request_id: int, problem: str | None) -> None:
+        found = self._waiting.pop(request_id, None)
         if found is None:
             return
         batch, entry_id = found
-        if not isinstance(message, AddResponse) or message.status != StatusCode.OK:
-            status = getattr(message, "status", None)
-            name = status.name if isinstance(status, StatusCode) else type(message).__name__
-            batch.problems.append(f"entry {entry_id}: {name}")
+        if problem is not None:
+            batch.problems.append(f"entry {entry_id}: {problem}")
         batch.left -= 1
         if batch.left == 0:
             batch.done.set()
