@@ -40,3 +40,24 @@ async def test_a_new_auditor_marks_a_bookie_gone_before_it_took_office(
             nursery.cancel_scope.cancel()
         markers = {m.ledger_id: m.missing for m in await urm.markers()}
         assert all(set(markers[lid]) == {lost} for lid in listing)
+
+
+async def test_a_new_auditor_marks_them_in_its_first_check(memory_url: str, tmp_path: Path) -> None:
+    # With a delay of 0 the bookie is due as soon as a ledger shows it gone: the first check
+    # marks its ledgers (a second pass over every ledger cost a heal ~0.2 s); a longer delay
+    # still starts from that first sight.
+    async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
+        written = await write_ledgers(client, 3, 5)
+        lost = (await client.ledger_metadata(next(iter(written)))).fragments[0][1][0]
+        listing = [
+            lid for lid in written if lost in (await client.ledger_metadata(lid)).all_bookies()
+        ]
+        await bookies.stop(bookies.index_of(lost))
+        registered = set(bookies.ids.values()) - {lost}
+        waiting = Auditor(client, name="w", options=FAST, rng=random.Random(1))
+        assert await waiting.check(registered, set(), delay=30.0) == 0
+        assert set(waiting.lost.since) == {lost}
+        auditor = Auditor(client, name="a", options=FAST, rng=random.Random(1))
+        assert await auditor.check(registered, set(), delay=0.0) == len(listing)
+        urm = UnderreplicationManager(client.metadata_store)
+        assert sorted(await urm.list_ids()) == sorted(listing)

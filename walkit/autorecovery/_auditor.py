@@ -75,6 +75,8 @@ class Auditor:
         self._wake = trio.Event()
         #: Completed checks (for tests).
         self.checks = 0
+        #: The bookies the last check marked ledgers for.
+        self._marked_for: set[BookieId] = set()
 
     @property
     def is_auditor(self) -> bool:
@@ -135,9 +137,12 @@ class Auditor:
                     full = now >= next_check
                     if settings.enabled and (full or due - self._marked):
                         await self.check(
-                            registered, due, entries=full and self.options.check_entries
+                            registered,
+                            due,
+                            entries=full and self.options.check_entries,
+                            delay=settings.lost_bookie_delay,
                         )
-                        self._marked |= due
+                        self._marked |= due | self._marked_for
                         if full:
                             next_check = now + self.options.check_interval
                     deadline = self.lost.next_deadline(
@@ -160,12 +165,21 @@ class Auditor:
                     await self._wake.wait()
 
     async def check(
-        self, registered: set[BookieId], due: set[BookieId], *, entries: bool = False
+        self,
+        registered: set[BookieId],
+        due: set[BookieId],
+        *,
+        entries: bool = False,
+        delay: float | None = None,
     ) -> int:
         """Check every ledger: mark those listing a bookie in ``due``; remember the other
-        unregistered bookies they list (their delay starts now). Returns ledgers marked."""
+        unregistered bookies they list (their delay starts now). With ``delay`` (the
+        lost-bookie delay), a bookie this check finds gone is marked in it too once that delay
+        is over: with a delay of 0, a new auditor marks a bookie lost before it took office in
+        its first check, not in a second pass over every ledger. Returns the ledgers marked."""
         core = self.client._core
         marked = 0
+        marked_for: set[BookieId] = set()
         now = trio.current_time()
         for ledger_id in await core.ledgers.list_ids():
             try:
@@ -179,6 +193,8 @@ class Auditor:
             gone = listed - registered
             self.lost.update(registered, gone, now)
             to_mark = gone & due
+            if delay is not None and gone:
+                to_mark |= gone & self.lost.due(now, delay)
             if entries and md.state is LedgerState.CLOSED:
                 to_mark |= await bookies_missing_entries(
                     core,
@@ -189,7 +205,9 @@ class Auditor:
                 )
             if to_mark and await self.urm.mark(ledger_id, to_mark):
                 marked += 1
+            marked_for |= to_mark
         self.checks += 1
+        self._marked_for = marked_for
         self.metrics.underreplicated(len(await self.urm.list_ids()))
         log.info("auditor_check_done", auditor=self.name, newly_marked=marked)
         return marked
