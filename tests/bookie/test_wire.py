@@ -34,6 +34,7 @@ from walkit._core.wire import (
     encode_frame,
     frame_length,
     peek_request_id,
+    status_name,
 )
 from walkit.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
 
@@ -243,3 +244,9 @@ def test_frame_lengths_are_checked() -> None:
 def test_packet_lac_agrees_with_read_header(entry: int, lac: int, payload: bytes) -> None:
     p = packet(3, entry, payload, lac)
     assert packet_lac(p) == read_header(p).lac == lac
+
+
+def test_status_names_known_and_unknown() -> None:
+    assert status_name(int(StatusCode.OK)) == "OK"
+    assert status_name(int(StatusCode.ENTRY_EXISTS)) == "ENTRY_EXISTS"
+    assert status_name(9999) == "9999"  # a newer bookie's code: its number, not an error

@@ -379,6 +379,15 @@ def peek_request_id(body: bytes | memoryview) -> int | None:
     return int(_HEAD.unpack_from(body, 0)[2])
 
 
+def status_name(value: int) -> str:
+    """A status code's name, or the number itself if this version does not know it (for
+    messages about answers already checked no further)."""
+    try:
+        return StatusCode(value).name
+    except ValueError:
+        return str(value)
+
+
 def _status(value: int) -> StatusCode:
     try:
         return StatusCode(value)

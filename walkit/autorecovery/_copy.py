@@ -35,6 +35,7 @@ from walkit._core.wire import (
     StatusCode,
     encode_batch_read_request,
     encode_read_request,
+    status_name,
 )
 from walkit._logging import get_logger
 from walkit.autorecovery._metrics import AutorecoveryMetrics
@@ -244,7 +245,7 @@ class _ChunkReads:
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         source = self._asked[tag]
         if status != _OK or not isinstance(msg, ReadResponse):
-            self._problem(tag, f"{source}: {_status_name(status)}")
+            self._problem(tag, f"{source}: {status_name(status)}")
             return
         try:
             self._digests.check(msg.packet, tag)
@@ -299,7 +300,7 @@ class _BatchAnswer:
 
         plan = plan_batch_answer(
             run,
-            _status_name(status),
+            status_name(status),
             None if batch is None else batch.first_entry_id,
             () if batch is None else batch.packets,
             bad,
@@ -316,13 +317,6 @@ class _BatchAnswer:
         reads, source = self._reads, self._sources[0]
         reads._core.pool.record_failure(source)
         reads._batch_failed(self._run, self._sources, f"{source}: {error}")
-
-
-def _status_name(status: int) -> str:
-    try:
-        return StatusCode(status).name
-    except ValueError:
-        return str(status)
 
 
 @final
@@ -343,7 +337,7 @@ class _Acks:
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         if status != _OK:
-            self.problems.append(f"entry {tag}: {_status_name(status)}")
+            self.problems.append(f"entry {tag}: {status_name(status)}")
         self._count()
 
     def on_error(self, tag: int, error: WalkitError) -> None:
@@ -420,14 +414,19 @@ async def copy_fragment(
     position = 0
     seen = [0, 0]  # entries and bytes read so far (for the chunk size under a bytes limit)
 
+    def average() -> float | None:
+        return seen[1] / seen[0] if seen[0] else None
+
+    def per_batch() -> int:
+        return batch_entries(average(), _BATCH_ENTRIES, _BATCH_BYTES)
+
     def next_chunk() -> list[int]:
         nonlocal position
-        average = seen[1] / seen[0] if seen[0] else None
-        count = limiter.chunk_entries(window, average)
+        count = limiter.chunk_entries(window, average())
         count = min(count, max(_FIRST_CHUNK, position))
-        per_batch = batch_entries(average, _BATCH_ENTRIES, _BATCH_BYTES)
-        if count > per_batch:
-            count -= count % per_batch  # whole batches: no short one at each chunk's end
+        batch = per_batch()
+        if count > batch:
+            count -= count % batch  # whole batches: no short one at each chunk's end
         chunk = ids[position : position + count]
         position += len(chunk)
         return chunk
@@ -436,9 +435,7 @@ async def copy_fragment(
 
     async def read_chunk(chunk: list[int], into: dict[int, bytes]) -> None:
         await limiter.entries(len(chunk))
-        average = seen[1] / seen[0] if seen[0] else None
-        per_batch = batch_entries(average, _BATCH_ENTRIES, _BATCH_BYTES)
-        reads = _ChunkReads(core, md, gap, digests, skip, into, per_batch)
+        reads = _ChunkReads(core, md, gap, digests, skip, into, per_batch())
         reads.start(chunk)
         await reads.done.wait()
         if reads.failure is not None:

@@ -24,6 +24,7 @@ from walkit._core.wire import (
     AddResponse,
     StatusCode,
     decode_message,
+    status_name,
 )
 
 if TYPE_CHECKING:
@@ -33,13 +34,6 @@ __all__ = ["LocalCopyStore"]
 
 _FLAGS = AddFlag.RECOVERY | AddFlag.COPY
 _OK = int(StatusCode.OK)
-
-
-def _status_name(status: int) -> str:
-    try:
-        return StatusCode(status).name
-    except ValueError:
-        return str(status)
 
 
 @final
@@ -107,7 +101,7 @@ class LocalCopyStore:
             # decode per copied entry was a visible part of a worker's CPU.
             size, version, kind, rid, status, _, _ = ADD_RESPONSE_FRAME.unpack(frame)
             if (size, version, kind) == ADD_RESPONSE_HEAD:
-                self._answered(rid, None if status == _OK else _status_name(status))
+                self._answered(rid, None if status == _OK else status_name(status))
                 return
         message = decode_message(memoryview(frame)[4:])
         problem = None
