@@ -124,10 +124,10 @@ class _ChunkReads:
         digests: DigestManager,
         skip: Collection[BookieId],
         into: dict[int, bytes],
-        batch_entries: int = _BATCH_ENTRIES,
+        per_batch: int = _BATCH_ENTRIES,
     ) -> None:
         self._core = core
-        self._batch_entries = batch_entries
+        self._per_batch = per_batch  # entries asked in one batch read
         self._md = md
         self._ensemble = gap.ensemble
         self._lost_index = gap.index
@@ -155,7 +155,7 @@ class _ChunkReads:
                 self._sources[entry_id] = list(order)
                 self._next(entry_id)
                 continue
-            if run and (entry_id != run[-1] + 1 or len(run) == self._batch_entries):
+            if run and (entry_id != run[-1] + 1 or len(run) == self._per_batch):
                 self._batch(run, list(self._order(run[0])))
                 run = []
             run.append(entry_id)
