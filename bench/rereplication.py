@@ -1,8 +1,8 @@
 """Benchmark rereplication: time to heal after a bookie loss, and foreground appends meanwhile.
 
-Five ``walkit-bookie`` processes (``--no-autorecovery``: this process does the healing, so it
+Six ``walkit-bookie`` processes (``--no-autorecovery``: this process does the healing, so it
 can time it) on sqlite metadata under ``--dir``. ``--mib`` MiB of 64 KiB entries are written
-across ``--ledgers`` ledgers (E=Qw=3, Qa=2). Then, twice:
+across ``--ledgers`` ledgers (E=Qw=3, Qa=2). Then, three times:
 
 1. a foreground writer (``bench/_foreground.py``, a process of its own, as an application is)
    appends 1 KiB entries, one at a time, to a new ledger, and its latency is measured for a
@@ -11,8 +11,11 @@ across ``--ledgers`` ledgers (E=Qw=3, Qa=2). Then, twice:
    heals every ledger that listed it, while a new foreground writer appends; time to heal, MiB/s copied and the
    foreground p50/p99 are recorded.
 
-The first loss is healed without a rate limit, the second with the default limits. Then a
-second cluster, whose bookies run their own autorecovery (``--lost-bookie-delay 0``, no rate
+The first loss is healed without a rate limit, the replacements copying the fragments from
+the replicas themselves (COPY_FRAGMENT: the bytes do not pass through the healer); the second
+without a rate limit, every byte through the healer (``copies_by_replacement=False``, as
+before COPY_FRAGMENT); the third with the default limits. Then a second cluster of five, whose
+bookies run their own autorecovery (``--lost-bookie-delay 0``, no rate
 limit), loses a bookie and heals by itself: its workers copy to their own bookie where the
 placement policy allows, with no network hop; timed from the loss being seen (the lost
 bookie's registration gone) to no ledger listing it and no marker left. The disk's
@@ -36,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -237,7 +241,7 @@ def main() -> None:
         direct_before = fsync_1m(root, total_mib=256, direct=True)["fsync_1m_direct_mib_s"]
         copy_before = copy_1m(root, total_mib=256)["copy_1m_mib_s"]
         url = f"sqlite:///{root / 'metadata.db'}"
-        with process_cluster(url, root, 5, extra_args=["--no-autorecovery"]) as cluster:
+        with process_cluster(url, root, 6, extra_args=["--no-autorecovery"]) as cluster:
             append_rate: list[float] = []
 
             async def run() -> list[dict[str, Any]]:
@@ -248,9 +252,11 @@ def main() -> None:
                 window = {} if args.window is None else {"window": args.window}
                 unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0, **window)
                 out = root / "foreground.txt"
+                here = attrs.evolve(unlimited, copies_by_replacement=False)
                 first = await heal_once(cluster, url, unlimited, out)
-                second = await heal_once(cluster, url, AutorecoveryOptions(**window), out)
-                return [first, second]
+                second = await heal_once(cluster, url, here, out)
+                third = await heal_once(cluster, url, AutorecoveryOptions(**window), out)
+                return [first, second, third]
 
             results = trio.run(run)
         url2 = f"sqlite:///{root / 'metadata-workers.db'}"
@@ -281,7 +287,8 @@ def main() -> None:
     lines = [
         "",
         f"## Rereplication ({datetime.date.today()}, {platform.machine()}, "
-        f"{args.mib} MiB of 64 KiB entries in {args.ledgers} ledgers, E=Qw=3 Qa=2, 5 bookies)",
+        f"{args.mib} MiB of 64 KiB entries in {args.ledgers} ledgers, E=Qw=3 Qa=2, 6 bookies "
+        "then 5)",
         "",
         f"Disk: 1 MiB write + fsync {disk:,.0f} MiB/s (mean of {disk_before:,.0f} before and "
         f"{disk_after:,.0f} after the heals; with O_DIRECT, without the copy into the page "
@@ -291,8 +298,10 @@ def main() -> None:
         f"{copy_after:,.0f}), the bound of any copier "
         f"that reads what it writes from one disk; the client's own `append_batch` of the "
         f"data: {append_rate[0]:,.0f} MiB/s (x3 replicas; same run). One bookie SIGKILLed, then "
-        "`recover_bookie` heals every ledger that listed it (first two rows); in the last row, "
-        "a second cluster's bookies heal by themselves (their own autorecovery workers, "
+        "`recover_bookie` heals every ledger that listed it (first three rows, one loss after "
+        "the other in a cluster of six: the replacements copying the fragments themselves, then "
+        "every byte through `recover_bookie`, then the default limits); in the last row, "
+        "a second cluster's five bookies heal by themselves (their own autorecovery workers, "
         "`--lost-bookie-delay 0`, no rate limit, copying to their own bookie where the "
         "placement allows), timed from the lost bookie's registration going to no ledger "
         "listing it. A foreground writer (a process of its own) appends 1 KiB "
@@ -304,7 +313,8 @@ def main() -> None:
     ]
     for label, r in zip(
         (
-            "none",
+            "none, copies by the replacements",
+            "none, copies through `recover_bookie`",
             f"default ({defaults.entries_per_second:,.0f} entries/s, "
             f"{(defaults.bytes_per_second or 0) / 1048576:.0f} MiB/s)",
             "none, the bookies' own workers",

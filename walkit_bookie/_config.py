@@ -257,6 +257,10 @@ class BookieConfig:
     #: Run an autorecovery auditor candidate and replication worker (docs/autorecovery.md).
     #: ``walkit-bookie`` turns it on unless ``--no-autorecovery``; an embedded Bookie opts in.
     autorecovery: bool = False
+    #: Answer COPY_FRAGMENT requests (copy a fragment from its replicas to this bookie, for
+    #: a healer elsewhere), through a client of the metadata store; with or without
+    #: ``autorecovery``. ``walkit-bookie`` turns it on unless ``--no-fragment-copies``.
+    fragment_copies: bool = False
     #: Seconds a bookie stays unregistered before its ledgers are marked (stored in the
     #: metadata by the first bookie; ``walkit autorecovery delay`` changes it at run time).
     lost_bookie_delay: float = attrs.field(default=30.0, validator=_non_negative)

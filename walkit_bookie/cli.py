@@ -393,7 +393,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-autorecovery",
         action="store_true",
-        help="run no autorecovery auditor or replication worker in this bookie",
+        help="run no autorecovery auditor or replication worker in this bookie (it still "
+        "copies fragments asked of it, by `walkit recover` say, unless --no-fragment-copies)",
+    )
+    p.add_argument(
+        "--no-fragment-copies",
+        action="store_true",
+        help="refuse COPY_FRAGMENT requests: a healer outside this bookie then sends it the "
+        "copies itself (each byte through one more process)",
     )
     p.add_argument(
         "--log-level",
@@ -473,6 +480,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         if value is not None:
             options[field] = value
     options["autorecovery"] = not args.no_autorecovery
+    options["fragment_copies"] = not args.no_fragment_copies
     return BookieConfig(**options)
 
 

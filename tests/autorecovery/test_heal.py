@@ -31,6 +31,7 @@ from walkit_bookie.storage import MemoryStorage
 #: Only a guard against hangs; nothing here is about speed.
 HANG_GUARD = 60
 FAST = AutorecoveryOptions(poll_interval=0.2, election_lease=1.0, grace_period=0.5)
+UNLIMITED = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0)
 
 
 async def write_ledgers(
@@ -402,13 +403,16 @@ async def _lost_bookie_and_bad_copies(
     bad_first: range,
     bad_second: range,
     size: int = 0,
+    fragment_copies: bool = False,
 ) -> AsyncIterator[tuple[Bookies, Client, dict[int, list[bytes]], tuple[BookieId, ...]]]:
     """4 in-memory bookies and one ledger of ``entries``; the two survivors' copies of the
     given entries corrupted, the first bookie of the ensemble stopped. Yields the bookies, a
-    client, what was written and the ensemble."""
+    client, what was written and the ensemble. ``fragment_copies``: the bookies answer
+    COPY_FRAGMENT requests."""
+    options = {"fragment_copies": fragment_copies}
     with trio.fail_after(HANG_GUARD):
         async with (
-            cluster(memory_url, tmp_path, 4, memory=True) as bookies,
+            cluster(memory_url, tmp_path, 4, memory=True, options=options) as bookies,
             connect(memory_url) as client,
         ):
             written = await write_ledgers(client, 1, entries, size=size)
@@ -420,18 +424,26 @@ async def _lost_bookie_and_bad_copies(
             yield bookies, client, written, ensemble
 
 
+#: Copies made by the replacement itself (COPY_FRAGMENT), or sent through the healer.
+BY_REPLACEMENT = pytest.mark.parametrize("by_replacement", [False, True])
+
+
+@BY_REPLACEMENT
 async def test_copies_pass_over_corrupted_replicas(
-    memory_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    memory_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture, by_replacement: bool
 ) -> None:
     """Each survivor holds bad copies of a third of the entries (a different third each): a
     copy read from a bad replica fails its digest check and is read from the other one, so
-    the replacement ends up with good bytes of every entry."""
+    the replacement ends up with good bytes of every entry (whoever reads them)."""
     caplog.set_level(logging.WARNING)
     bad = (range(0, 30, 3), range(1, 30, 3))
-    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 30, *bad) as setup:
+    async with _lost_bookie_and_bad_copies(
+        memory_url, tmp_path, 30, *bad, fragment_copies=by_replacement
+    ) as setup:
         bookies, client, written, (lost, first, second) = setup
-        report = await recover_bookie(client, lost)
+        report = await recover_bookie(client, lost, options=UNLIMITED)
         assert report.ok and report.healed == list(written), report.failed
+        assert report.entries_by_replacements == (30 if by_replacement else 0)
         assert "rereplication_bad_digest" in caplog.text
         # Only the replacement's copies are left to read from.
         await bookies.stop(bookies.index_of(first))
@@ -439,14 +451,17 @@ async def test_copies_pass_over_corrupted_replicas(
         await read_all(client, written)
 
 
+@BY_REPLACEMENT
 async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
-    memory_url: str, tmp_path: Path
+    memory_url: str, tmp_path: Path, by_replacement: bool
 ) -> None:
     bad = (range(7, 8), range(7, 8))
-    async with _lost_bookie_and_bad_copies(memory_url, tmp_path, 10, *bad) as setup:
+    async with _lost_bookie_and_bad_copies(
+        memory_url, tmp_path, 10, *bad, fragment_copies=by_replacement
+    ) as setup:
         _, client, written, (lost, first, second) = setup
         (lid,) = written
-        report = await recover_bookie(client, lost)
+        report = await recover_bookie(client, lost, options=UNLIMITED)
         assert not report.ok and list(report.failed) == [lid]
         assert "no surviving copy of entry 7" in report.failed[lid]
         assert str(first) in report.failed[lid] and str(second) in report.failed[lid]

@@ -42,6 +42,8 @@ from walkit._core.wire import (
     AuthRequest,
     BatchReadRequest,
     BatchReadResponse,
+    CopyFragmentRequest,
+    CopyFragmentResponse,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -103,12 +105,24 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
         st.one_of(st.integers(0, 70), st.sampled_from([1024, 1025, 2**32 - 1])),
         st.one_of(st.integers(0, 4096), U32),
     ),
+    st.builds(
+        CopyFragmentRequest,
+        U64,
+        LEDGERS,
+        ENTRIES,
+        st.integers(0, 255),
+        ENTRIES,
+        ENTRIES,
+        KEYS,
+        st.lists(st.text(max_size=30), max_size=3).map(tuple),
+    ),
     st.builds(AuthRequest, U64, st.text(max_size=20), st.binary(max_size=64)),
     # Answers sent to a bookie are hostile too.
     st.builds(AddResponse, U64, STATUS, U64, I64),
     st.builds(ReadResponse, U64, STATUS, U64, I64, DATA),
     st.builds(ErrorResponse, U64, STATUS, st.text(max_size=50)),
     st.builds(BatchReadResponse, U64, STATUS, U64, I64, st.lists(DATA, max_size=4).map(tuple)),
+    st.builds(CopyFragmentResponse, U64, STATUS, U64, U32, U64, st.text(max_size=50)),
 )
 
 _EXTREMES = st.sampled_from(
@@ -219,9 +233,13 @@ async def _serve_round_trip(bid: BookieId, ledger_id: int) -> None:
 @contextlib.contextmanager
 def live_bookie(tmp_path: Path) -> Iterator[tuple[BookieProcess, BookieId, tuple[str, int]]]:
     """A bookie process with a small maximum frame, long polls capped at 1 s, and its admin
-    endpoint on (for its counters)."""
+    endpoint on (for its counters); with a metadata store, so that it answers COPY_FRAGMENT
+    requests too (it looks their ledgers up there)."""
     bookie = BookieProcess(
         [tmp_path / "d"],
+        "--metadata",
+        f"sqlite:///{tmp_path / 'metadata.db'}",
+        "--no-autorecovery",
         "--max-frame-size",
         str(MAX_FRAME),
         "--max-long-poll",

@@ -14,7 +14,9 @@ from walkit._core.rereplication import (
     LostBookies,
     NoReplacement,
     batch_entries,
+    MAX_COPY_SPAN,
     choose_replacements,
+    copy_request_gap,
     fragment_ranges,
     gaps_for,
     missing_bookies,
@@ -69,6 +71,32 @@ def test_entries_follow_the_write_sets() -> None:
     assert list(FragmentGap(5, 8, 2, b(1), ()).entries(3, 3)) == [5, 6, 7, 8]
     # An empty fragment (or an empty ledger) holds nothing.
     assert list(FragmentGap(0, -1, 0, b(1), ()).entries(3, 3)) == []
+
+
+def test_copy_request_gap_is_a_part_of_a_fragment_this_bookie_may_take() -> None:
+    md = closed([(0, [1, 2, 3, 4]), (10, [1, 5, 3, 4])], last=30, e=4, qw=3)
+    gap = copy_request_gap(md, 0, 0, 2, 7, b(6))
+    assert gap == FragmentGap(2, 7, 0, b(1), (b(1), b(2), b(3), b(4)))
+    assert isinstance(gap, FragmentGap) and list(gap.entries(4, 3)) == [2, 3, 4, 6, 7]
+    assert copy_request_gap(md, 10, 1, 10, 30, b(2)) == FragmentGap(
+        10, 30, 1, b(5), (b(1), b(5), b(3), b(4))
+    )
+    refusals = {
+        "not closed": copy_request_gap(md.with_state(LedgerState.OPEN), 0, 0, 0, 1, b(6)),
+        "no fragment starting at entry 5": copy_request_gap(md, 5, 0, 5, 6, b(6)),
+        "position 4": copy_request_gap(md, 0, 4, 0, 1, b(6)),
+        "position -1": copy_request_gap(md, 0, -1, 0, 1, b(6)),
+        "in the fragment's ensemble": copy_request_gap(md, 0, 0, 0, 1, b(2)),
+        "not within the fragment's 0..9": copy_request_gap(md, 0, 0, 5, 10, b(6)),
+        "entries 6..5": copy_request_gap(md, 0, 0, 6, 5, b(6)),
+        "entries -1..3": copy_request_gap(md, 0, 0, -1, 3, b(6)),
+    }
+    for why, answer in refusals.items():
+        assert isinstance(answer, str) and why in answer, (why, answer)
+    # A fragment's run is bounded, however long the fragment.
+    long = closed([(0, [1, 2, 3])], last=10 * MAX_COPY_SPAN)
+    assert isinstance(copy_request_gap(long, 0, 0, 0, MAX_COPY_SPAN - 1, b(6)), FragmentGap)
+    assert "span more than" in str(copy_request_gap(long, 0, 0, 0, MAX_COPY_SPAN, b(6)))
 
 
 def test_next_action() -> None:

@@ -177,6 +177,7 @@ async def recover(url: str, args: argparse.Namespace, out: TextIO) -> int:
         "failed": len(report.failed),
         "entries_copied": report.entries,
         "bytes_copied": report.bytes,
+        "copied_by_replacements": report.entries_by_replacements,
     }
     if decommission:
         record["decommissioned"] = report.ok

@@ -204,6 +204,41 @@ def prefer_local(
     return out
 
 
+#: Most entries one COPY_FRAGMENT request may span (ids from its first to its last entry, of
+#: which the copy at its position stores those in its write sets).
+MAX_COPY_SPAN = 64 * 1024
+
+
+def copy_request_gap(
+    md: LedgerMetadata,
+    fragment_first_entry: int,
+    index: int,
+    first_entry: int,
+    last_entry: int,
+    this_bookie: BookieId,
+) -> FragmentGap | str:
+    """The part of a fragment a COPY_FRAGMENT request asks ``this_bookie`` to copy to itself,
+    or why the request does not fit the ledger's metadata: the ledger must be closed, the
+    fragment start at ``fragment_first_entry``, ``index`` be a position of its ensemble,
+    ``first_entry .. last_entry`` lie within it (at most ``MAX_COPY_SPAN`` ids), and this bookie
+    be outside the ensemble (it would hold the entries already, or copy from itself)."""
+    if md.state is not LedgerState.CLOSED:
+        return f"ledger {md.ledger_id} is not closed (its writer or recovery owns it)"
+    found = [r for r in fragment_ranges(md) if r[0] == fragment_first_entry]
+    if not found:
+        return f"ledger {md.ledger_id} has no fragment starting at entry {fragment_first_entry}"
+    ((first, last, ensemble),) = found
+    if not 0 <= index < len(ensemble):
+        return f"position {index} is not in the fragment's ensemble of {len(ensemble)}"
+    if this_bookie in ensemble:
+        return f"this bookie ({this_bookie}) is in the fragment's ensemble already"
+    if not first <= first_entry <= last_entry <= last:
+        return f"entries {first_entry}..{last_entry} are not within the fragment's {first}..{last}"
+    if last_entry - first_entry >= MAX_COPY_SPAN:
+        return f"entries {first_entry}..{last_entry} span more than {MAX_COPY_SPAN} ids"
+    return FragmentGap(first_entry, last_entry, index, ensemble[index], ensemble)
+
+
 def batch_entries(average_packet: float | None, most: int, max_bytes: int) -> int:
     """Entries to ask of a replica in one batch read: ``most``, fewer when packets of the
     ``average_packet`` size seen so far (None: none seen yet) would not all fit the answer's

@@ -82,6 +82,8 @@ class MessageType(enum.IntEnum):
     AUTH_RESPONSE = 11
     BATCH_READ_REQUEST = 12
     BATCH_READ_RESPONSE = 13
+    COPY_FRAGMENT_REQUEST = 14
+    COPY_FRAGMENT_RESPONSE = 15
 
 
 class AddFlag(enum.IntFlag):
@@ -258,8 +260,54 @@ class BatchReadResponse:
     packets: tuple[bytes, ...] = ()
 
 
+#: Most bookies a COPY_FRAGMENT request may name as not to be read from.
+MAX_COPY_SKIP: Final = 32
+
+
+@final
+@attrs.frozen
+class CopyFragmentRequest:
+    """Ask the bookie to copy to itself the entries ``first_entry .. last_entry`` that
+    position ``index`` of the fragment starting at ``fragment_first_entry`` stores, reading
+    them from the fragment's other bookies (not from those in ``skip``) and checking their
+    digests: a rereplication whose bytes go from replica to replacement, not through the one
+    asking. The ledger must be closed and the bookie must not be in the fragment's ensemble;
+    it reads the ledger's metadata itself. ``master_key``: the ledger's, as its adds carry."""
+
+    request_id: int
+    ledger_id: int
+    fragment_first_entry: int
+    index: int
+    first_entry: int
+    last_entry: int
+    master_key: bytes
+    skip: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen
+class CopyFragmentResponse:
+    """OK: ``entries`` entries of ``bytes`` bytes are durable on the bookie. Otherwise
+    ``text`` says why (BAD_REQUEST: this bookie does not copy fragments, or the request does
+    not match the ledger's metadata)."""
+
+    request_id: int
+    status: StatusCode
+    ledger_id: int
+    entries: int = 0
+    bytes: int = 0
+    text: str = ""
+
+
 #: The requests about ledgers (AUTH is about the connection).
-Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest | BatchReadRequest
+Request = (
+    AddRequest
+    | ReadRequest
+    | ReadLacRequest
+    | WriteLacRequest
+    | BatchReadRequest
+    | CopyFragmentRequest
+)
 Response = (
     AddResponse
     | ReadResponse
@@ -268,6 +316,7 @@ Response = (
     | ErrorResponse
     | AuthResponse
     | BatchReadResponse
+    | CopyFragmentResponse
 )
 Message = Request | AuthRequest | Response
 
@@ -285,6 +334,9 @@ _AUTH_RESP = struct.Struct(">h")
 _BREAD_REQ = struct.Struct(">QqII")
 _BREAD_RESP = struct.Struct(">hQqI")
 _PACKET_LEN = struct.Struct(">I")
+_COPY_REQ = struct.Struct(">QqBqqBB")
+_COPY_RESP = struct.Struct(">hQIQ")
+_NAME_LEN = struct.Struct(">B")
 #: A packet of a batch answer this big is sent as a part of its own (not copied).
 _OWN_PART: Final = 16 * 1024
 #: Longest text of an ErrorResponse or AuthResponse, in bytes.
@@ -363,6 +415,29 @@ def _encode_body(msg: Message) -> bytes:
             msg.request_id, msg.status, msg.ledger_id, msg.first_entry_id, msg.packets
         )
         return b"".join(parts)[_LEN.size :]
+    if isinstance(msg, CopyFragmentRequest):
+        _check_key(msg.master_key)
+        if len(msg.skip) > MAX_COPY_SKIP:
+            raise LocalProtocolError(f"{len(msg.skip)} bookies to skip (at most {MAX_COPY_SKIP})")
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.COPY_FRAGMENT_REQUEST, msg.request_id)
+        fixed = _COPY_REQ.pack(
+            msg.ledger_id,
+            msg.fragment_first_entry,
+            msg.index,
+            msg.first_entry,
+            msg.last_entry,
+            len(msg.master_key),
+            len(msg.skip),
+        )
+        names = []
+        for name in msg.skip:
+            raw = name.encode("utf-8")
+            names += [_NAME_LEN.pack(len(raw)), raw]
+        return b"".join((head, fixed, msg.master_key, *names))
+    if isinstance(msg, CopyFragmentResponse):
+        head = _HEAD.pack(PROTOCOL_VERSION, MessageType.COPY_FRAGMENT_RESPONSE, msg.request_id)
+        fixed = _COPY_RESP.pack(msg.status, msg.ledger_id, msg.entries, msg.bytes)
+        return b"".join((head, fixed, msg.text.encode("utf-8")[:_MAX_TEXT]))
     raise LocalProtocolError(f"not a wire message: {msg!r}")
 
 
@@ -483,6 +558,29 @@ def _decode(view: memoryview) -> Message:
             first_entry_id,
             _packets(view, at + _BREAD_RESP.size, count),
         )
+    if mtype == MessageType.COPY_FRAGMENT_REQUEST:
+        ledger_id, fragment_first, index, first, last, key_len, skips = _COPY_REQ.unpack_from(
+            view, at
+        )
+        key, at = _take_key(view, at + _COPY_REQ.size, key_len, exact_end=False)
+        if skips > MAX_COPY_SKIP:
+            raise RemoteProtocolError(f"{skips} bookies to skip (at most {MAX_COPY_SKIP})")
+        names = []
+        for _ in range(skips):
+            (size,) = _NAME_LEN.unpack_from(view, at)
+            at += _NAME_LEN.size
+            if at + size > len(view):
+                raise RemoteProtocolError("a bookie name's length runs past the end of the frame")
+            names.append(bytes(view[at : at + size]).decode("utf-8"))
+            at += size
+        _exact(view, at)
+        return CopyFragmentRequest(
+            request_id, ledger_id, fragment_first, index, first, last, key, tuple(names)
+        )
+    if mtype == MessageType.COPY_FRAGMENT_RESPONSE:
+        status, ledger_id, entries, size = _COPY_RESP.unpack_from(view, at)
+        text = bytes(view[at + _COPY_RESP.size :]).decode("utf-8", errors="replace")
+        return CopyFragmentResponse(request_id, _status(status), ledger_id, entries, size, text)
     raise RemoteProtocolError(f"unknown message type {mtype}")
 
 

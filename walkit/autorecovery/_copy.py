@@ -30,6 +30,8 @@ from walkit._core.types import BookieId
 from walkit._core.wire import (
     AddFlag,
     BatchReadResponse,
+    CopyFragmentRequest,
+    CopyFragmentResponse,
     ReadResponse,
     Response,
     StatusCode,
@@ -54,7 +56,7 @@ _BATCH_BYTES = 1024 * 1024
 #: reads, not after a whole window of them (every fragment healed at once waited ~0.2 s).
 _FIRST_CHUNK = 8
 
-__all__ = ["LocalCopies", "RateLimiter", "TargetFailedError", "copy_fragment"]
+__all__ = ["FragmentCopies", "LocalCopies", "RateLimiter", "TargetFailedError", "copy_fragment"]
 
 
 class TargetFailedError(RereplicationError):
@@ -67,11 +69,21 @@ class TargetFailedError(RereplicationError):
         self.target = target
 
 
+class FragmentCopies(Protocol):
+    """What answers a bookie's COPY_FRAGMENT requests (``_remote_copy.FragmentCopier``)."""
+
+    async def copy(self, req: CopyFragmentRequest) -> CopyFragmentResponse: ...
+
+
 class LocalCopies(Protocol):
     """The bookie a worker runs in, storing copies given to it in the same process."""
 
     @property
     def bookie_id(self) -> BookieId: ...
+
+    def serve_fragment_copies(self, copier: FragmentCopies | None) -> None:
+        """Have the bookie answer COPY_FRAGMENT requests with ``copier`` (None: refuse them)."""
+        ...
 
     async def store(
         self, ledger_id: int, master_key: bytes, entries: Sequence[tuple[int, bytes]]

@@ -38,6 +38,7 @@ from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies, RateLimiter, TargetFailedError, copy_fragment
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.autorecovery._remote_copy import copy_at_target
 from walkit.errors import MetadataVersionError, NoSuchLedgerError, RereplicationError
 from walkit.log._passwords import ledger_password
 from walkit.metadata import UnderreplicationManager
@@ -89,6 +90,8 @@ class Healer:
         self.open_since: dict[int, float] = {}
         #: The last reason a ledger could not be healed (for status output).
         self.last_problem: dict[int, str] = {}
+        #: Replacements that did not copy a fragment themselves (said once each).
+        self._copied_here_for: set[BookieId] = set()
 
     async def password_for(self, md: LedgerMetadata) -> bytes:
         """The ledger's password among those this healer knows; RereplicationError if none."""
@@ -124,6 +127,41 @@ class Healer:
             location_of=location_of,
             avoid=avoid,
         )
+
+    async def _copied_by_target(
+        self,
+        md: LedgerMetadata,
+        gap: FragmentGap,
+        target: BookieId,
+        key: bytes,
+        lost: set[BookieId],
+        progress: Callable[[int, int], None] | None,
+    ) -> bool:
+        """Have ``target`` copy ``gap`` from the replicas itself, when the copies are not
+        rate-limited and ``target`` is not this healer's own bookie; False: copy them here."""
+        options = self.options
+        if (
+            not options.copies_by_replacement
+            or options.entries_per_second is not None
+            or options.bytes_per_second is not None
+            or (self.local is not None and target == self.local.bookie_id)
+        ):
+            return False
+        core = self.client._core
+        why = await copy_at_target(
+            core, md, gap, target, key=key, skip=lost, metrics=self.metrics, progress=progress
+        )
+        if why is None:
+            return True
+        said = target in self._copied_here_for
+        self._copied_here_for.add(target)
+        (log.debug if said else log.info)(
+            "rereplication_copying_through_healer",
+            ledger_id=md.ledger_id,
+            bookie_id=str(target),
+            reason=why,
+        )
+        return False
 
     async def heal(
         self,
@@ -206,6 +244,8 @@ class Healer:
             try:
                 for gap in gaps:
                     target = chosen[(gap.first_entry, gap.index)]
+                    if await self._copied_by_target(md, gap, target, key, lost, progress):
+                        continue
                     await copy_fragment(
                         core,
                         md,

@@ -23,12 +23,14 @@ class AutorecoveryMetrics:
         self._entries: Any = None
         self._bytes: Any = None
         self._local: Any = None
+        self._by_replacement: Any = None
         self._heal: Any = None
         self._outcomes: Any = None
         #: Kept here too, for tests and status output.
         self.entries_copied = 0
         self.bytes_copied = 0
         self.entries_copied_locally = 0
+        self.entries_copied_by_replacements = 0
         self.ledgers_healed = 0
         if registry is None:
             return
@@ -56,6 +58,13 @@ class AutorecoveryMetrics:
                 "counted in walkit_autorecovery_entries_copied)",
                 registry=registry,
             )
+            self._by_replacement = Counter(
+                "walkit_autorecovery_entries_copied_by_replacements",
+                "Entries replacement bookies copied from the replicas themselves, asked by "
+                "this healer (COPY_FRAGMENT: the bytes did not pass through it; also counted "
+                "in walkit_autorecovery_entries_copied)",
+                registry=registry,
+            )
             self._heal = Histogram(
                 "walkit_autorecovery_heal_seconds",
                 "Time from a worker taking a marked ledger to its marker being dropped",
@@ -71,22 +80,29 @@ class AutorecoveryMetrics:
         except ValueError as exc:  # already registered (a second worker on one registry)
             log.warning("autorecovery_metrics_unavailable", error=str(exc))
             self._underreplicated = self._entries = self._bytes = self._local = None
+            self._by_replacement = None
             self._heal = self._outcomes = None
 
     def underreplicated(self, count: int) -> None:
         if self._underreplicated is not None:
             self._underreplicated.set(count)
 
-    def copied(self, entries: int, size: int, *, local: bool = False) -> None:
+    def copied(
+        self, entries: int, size: int, *, local: bool = False, by_replacement: bool = False
+    ) -> None:
         self.entries_copied += entries
         self.bytes_copied += size
         if local:
             self.entries_copied_locally += entries
+        if by_replacement:
+            self.entries_copied_by_replacements += entries
         if self._entries is not None:
             self._entries.inc(entries)
             self._bytes.inc(size)
             if local:
                 self._local.inc(entries)
+            if by_replacement:
+                self._by_replacement.inc(entries)
 
     def healed(self, seconds: float) -> None:
         self.ledgers_healed += 1

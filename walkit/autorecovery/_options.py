@@ -65,6 +65,9 @@ class AutorecoveryOptions:
     - ``window``: entries copied at once.
     - ``election_lease``: the auditor election's lease (a dead auditor is replaced after it).
     - ``passwords``: ledger passwords to try besides b"" and the ones stored with logs.
+    - ``copies_by_replacement``: with no rate limit, a replacement other than this process's
+      own bookie is asked to copy each fragment from the replicas itself (the bytes do not
+      pass through this process); False, or a bookie that does not, and they do.
     """
 
     grace_period: float = attrs.field(default=60.0, validator=_non_negative)
@@ -77,3 +80,4 @@ class AutorecoveryOptions:
     window: int = attrs.field(default=64, validator=_positive)
     election_lease: float = attrs.field(default=5.0, validator=_positive)
     passwords: tuple[bytes, ...] = attrs.field(default=(), converter=_passwords)
+    copies_by_replacement: bool = True

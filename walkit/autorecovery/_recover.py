@@ -50,6 +50,9 @@ class RecoveryReport:
     failed: dict[int, str] = attrs.Factory(dict)
     entries: int = 0
     bytes: int = 0
+    #: Of ``entries``, those the replacements copied from the replicas themselves (the
+    #: bytes did not pass through this process).
+    entries_by_replacements: int = 0
 
     @property
     def ok(self) -> bool:
@@ -124,6 +127,7 @@ async def recover_bookie(
     report.healed.sort()
     report.entries = metrics.entries_copied
     report.bytes = metrics.bytes_copied
+    report.entries_by_replacements = metrics.entries_copied_by_replacements
     return report
 
 

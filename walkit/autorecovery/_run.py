@@ -9,8 +9,10 @@ import trio
 
 from walkit.autorecovery._auditor import Auditor
 from walkit.autorecovery._copy import LocalCopies
+from walkit.autorecovery._heal import Healer
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.autorecovery._remote_copy import FragmentCopier
 from walkit.autorecovery._worker import ReplicationWorker
 from walkit.metadata import UnderreplicationManager
 
@@ -29,6 +31,8 @@ async def run_autorecovery(
     rng: random.Random | None = None,
     lost_bookie_delay: float | None = None,
     local: LocalCopies | None = None,
+    background: bool = True,
+    fragment_copies: bool = True,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run an auditor candidate and a replication worker through ``client`` until cancelled.
@@ -36,7 +40,9 @@ async def run_autorecovery(
     ``lost_bookie_delay`` is stored as the cluster's delay unless one is stored already
     (change it at run time with ``walkit autorecovery delay SECONDS``). ``registry``: a
     prometheus registry for the metrics. ``local``: the bookie this runs in, which then takes
-    copies itself where its rack allows (see :class:`~walkit.autorecovery.Healer`).
+    copies itself where its rack allows (see :class:`~walkit.autorecovery.Healer`), and,
+    with ``fragment_copies``, answers the COPY_FRAGMENT requests of healers elsewhere.
+    ``background``: False runs no auditor candidate or worker (only those answers).
     """
     rng = rng or random.Random()
     options = options or AutorecoveryOptions()
@@ -45,11 +51,23 @@ async def run_autorecovery(
     await urm.ensure_paths()
     if lost_bookie_delay is not None:
         await urm.init_settings(lost_bookie_delay)
-    async with trio.open_nursery() as nursery:
-        auditor = Auditor(client, name=name, options=options, metrics=metrics, rng=rng)
-        worker = ReplicationWorker(
-            client, name=name, options=options, metrics=metrics, rng=rng, local=local
-        )
-        await nursery.start(auditor.run)
-        await nursery.start(worker.run)
-        task_status.started()
+    try:
+        async with trio.open_nursery() as nursery:
+            healer: Healer | None = None
+            if background:
+                auditor = Auditor(client, name=name, options=options, metrics=metrics, rng=rng)
+                worker = ReplicationWorker(
+                    client, name=name, options=options, metrics=metrics, rng=rng, local=local
+                )
+                await nursery.start(auditor.run)
+                await nursery.start(worker.run)
+                healer = worker.healer
+            if local is not None and fragment_copies:
+                # The bookie copies fragments asked of it through this client.
+                healer = healer or Healer(client, options, metrics, local=local)
+                local.serve_fragment_copies(FragmentCopier(healer, local))
+                nursery.start_soon(trio.sleep_forever)
+            task_status.started()
+    finally:
+        if local is not None and fragment_copies:
+            local.serve_fragment_copies(None)

@@ -37,6 +37,8 @@ async def run_bookie_autorecovery(
     registry: Any = None,
     rng: random.Random | None = None,
     local: LocalCopies | None = None,
+    background: bool = True,
+    fragment_copies: bool = True,
 ) -> None:
     """Run autorecovery for the bookie ``bookie_id`` until cancelled (never raises).
 
@@ -45,6 +47,8 @@ async def run_bookie_autorecovery(
     ``auth``: the worker's credentials for bookies that authenticate clients (an
     ``AuthProvider`` such as ``walkit.TokenAuth``). ``options``: the worker's rate limits and
     window. ``local``: the bookie's own store, so copies to it skip the network.
+    ``background``: run the auditor candidate and the worker (False: only answer
+    COPY_FRAGMENT requests, with ``fragment_copies``).
     """
     from walkit.autorecovery._run import run_autorecovery
     from walkit.client import Client
@@ -57,7 +61,12 @@ async def run_bookie_autorecovery(
     while True:
         try:
             async with Client.connect(url, tls=tls, auth=auth, rng=rng) as client:
-                log.info("autorecovery_started", bookie_id=str(bookie_id))
+                log.info(
+                    "autorecovery_started",
+                    bookie_id=str(bookie_id),
+                    auditor_and_worker=background,
+                    fragment_copies=fragment_copies,
+                )
                 await run_autorecovery(
                     client,
                     name=str(bookie_id),
@@ -66,6 +75,8 @@ async def run_bookie_autorecovery(
                     rng=rng,
                     lost_bookie_delay=lost_bookie_delay,
                     local=local,
+                    background=background,
+                    fragment_copies=fragment_copies,
                 )
         except WalkitError as exc:
             log.warning("autorecovery_stopped", bookie_id=str(bookie_id), error=str(exc))

@@ -27,6 +27,7 @@ from walkit._core.wire import (
     AddResponse,
     AuthResponse,
     BatchReadResponse,
+    CopyFragmentResponse,
     ErrorResponse,
     ReadLacResponse,
     ReadResponse,
@@ -62,6 +63,7 @@ __all__ = ["BookieConnection", "ResponseHandler"]
 _RESPONSES = (
     AddResponse,
     BatchReadResponse,
+    CopyFragmentResponse,
     ReadResponse,
     ReadLacResponse,
     WriteLacResponse,

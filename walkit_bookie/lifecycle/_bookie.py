@@ -237,7 +237,7 @@ class Bookie:
             if self.admin_address is not None:
                 self._registration.info["http_port"] = self.admin_address[1]
             await nursery.start(self._registration.run, bookie_id, self._mode_source)
-        if config.autorecovery and self._metadata is not None:
+        if (config.autorecovery or config.fragment_copies) and self._metadata is not None:
             from walkit.autorecovery import AutorecoveryOptions, run_bookie_autorecovery
             from walkit.net._auth import read_token_file
             from walkit_bookie.server._local import LocalCopyStore
@@ -273,6 +273,8 @@ class Bookie:
                     lost_bookie_delay=config.lost_bookie_delay,
                     options=options,
                     local=LocalCopyStore(self.handler, bookie_id),
+                    background=config.autorecovery,
+                    fragment_copies=config.fragment_copies,
                     tls_files=(config.tls_cert, config.tls_key, config.tls_ca),
                     auth=auth,
                     registry=self.registry,

@@ -11,6 +11,7 @@ from walkit._core.wire import (
     AddFlag,
     AddRequest,
     BatchReadRequest,
+    CopyFragmentRequest,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -58,7 +59,7 @@ class LedgerAccess:
           first add or fence since the bookie started, or the first with its key for a ledger
           stored before; not persisted); the principals an explicit ``fence`` rule lists may
           also fence it and make recovery adds (operators recovering it). The owner needs no
-          other rule for them.
+          other rule for them. A COPY_FRAGMENT request is a recovery add of its ledger.
         - Otherwise the ``--authorize`` rules decide (no rule: every principal). Recovery adds
           count as fencing for them (or as adds).
         """
@@ -73,6 +74,8 @@ class LedgerAccess:
             op = "fence" if message.flags & ReadLacFlag.FENCE else "read"
         elif isinstance(message, BatchReadRequest):
             return self._may_read(conn, message, principal)
+        elif isinstance(message, CopyFragmentRequest):
+            op = "fence"  # copies made here are recovery adds of the ledger
         else:
             return True
         if op == "read":
@@ -103,7 +106,7 @@ class LedgerAccess:
                 encode_frame(ErrorResponse(message.request_id, StatusCode.UNAUTHORIZED_ACCESS, why))
             )
             return False
-        recovery_add = op == "fence" and isinstance(message, AddRequest)
+        recovery_add = op == "fence" and isinstance(message, AddRequest | CopyFragmentRequest)
         if (
             rules is not None
             and not rules.allows(op, principal)

@@ -28,6 +28,7 @@ from walkit._core.wire import (
 )
 
 if TYPE_CHECKING:
+    from walkit.autorecovery._copy import FragmentCopies
     from walkit_bookie.server._requests import RequestHandler
 
 __all__ = ["LocalCopyStore"]
@@ -68,6 +69,9 @@ class LocalCopyStore:
     @property
     def bookie_id(self) -> BookieId:
         return self._bookie_id
+
+    def serve_fragment_copies(self, copier: FragmentCopies | None) -> None:
+        self._handler.fragment_copier = copier
 
     @property
     def unsent(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Sequence
-from typing import Any, cast, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import attrs
 import trio
@@ -28,6 +28,8 @@ from walkit._core.wire import (
     AuthRequest,
     AuthResponse,
     BatchReadRequest,
+    CopyFragmentRequest,
+    CopyFragmentResponse,
     ErrorResponse,
     Message,
     ReadFlag,
@@ -59,6 +61,9 @@ from walkit_bookie.storage import (
     apply_request,
     stored_entry_decision,
 )
+
+if TYPE_CHECKING:
+    from walkit.autorecovery._copy import FragmentCopies
 
 log = get_logger(__name__)
 
@@ -150,6 +155,8 @@ class RequestHandler:
         #: Fences of ledgers this bookie knew nothing of (they create the ledger's state here).
         self.fences_of_unknown_ledgers = 0
         self._lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
+        #: Answers COPY_FRAGMENT requests: the bookie's autorecovery worker, once connected.
+        self.fragment_copier: FragmentCopies | None = None
         #: Reads answered TOO_MANY_REQUESTS because their connection's answers are not read.
         #: Reads of entries not in the write cache (``_disk_reads``).
         self.disk_reads = DiskReads(self)
@@ -277,6 +284,8 @@ class RequestHandler:
             if self.reads_in_flight >= self.config.max_inflight_reads:
                 self.disk_reads.slots_taken()
             self._batch_read(conn, message)  # type: ignore[arg-type]
+        elif kind is CopyFragmentRequest:
+            self._copy_fragment(conn, message)  # type: ignore[arg-type]
         elif kind is WriteLacRequest:
             self.adds_in_flight += 1
             self._write_lac(conn, body, message)  # type: ignore[arg-type]
@@ -654,6 +663,40 @@ class RequestHandler:
             frame = encode_frame(ReadLacResponse(req.request_id, StatusCode.OK, lid, lac, packet))
         finally:
             self.read_done(conn, frame, long_poll=bool(req.flags & ReadLacFlag.LONG_POLL))
+
+    # --- fragments copied by this bookie --------------------------------------------------
+
+    def _copy_fragment(self, conn: Peer, req: CopyFragmentRequest) -> None:
+        copier = self.fragment_copier
+        why = ""
+        if self._read_only:
+            status, why = StatusCode.BOOKIE_READ_ONLY, "this bookie is read-only"
+        elif copier is None:
+            status = StatusCode.BAD_REQUEST
+            why = (
+                "this bookie copies no fragments: its autorecovery is off (--no-autorecovery) "
+                "or not connected to the metadata store"
+            )
+        elif conn.spawn(self._copy_task, conn, req, copier):
+            return
+        else:
+            conn.outstanding -= 1  # the connection is closing
+            return
+        conn.outstanding -= 1
+        conn.send(
+            encode_frame(CopyFragmentResponse(req.request_id, status, req.ledger_id, text=why))
+        )
+
+    async def _copy_task(
+        self, conn: Peer, req: CopyFragmentRequest, copier: FragmentCopies
+    ) -> None:
+        answer: CopyFragmentResponse | None = None
+        try:
+            answer = await copier.copy(req)
+        finally:
+            conn.outstanding -= 1
+            if answer is not None:
+                conn.send(encode_frame(answer))
 
     # --- group commit ------------------------------------------------------------------------
 

@@ -1,0 +1,241 @@
+"""Fragments copied by their replacement: bytes go from replica to replacement, not through
+the healer (HDFS's datanodes copy blocks among themselves the same way).
+
+A healer outside the replacement (``walkit recover``, or a worker whose own bookie cannot take
+the copy) would receive every entry from a surviving replica and send it on: on a machine
+whose cores are shared, one more process handles every byte. Instead it sends the replacement
+a COPY_FRAGMENT request per run of entries (:func:`copy_at_target`); a bookie whose
+autorecovery worker is connected answers it with :class:`FragmentCopier`, which copies the run
+to itself exactly as its worker would (:func:`~walkit.autorecovery._copy.copy_fragment`, digests
+checked, stored in the process) and answers how many entries and bytes are durable. The healer
+still picks the replacement, swaps it into the metadata and drops the marker.
+
+Only unthrottled copies go this way: under a rate limit the healer paces the copies itself, a
+chunk at a time (a replacement asked for a run copies it at full speed). A bookie that does
+not copy fragments (autorecovery off, an older version, a password it does not know) answers
+an error, and the healer copies through itself as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from walkit._core.digest import DigestManager, master_key
+from walkit._core.ledger_metadata import LedgerMetadata
+from walkit._core.rereplication import FragmentGap, batch_entries, copy_request_gap
+from walkit._core.types import BookieId
+from walkit._core.wire import (
+    MAX_COPY_SKIP,
+    CopyFragmentRequest,
+    CopyFragmentResponse,
+    Response,
+    StatusCode,
+    encode_frame,
+    status_name,
+)
+from walkit._logging import get_logger
+from walkit.autorecovery._copy import LocalCopies, RateLimiter, copy_fragment
+from walkit.autorecovery._metrics import AutorecoveryMetrics
+from walkit.errors import NoSuchLedgerError, RereplicationError, WalkitError
+from walkit.ledger._core import ClientCore
+
+if TYPE_CHECKING:
+    from walkit.autorecovery._heal import Healer
+
+log = get_logger(__name__)
+
+__all__ = ["FragmentCopier", "copy_at_target"]
+
+#: Entries and bytes one request asks for: a progress report per run, and a request far
+#: shorter than its timeout even on a busy machine.
+_RUN_ENTRIES = 1024
+_RUN_BYTES = 64 * 1024 * 1024
+#: How long a replacement may take over one run before the healer gives up on it.
+_RUN_TIMEOUT = 300.0
+#: Runs a bookie copies at once; more wait their turn.
+_COPIES_AT_ONCE = 4
+
+
+@final
+class FragmentCopier:
+    """Answers COPY_FRAGMENT requests in a bookie, through its autorecovery worker's
+    ``healer`` (its client, its passwords) and ``local`` store (the bookie itself)."""
+
+    def __init__(self, healer: Healer, local: LocalCopies) -> None:
+        self._healer = healer
+        self._local = local
+        self._slots = trio.Semaphore(_COPIES_AT_ONCE)
+        self._unlimited = RateLimiter(None, None)
+        #: Requests answered OK, and refused or failed.
+        self.copied = 0
+        self.failed = 0
+
+    async def copy(self, req: CopyFragmentRequest) -> CopyFragmentResponse:
+        """Copy the run ``req`` names to this bookie; never raises a WalkitError (the answer
+        carries it)."""
+        async with self._slots:
+            try:
+                entries, size = await self._copy(req)
+            except _Refused as exc:
+                self.failed += 1
+                return CopyFragmentResponse(
+                    req.request_id, exc.status, req.ledger_id, text=str(exc)
+                )
+            except WalkitError as exc:
+                self.failed += 1
+                log.info("fragment_copy_failed", ledger_id=req.ledger_id, error=str(exc))
+                return CopyFragmentResponse(
+                    req.request_id, StatusCode.IO_ERROR, req.ledger_id, text=str(exc)
+                )
+            except Exception as exc:  # a bug here must not take the connection down
+                self.failed += 1
+                log.error(
+                    "fragment_copy_crashed",
+                    ledger_id=req.ledger_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                return CopyFragmentResponse(
+                    req.request_id, StatusCode.IO_ERROR, req.ledger_id, text="internal error"
+                )
+        self.copied += 1
+        return CopyFragmentResponse(req.request_id, StatusCode.OK, req.ledger_id, entries, size)
+
+    async def _copy(self, req: CopyFragmentRequest) -> tuple[int, int]:
+        healer, local = self._healer, self._local
+        core = healer.client._core
+        if not 0 <= req.ledger_id < 2**63:
+            raise _Refused(StatusCode.BAD_REQUEST, f"no ledger id {req.ledger_id}")
+        try:
+            skip = {BookieId.parse(name) for name in req.skip}
+        except WalkitError as exc:
+            raise _Refused(StatusCode.BAD_REQUEST, str(exc)) from None
+        try:
+            md, _ = await core.read_metadata(req.ledger_id)
+        except NoSuchLedgerError:
+            raise _Refused(StatusCode.NO_SUCH_LEDGER, f"no ledger {req.ledger_id}") from None
+        gap = copy_request_gap(
+            md,
+            req.fragment_first_entry,
+            req.index,
+            req.first_entry,
+            req.last_entry,
+            local.bookie_id,
+        )
+        if isinstance(gap, str):
+            raise _Refused(StatusCode.BAD_REQUEST, gap)
+        try:
+            password = await healer.password_for(md)
+        except RereplicationError as exc:
+            raise _Refused(StatusCode.BAD_REQUEST, str(exc)) from None
+        key = master_key(password)
+        if req.master_key != key:
+            raise _Refused(
+                StatusCode.UNAUTHORIZED_ACCESS, f"not ledger {req.ledger_id}'s master key"
+            )
+        sizes = _Sizes()
+        entries = await copy_fragment(
+            core,
+            md,
+            gap,
+            local.bookie_id,
+            key=key,
+            digests=DigestManager(md.ledger_id, md.digest, password),
+            limiter=self._unlimited,
+            window=healer.options.window,
+            skip={gap.bookie, *skip},
+            metrics=healer.metrics,
+            progress=sizes,
+            local=local,
+        )
+        return entries, sizes.bytes
+
+
+@final
+class _Sizes:
+    """Counts the bytes ``copy_fragment`` reports."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def __call__(self, _entries: int, size: int) -> None:
+        self.bytes += size
+
+
+class _Refused(Exception):
+    def __init__(self, status: StatusCode, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+@final
+class _Answer:
+    """The answer to one COPY_FRAGMENT request."""
+
+    def __init__(self) -> None:
+        self.status = ""
+        self.entries = 0
+        self.bytes = 0
+        self.done = trio.Event()
+
+    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
+        if status == StatusCode.OK and isinstance(msg, CopyFragmentResponse):
+            self.entries, self.bytes = msg.entries, msg.bytes
+        else:
+            text = getattr(msg, "text", "") or getattr(msg, "message", "")
+            self.status = f"{status_name(status)}" + (f" ({text})" if text else "")
+        self.done.set()
+
+    def on_error(self, tag: int, error: WalkitError) -> None:
+        self.status = str(error)
+        self.done.set()
+
+
+async def copy_at_target(
+    core: ClientCore,
+    md: LedgerMetadata,
+    gap: FragmentGap,
+    target: BookieId,
+    *,
+    key: bytes,
+    skip: set[BookieId],
+    metrics: AutorecoveryMetrics,
+    progress: Callable[[int, int], None] | None = None,
+) -> str | None:
+    """Have ``target`` copy every entry ``gap`` covers to itself, a run at a time; None when
+    it did, else why not (the caller then copies them itself: copies are idempotent, so the
+    runs already copied cost only their second transfer)."""
+    ids = list(gap.entries(md.ensemble_size, md.write_quorum))
+    names = tuple(str(b) for b in sorted(skip - {gap.bookie}, key=str))
+    if len(names) > MAX_COPY_SKIP:
+        return f"{len(names)} bookies to pass over (a request names at most {MAX_COPY_SKIP})"
+    position = 0
+    average: float | None = None
+    seen = [0, 0]
+    while position < len(ids):
+        run = ids[position : position + batch_entries(average, _RUN_ENTRIES, _RUN_BYTES)]
+        try:
+            conn = core.pool.get(target)
+        except WalkitError as exc:
+            return str(exc)
+        rid = conn.new_request_id()
+        request = CopyFragmentRequest(
+            rid, md.ledger_id, gap.first_entry, gap.index, run[0], run[-1], key, names
+        )
+        answer = _Answer()
+        conn.send((encode_frame(request),), rid, answer, run[0], _RUN_TIMEOUT)
+        await answer.done.wait()
+        if answer.status:
+            return answer.status
+        if answer.entries != len(run):
+            return f"copied {answer.entries} of the {len(run)} entries asked"
+        position += len(run)
+        seen[0] += answer.entries
+        seen[1] += answer.bytes
+        average = seen[1] / seen[0]
+        metrics.copied(answer.entries, answer.bytes, by_replacement=True)
+        if progress is not None:
+            progress(answer.entries, answer.bytes)
+    return None
