@@ -21,7 +21,7 @@ from walkit.metadata import UnderreplicationManager, open_metadata_store, read_c
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
     root = tmp_path_factory.mktemp("autorecovery-cli")
     with process_cluster(
-        f"sqlite:///{root / 'metadata.db'}", root, 6, extra_args=["--no-autorecovery"]
+        f"sqlite:///{root / 'metadata.db'}", root, 7, extra_args=["--no-autorecovery"]
     ) as c:
         yield c
 
@@ -211,4 +211,32 @@ def test_recover_killed_while_copying_then_finished(cluster: ProcessCluster) -> 
     assert json.loads(done.stdout)["healed"] >= 1
     assert victim.address not in ensembles(url, [lid])[lid]
     assert json.loads(walkit("underreplicated", "--metadata", url, "--json").stdout) == []
+    read_back(url, written)
+
+
+def test_recover_without_a_rate_limit_has_the_replacements_copy(cluster: ProcessCluster) -> None:
+    """With no rate limit, each replacement (a `walkit-bookie --no-autorecovery` process) copies
+    the lost copies from the replicas itself; the report counts them."""
+    url = cluster.metadata_url
+    written = write(url, 2, 40)
+    victim = cluster.by_address(sorted(next(iter(ensembles(url, list(written)).values())))[0])
+    listing = [lid for lid, bs in ensembles(url, list(written)).items() if victim.address in bs]
+    victim.kill()
+    done = walkit(
+        "recover",
+        str(victim.address),
+        "--entries-per-second",
+        "0",
+        "--bytes-per-second",
+        "0",
+        "--password",
+        "pw",  # the first test's ledgers: the bookies cannot know it, so they are sent copies
+        "--metadata",
+        url,
+        "--json",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["copied_by_replacements"] >= 40 * len(listing) > 0
+    assert all(victim.address not in bs for bs in ensembles(url, list(written)).values())
     read_back(url, written)

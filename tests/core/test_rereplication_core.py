@@ -9,12 +9,12 @@ from walkit import BookieId
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
 from walkit._core.rate_limit import TokenBucket, check_rate
 from walkit._core.rereplication import (
+    MAX_COPY_SPAN,
     Action,
     FragmentGap,
     LostBookies,
     NoReplacement,
     batch_entries,
-    MAX_COPY_SPAN,
     choose_replacements,
     copy_request_gap,
     fragment_ranges,

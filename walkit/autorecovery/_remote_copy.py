@@ -18,7 +18,7 @@ an error, and the healer copies through itself as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -43,7 +43,7 @@ from walkit.errors import NoSuchLedgerError, RereplicationError, WalkitError
 from walkit.ledger._core import ClientCore
 
 if TYPE_CHECKING:
-    from walkit.autorecovery._heal import Healer
+    from walkit.client import Client
 
 log = get_logger(__name__)
 
@@ -54,24 +54,33 @@ __all__ = ["FragmentCopier", "copy_at_target"]
 _RUN_ENTRIES = 1024
 _RUN_BYTES = 64 * 1024 * 1024
 #: How long a replacement may take over one run before the healer gives up on it.
-_RUN_TIMEOUT = 300.0
+_RUN_TIMEOUT = 120.0
 #: Runs a bookie copies at once; more wait their turn.
 _COPIES_AT_ONCE = 4
 
 
 @final
 class FragmentCopier:
-    """Answers COPY_FRAGMENT requests in a bookie, through its autorecovery worker's
-    ``healer`` (its client, its passwords) and ``local`` store (the bookie itself)."""
+    """Answers COPY_FRAGMENT requests in a bookie: reads through ``client``, finds a ledger's
+    password with ``password_for`` (a healer's: it raises RereplicationError when unknown),
+    stores into ``local`` (the bookie itself), ``window`` entries at a time."""
 
-    def __init__(self, healer: Healer, local: LocalCopies) -> None:
-        self._healer = healer
+    def __init__(
+        self,
+        client: Client,
+        local: LocalCopies,
+        *,
+        password_for: Callable[[LedgerMetadata], Awaitable[bytes]],
+        window: int,
+        metrics: AutorecoveryMetrics,
+    ) -> None:
+        self._client = client
         self._local = local
+        self._password_for = password_for
+        self._window = window
+        self._metrics = metrics
         self._slots = trio.Semaphore(_COPIES_AT_ONCE)
         self._unlimited = RateLimiter(None, None)
-        #: Requests answered OK, and refused or failed.
-        self.copied = 0
-        self.failed = 0
 
     async def copy(self, req: CopyFragmentRequest) -> CopyFragmentResponse:
         """Copy the run ``req`` names to this bookie; never raises a WalkitError (the answer
@@ -80,18 +89,15 @@ class FragmentCopier:
             try:
                 entries, size = await self._copy(req)
             except _Refused as exc:
-                self.failed += 1
                 return CopyFragmentResponse(
                     req.request_id, exc.status, req.ledger_id, text=str(exc)
                 )
             except WalkitError as exc:
-                self.failed += 1
                 log.info("fragment_copy_failed", ledger_id=req.ledger_id, error=str(exc))
                 return CopyFragmentResponse(
                     req.request_id, StatusCode.IO_ERROR, req.ledger_id, text=str(exc)
                 )
             except Exception as exc:  # a bug here must not take the connection down
-                self.failed += 1
                 log.error(
                     "fragment_copy_crashed",
                     ledger_id=req.ledger_id,
@@ -100,12 +106,11 @@ class FragmentCopier:
                 return CopyFragmentResponse(
                     req.request_id, StatusCode.IO_ERROR, req.ledger_id, text="internal error"
                 )
-        self.copied += 1
         return CopyFragmentResponse(req.request_id, StatusCode.OK, req.ledger_id, entries, size)
 
     async def _copy(self, req: CopyFragmentRequest) -> tuple[int, int]:
-        healer, local = self._healer, self._local
-        core = healer.client._core
+        local = self._local
+        core = self._client._core
         if not 0 <= req.ledger_id < 2**63:
             raise _Refused(StatusCode.BAD_REQUEST, f"no ledger id {req.ledger_id}")
         try:
@@ -127,7 +132,7 @@ class FragmentCopier:
         if isinstance(gap, str):
             raise _Refused(StatusCode.BAD_REQUEST, gap)
         try:
-            password = await healer.password_for(md)
+            password = await self._password_for(md)
         except RereplicationError as exc:
             raise _Refused(StatusCode.BAD_REQUEST, str(exc)) from None
         key = master_key(password)
@@ -144,9 +149,9 @@ class FragmentCopier:
             key=key,
             digests=DigestManager(md.ledger_id, md.digest, password),
             limiter=self._unlimited,
-            window=healer.options.window,
+            window=self._window,
             skip={gap.bookie, *skip},
-            metrics=healer.metrics,
+            metrics=self._metrics,
             progress=sizes,
             local=local,
         )

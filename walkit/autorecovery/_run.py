@@ -65,7 +65,14 @@ async def run_autorecovery(
             if local is not None and fragment_copies:
                 # The bookie copies fragments asked of it through this client.
                 healer = healer or Healer(client, options, metrics, local=local)
-                local.serve_fragment_copies(FragmentCopier(healer, local))
+                copier = FragmentCopier(
+                    client,
+                    local,
+                    password_for=healer.password_for,
+                    window=options.window,
+                    metrics=metrics,
+                )
+                local.serve_fragment_copies(copier)
                 nursery.start_soon(trio.sleep_forever)
             task_status.started()
     finally:
