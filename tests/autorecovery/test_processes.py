@@ -16,6 +16,7 @@ import trio
 
 from tests._cluster import ProcessCluster, process_cluster
 from walkit import BookieId
+from walkit.autorecovery import AutorecoveryOptions, recover_bookie
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager
 
@@ -37,11 +38,14 @@ async def _healed(client: Client, ledgers: list[int], lost: BookieId) -> None:
 
 
 async def write_wipe_one_heal_lose_two(
-    client: Client, cluster: ProcessCluster, ledgers: int, entries: int
+    client: Client, cluster: ProcessCluster, ledgers: int, entries: int, *, recover: bool = False
 ) -> dict[int, list[bytes]]:
     """The scenario: write closed ledgers, SIGKILL and wipe a bookie of their ensemble, wait
     until the bookies healed every ledger (none lists it, no marker left), then SIGKILL two
-    more of the original ensemble. Returns what was written, to read back from the last one."""
+    more of the original ensemble. Returns what was written, to read back from the last one.
+
+    ``recover``: heal with ``recover_bookie`` through ``client``, with no rate limit, instead
+    of waiting for the bookies' workers; the replacement must copy every entry itself."""
     written: dict[int, list[bytes]] = {}
     for n in range(ledgers):
         lw = await client.create_ledger(3, 3, 2)
@@ -53,6 +57,11 @@ async def write_wipe_one_heal_lose_two(
     victim = cluster.by_address(first.fragments[0][1][0])
     victim.kill()
     shutil.rmtree(victim.data_dir)
+    if recover:
+        unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0)
+        report = await recover_bookie(client, victim.address, options=unlimited)
+        assert report.ok, report.failed
+        assert report.entries_by_replacements == report.entries == ledgers * entries
     await _healed(client, list(written), victim.address)
     survivors = [b for b in cluster.bookies if b is not victim]
     for lid in written:

@@ -1,6 +1,7 @@
 """Autorecovery between bookies that serve TLS only and authenticate clients by token.
 
-The bookies' own workers connect to their peers as clients: over TLS (the bookie's
+The bookies' own workers (or, with ``--no-autorecovery``, the client that answers
+COPY_FRAGMENT requests of ``recover_bookie``) connect to their peers as clients: over TLS (the bookie's
 certificate as theirs, its CA to check the peers) and with the token of
 ``--autorecovery-token-file``. 4 real `walkit-bookie` processes, E=Qw=3 Qa=2: one bookie of
 the ensemble is SIGKILLed and its data dir wiped; the survivors heal every ledger. Then two more
@@ -34,12 +35,14 @@ LEDGERS = 4
 ENTRIES = 100
 
 
-@pytest.fixture(params=["require", "none"])
+@pytest.fixture(params=["require", "none", "require, --no-autorecovery"])
 def secure_cluster(
     pki: Pki, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[ProcessCluster]:
     """4 bookies: TLS (client certificates required, or not asked for), token
-    authentication, autorecovery with its own token."""
+    authentication, autorecovery with its own token (or only the client that answers
+    COPY_FRAGMENT, with ``--no-autorecovery``)."""
+    mode, _, no_workers = request.param.partition(", ")
     tokens = tmp_path / "tokens"
     tokens.write_text(f"writer:{WRITER_TOKEN}\nautorecovery:{WORKER_TOKEN}\n")
     tokens.chmod(0o600)
@@ -47,9 +50,10 @@ def secure_cluster(
     worker.write_text(WORKER_TOKEN + "\n")
     worker.chmod(0o600)
     args = [
-        *pki.bookie_args(request.param),
+        *pki.bookie_args(mode),
         # Without client certificates the CA only serves the worker, to check its peers.
-        *([] if request.param == "require" else ["--tls-ca", str(pki.ca)]),
+        *([] if mode == "require" else ["--tls-ca", str(pki.ca)]),
+        *([no_workers] if no_workers else []),
         "--auth", "token", "--auth-token-file", str(tokens),
         "--autorecovery-token-file", str(worker),
         "--lost-bookie-delay", "1",
@@ -62,6 +66,7 @@ def secure_cluster(
 def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster, pki: Pki) -> None:
     cluster = secure_cluster
     url = cluster.metadata_url
+    workerless = "--no-autorecovery" in cluster.bookies[0].extra_args
     tls = pki.client()
     auth = walkit.TokenAuth(token=WRITER_TOKEN)
 
@@ -72,7 +77,11 @@ def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster
                 async with Client.connect(url, tls=tls) as stranger:
                     await stranger.create_ledger(3, 3, 2)
             async with Client.connect(url, tls=tls, auth=auth) as client:
-                written = await write_wipe_one_heal_lose_two(client, cluster, LEDGERS, ENTRIES)
+                # Without workers the ledgers' writer heals them with `recover_bookie`: the
+                # replacement copies every entry itself, over TLS, with its own token.
+                written = await write_wipe_one_heal_lose_two(
+                    client, cluster, LEDGERS, ENTRIES, recover=workerless
+                )
             async with Client.connect(url, tls=tls, auth=auth) as reader:
                 for lid, payloads in written.items():
                     lr = await reader.open_ledger(lid)
@@ -81,7 +90,7 @@ def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster
 
     trio.run(main)
     logs = "\n".join(line for b in cluster.bookies for line in b.output)
-    assert "ledger_rereplicated" in logs
+    assert workerless or "ledger_rereplicated" in logs
     assert "autorecovery_without_credentials" not in logs
     assert "autorecovery_tls_without_ca" not in logs
 
