@@ -16,6 +16,7 @@ from walkit._core.rereplication import (
     NoReplacement,
     batch_entries,
     choose_replacements,
+    copied_by_replacement,
     copy_request_gap,
     fragment_ranges,
     gaps_for,
@@ -97,6 +98,14 @@ def test_copy_request_gap_is_a_part_of_a_fragment_this_bookie_may_take() -> None
     long = closed([(0, [1, 2, 3])], last=10 * MAX_COPY_SPAN)
     assert isinstance(copy_request_gap(long, 0, 0, 0, MAX_COPY_SPAN - 1, b(6)), FragmentGap)
     assert "span more than" in str(copy_request_gap(long, 0, 0, 0, MAX_COPY_SPAN, b(6)))
+
+
+def test_a_replacement_copies_unthrottled_fragments_of_other_bookies() -> None:
+    assert copied_by_replacement(True, False, b(1), None)
+    assert copied_by_replacement(True, False, b(1), b(2))
+    assert not copied_by_replacement(False, False, b(1), None)  # the option off
+    assert not copied_by_replacement(True, True, b(1), None)  # paced by the healer
+    assert not copied_by_replacement(True, False, b(1), b(1))  # its own bookie: local copies
 
 
 def test_next_action() -> None:

@@ -204,6 +204,19 @@ def prefer_local(
     return out
 
 
+def copied_by_replacement(
+    enabled: bool,
+    rate_limited: bool,
+    target: BookieId,
+    own_bookie: BookieId | None,
+) -> bool:
+    """Whether a healer asks ``target`` to copy a fragment from the replicas itself
+    (COPY_FRAGMENT) rather than relaying every entry: when that is ``enabled``, the copies are
+    not ``rate_limited`` (the healer paces limited copies itself, a chunk at a time), and
+    ``target`` is not the healer's ``own_bookie`` (whose copies skip the network already)."""
+    return enabled and not rate_limited and target != own_bookie
+
+
 #: Most entries one COPY_FRAGMENT request may span (ids from its first to its last entry, of
 #: which the copy at its position stores those in its write sets).
 MAX_COPY_SPAN = 64 * 1024

@@ -28,6 +28,7 @@ from walkit._core.rereplication import (
     FragmentGap,
     NoReplacement,
     choose_replacements,
+    copied_by_replacement,
     gaps_for,
     next_action,
     prefer_local,
@@ -140,11 +141,11 @@ class Healer:
         """Have ``target`` copy ``gap`` from the replicas itself, when the copies are not
         rate-limited and ``target`` is not this healer's own bookie; False: copy them here."""
         options = self.options
-        if (
-            not options.copies_by_replacement
-            or options.entries_per_second is not None
-            or options.bytes_per_second is not None
-            or (self.local is not None and target == self.local.bookie_id)
+        if not copied_by_replacement(
+            options.copies_by_replacement,
+            options.entries_per_second is not None or options.bytes_per_second is not None,
+            target,
+            None if self.local is None else self.local.bookie_id,
         ):
             return False
         core = self.client._core

@@ -31,6 +31,7 @@ from walkit._core.wire import (
     MAX_COPY_SKIP,
     CopyFragmentRequest,
     CopyFragmentResponse,
+    ErrorResponse,
     Response,
     StatusCode,
     encode_frame,
@@ -189,8 +190,12 @@ class _Answer:
         if status == StatusCode.OK and isinstance(msg, CopyFragmentResponse):
             self.entries, self.bytes = msg.entries, msg.bytes
         else:
-            text = getattr(msg, "text", "") or getattr(msg, "message", "")
-            self.status = f"{status_name(status)}" + (f" ({text})" if text else "")
+            text = ""
+            if isinstance(msg, CopyFragmentResponse):
+                text = msg.text
+            elif isinstance(msg, ErrorResponse):  # an older bookie, or one refusing access
+                text = msg.message
+            self.status = status_name(status) + (f" ({text})" if text else "")
         self.done.set()
 
     def on_error(self, tag: int, error: WalkitError) -> None:
@@ -216,10 +221,9 @@ async def copy_at_target(
     names = tuple(str(b) for b in sorted(skip - {gap.bookie}, key=str))
     if len(names) > MAX_COPY_SKIP:
         return f"{len(names)} bookies to pass over (a request names at most {MAX_COPY_SKIP})"
-    position = 0
-    average: float | None = None
-    seen = [0, 0]
+    position = copied_bytes = 0
     while position < len(ids):
+        average = copied_bytes / position if position else None
         run = ids[position : position + batch_entries(average, _RUN_ENTRIES, _RUN_BYTES)]
         try:
             conn = core.pool.get(target)
@@ -241,9 +245,7 @@ async def copy_at_target(
         if answer.entries != len(run):
             return f"copied {answer.entries} of the {len(run)} entries asked"
         position += len(run)
-        seen[0] += answer.entries
-        seen[1] += answer.bytes
-        average = seen[1] / seen[0]
+        copied_bytes += answer.bytes
         metrics.copied(answer.entries, answer.bytes, by_replacement=True)
         if progress is not None:
             progress(answer.entries, answer.bytes)
