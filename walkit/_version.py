@@ -1,3 +1,3 @@
 """The package version, importable without importing the whole of walkit."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
