@@ -59,7 +59,7 @@ class Auditor:
         self.name = name
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
-        self.urm = UnderreplicationManager(client.metadata_store)
+        self.urm = UnderreplicationManager(client.metadata_store, rng=client._core.rng)
         self.rng = rng or random.Random()
         self.election = LeaderElection(
             client.url,

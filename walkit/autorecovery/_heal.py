@@ -16,7 +16,8 @@ The caller holds the ledger's lock. Steps (see docs/autorecovery.md):
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -40,9 +41,9 @@ from walkit.autorecovery._copy import LocalCopies, RateLimiter, TargetFailedErro
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._remote_copy import copy_at_target
-from walkit.errors import MetadataVersionError, NoSuchLedgerError, RereplicationError
+from walkit.errors import InvalidMetadataError, NoSuchLedgerError, RereplicationError
 from walkit.log._passwords import ledger_password
-from walkit.metadata import UnderreplicationManager
+from walkit.metadata import Decision, UnderreplicationManager, cas_update
 
 if TYPE_CHECKING:
     from walkit.client import Client
@@ -85,7 +86,7 @@ class Healer:
         self.local = local
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
-        self.urm = UnderreplicationManager(client.metadata_store)
+        self.urm = UnderreplicationManager(client.metadata_store, rng=client._core.rng)
         self.limiter = RateLimiter(self.options.entries_per_second, self.options.bytes_per_second)
         #: When this healer first found each ledger open (the grace period runs from there).
         self.open_since: dict[int, float] = {}
@@ -163,6 +164,33 @@ class Healer:
             reason=why,
         )
         return False
+
+    async def _swap_bookies(
+        self,
+        md: LedgerMetadata,
+        version: int,
+        chosen: Mapping[tuple[int, int], BookieId],
+        old: Mapping[tuple[int, int], BookieId],
+    ) -> bool:
+        """Put the replacements that hold the copies in the ledger's fragments; False when a
+        fragment no longer lists the bookie it replaces (the ledger changed: plan again)."""
+
+        def decide(current: LedgerMetadata) -> Decision[LedgerMetadata, bool]:
+            try:
+                return Decision(True, with_replacements(current, chosen, old))
+            except InvalidMetadataError:
+                return Decision(False)
+
+        core = self.client._core
+        _md, _version, swapped = await cas_update(
+            f"ledger {md.ledger_id}: rereplication",
+            read=functools.partial(core.read_metadata, md.ledger_id),
+            write=core.ledgers.write,
+            decide=decide,
+            rng=core.rng,
+            current=(md, version),
+        )
+        return swapped
 
     async def heal(
         self,
@@ -271,9 +299,7 @@ class Healer:
                 )
                 continue  # plan again without it (copies made so far are harmless)
             old = {(g.first_entry, g.index): g.bookie for g in gaps}
-            try:
-                await core.ledgers.write(with_replacements(md, chosen, old), version)
-            except MetadataVersionError:
+            if not await self._swap_bookies(md, version, chosen, old):
                 continue  # the ledger changed meanwhile: plan again (copies are idempotent)
             log.info(
                 "ledger_rereplicated",

@@ -57,12 +57,12 @@ from walkit._logging import get_logger
 from walkit.errors import (
     DigestMismatchError,
     LedgerRecoveryError,
-    MetadataVersionError,
     NotEnoughBookiesError,
     TLSError,
     WalkitError,
 )
 from walkit.ledger._core import ClientCore, check_password
+from walkit.metadata import Decision, cas_update
 
 log = get_logger(__name__)
 
@@ -128,32 +128,34 @@ async def recover_ledger(core: ClientCore, ledger_id: int, password: bytes) -> L
     LedgerRecoveryError when this run could not decide the ledger's end (bookies down or slow);
     running it again is always safe.
     """
-    for _ in range(MAX_ROUNDS):
-        md, version = await core.read_metadata(ledger_id)
+
+    async def decide(md: LedgerMetadata) -> Decision[LedgerMetadata, bool]:
         check_password(md, password)
-        if md.is_closed:
-            return md
-        if md.state is LedgerState.OPEN:
-            try:
-                version = await core.ledgers.write(md.with_state(LedgerState.IN_RECOVERY), version)
-            except MetadataVersionError:
-                continue  # the writer changed its ensemble or closed: look again
-            md = md.with_state(LedgerState.IN_RECOVERY)
-        closed = await _Recovery(core, md, password).run()
-        try:
-            await core.ledgers.write(closed, version)
-        except MetadataVersionError:
-            continue  # a concurrent recovery closed it or changed it: converge or start over
+        if md.is_closed:  # a concurrent recovery (or the writer) closed it
+            return Decision(False)
+        if md.state is LedgerState.OPEN:  # fence the metadata first, then the bookies
+            return Decision(False, md.with_state(LedgerState.IN_RECOVERY), again=True)
+        return Decision(True, await _Recovery(core, md, password).run())
+
+    # A lost race: the writer changed its ensemble or closed, or a concurrent recovery closed
+    # it or changed it; converge or start over.
+    closed, _version, recovered = await cas_update(
+        f"ledger {ledger_id}: recovery",
+        read=functools.partial(core.read_metadata, ledger_id),
+        write=core.ledgers.write,
+        decide=decide,
+        rng=core.rng,
+        rounds=MAX_ROUNDS,
+        exhausted=LedgerRecoveryError,
+    )
+    if recovered:
         log.info(
             "ledger_recovered",
             ledger_id=ledger_id,
             last_entry_id=closed.last_entry_id,
             fragments=len(closed.fragments),
         )
-        return closed
-    raise LedgerRecoveryError(
-        f"ledger {ledger_id}: recovery kept losing to concurrent metadata changes; try again"
-    )
+    return closed
 
 
 class _Recovery:

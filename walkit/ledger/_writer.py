@@ -34,7 +34,6 @@ from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
     LedgerClosedError,
-    MetadataVersionError,
     NoSuchEntryError,
     NotEnoughBookiesError,
     UnauthorizedAccessError,
@@ -43,6 +42,7 @@ from walkit.errors import (
 )
 from walkit.ledger._core import ClientCore, status_error
 from walkit.ledger._reads import read_entries
+from walkit.metadata import Decision, cas_update
 from walkit.net._connection import BookieConnection
 
 log = get_logger(__name__)
@@ -580,25 +580,27 @@ class LedgerWriter:
             exclude.add(chosen)
         return replacements
 
+    async def _read_metadata(self) -> tuple[LedgerMetadata, int]:
+        core = self._core
+        return await core.retry_metadata(functools.partial(core.ledgers.read, self.id))
+
+    async def _write_metadata(self, md: LedgerMetadata, version: int) -> int:
+        core = self._core
+        return await core.retry_metadata(functools.partial(core.ledgers.write, md, version))
+
     async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
         core = self._core
         md = self._md
         current = tuple(self._ensemble)
         replacements = self._choose_replacements(current, slots, avoid_recent=True)
-        version = self._version
-        while True:
-            updated = new_fragment(md, current, first_entry, replacements)
-            try:
-                version = await core.retry_metadata(
-                    functools.partial(core.ledgers.write, updated, version)
-                )
-                break
-            except MetadataVersionError:
-                md, version = await core.retry_metadata(
-                    functools.partial(core.ledgers.read, self.id)
-                )
-                self._md, self._version = md, version
-        self._md, self._version = updated, version
+        self._md, self._version, _ = await cas_update(
+            f"ledger {self.id}: ensemble change",
+            read=self._read_metadata,
+            write=self._write_metadata,
+            decide=lambda md: Decision(None, new_fragment(md, current, first_entry, replacements)),
+            rng=core.rng,
+            current=(md, self._version),
+        )
         for slot, bookie in replacements.items():
             self._ensemble[slot] = bookie
             self._conns[slot] = core.pool.get(bookie)
@@ -663,26 +665,22 @@ class LedgerWriter:
     async def _close_metadata(self) -> None:
         core = self._core
         lac = self._tracker.last_add_confirmed
-        md, version = self._md, self._version
         custom = self._close_custom() if callable(self._close_custom) else self._close_custom
-        while True:
+
+        def decide(md: LedgerMetadata) -> Decision[LedgerMetadata, None]:
             decision = decide_close(md, lac, self._tracker.acked_length, custom)
-            if decision.done:
-                break
             if decision.error is not None:
                 raise decision.error
-            assert decision.write is not None
-            try:
-                version = await core.retry_metadata(
-                    functools.partial(core.ledgers.write, decision.write, version)
-                )
-                md = decision.write
-                break
-            except MetadataVersionError:
-                md, version = await core.retry_metadata(
-                    functools.partial(core.ledgers.read, self.id)
-                )
-        self._md, self._version = md, version
+            return Decision(None, None if decision.done else decision.write)
+
+        self._md, self._version, _ = await cas_update(
+            f"ledger {self.id}: close",
+            read=self._read_metadata,
+            write=self._write_metadata,
+            decide=decide,
+            rng=core.rng,
+            current=(self._md, self._version),
+        )
         log.debug("ledger_closed", ledger_id=self.id, last_entry_id=lac)
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Final
 
-from walkit._core.log_metadata import check_log_name
+from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._logging import get_logger
-from walkit.errors import MetadataVersionError, NoSuchLedgerError, NoSuchNodeError, WalkitError
-from walkit.log._store import log_path, read_log
+from walkit.errors import NoSuchLedgerError, NoSuchLogError, NoSuchNodeError, WalkitError
+from walkit.log._store import fetch_log, log_path
+from walkit.metadata import Decision, cas_update
 
 if TYPE_CHECKING:
     from walkit.client import Client
@@ -38,22 +39,26 @@ async def delete_log(client: Client, name: str, *, password: bytes | None = None
     """Delete log ``name`` with its ledgers and snapshots; returns the ids of the ledgers it
     listed. ``password``: the ledgers' password if the log was created with one of its own
     (default: the one stored with the log). Raises NoSuchLogError."""
-    from walkit.errors import NoSuchLogError
-
     check_log_name(name)
     core = client._core
     path = log_path(name)
-    for _attempt in range(DELETE_ATTEMPTS):
-        md, version = await core.retry_metadata(functools.partial(read_log, core.store, name))
+
+    async def delete(md: LogMetadata, version: int) -> int:
         try:
             await core.retry_metadata(functools.partial(core.store.delete, path, version))
-            break
-        except MetadataVersionError:
-            continue  # the writer rolled (or a snapshot was saved): read the list again
         except NoSuchNodeError:
             raise NoSuchLogError(f"no log named {name!r}") from None
-    else:
-        raise MetadataVersionError(f"log {name}: kept changing while being deleted; try again")
+        return version
+
+    # A lost race means the writer rolled (or a snapshot was saved): read the list again.
+    md, _version, _ = await cas_update(
+        f"log {name}: delete",
+        read=functools.partial(fetch_log, core, name),
+        write=delete,
+        decide=lambda md: Decision(None, md),
+        rng=core.rng,
+        rounds=DELETE_ATTEMPTS,
+    )
     pw = md.config.password if password is None else password
     log.info("log_deleted", log=name, ledgers=len(md.ledgers), snapshots=len(md.snapshots))
     for lg in md.to_recover():

@@ -29,7 +29,7 @@ from walkit.errors import (
 )
 from walkit.log._context import KIND_KEY
 from walkit.log._passwords import LOG_KEY
-from walkit.log._store import read_log
+from walkit.log._store import fetch_log
 
 if TYPE_CHECKING:
     from walkit.client import Client
@@ -142,7 +142,7 @@ async def _read(client: Client, name: str) -> LogMetadata | None:
     be judged (a malformed node, or a tag that is no log name): they stay."""
     core = client._core
     try:
-        md, _version = await core.retry_metadata(functools.partial(read_log, core.store, name))
+        md, _version = await fetch_log(core, name)
     except NoSuchLogError:
         return None
     except (InvalidMetadataError, InvalidArgumentError) as exc:

@@ -36,9 +36,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, final
 
 import attrs
-import trio
 
-from walkit._core.log_metadata import Link, LogLedger, SinkMark
+from walkit._core.log_metadata import Link, LogLedger, LogMetadata, SinkMark
 from walkit._core.log_position import LogPosition
 from walkit._core.record_set import (
     FORMAT_KEY,
@@ -49,14 +48,14 @@ from walkit._core.record_set import (
 from walkit._logging import get_logger
 from walkit.errors import (
     InvalidArgumentError,
-    MetadataVersionError,
     NodeExistsError,
     NoSuchLedgerError,
 )
 from walkit.ledger import LedgerWriter
 from walkit.log._context import KIND_KEY
-from walkit.log._store import read_log, write_log
+from walkit.log._store import fetch_log, write_log
 from walkit.log._writer import _recover as recover_ledger
+from walkit.metadata import Decision, cas_update
 
 if TYPE_CHECKING:
     from walkit.client import Client
@@ -325,7 +324,7 @@ async def link_ledgers(
     client = owner.client
     core = client._core
 
-    md, _version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
+    md, _version = await fetch_log(core, owner.name)
     listed = {lg.ledger_id for lg in md.ledgers}
     last_entries: dict[int, int] = {}
     if not (ids and all(i in listed for i in ids)):
@@ -350,27 +349,24 @@ async def link_ledgers(
     empty = [i for i in ids if last_entries.get(i, 0) < 0]
 
     recovered: dict[int, int] = {}
-    plan: Link | None = None
-    for attempt in range(LINK_ATTEMPTS):
-        md, version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
+
+    async def decide(md: LogMetadata) -> Decision[LogMetadata, Link]:
         for lg in md.to_recover_for_link(to_link, mark):
             if lg.ledger_id not in recovered:  # fence the current writer
                 recovered[lg.ledger_id] = await recover_ledger(owner, lg.ledger_id)
+        # After a lost race an earlier CAS of ours may even have got through: after_link
+        # sees that as done_before.
         plan = md.after_link(recovered, to_link, mark)
-        if plan.metadata == md:
-            break
-        try:
-            await write_log(core, plan.metadata, version)
-            break
-        except MetadataVersionError:
-            # Another writer changed the log: look again (an earlier CAS of ours may even have
-            # got through, which after_link sees as done_before).
-            await trio.sleep(core.rng.uniform(0.0, 0.02 * (attempt + 1)))
-            continue
-    else:
-        raise MetadataVersionError(
-            f"log {owner.name}: kept losing the link's compare-and-set to other writers"
-        )
+        return Decision(plan, None if plan.metadata == md else plan.metadata)
+
+    _md, _version, plan = await cas_update(
+        f"log {owner.name}: link",
+        read=functools.partial(fetch_log, core, owner.name),
+        write=functools.partial(write_log, core),
+        decide=decide,
+        rng=core.rng,
+        rounds=LINK_ATTEMPTS,
+    )
     assert plan is not None
     if plan.done_before:
         # An earlier try got through: the ends come from the ledgers themselves.

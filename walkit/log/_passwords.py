@@ -6,12 +6,11 @@ A log created without a password keeps a random one in its metadata (see docs/lo
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit.errors import NoSuchLogError
-from walkit.log._store import read_log
+from walkit.log._store import fetch_log
 
 if TYPE_CHECKING:
     from walkit.client import Client
@@ -27,7 +26,7 @@ async def log_password(client: Client, name: str) -> bytes:
     (only its users know it), or created before passwords were generated, or missing."""
     core = client._core
     try:
-        md, _version = await core.retry_metadata(functools.partial(read_log, core.store, name))
+        md, _version = await fetch_log(core, name)
     except NoSuchLogError:
         return b""
     return md.config.password

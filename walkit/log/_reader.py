@@ -46,7 +46,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger import LedgerReader
-from walkit.log._store import log_path, read_log
+from walkit.log._store import fetch_log, log_path
 from walkit.metadata import WatchEvent
 
 if TYPE_CHECKING:
@@ -451,9 +451,7 @@ class LogReader:
 
     async def _read_metadata(self) -> LogMetadata:
         core = self._log.client._core
-        md, _version = await core.retry_metadata(
-            functools.partial(read_log, core.store, self._log.name)
-        )
+        md, _version = await fetch_log(core, self._log.name)
         return md
 
     def _move_past(self, ledger: LogLedger) -> None:

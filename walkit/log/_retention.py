@@ -8,7 +8,6 @@ roll and after its takeover (in the background), and by ``walkit log retain``.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -18,7 +17,7 @@ from walkit._core.log_position import LogPosition
 from walkit._core.retention import LedgerStats, RetentionLimits, ledger_records, retention_point
 from walkit._logging import get_logger
 from walkit.errors import NoSuchLedgerError, WalkitError
-from walkit.log._store import read_log, update_log
+from walkit.log._store import fetch_log, update_log
 
 if TYPE_CHECKING:
     from walkit.log._context import LogContext
@@ -84,7 +83,7 @@ async def apply_retention(
     core = owner.client._core
     clock = core.options.wall_clock
     now_ms = int(clock() * 1000) if clock is not None else None
-    md, _version = await core.retry_metadata(functools.partial(read_log, core.store, owner.name))
+    md, _version = await fetch_log(core, owner.name)
     stats = await _stats(owner, md)
     point = retention_point(md, stats, limits, now_ms)
     if point is None:

@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import TypeVar
 
-from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._logging import get_logger
-from walkit._retry import pause
-from walkit.errors import MetadataVersionError, NodeExistsError, NoSuchLogError, NoSuchNodeError
+from walkit.errors import NodeExistsError, NoSuchLogError, NoSuchNodeError
 from walkit.ledger import ClientCore
-from walkit.metadata import LOGS_PATH, MetadataStore
+from walkit.metadata import LOGS_PATH, Decision, MetadataStore, cas_update
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
-
-#: Lost CAS rounds in a row before an update gives up (each re-read the node).
-#: Pauses after losing a compare-and-set race on the log's node.
-CAS_BACKOFF: Final = Backoff(first=0.005, cap=0.2)
-MAX_CAS_ROUNDS: Final = 100
 
 
 def log_path(name: str) -> str:
@@ -40,6 +33,11 @@ async def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
     except NoSuchNodeError:
         raise NoSuchLogError(f"no log named {name!r}") from None
     return LogMetadata.from_bytes(name, node.value), node.version
+
+
+async def fetch_log(core: ClientCore, name: str) -> tuple[LogMetadata, int]:
+    """:func:`read_log`, retried while the metadata store is unreachable."""
+    return await core.retry_metadata(functools.partial(read_log, core.store, name))
 
 
 async def list_logs(store: MetadataStore) -> list[str]:
@@ -73,28 +71,23 @@ async def update_log(
     to refuse), CAS it; a lost CAS re-reads and asks ``change`` again. Returns the written
     metadata, its version and ``change``'s result. A ``change`` that returns the metadata
     unchanged writes nothing."""
-    store = core.store
-    path = log_path(name)
-    for round_ in range(MAX_CAS_ROUNDS):
-        md, version = await core.retry_metadata(functools.partial(read_log, store, name))
+
+    def decide(md: LogMetadata) -> Decision[LogMetadata, T]:
         new, result = change(md)
-        if new == md:
-            return md, version, result
-        try:
-            version = await core.retry_metadata(
-                functools.partial(store.set, path, new.to_bytes(), version)
-            )
-        except MetadataVersionError:
-            await pause(CAS_BACKOFF, round_, core.rng)  # let the other writer finish
-            continue
-        except NoSuchNodeError:
-            raise NoSuchLogError(f"log {name!r} was deleted") from None
-        return new, version, result
-    raise MetadataVersionError(f"log {name}: kept losing compare-and-set races; try again")
+        return Decision(result, None if new == md else new)
+
+    return await cas_update(
+        f"log {name}",
+        read=functools.partial(fetch_log, core, name),
+        write=functools.partial(write_log, core),
+        decide=decide,
+        rng=core.rng,
+    )
 
 
 async def write_log(core: ClientCore, md: LogMetadata, version: int) -> int:
-    """One CAS of the log's node (MetadataVersionError when it lost)."""
+    """One CAS of the log's node (MetadataVersionError when it lost; NoSuchLogError when the
+    log was deleted)."""
     try:
         return await core.retry_metadata(
             functools.partial(core.store.set, log_path(md.name), md.to_bytes(), version)

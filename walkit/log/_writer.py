@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, final
 
 import trio
@@ -42,7 +42,6 @@ from walkit.errors import (
     LedgerClosedError,
     LedgerFencedError,
     LedgerInRecoveryError,
-    MetadataVersionError,
     NoSuchLedgerError,
     NoSuchLogError,
     WalkitError,
@@ -52,7 +51,8 @@ from walkit.ledger import LedgerWriter
 from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._producers import ProducerState, producer_tag, tail_start
 from walkit.log._retention import housekeeping
-from walkit.log._store import read_log, update_log, write_log
+from walkit.log._store import fetch_log, update_log, write_log
+from walkit.metadata import Decision, cas_update
 
 if TYPE_CHECKING:
     from walkit.log._context import LogContext
@@ -454,7 +454,7 @@ class LogWriter:
         """NoSuchLogError (kept as this writer's error) if the log was deleted, else ``error``."""
         core = self._log.client._core
         try:
-            await core.retry_metadata(functools.partial(read_log, core.store, self._log.name))
+            await fetch_log(core, self._log.name)
         except NoSuchLogError:
             gone = NoSuchLogError(f"log {self._log.name!r} was deleted")
             self._error = gone
@@ -472,9 +472,7 @@ class LogWriter:
         why = f"ledger {old.id} was recovered by another writer"
         try:
             closed_at = await _recover(self._log, old.id)
-            md, _version = await core.retry_metadata(
-                functools.partial(read_log, core.store, self._log.name)
-            )
+            md, _version = await fetch_log(core, self._log.name)
             outcome = close_outcome(
                 acknowledged=old.last_add_confirmed,
                 closed_at=closed_at,
@@ -520,9 +518,7 @@ class LogWriter:
 
     async def _check_owner(self) -> None:
         core = self._log.client._core
-        md, _version = await core.retry_metadata(
-            functools.partial(read_log, core.store, self._log.name)
-        )
+        md, _version = await fetch_log(core, self._log.name)
         if not md.owned_by(self._ledger):
             raise self._was_fenced("another writer took over")
 
@@ -670,20 +666,39 @@ async def _recover(owner: LogContext, ledger_id: int) -> int:
     )
 
 
+def _takeover_decision(
+    taken_from: LogMetadata, recovered: Mapping[int, int], new_id: int, current: LogMetadata
+) -> Decision[LogMetadata, Takeover | None]:
+    """Link the new ledger ``new_id`` to the log read as ``current`` (``taken_from`` at the
+    start of the takeover, whose last two ledgers are ``recovered``); None when another writer
+    moved the log on, so that the takeover starts over."""
+    if current.last is not None and current.last.ledger_id == new_id:
+        # Our CAS went through before the store reported a failure.
+        dropped = taken_from.after_takeover(recovered, new_id).dropped
+        return Decision(Takeover(current, current.last, dropped))
+    if current.last != taken_from.last or any(
+        lg.ledger_id not in recovered for lg in current.to_recover()
+    ):
+        return Decision(None)
+    # Unchanged, or a snapshot or truncation meanwhile: link the new ledger to what is there.
+    plan = current.after_takeover(recovered, new_id)
+    return Decision(plan, plan.metadata)
+
+
 async def take_over(owner: LogHandle) -> LogWriter:
     """Become the log's writer (see the module docs)."""
     owner._check_open()
     core = owner.client._core
     name = owner.name
     for attempt in range(owner.options.takeover_attempts):
-        md, version = await core.retry_metadata(functools.partial(read_log, core.store, name))
+        md, version = await fetch_log(core, name)
         recovered: dict[int, int] = {}
         gone = False
         for lg in md.to_recover():
             try:
                 recovered[lg.ledger_id] = await _recover(owner, lg.ledger_id)
             except NoSuchLedgerError:
-                again, _ = await core.retry_metadata(functools.partial(read_log, core.store, name))
+                again, _ = await fetch_log(core, name)
                 if lg in again.ledgers:
                     raise InvalidMetadataError(
                         f"log {name} lists ledger {lg.ledger_id}, which does not exist"
@@ -693,26 +708,14 @@ async def take_over(owner: LogHandle) -> LogWriter:
         if gone:
             continue
         new_lw = await owner._create_ledger("data")
-        plan: Takeover | None = None
-        while True:
-            plan = md.after_takeover(recovered, new_lw.id)
-            try:
-                version = await write_log(core, plan.metadata, version)
-                break
-            except MetadataVersionError:
-                current, current_version = await core.retry_metadata(
-                    functools.partial(read_log, core.store, name)
-                )
-                if current.last is not None and current.last.ledger_id == new_lw.id:
-                    # Our CAS went through before the store reported a failure.
-                    plan = Takeover(current, current.last, plan.dropped)
-                    break
-                if current.last != md.last or any(
-                    lg.ledger_id not in recovered for lg in current.to_recover()
-                ):
-                    plan = None  # another writer moved the log on: take over again
-                    break
-                md, version = current, current_version  # a snapshot or truncation: redo
+        _md, version, plan = await cas_update(
+            f"log {name}: takeover",
+            read=functools.partial(fetch_log, core, name),
+            write=functools.partial(write_log, core),
+            decide=functools.partial(_takeover_decision, md, recovered, new_lw.id),
+            rng=core.rng,
+            current=(md, version),
+        )
         if plan is None:
             await owner._discard_ledger(new_lw)
             await pause(TAKEOVER_BACKOFF, attempt, core.rng)

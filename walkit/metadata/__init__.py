@@ -16,6 +16,7 @@ from walkit.metadata._bookies import (
     watch_bookies,
     write_cookie,
 )
+from walkit.metadata._cas import Decision, cas_update, lost_race
 from walkit.metadata._cluster import (
     BOOKIES_AVAILABLE_PATH,
     BOOKIES_COOKIES_PATH,
@@ -52,6 +53,7 @@ __all__ = [
     "MAX_VALUE_SIZE",
     "AutorecoverySettings",
     "BookieList",
+    "Decision",
     "LedgerManager",
     "MemoryMetadataStore",
     "MetadataStore",
@@ -61,6 +63,7 @@ __all__ = [
     "WatchEvent",
     "WatchEventKind",
     "WatchStream",
+    "cas_update",
     "cookie_path",
     "delete_cookie",
     "ensure_cluster",
@@ -68,6 +71,7 @@ __all__ = [
     "ledger_id_from_path",
     "ledger_path",
     "list_bookies",
+    "lost_race",
     "open_metadata_store",
     "read_cookie",
     "register_bookie",

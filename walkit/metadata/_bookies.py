@@ -14,6 +14,8 @@ A registration's value is JSON::
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, final
@@ -27,10 +29,10 @@ from walkit._version import __version__
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
-    MetadataVersionError,
     NodeExistsError,
     NoSuchNodeError,
 )
+from walkit.metadata._cas import lost_race
 from walkit.metadata._cluster import (
     BOOKIES_AVAILABLE_PATH,
     BOOKIES_COOKIES_PATH,
@@ -188,10 +190,9 @@ async def set_bookie_read_only(
         current = await store.get(target)
         await store.set(target, data, current.version)
     if old_version is not None:
-        try:
-            await store.delete(source, old_version)
-        except (NoSuchNodeError, MetadataVersionError):
-            pass
+        # Gone or changed meanwhile: either way it is no longer ours to delete.
+        with contextlib.suppress(NoSuchNodeError):
+            await lost_race(functools.partial(store.delete, source, old_version))
     logger.info("bookie_mode_changed", bookie=str(bookie), read_only=read_only)
 
 

@@ -17,8 +17,10 @@ if the auditor added a bookie to it meanwhile, the removal fails and the marker 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import random
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, final
 
@@ -29,10 +31,10 @@ from walkit._logging import get_logger
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
-    MetadataVersionError,
     NodeExistsError,
     NoSuchNodeError,
 )
+from walkit.metadata._cas import Decision, cas_update, create_or_set, lost_race, read_or_absent
 from walkit.metadata._store import MetadataStore, WatchEvent
 
 log = get_logger(__name__)
@@ -109,6 +111,18 @@ def _parse_marker(ledger_id: int, raw: bytes, path: str) -> UnderreplicatedLedge
     return UnderreplicatedLedger(ledger_id, bookies)
 
 
+def _parse_settings(raw: bytes) -> AutorecoverySettings:
+    doc = _load(raw, CONFIG_PATH)
+    enabled = doc.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise InvalidMetadataError(f"{CONFIG_PATH}: 'enabled' is not a boolean")
+    try:
+        delay = check_delay(doc.get("lost_bookie_delay", DEFAULT_LOST_BOOKIE_DELAY))
+    except InvalidArgumentError as exc:
+        raise InvalidMetadataError(f"{CONFIG_PATH}: {exc}") from None
+    return AutorecoverySettings(enabled, delay)
+
+
 def _marker_bytes(missing: Iterable[BookieId]) -> bytes:
     return _dump({"missing": sorted({str(b) for b in missing})})
 
@@ -119,6 +133,8 @@ class UnderreplicationManager:
     """Markers, locks and settings in one MetadataStore (this store's session owns the locks)."""
 
     store: MetadataStore
+    #: Jitters the pauses after lost compare-and-set races (inject a seeded one to replay).
+    rng: random.Random = attrs.field(factory=random.Random, kw_only=True)
 
     # --- markers -----------------------------------------------------------------------
 
@@ -139,38 +155,34 @@ class UnderreplicationManager:
         if not wanted:
             raise InvalidArgumentError("an under-replication marker needs at least one bookie")
         path = self.marker_path(ledger_id)
-        for _ in range(_CAS_ATTEMPTS):
-            try:
-                found = await self.store.get(path)
-            except NoSuchNodeError:
+
+        def decide(raw: bytes | None) -> Decision[bytes, set[BookieId] | None]:
+            current: set[BookieId] = set()
+            if raw is not None:
                 try:
-                    await self.store.create(path, _marker_bytes(wanted))
-                except NodeExistsError:
-                    continue
-                log.info(
-                    "ledger_marked_underreplicated",
-                    ledger_id=ledger_id,
-                    missing=sorted(str(b) for b in wanted),
-                )
-                return True
-            try:
-                current = set(_parse_marker(ledger_id, found.value, path).missing)
-            except InvalidMetadataError as exc:
-                log.warning("underreplication_marker_unreadable", path=path, error=str(exc))
-                current = set()
-            if wanted <= current:
-                return False
-            try:
-                await self.store.set(path, _marker_bytes(current | wanted), found.version)
-            except (MetadataVersionError, NoSuchNodeError):
-                continue
-            log.info(
-                "ledger_marked_underreplicated",
-                ledger_id=ledger_id,
-                missing=sorted(str(b) for b in current | wanted),
-            )
-            return True
-        raise MetadataVersionError(f"ledger {ledger_id}: marker kept changing while marking it")
+                    current = set(_parse_marker(ledger_id, raw, path).missing)
+                except InvalidMetadataError as exc:
+                    log.warning("underreplication_marker_unreadable", path=path, error=str(exc))
+            if raw is not None and wanted <= current:
+                return Decision(None)
+            return Decision(current | wanted, _marker_bytes(current | wanted))
+
+        _raw, _version, marked = await cas_update(
+            f"ledger {ledger_id}: under-replication marker",
+            read=functools.partial(read_or_absent, self.store, path),
+            write=functools.partial(create_or_set, self.store, path),
+            decide=decide,
+            rng=self.rng,
+            rounds=_CAS_ATTEMPTS,
+        )
+        if marked is None:
+            return False
+        log.info(
+            "ledger_marked_underreplicated",
+            ledger_id=ledger_id,
+            missing=sorted(str(b) for b in marked),
+        )
+        return True
 
     async def read(self, ledger_id: int) -> tuple[UnderreplicatedLedger, int] | None:
         """The ledger's marker and its version, or None if it is not marked."""
@@ -207,8 +219,11 @@ class UnderreplicationManager:
     async def remove(self, ledger_id: int, version: int | None = None) -> bool:
         """Drop the marker (only at ``version`` if given). False if it changed or is gone."""
         try:
-            await self.store.delete(self.marker_path(ledger_id), version)
-        except (NoSuchNodeError, MetadataVersionError):
+            if await lost_race(
+                functools.partial(self.store.delete, self.marker_path(ledger_id), version)
+            ):
+                return False
+        except NoSuchNodeError:
             return False
         log.info("ledger_replicated", ledger_id=ledger_id)
         return True
@@ -267,15 +282,7 @@ class UnderreplicationManager:
             found = await self.store.get(CONFIG_PATH)
         except NoSuchNodeError:
             return AutorecoverySettings(), None
-        doc = _load(found.value, CONFIG_PATH)
-        enabled = doc.get("enabled", True)
-        if not isinstance(enabled, bool):
-            raise InvalidMetadataError(f"{CONFIG_PATH}: 'enabled' is not a boolean")
-        try:
-            delay = check_delay(doc.get("lost_bookie_delay", DEFAULT_LOST_BOOKIE_DELAY))
-        except InvalidArgumentError as exc:
-            raise InvalidMetadataError(f"{CONFIG_PATH}: {exc}") from None
-        return AutorecoverySettings(enabled, delay), found.version
+        return _parse_settings(found.value), found.version
 
     async def update_settings(
         self, *, enabled: bool | None = None, lost_bookie_delay: float | None = None
@@ -284,27 +291,30 @@ class UnderreplicationManager:
         if enabled is not None and not isinstance(enabled, bool):
             raise InvalidArgumentError(f"enabled must be True or False, not {enabled!r}")
         delay = None if lost_bookie_delay is None else check_delay(lost_bookie_delay)
-        for _ in range(_CAS_ATTEMPTS):
-            current, version = await self._settings()
+
+        def decide(raw: bytes | None) -> Decision[bytes, AutorecoverySettings]:
+            current = AutorecoverySettings() if raw is None else _parse_settings(raw)
             new = AutorecoverySettings(
                 current.enabled if enabled is None else enabled,
                 current.lost_bookie_delay if delay is None else delay,
             )
             data = _dump({"enabled": new.enabled, "lost_bookie_delay": new.lost_bookie_delay})
-            try:
-                if version is None:
-                    await self.store.create(CONFIG_PATH, data)
-                else:
-                    await self.store.set(CONFIG_PATH, data, version)
-            except (NodeExistsError, MetadataVersionError, NoSuchNodeError):
-                continue
-            log.info(
-                "autorecovery_settings_changed",
-                enabled=new.enabled,
-                lost_bookie_delay=new.lost_bookie_delay,
-            )
-            return new
-        raise MetadataVersionError("autorecovery settings kept changing while updating them")
+            return Decision(new, data)
+
+        _raw, _version, new = await cas_update(
+            "autorecovery settings",
+            read=functools.partial(read_or_absent, self.store, CONFIG_PATH),
+            write=functools.partial(create_or_set, self.store, CONFIG_PATH),
+            decide=decide,
+            rng=self.rng,
+            rounds=_CAS_ATTEMPTS,
+        )
+        log.info(
+            "autorecovery_settings_changed",
+            enabled=new.enabled,
+            lost_bookie_delay=new.lost_bookie_delay,
+        )
+        return new
 
     async def init_settings(self, lost_bookie_delay: float) -> None:
         """Store the settings with this delay unless some are stored already (first bookie)."""

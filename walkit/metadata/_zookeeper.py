@@ -15,7 +15,9 @@ watch and every later call raises SessionExpiredError.
 
 from __future__ import annotations
 
+import functools
 import logging
+import random
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -42,6 +44,7 @@ from walkit.errors import (
     SessionExpiredError,
     WalkitError,
 )
+from walkit.metadata._cas import Decision, cas_update, create_or_set, read_or_absent
 from walkit.metadata._paths import (
     ROOT,
     check_name,
@@ -247,6 +250,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._watch_lock = threading.Lock()
         self._streams: weakref.WeakSet[WatchStream] = weakref.WeakSet()
         self._id_lock = trio.Lock()
+        #: Jitters the pauses after lost races on the id counters (other clients' creates).
+        self._rng = random.Random()
         self._lost_event = trio.Event()
         # Read from kazoo's threads: plain booleans, set once.
         self._lost = False
@@ -405,29 +410,29 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def next_id(self, name: str = "ledger") -> int:
         """A CAS counter at ``/idgen/<name>`` (decimal text); lost races just try again."""
         path = f"/idgen/{check_name(name, what='id counter')}"
+
+        def decide(raw: bytes | None) -> Decision[bytes, int]:
+            if raw is None:
+                return Decision(1, b"1")
+            try:
+                value = int(raw.decode("ascii")) + 1
+            except ValueError:
+                raise InvalidMetadataError(
+                    f"id counter {path} holds {raw[:40]!r}, not a number"
+                ) from None
+            if value > _MAX_ID:
+                raise MetadataStoreError(f"id counter {name!r} is exhausted")
+            return Decision(value, str(value).encode("ascii"))
+
         async with self._id_lock:  # our own calls would only race each other
-            while True:
-                try:
-                    current = await self.get(path)
-                except NoSuchNodeError:
-                    try:
-                        await self.create(path, b"1")
-                        return 1
-                    except NodeExistsError:
-                        continue
-                try:
-                    value = int(current.value.decode("ascii")) + 1
-                except ValueError:
-                    raise InvalidMetadataError(
-                        f"id counter {path} holds {current.value[:40]!r}, not a number"
-                    ) from None
-                if value > _MAX_ID:
-                    raise MetadataStoreError(f"id counter {name!r} is exhausted")
-                try:
-                    await self.set(path, str(value).encode("ascii"), current.version)
-                    return value
-                except MetadataVersionError:
-                    continue
+            _raw, _version, value = await cas_update(
+                f"id counter {name!r}",
+                read=functools.partial(read_or_absent, self, path),
+                write=functools.partial(create_or_set, self, path),
+                decide=decide,
+                rng=self._rng,
+            )
+        return value
 
     def watch(self, path: str, *, children: bool = False) -> WatchStream:
         return self.watch_many([(path, children)])
