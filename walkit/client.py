@@ -43,7 +43,7 @@ from walkit.errors import (
     TLSError,
     WalkitError,
 )
-from walkit.ledger._core import ClientCore, check_password
+from walkit.ledger._context import ClientContext, check_password
 from walkit.ledger._options import ClientOptions
 from walkit.ledger._reader import LedgerReader
 from walkit.ledger._reads import read_lac, unreachable
@@ -155,8 +155,8 @@ class _Connector:
 class Client:
     """A connection to a walkit cluster: metadata store + bookies. See :meth:`connect`."""
 
-    def __init__(self, core: ClientCore, url: str) -> None:
-        self._core = core
+    def __init__(self, context: ClientContext, url: str) -> None:
+        self._context = context
         self.url = url
         self._closed = False
 
@@ -191,16 +191,16 @@ class Client:
         return _Connector(_open_client(url, placement, network, rng, options, tls, auth))
 
     # --- internals -----------------------------------------------------------------------
-    # ``_core`` (a ClientCore: connection pool, ledger manager, placement, options) is private:
+    # ``_core`` (a ClientContext: connection pool, ledger manager, placement, options) is private:
     # the log layer, recovery and the tests of this package use it; applications do not.
 
     @property
     def options(self) -> ClientOptions:
-        return self._core.options
+        return self._context.options
 
     @property
     def metadata_store(self) -> MetadataStore:
-        return self._core.store
+        return self._context.store
 
     def _check_open(self) -> None:
         if self._closed:
@@ -233,8 +233,8 @@ class Client:
         digest_type = DigestType.parse(digest)
         pw = _check_password(password)
         custom = _check_custom({} if custom_metadata is None else custom_metadata)
-        core = self._core
-        ledger_id = await core.retry_metadata(core.ledgers.new_ledger_id)
+        context = self._context
+        ledger_id = await context.retry_metadata(context.ledgers.new_ledger_id)
         # A bookie can stay registered for a while after it died (until its session expires):
         # check that the chosen ones answer, and choose again without those that do not.
         dead: dict[BookieId, WalkitError] = {}
@@ -247,14 +247,14 @@ class Client:
                 if not dead:
                     raise
                 raise _unreachable_error(ensemble_size, dead) from exc
-            silent = await unreachable(core, ensemble, ledger_id)
+            silent = await unreachable(context, ensemble, ledger_id)
             if not silent:
                 break
             log.info("ledger_create_skips_bookies", bookies=sorted(str(b) for b in silent))
             dead.update(silent)
         else:
             raise _unreachable_error(ensemble_size, dead)
-        clock = core.options.wall_clock
+        clock = context.options.wall_clock
         md = LedgerMetadata(
             ledger_id=ledger_id,
             ensemble_size=ensemble_size,
@@ -262,14 +262,14 @@ class Client:
             ack_quorum=ack_quorum,
             fragments=((0, tuple(ensemble)),),
             digest=digest_type,
-            password_sha256=password_hash(pw, core.rng.randbytes(PASSWORD_SALT_SIZE)),
+            password_sha256=password_hash(pw, context.rng.randbytes(PASSWORD_SALT_SIZE)),
             custom_metadata=custom,
             ctime_ms=int(clock() * 1000) if clock is not None else 0,
         )
-        version = await core.retry_metadata(functools.partial(core.ledgers.create, md))
-        writer = LedgerWriter(core, md, version, pw)
+        version = await context.retry_metadata(functools.partial(context.ledgers.create, md))
+        writer = LedgerWriter(context, md, version, pw)
         try:
-            await core.nursery.start(writer.start_background)
+            await context.nursery.start(writer.start_background)
         except RuntimeError:  # the client's nursery is closing
             raise ClientClosedError("the client is closed") from None
         log.debug("ledger_created", ledger_id=ledger_id, ensemble=[str(b) for b in ensemble])
@@ -283,12 +283,12 @@ class Client:
         custom: dict[str, bytes],
         dead: set[BookieId],
     ) -> list[BookieId]:
-        core = self._core
+        context = self._context
         now = trio.current_time()
         recently_failed = frozenset(
-            b for b, t in core.pool.failure_history.items() if now - t < _AVOID_RECENTLY_FAILED
+            b for b, t in context.pool.failure_history.items() if now - t < _AVOID_RECENTLY_FAILED
         )
-        placement = core.placement
+        placement = context.placement
         if recently_failed - dead:
             try:
                 return list(
@@ -316,14 +316,14 @@ class Client:
         self._check_open()
         ledger_id = _check_ledger_id(ledger_id)
         pw = _check_password(password)
-        core = self._core
-        md, _version = await core.read_metadata(ledger_id)
+        context = self._context
+        md, _version = await context.read_metadata(ledger_id)
         check_password(md, pw)
         if recovery:
-            md = await _recover(core, ledger_id, pw)
-            return LedgerReader(core, md, pw, md.last_entry_id)
-        lac = md.last_entry_id if md.is_closed else await read_lac(core, md)
-        return LedgerReader(core, md, pw, lac)
+            md = await _recover(context, ledger_id, pw)
+            return LedgerReader(context, md, pw, md.last_entry_id)
+        lac = md.last_entry_id if md.is_closed else await read_lac(context, md)
+        return LedgerReader(context, md, pw, lac)
 
     async def delete_ledger(self, ledger_id: int, *, password: bytes = b"") -> None:
         """Delete a ledger's metadata (bookies reclaim its entries later).
@@ -335,24 +335,24 @@ class Client:
         self._check_open()
         ledger_id = _check_ledger_id(ledger_id)
         pw = _check_password(password)
-        md, _version = await self._core.read_metadata(ledger_id)
+        md, _version = await self._context.read_metadata(ledger_id)
         check_password(md, pw)
-        await self._core.ledgers.delete(ledger_id)
+        await self._context.ledgers.delete(ledger_id)
 
     async def list_ledgers(self) -> list[int]:
         """Every ledger id, sorted."""
         self._check_open()
-        return await self._core.ledgers.list_ids()
+        return await self._context.ledgers.list_ids()
 
     async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         """A ledger's metadata (``.ensembles`` is ``{first_entry: [BookieId, ...]}``)."""
         self._check_open()
-        md, _version = await self._core.read_metadata(_check_ledger_id(ledger_id))
+        md, _version = await self._context.read_metadata(_check_ledger_id(ledger_id))
         return md
 
 
-async def _recover(core: ClientCore, ledger_id: int, password: bytes) -> LedgerMetadata:
-    return await recover_ledger(core, ledger_id, password)
+async def _recover(context: ClientContext, ledger_id: int, password: bytes) -> LedgerMetadata:
+    return await recover_ledger(context, ledger_id, password)
 
 
 # --- running -------------------------------------------------------------------------------
@@ -432,7 +432,7 @@ async def _open_client(
             async with trio.open_nursery() as nursery:
                 await nursery.start(pool.run)
                 nursery.start_soon(_follow_bookies, store, policy, events)
-                core = ClientCore(
+                context = ClientContext(
                     store=store,
                     ledgers=LedgerManager(store),
                     pool=pool,
@@ -441,7 +441,7 @@ async def _open_client(
                     rng=rng,
                     nursery=nursery,
                 )
-                client = Client(core, url)
+                client = Client(context, url)
                 try:
                     yield client
                 except BaseException as exc:

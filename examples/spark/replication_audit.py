@@ -102,7 +102,7 @@ async def check_units(url: str, units: list[dict[str, Any]]) -> list[dict[str, A
     rows: list[dict[str, Any]] = []
     limiter = trio.CapacityLimiter(IN_FLIGHT)
     async with walkit.Client.connect(url) as client:
-        pool = client._core.pool
+        pool = client._context.pool
 
         async def probe(
             unit: dict[str, Any],

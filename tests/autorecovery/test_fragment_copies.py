@@ -72,7 +72,7 @@ async def test_recover_has_the_replacement_copy_the_fragments(
             stored_before = replacement.storage.stats.copies_stored
             async with connect(memory_url) as healer_client:
                 report = await recover_bookie(healer_client, lost, options=UNLIMITED)
-                connected = {c.bookie for c in healer_client._core.pool.connections()}
+                connected = {c.bookie for c in healer_client._context.pool.connections()}
             assert report.ok and sorted(report.healed) == sorted(written)
             assert report.entries == 3 * 50 and report.bytes > 3 * 50 * 3000
             assert report.entries_by_replacements == report.entries

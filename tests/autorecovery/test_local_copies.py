@@ -57,7 +57,7 @@ async def test_a_worker_copies_to_its_own_bookie_without_the_network(
                 assert await worker.run_once() == len(written)
                 # The only valid replacement is the worker's own bookie: every copy went to it
                 # in the process, and the worker never connected to it.
-                connected = {c.bookie for c in worker_client._core.pool.connections()}
+                connected = {c.bookie for c in worker_client._context.pool.connections()}
             assert free not in connected
             assert metrics.entries_copied == 3 * 40  # E = Qw: the lost bookie had them all
             assert metrics.entries_copied_locally == metrics.entries_copied

@@ -147,7 +147,7 @@ async def test_close_rules(memory_url: str, tmp_path: Path) -> None:
         with pytest.raises(LedgerClosedError):
             await lw.append(b"late")
 
-        ledgers = client._core.ledgers
+        ledgers = client._context.ledgers
         # Someone else closed it at the same entry: success.
         lw = await client.create_ledger(3, 2, 2)
         await lw.append_batch([b"a", b"b"])
@@ -178,7 +178,7 @@ async def test_fenced_ledger_fails_pending_appends(memory_url: str, tmp_path: Pa
         assert await lr.wait_for_entry(19, timeout=30) is not None  # the LAC reached the bookies
         # Fence the ledger on its bookies, as a recovering reader does.
         for bookie in lw.metadata.current_ensemble:
-            resp = await client._core.call(
+            resp = await client._context.call(
                 bookie,
                 lambda rid: ReadLacRequest(
                     rid, lw.id, ReadLacFlag.FENCE, master_key=master_key(b"f")

@@ -16,7 +16,7 @@ PASSWORD = b"fallback"
 async def put(
     client: Client, bookie: BookieId, ledger_id: int, entry_id: int, packet: bytes
 ) -> None:
-    resp = await client._core.call(
+    resp = await client._context.call(
         bookie, lambda rid: AddRequest(rid, ledger_id, entry_id, master_key(PASSWORD), packet)
     )
     assert isinstance(resp, AddResponse) and resp.status is StatusCode.OK
@@ -29,7 +29,9 @@ async def test_bad_digest_and_missing_copy_go_to_the_next_replica(
         # The ledger's entries are written by hand, so each replica holds exactly what we say.
         lw = await client.create_ledger(3, 3, 2, password=PASSWORD)
         ensemble = lw.metadata.current_ensemble
-        first, second, third = (ensemble[s] for s in client._core.read_order(ensemble, [0, 1, 2]))
+        first, second, third = (
+            ensemble[s] for s in client._context.read_order(ensemble, [0, 1, 2])
+        )
         digest = DigestManager(lw.id, "crc32c", PASSWORD)
         good = [digest.encode(e, e - 1, 0, f"good-{e}".encode()) for e in range(3)]
         corrupt = good[0][:-1] + bytes([good[0][-1] ^ 0xFF])
@@ -45,7 +47,7 @@ async def test_bad_digest_and_missing_copy_go_to_the_next_replica(
         await put(client, first, lw.id, 2, bytes(damaged))
         await put(client, second, lw.id, 2, good[2])
         for bookie in ensemble:
-            await client._core.call(
+            await client._context.call(
                 bookie, lambda rid: WriteLacRequest(rid, lw.id, 2, master_key(PASSWORD))
             )
         lr = await client.open_ledger(lw.id, password=PASSWORD)

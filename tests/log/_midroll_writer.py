@@ -36,7 +36,7 @@ async def main(url: str, name: str, count: int) -> None:
         def change(md: LogMetadata) -> tuple[LogMetadata, LogLedger]:
             return md.after_roll(current, new_lw.id)
 
-        await update_log(client._core, name, change)
+        await update_log(client._context, name, change)
         print(f"ROLLED {new_lw.id}", flush=True)
         await trio.sleep_forever()
 

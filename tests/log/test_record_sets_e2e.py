@@ -167,7 +167,7 @@ async def test_bad_options_and_records(memory_url: str, tmp_path: Path) -> None:
         log = await Log.open(client, "bad")
         async with log.writer() as w:
             with pytest.raises(InvalidArgumentError, match="larger than the maximum"):
-                await w.append(b"x" * (client._core.options.max_entry_size + 1))
+                await w.append(b"x" * (client._context.options.max_entry_size + 1))
             with pytest.raises(InvalidArgumentError, match="must be bytes"):
                 await w.append("text")  # type: ignore[arg-type]
             with pytest.raises(InvalidArgumentError, match="both"):

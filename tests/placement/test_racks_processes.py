@@ -83,7 +83,7 @@ async def holders_by_asking_bookies(
         if not bookie.running:
             continue
         for entry in entries:
-            answer = await client._core.call(
+            answer = await client._context.call(
                 bookie.address, functools.partial(_read_request, ledger_id=ledger_id, entry=entry)
             )
             assert isinstance(answer, ReadResponse)

@@ -55,7 +55,7 @@ async def test_bookkeeper_2614_fencing_only_by_lac_reads_loses_an_ack(
 
         network = DroppingNetwork(fence_to_b3_lost)
         async with connect(memory_url, network=network, read_timeout=2.0) as w2:
-            w2._core.recovery_rules = RecoveryRules(fence_reads=fix)
+            w2._context.recovery_rules = RecoveryRules(fence_reads=fix)
             lr = await w2.open_ledger(lw.id, password=PW, recovery=True)
         assert network.dropped, "the scenario needs the fence to b3 to be lost"
         assert lr.last_add_confirmed == -1  # e0 was absent: QC bookies said so
@@ -94,7 +94,7 @@ async def test_bookkeeper_2615_recovery_of_an_empty_last_fragment(
             await manager.write(md.with_fragment(2000, tuple(spare[:2])), version)
 
         async with connect(memory_url) as w2:
-            w2._core.recovery_rules = RecoveryRules(start_at_last_fragment=fix)
+            w2._context.recovery_rules = RecoveryRules(start_at_last_fragment=fix)
             lr = await w2.open_ledger(lw.id, password=PW, recovery=True)
             md = await w2.ledger_metadata(lw.id)
             tail = (

@@ -51,9 +51,9 @@ async def test_password_hashes_are_salted_and_old_ones_still_open(
         await a.append(b"x")
         await a.close()
         # A ledger written before salting (format 1 hash) still opens with its password.
-        core = client._core
-        md, version = await core.ledgers.read(a.id)
-        await core.ledgers.write(
+        context = client._context
+        md, version = await context.ledgers.read(a.id)
+        await context.ledgers.write(
             attrs.evolve(md, password_sha256=legacy_password_hash(PW)), version
         )
         reader = await client.open_ledger(a.id, password=PW)

@@ -59,7 +59,7 @@ class Auditor:
         self.name = name
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
-        self.urm = UnderreplicationManager(client.metadata_store, rng=client._core.rng)
+        self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
         self.rng = rng or random.Random()
         self.election = LeaderElection(
             client.url,
@@ -177,13 +177,13 @@ class Auditor:
         lost-bookie delay), a bookie this check finds gone is marked in it too once that delay
         is over: with a delay of 0, a new auditor marks a bookie lost before it took office in
         its first check, not in a second pass over every ledger. Returns the ledgers marked."""
-        core = self.client._core
+        context = self.client._context
         marked = 0
         marked_for: set[BookieId] = set()
         now = trio.current_time()
-        for ledger_id in await core.ledgers.list_ids():
+        for ledger_id in await context.ledgers.list_ids():
             try:
-                md, _version = await core.read_metadata(ledger_id)
+                md, _version = await context.read_metadata(ledger_id)
             except NoSuchLedgerError:
                 continue
             except InvalidMetadataError as exc:
@@ -197,7 +197,7 @@ class Auditor:
                 to_mark |= gone & self.lost.due(now, delay)
             if entries and md.state is LedgerState.CLOSED:
                 to_mark |= await bookies_missing_entries(
-                    core,
+                    context,
                     md,
                     listed & registered,
                     samples=self.options.check_samples,

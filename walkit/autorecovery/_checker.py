@@ -22,7 +22,7 @@ from walkit._logging import get_logger
 from walkit.errors import WalkitError
 
 if TYPE_CHECKING:
-    from walkit.ledger._core import ClientCore
+    from walkit.ledger._context import ClientContext
 
 log = get_logger(__name__)
 
@@ -32,7 +32,7 @@ _MISSING = (StatusCode.NO_SUCH_ENTRY, StatusCode.NO_SUCH_LEDGER)
 
 
 async def bookies_missing_entries(
-    core: ClientCore,
+    context: ClientContext,
     md: LedgerMetadata,
     live: Collection[BookieId],
     *,
@@ -52,7 +52,9 @@ async def bookies_missing_entries(
 
     async def probe(bookie: BookieId, entry_id: int) -> None:
         try:
-            answer = await core.call(bookie, lambda rid: ReadRequest(rid, md.ledger_id, entry_id))
+            answer = await context.call(
+                bookie, lambda rid: ReadRequest(rid, md.ledger_id, entry_id)
+            )
         except WalkitError:
             return  # unreachable: not evidence of a lost copy
         if answer.status in _MISSING:

@@ -42,7 +42,7 @@ from walkit._core.wire import (
 from walkit._logging import get_logger
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.errors import DigestMismatchError, RereplicationError, WalkitError
-from walkit.ledger._core import ClientCore
+from walkit.ledger._context import ClientContext
 
 log = get_logger(__name__)
 
@@ -130,7 +130,7 @@ class _ChunkReads:
 
     def __init__(
         self,
-        core: ClientCore,
+        context: ClientContext,
         md: LedgerMetadata,
         gap: FragmentGap,
         digests: DigestManager,
@@ -138,7 +138,7 @@ class _ChunkReads:
         into: dict[int, bytes],
         per_batch: int = _BATCH_ENTRIES,
     ) -> None:
-        self._core = core
+        self._context = context
         self._per_batch = per_batch  # entries asked in one batch read
         self._md = md
         self._ensemble = gap.ensemble
@@ -185,7 +185,7 @@ class _ChunkReads:
             ensemble = self._ensemble
             order = [
                 ensemble[i]
-                for i in self._core.read_order(ensemble, ws)
+                for i in self._context.read_order(ensemble, ws)
                 if ensemble[i] not in self._skip
             ]
             self._orders[first_slot] = order
@@ -198,13 +198,13 @@ class _ChunkReads:
             return self._batch_failed(run, sources, "")
         source = sources[0]
         try:
-            conn = self._core.pool.get(source)
+            conn = self._context.pool.get(source)
         except WalkitError as exc:
             return self._batch_failed(run, sources, f"{source}: {exc}")
         rid = conn.new_request_id()
         frame = encode_batch_read_request(rid, self._md.ledger_id, run[0], len(run), _BATCH_BYTES)
         answer = _BatchAnswer(self, run, sources)
-        conn.send((frame,), rid, answer, run[0], self._core.options.read_timeout)
+        conn.send((frame,), rid, answer, run[0], self._context.options.read_timeout)
         return None
 
     def _batch_failed(self, run: list[int], sources: list[BookieId], problem: str) -> None:
@@ -236,13 +236,13 @@ class _ChunkReads:
         source = sources.pop(0)
         self._asked[entry_id] = source
         try:
-            conn = self._core.pool.get(source)
+            conn = self._context.pool.get(source)
         except WalkitError as exc:
             self._problem(entry_id, f"{source}: {exc}")
             return
         rid = conn.new_request_id()
         frame = encode_read_request(rid, self._md.ledger_id, entry_id)
-        conn.send((frame,), rid, self, entry_id, self._core.options.read_timeout)
+        conn.send((frame,), rid, self, entry_id, self._context.options.read_timeout)
 
     def _problem(self, entry_id: int, problem: str) -> None:
         self._problems.setdefault(entry_id, []).append(problem)
@@ -277,7 +277,7 @@ class _ChunkReads:
 
     def on_error(self, tag: int, error: WalkitError) -> None:
         source = self._asked[tag]
-        self._core.pool.record_failure(source)
+        self._context.pool.record_failure(source)
         self._problem(tag, f"{source}: {error}")
 
 
@@ -327,7 +327,7 @@ class _BatchAnswer:
 
     def on_error(self, tag: int, error: WalkitError) -> None:
         reads, source = self._reads, self._sources[0]
-        reads._core.pool.record_failure(source)
+        reads._context.pool.record_failure(source)
         reads._batch_failed(self._run, self._sources, f"{source}: {error}")
 
 
@@ -358,7 +358,7 @@ class _Acks:
 
 
 async def _write_chunk(
-    core: ClientCore,
+    context: ClientContext,
     md: LedgerMetadata,
     target: BookieId,
     key: bytes,
@@ -377,19 +377,19 @@ async def _write_chunk(
             )
         return
     acks = _Acks(len(chunk))
-    conn = core.pool.get(target)
+    conn = context.pool.get(target)
     conn.send_adds(
         md.ledger_id,
         key,
         chunk,
         acks,
-        core.options.add_timeout,
+        context.options.add_timeout,
         trio.current_time(),
         AddFlag.RECOVERY | AddFlag.COPY,
     )
     await acks.done.wait()
     if acks.problems:
-        core.pool.record_failure(target)
+        context.pool.record_failure(target)
         raise TargetFailedError(
             f"ledger {md.ledger_id}: {target} did not store "
             f"{len(acks.problems)} of {len(chunk)} entries ({'; '.join(acks.problems[:3])})",
@@ -398,7 +398,7 @@ async def _write_chunk(
 
 
 async def copy_fragment(
-    core: ClientCore,
+    context: ClientContext,
     md: LedgerMetadata,
     gap: FragmentGap,
     target: BookieId,
@@ -447,7 +447,7 @@ async def copy_fragment(
 
     async def read_chunk(chunk: list[int], into: dict[int, bytes]) -> None:
         await limiter.entries(len(chunk))
-        reads = _ChunkReads(core, md, gap, digests, skip, into, per_batch())
+        reads = _ChunkReads(context, md, gap, digests, skip, into, per_batch())
         reads.start(chunk)
         await reads.done.wait()
         if reads.failure is not None:
@@ -458,7 +458,7 @@ async def copy_fragment(
 
     async def write_chunk(chunk: list[int], packets: dict[int, bytes]) -> None:
         try:
-            await _write_chunk(core, md, target, key, [(e, packets[e]) for e in chunk], local)
+            await _write_chunk(context, md, target, key, [(e, packets[e]) for e in chunk], local)
         except WalkitError as exc:
             failure.append(exc)
 

@@ -86,7 +86,7 @@ class Healer:
         self.local = local
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
-        self.urm = UnderreplicationManager(client.metadata_store, rng=client._core.rng)
+        self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
         self.limiter = RateLimiter(self.options.entries_per_second, self.options.bytes_per_second)
         #: When this healer first found each ledger open (the grace period runs from there).
         self.open_since: dict[int, float] = {}
@@ -116,7 +116,7 @@ class Healer:
         gaps: list[FragmentGap],
         avoid: set[BookieId],
     ) -> dict[tuple[int, int], BookieId]:
-        policy = self.client._core.placement
+        policy = self.client._context.placement
         location_of = getattr(policy, "location_of", None)
         writable = getattr(policy, "writable_bookies", None)
         if self.local is None or location_of is None or writable is None:
@@ -149,9 +149,9 @@ class Healer:
             None if self.local is None else self.local.bookie_id,
         ):
             return False
-        core = self.client._core
+        context = self.client._context
         why = await copy_at_target(
-            core, md, gap, target, key=key, skip=lost, metrics=self.metrics, progress=progress
+            context, md, gap, target, key=key, skip=lost, metrics=self.metrics, progress=progress
         )
         if why is None:
             return True
@@ -181,13 +181,13 @@ class Healer:
             except InvalidMetadataError:
                 return Decision(False)
 
-        core = self.client._core
+        context = self.client._context
         _md, _version, swapped = await cas_update(
             f"ledger {md.ledger_id}: rereplication",
-            read=functools.partial(core.read_metadata, md.ledger_id),
-            write=core.ledgers.write,
+            read=functools.partial(context.read_metadata, md.ledger_id),
+            write=context.ledgers.write,
             decide=decide,
-            rng=core.rng,
+            rng=context.rng,
             current=(md, version),
         )
         return swapped
@@ -205,7 +205,7 @@ class Healer:
         ``local_only``: return DEFERRED, copying nothing, when no copy would go to this
         healer's own bookie (it is in the ledger's ensemble, say): a worker of a bookie that
         can take the copies stores them without a network hop, for about half the CPU."""
-        core = self.client._core
+        context = self.client._context
         started = trio.current_time()
         #: Replacements that failed to store copies in this attempt (not offered again).
         unusable: set[BookieId] = set()
@@ -215,7 +215,7 @@ class Healer:
                 return HealOutcome.NOTHING
             marker, marker_version = found
             try:
-                md, version = await core.read_metadata(ledger_id)
+                md, version = await context.read_metadata(ledger_id)
             except NoSuchLedgerError:
                 await self.urm.remove(ledger_id, marker_version)
                 self.open_since.pop(ledger_id, None)
@@ -248,7 +248,7 @@ class Healer:
                 await self.client.open_ledger(ledger_id, password=password, recovery=True)
                 continue
             gaps = gaps_for(md, lost)
-            chosen = choose_replacements(core.placement, md, gaps, avoid=lost | unusable)
+            chosen = choose_replacements(context.placement, md, gaps, avoid=lost | unusable)
             if isinstance(chosen, NoReplacement):
                 reason = (
                     f"no valid replacement for {chosen.gap.bookie} in fragment "
@@ -276,7 +276,7 @@ class Healer:
                     if await self._copied_by_target(md, gap, target, key, lost, progress):
                         continue
                     await copy_fragment(
-                        core,
+                        context,
                         md,
                         gap,
                         target,

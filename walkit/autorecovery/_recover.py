@@ -92,7 +92,7 @@ async def recover_bookie(
     opts = attrs.evolve(options or AutorecoveryOptions(), grace_period=0.0)
     metrics = AutorecoveryMetrics()
     healer = Healer(client, opts, metrics)
-    urm = UnderreplicationManager(client.metadata_store, rng=client._core.rng)
+    urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
     await urm.ensure_paths()
     report = RecoveryReport(bookie)
     report.ledgers = await ledgers_listing(client, bookie)

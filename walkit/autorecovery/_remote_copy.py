@@ -41,7 +41,7 @@ from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies, RateLimiter, copy_fragment
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.errors import LocalProtocolError, NoSuchLedgerError, RereplicationError, WalkitError
-from walkit.ledger._core import ClientCore
+from walkit.ledger._context import ClientContext
 
 if TYPE_CHECKING:
     from walkit.client import Client
@@ -111,7 +111,7 @@ class FragmentCopier:
 
     async def _copy(self, req: CopyFragmentRequest) -> tuple[int, int]:
         local = self._local
-        core = self._client._core
+        context = self._client._context
         if not 0 <= req.ledger_id < 2**63:
             raise _Refused(StatusCode.BAD_REQUEST, f"no ledger id {req.ledger_id}")
         try:
@@ -119,7 +119,7 @@ class FragmentCopier:
         except WalkitError as exc:
             raise _Refused(StatusCode.BAD_REQUEST, str(exc)) from None
         try:
-            md, _ = await core.read_metadata(req.ledger_id)
+            md, _ = await context.read_metadata(req.ledger_id)
         except NoSuchLedgerError:
             raise _Refused(StatusCode.NO_SUCH_LEDGER, f"no ledger {req.ledger_id}") from None
         gap = copy_request_gap(
@@ -143,7 +143,7 @@ class FragmentCopier:
             )
         sizes = _Sizes()
         entries = await copy_fragment(
-            core,
+            context,
             md,
             gap,
             local.bookie_id,
@@ -204,7 +204,7 @@ class _Answer:
 
 
 async def copy_at_target(
-    core: ClientCore,
+    context: ClientContext,
     md: LedgerMetadata,
     gap: FragmentGap,
     target: BookieId,
@@ -226,7 +226,7 @@ async def copy_at_target(
         average = copied_bytes / position if position else None
         run = ids[position : position + batch_entries(average, _RUN_ENTRIES, _RUN_BYTES)]
         try:
-            conn = core.pool.get(target)
+            conn = context.pool.get(target)
         except WalkitError as exc:
             return str(exc)
         rid = conn.new_request_id()

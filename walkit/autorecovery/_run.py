@@ -47,7 +47,7 @@ async def run_autorecovery(
     rng = rng or random.Random()
     options = options or AutorecoveryOptions()
     metrics = AutorecoveryMetrics(registry)
-    urm = UnderreplicationManager(client.metadata_store, rng=client._core.rng)
+    urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
     await urm.ensure_paths()
     if lost_bookie_delay is not None:
         await urm.init_settings(lost_bookie_delay)

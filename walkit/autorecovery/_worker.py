@@ -57,7 +57,7 @@ class ReplicationWorker:
         self.name = name
         self.options = options or AutorecoveryOptions()
         self.healer = Healer(client, self.options, metrics, local=local)
-        self.urm = UnderreplicationManager(client.metadata_store, rng=client._core.rng)
+        self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
         self.rng = rng or random.Random()
         self._wake = trio.Event()
         #: Outcomes so far, for tests and status.

@@ -22,7 +22,7 @@ from walkit.errors import (
     TooManyRequestsError,
     WalkitError,
 )
-from walkit.ledger._core import ClientCore
+from walkit.ledger._context import ClientContext
 from walkit.ledger._reads import long_poll_lac, read_entries, read_lac
 from walkit.ledger._writer import _check_range
 from walkit.metadata import WatchEvent
@@ -83,12 +83,12 @@ class LedgerReader:
     was opened with ``recovery=True`` (then the ledger is closed and the reader sees it all)."""
 
     def __init__(
-        self, core: ClientCore, metadata: LedgerMetadata, password: bytes, lac: int
+        self, context: ClientContext, metadata: LedgerMetadata, password: bytes, lac: int
     ) -> None:
-        self._core = core
+        self._context = context
         self._md = metadata
         self.id = metadata.ledger_id
-        self._digest: DigestManager = core.digest_manager(metadata, password)
+        self._digest: DigestManager = context.digest_manager(metadata, password)
         self._lac = metadata.last_entry_id if metadata.is_closed else lac
         self._watch: _MetadataWatch | None = None
 
@@ -121,12 +121,12 @@ class LedgerReader:
                     f"ledger {self.id}: entry {last} is past the last add confirmed {self._lac}"
                 )
         try:
-            return await read_entries(self._core, self._md, self._digest, first, last)
+            return await read_entries(self._context, self._md, self._digest, first, last)
         except (NoSuchEntryError, BookieUnavailableError, BookieTimeoutError):
             # The writer may have changed the ensemble since we read the metadata.
             if self._md.is_closed or not await self._refresh_metadata():
                 raise
-            return await read_entries(self._core, self._md, self._digest, first, last)
+            return await read_entries(self._context, self._md, self._digest, first, last)
 
     async def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (the metadata's last entry once the ledger is closed)."""
@@ -162,9 +162,9 @@ class LedgerReader:
 
     def _start_watch(self) -> _MetadataWatch:
         watch = _MetadataWatch()
-        events = self._core.ledgers.watch(self.id)
+        events = self._context.ledgers.watch(self.id)
         try:
-            self._core.nursery.start_soon(_follow_metadata, watch, events)
+            self._context.nursery.start_soon(_follow_metadata, watch, events)
         except RuntimeError:
             raise ClientClosedError("the client is closed") from None
         weakref.finalize(self, _stop_watch, watch, trio.lowlevel.current_trio_token())
@@ -172,7 +172,7 @@ class LedgerReader:
         return watch
 
     async def _tail(self, entry_id: int, watch: _MetadataWatch) -> Entry:
-        round_time = self._core.options.long_poll_round
+        round_time = self._context.options.long_poll_round
         backoff = 0.0
         while True:
             if entry_id <= self._lac:
@@ -181,7 +181,7 @@ class LedgerReader:
             watch.wake = trio.Event()
             try:
                 lac, entry = await long_poll_lac(
-                    self._core, self._md, self._digest, self._lac, round_time, watch.wake
+                    self._context, self._md, self._digest, self._lac, round_time, watch.wake
                 )
             except (BookieUnavailableError, BookieTimeoutError) as exc:
                 # No bookie of the ensemble answered: the writer may have moved on.
@@ -194,7 +194,7 @@ class LedgerReader:
                 log.info("long_poll_refused", ledger_id=self.id, error=str(exc))
                 entry = None
                 try:
-                    lac = max(self._lac, await read_lac(self._core, self._md))
+                    lac = max(self._lac, await read_lac(self._context, self._md))
                 except WalkitError as lac_error:
                     log.info("lac_read_failed", ledger_id=self.id, error=str(lac_error))
                     lac = self._lac
@@ -228,13 +228,13 @@ class LedgerReader:
         if self._md.is_closed:
             await trio.lowlevel.checkpoint()
             return
-        lac = await read_lac(self._core, self._md)
+        lac = await read_lac(self._context, self._md)
         if lac > self._lac:
             self._lac = lac
 
     async def _refresh_metadata(self) -> bool:
         """Re-read the metadata; True if it changed (a new fragment, or closed)."""
-        md, _version = await self._core.read_metadata(self.id)
+        md, _version = await self._context.read_metadata(self.id)
         changed = md != self._md
         self._md = md
         if md.is_closed:

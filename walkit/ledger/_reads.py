@@ -29,7 +29,7 @@ from walkit._core.wire import (
 )
 from walkit._logging import get_logger
 from walkit.errors import DigestMismatchError, RemoteProtocolError, WalkitError
-from walkit.ledger._core import ClientCore, status_error
+from walkit.ledger._context import ClientContext, status_error
 
 log = get_logger(__name__)
 
@@ -81,13 +81,13 @@ class _BatchRead:
 
     def __init__(
         self,
-        core: ClientCore,
+        context: ClientContext,
         metadata: LedgerMetadata,
         digest: DigestManager,
         first: int,
         last: int,
     ) -> None:
-        self.core = core
+        self.context = context
         self.md = metadata
         self.digest = digest
         self.ledger_id = metadata.ledger_id
@@ -100,8 +100,8 @@ class _BatchRead:
         self.error: WalkitError | None = None
         self.finished = False
         self.done = trio.Event()
-        self.window = core.options.read_window
-        self.timeout = core.options.read_timeout
+        self.window = context.options.read_window
+        self.timeout = context.options.read_timeout
         self._firsts = [first_entry for first_entry, _ in metadata.fragments]
         self._handlers: dict[int, list[_SlotHandler]] = {}
         self._orders: dict[tuple[int, int], tuple[int, ...]] = {}
@@ -124,7 +124,7 @@ class _BatchRead:
         if order is None:
             start = key[1]
             ws = [(start + i) % md.ensemble_size for i in range(md.write_quorum)]
-            order = tuple(self.core.read_order(ensemble, ws))
+            order = tuple(self.context.read_order(ensemble, ws))
             self._orders[key] = order
         state = _EntryRead(entry_id, ensemble, handlers, order, now)
         self.outstanding[entry_id] = state
@@ -134,7 +134,7 @@ class _BatchRead:
         if slot == WAIT:
             return
         try:
-            conn = self.core.pool.get(state.ensemble[slot])
+            conn = self.context.pool.get(state.ensemble[slot])
         except WalkitError as exc:
             self._fail(exc)
             return
@@ -191,7 +191,7 @@ class _BatchRead:
         try:
             _header, payload = self.digest.verify(msg.packet, expected_entry_id=entry_id)
         except DigestMismatchError as exc:
-            self.core.pool.record_failure(state.ensemble[slot])
+            self.context.pool.record_failure(state.ensemble[slot])
             log.warning(
                 "read_digest_mismatch",
                 ledger_id=self.ledger_id,
@@ -225,7 +225,7 @@ class _BatchRead:
         self.done.set()
 
     async def run(self) -> list[Entry]:
-        delay = self.core.options.speculative_read_timeout
+        delay = self.context.options.speculative_read_timeout
         try:
             self.fill_window()
             while not self.done.is_set():
@@ -245,12 +245,12 @@ class _BatchRead:
 
 
 async def read_entries(
-    core: ClientCore, metadata: LedgerMetadata, digest: DigestManager, first: int, last: int
+    context: ClientContext, metadata: LedgerMetadata, digest: DigestManager, first: int, last: int
 ) -> list[Entry]:
     """Entries ``first..last`` (inclusive); each from the first replica that gives a good one."""
     if last < first:
         return []
-    return await _BatchRead(core, metadata, digest, first, last).run()
+    return await _BatchRead(context, metadata, digest, first, last).run()
 
 
 # --- LAC -----------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class _LacHandler:
             self.done.set()
 
 
-async def read_lac(core: ClientCore, metadata: LedgerMetadata) -> int:
+async def read_lac(context: ClientContext, metadata: LedgerMetadata) -> int:
     """The highest LAC the last fragment's bookies know (done at ensemble coverage)."""
     ensemble = metadata.current_ensemble
     handler = _LacHandler(
@@ -287,11 +287,11 @@ async def read_lac(core: ClientCore, metadata: LedgerMetadata) -> int:
         f"ledger {metadata.ledger_id} LAC read",
     )
     # Every bookie is asked; the placement policy's LAC order says which first.
-    for index in core.read_lac_order(ensemble, range(len(ensemble))):
-        conn = core.pool.get(ensemble[index])
+    for index in context.read_lac_order(ensemble, range(len(ensemble))):
+        conn = context.pool.get(ensemble[index])
         rid = conn.new_request_id()
         frame = encode_frame(ReadLacRequest(rid, metadata.ledger_id))
-        conn.send((frame,), rid, handler, 0, core.options.read_timeout)
+        conn.send((frame,), rid, handler, 0, context.options.read_timeout)
     await handler.done.wait()
     if not handler.tracker.ok:
         raise handler.tracker.error(metadata.ledger_id)
@@ -356,7 +356,7 @@ class _PollHandler:
 
 
 async def long_poll_lac(
-    core: ClientCore,
+    context: ClientContext,
     metadata: LedgerMetadata,
     digest: DigestManager,
     previous_lac: int,
@@ -375,13 +375,13 @@ async def long_poll_lac(
     )
     timeout_ms = max(1, int(wait * 1000))
     flags = ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY
-    for index in core.read_lac_order(ensemble, range(len(ensemble))):
-        conn = core.pool.get(ensemble[index])
+    for index in context.read_lac_order(ensemble, range(len(ensemble))):
+        conn = context.pool.get(ensemble[index])
         rid = conn.new_request_id()
         frame = encode_frame(
             ReadLacRequest(rid, metadata.ledger_id, flags, previous_lac, timeout_ms)
         )
-        conn.send((frame,), rid, handler, 0, wait + core.options.read_timeout)
+        conn.send((frame,), rid, handler, 0, wait + context.options.read_timeout)
     await handler.done.wait()
     handler.expected = -1  # later answers change nothing
     if handler.finished and handler.lac == previous_lac and len(handler.errors) >= len(ensemble):
@@ -414,14 +414,14 @@ class _Probe:
 
 
 async def unreachable(
-    core: ClientCore, bookies: list[BookieId], ledger_id: int
+    context: ClientContext, bookies: list[BookieId], ledger_id: int
 ) -> dict[BookieId, WalkitError]:
     """The bookies among ``bookies`` that do not answer a (harmless) LAC read in time, each
     with the error it gave."""
     probe = _Probe(len(bookies))
-    timeout = min(core.options.connect_timeout, core.options.read_timeout)
+    timeout = min(context.options.connect_timeout, context.options.read_timeout)
     for index, bookie in enumerate(bookies):
-        conn = core.pool.get(bookie)
+        conn = context.pool.get(bookie)
         rid = conn.new_request_id()
         conn.send((encode_frame(ReadLacRequest(rid, ledger_id)),), rid, probe, index, timeout)
     await probe.done.wait()

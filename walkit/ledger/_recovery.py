@@ -61,7 +61,7 @@ from walkit.errors import (
     TLSError,
     WalkitError,
 )
-from walkit.ledger._core import ClientCore, check_password
+from walkit.ledger._context import ClientContext, check_password
 from walkit.metadata import Decision, cas_update
 
 log = get_logger(__name__)
@@ -101,14 +101,14 @@ class _Inbox:
 
 
 def _send(
-    core: ClientCore,
+    context: ClientContext,
     bookie: BookieId,
     build: Callable[[int], Request],
     inbox: _Inbox,
     tag: int,
     timeout: float,
 ) -> None:
-    conn = core.pool.get(bookie)
+    conn = context.pool.get(bookie)
     rid = conn.new_request_id()
     conn.send((encode_frame(build(rid)),), rid, inbox, tag, timeout)
 
@@ -121,7 +121,7 @@ def _recovery_add(ledger_id: int, entry_id: int, key: bytes, packet: bytes, rid:
     return AddRequest(rid, ledger_id, entry_id, key, packet, AddFlag.RECOVERY)
 
 
-async def recover_ledger(core: ClientCore, ledger_id: int, password: bytes) -> LedgerMetadata:
+async def recover_ledger(context: ClientContext, ledger_id: int, password: bytes) -> LedgerMetadata:
     """Recover and close ``ledger_id``; return its CLOSED metadata.
 
     Raises UnauthorizedAccessError (wrong password), NoSuchLedgerError, and the retryable
@@ -135,16 +135,16 @@ async def recover_ledger(core: ClientCore, ledger_id: int, password: bytes) -> L
             return Decision(False)
         if md.state is LedgerState.OPEN:  # fence the metadata first, then the bookies
             return Decision(False, md.with_state(LedgerState.IN_RECOVERY), again=True)
-        return Decision(True, await _Recovery(core, md, password).run())
+        return Decision(True, await _Recovery(context, md, password).run())
 
     # A lost race: the writer changed its ensemble or closed, or a concurrent recovery closed
     # it or changed it; converge or start over.
     closed, _version, recovered = await cas_update(
         f"ledger {ledger_id}: recovery",
-        read=functools.partial(core.read_metadata, ledger_id),
-        write=core.ledgers.write,
+        read=functools.partial(context.read_metadata, ledger_id),
+        write=context.ledgers.write,
         decide=decide,
-        rng=core.rng,
+        rng=context.rng,
         rounds=MAX_ROUNDS,
         exhausted=LedgerRecoveryError,
     )
@@ -161,12 +161,12 @@ async def recover_ledger(core: ClientCore, ledger_id: int, password: bytes) -> L
 class _Recovery:
     """One run of phases 2-4 against one version of the metadata."""
 
-    def __init__(self, core: ClientCore, md: LedgerMetadata, password: bytes) -> None:
-        self.core = core
+    def __init__(self, context: ClientContext, md: LedgerMetadata, password: bytes) -> None:
+        self.context = context
         self.md = md
         self.ledger_id = md.ledger_id
-        self.key = core.master_key(password)
-        self.digests: DigestManager = core.digest_manager(md, password)
+        self.key = context.master_key(password)
+        self.digests: DigestManager = context.digest_manager(md, password)
         self.e, self.qw, self.qa = md.ensemble_size, md.write_quorum, md.ack_quorum
         self.ensemble: list[BookieId] = list(md.current_ensemble)
         #: Bookies that refused the ledger's key: never chosen as a write-back replacement.
@@ -176,7 +176,7 @@ class _Recovery:
         self.refused_answer = refused_answer(password_verified=bool(md.password_sha256))
 
     def _fail(self, bookie: BookieId) -> None:
-        self.core.pool.record_failure(bookie)
+        self.context.pool.record_failure(bookie)
 
     def _refused(self, bookie: BookieId) -> None:
         """A bookie answered UNAUTHORIZED: the ledger id holds another key there (see
@@ -194,7 +194,7 @@ class _Recovery:
         fenced_lac = await self._fence()
         start_lac = (
             recovery_start_lac(fenced_lac, self.md.last_fragment_first_entry)
-            if self.core.recovery_rules.start_at_last_fragment
+            if self.context.recovery_rules.start_at_last_fragment
             else fenced_lac
         )
         packets = await self._read_forward(start_lac)
@@ -216,10 +216,10 @@ class _Recovery:
     async def _fence(self) -> int:
         tracker = FenceTracker(self.e, self.qw, self.qa)
         inbox = _Inbox()
-        timeout = self.core.options.read_timeout
+        timeout = self.context.options.read_timeout
         for index, bookie in enumerate(self.ensemble):
             _send(
-                self.core,
+                self.context,
                 bookie,
                 lambda rid: ReadLacRequest(
                     rid, self.ledger_id, ReadLacFlag.FENCE, INVALID_ENTRY_ID, 0, self.key
@@ -266,12 +266,12 @@ class _Recovery:
 
     async def _read_forward(self, start_lac: int) -> list[bytes]:
         """Packets of the confirmed entries after ``start_lac``, in order, up to the first absent."""
-        fence = self.core.recovery_rules.fence_reads
+        fence = self.context.recovery_rules.fence_reads
         flags = ReadFlag.FENCE if fence else ReadFlag.NONE
         key = self.key if fence else b""
         trackers: dict[int, RecoveryReadTracker] = {}
         inbox = _Inbox()
-        timeout = self.core.options.read_timeout
+        timeout = self.context.options.read_timeout
         next_entry = cursor = start_lac + 1
         confirmed: list[bytes] = []
         decisions: list[tuple[int, EntryDecision]] = []
@@ -284,7 +284,7 @@ class _Recovery:
                 build = functools.partial(_read_request, self.ledger_id, next_entry, flags, key)
                 for index in tracker.write_set:
                     tag = next_entry * self.e + index
-                    _send(self.core, self.ensemble[index], build, inbox, tag, timeout)
+                    _send(self.context, self.ensemble[index], build, inbox, tag, timeout)
                 next_entry += 1
             for tag, status, msg, error in await inbox.drain():
                 entry_id, index = divmod(tag, self.e)
@@ -350,7 +350,7 @@ class _Recovery:
         errors: list[str] = []
         for index in write_set(entry_id, self.e, self.qw):
             try:
-                answer = await self.core.call(
+                answer = await self.context.call(
                     ensemble[index],
                     lambda rid: ReadRequest(rid, self.ledger_id, entry_id),
                 )
@@ -383,7 +383,7 @@ class _Recovery:
         """One pass; returns the ensemble indexes that failed once some write set could no longer
         reach Qa, or an empty set when every entry is safe."""
         inbox = _Inbox()
-        timeout = self.core.options.add_timeout
+        timeout = self.context.options.add_timeout
         trackers: dict[int, WriteBackTracker] = {}
         last_entry = first_entry + len(packets) - 1
         next_entry = first_entry
@@ -398,7 +398,7 @@ class _Recovery:
                 )
                 for index in ws:
                     _send(
-                        self.core,
+                        self.context,
                         self.ensemble[index],
                         build,
                         inbox,
@@ -435,7 +435,7 @@ class _Recovery:
         exclude = set(ensemble) | self.refused
         for index in sorted(failed):
             try:
-                replacement = self.core.placement.replace_bookie(
+                replacement = self.context.placement.replace_bookie(
                     self.e, self.qw, self.qa, ensemble, ensemble[index], frozenset(exclude)
                 )
             except NotEnoughBookiesError as exc:

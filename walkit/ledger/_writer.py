@@ -40,7 +40,7 @@ from walkit.errors import (
     WalkitError,
     WriterFencedError,
 )
-from walkit.ledger._core import ClientCore, status_error
+from walkit.ledger._context import ClientContext, status_error
 from walkit.ledger._reads import read_entries
 from walkit.metadata import Decision, cas_update
 from walkit.net._connection import BookieConnection
@@ -132,15 +132,15 @@ class LedgerWriter:
     """
 
     def __init__(
-        self, core: ClientCore, metadata: LedgerMetadata, version: int, password: bytes
+        self, context: ClientContext, metadata: LedgerMetadata, version: int, password: bytes
     ) -> None:
-        self._core = core
+        self._context = context
         self._md = metadata
         self._version = version
         self.id = metadata.ledger_id
-        self._digest: DigestManager = core.digest_manager(metadata, password)
-        self._key = core.master_key(password)
-        opts = core.options
+        self._digest: DigestManager = context.digest_manager(metadata, password)
+        self._key = context.master_key(password)
+        opts = context.options
         self._add_timeout = opts.add_timeout
         self._max_pending = opts.max_pending_adds
         self._max_entry = opts.max_entry_size
@@ -151,7 +151,7 @@ class LedgerWriter:
             mode=opts.ensemble_change,
         )
         self._ensemble: list[BookieId] = list(metadata.current_ensemble)
-        self._conns: list[BookieConnection] = [core.pool.get(b) for b in self._ensemble]
+        self._conns: list[BookieConnection] = [context.pool.get(b) for b in self._ensemble]
         self._sinks = [_SlotSink(self, s) for s in range(metadata.ensemble_size)]
         #: (entry id, what to wake when the LAC reaches it or the writer fails), in id order.
         self._waiters: deque[tuple[int, EntryWaiter]] = deque()
@@ -166,7 +166,7 @@ class LedgerWriter:
         #: time woke the writer 200 times a second for nothing).
         self._last_send = 0.0
         self._lac_timer: trio.CancelScope | None = None
-        self._lac_interval = core.options.explicit_lac_interval
+        self._lac_interval = context.options.explicit_lac_interval
         self._error: WalkitError | None = None
         self._closing = False
         self._closed = False
@@ -304,7 +304,7 @@ class LedgerWriter:
                 f"ledger {self.id}: entry {last} is past the last add confirmed "
                 f"{self.last_add_confirmed}"
             )
-        return await read_entries(self._core, self._md, self._digest, first, last)
+        return await read_entries(self._context, self._md, self._digest, first, last)
 
     async def close(
         self,
@@ -540,7 +540,7 @@ class LedgerWriter:
         progressed = last is None or self.last_add_confirmed > last
         self._change_pause = change_backoff(self._change_pause, progressed)
         if self._change_pause > 0:
-            pause = self._change_pause * (0.5 + self._core.rng.random())
+            pause = self._change_pause * (0.5 + self._context.rng.random())
             log.info("ensemble_change_backoff", ledger_id=self.id, seconds=round(pause, 3))
             await trio.sleep(pause)
 
@@ -555,13 +555,13 @@ class LedgerWriter:
             now = trio.current_time()
             exclude |= {
                 b
-                for b, t in self._core.pool.failure_history.items()
+                for b, t in self._context.pool.failure_history.items()
                 if now - t < _AVOID_RECENTLY_FAILED
             }
         replacements: dict[int, BookieId] = {}
         for slot in sorted(slots):
             try:
-                chosen = self._core.placement.replace_bookie(
+                chosen = self._context.placement.replace_bookie(
                     md.ensemble_size,
                     md.write_quorum,
                     md.ack_quorum,
@@ -581,15 +581,15 @@ class LedgerWriter:
         return replacements
 
     async def _read_metadata(self) -> tuple[LedgerMetadata, int]:
-        core = self._core
-        return await core.retry_metadata(functools.partial(core.ledgers.read, self.id))
+        context = self._context
+        return await context.retry_metadata(functools.partial(context.ledgers.read, self.id))
 
     async def _write_metadata(self, md: LedgerMetadata, version: int) -> int:
-        core = self._core
-        return await core.retry_metadata(functools.partial(core.ledgers.write, md, version))
+        context = self._context
+        return await context.retry_metadata(functools.partial(context.ledgers.write, md, version))
 
     async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
-        core = self._core
+        context = self._context
         md = self._md
         current = tuple(self._ensemble)
         replacements = self._choose_replacements(current, slots, avoid_recent=True)
@@ -598,12 +598,12 @@ class LedgerWriter:
             read=self._read_metadata,
             write=self._write_metadata,
             decide=lambda md: Decision(None, new_fragment(md, current, first_entry, replacements)),
-            rng=core.rng,
+            rng=context.rng,
             current=(md, self._version),
         )
         for slot, bookie in replacements.items():
             self._ensemble[slot] = bookie
-            self._conns[slot] = core.pool.get(bookie)
+            self._conns[slot] = context.pool.get(bookie)
             self._sinks[slot] = _SlotSink(self, slot)
         log.info(
             "ensemble_changed",
@@ -656,14 +656,14 @@ class LedgerWriter:
             rid = conn.new_request_id()
             frame = encode_frame(WriteLacRequest(rid, self.id, lac, self._key))
             try:
-                conn.send((frame,), rid, _IGNORE, 0, self._core.options.add_timeout)
+                conn.send((frame,), rid, _IGNORE, 0, self._context.options.add_timeout)
             except ClientClosedError:
                 return
 
     # --- close -----------------------------------------------------------------------------
 
     async def _close_metadata(self) -> None:
-        core = self._core
+        context = self._context
         lac = self._tracker.last_add_confirmed
         custom = self._close_custom() if callable(self._close_custom) else self._close_custom
 
@@ -678,7 +678,7 @@ class LedgerWriter:
             read=self._read_metadata,
             write=self._write_metadata,
             decide=decide,
-            rng=core.rng,
+            rng=context.rng,
             current=(self._md, self._version),
         )
         log.debug("ledger_closed", ledger_id=self.id, last_entry_id=lac)

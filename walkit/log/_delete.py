@@ -40,12 +40,12 @@ async def delete_log(client: Client, name: str, *, password: bytes | None = None
     listed. ``password``: the ledgers' password if the log was created with one of its own
     (default: the one stored with the log). Raises NoSuchLogError."""
     check_log_name(name)
-    core = client._core
+    context = client._context
     path = log_path(name)
 
     async def delete(md: LogMetadata, version: int) -> int:
         try:
-            await core.retry_metadata(functools.partial(core.store.delete, path, version))
+            await context.retry_metadata(functools.partial(context.store.delete, path, version))
         except NoSuchNodeError:
             raise NoSuchLogError(f"no log named {name!r}") from None
         return version
@@ -53,10 +53,10 @@ async def delete_log(client: Client, name: str, *, password: bytes | None = None
     # A lost race means the writer rolled (or a snapshot was saved): read the list again.
     md, _version, _ = await cas_update(
         f"log {name}: delete",
-        read=functools.partial(fetch_log, core, name),
+        read=functools.partial(fetch_log, context, name),
         write=delete,
         decide=lambda md: Decision(None, md),
-        rng=core.rng,
+        rng=context.rng,
         rounds=DELETE_ATTEMPTS,
     )
     pw = md.config.password if password is None else password

@@ -77,8 +77,8 @@ async def collect_orphans(
 
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
         raise ConfigurationError(f"grace must be a number of seconds >= 0, not {grace!r}")
-    core = client._core
-    clock = core.options.wall_clock
+    context = client._context
+    clock = context.options.wall_clock
     if clock is None:
         raise ConfigurationError("orphan collection needs a client with a wall_clock")
     now_ms = int(clock() * 1000)
@@ -122,7 +122,9 @@ async def collect_orphans(
                 # The log is gone (a deletion that died half-way), or this ledger belonged to
                 # an earlier log of that name: the password went with it. Delete at the
                 # metadata level, as whoever reaches the store can.
-                await core.retry_metadata(functools.partial(core.ledgers.delete, orphan.ledger_id))
+                await context.retry_metadata(
+                    functools.partial(context.ledgers.delete, orphan.ledger_id)
+                )
             else:
                 pw = password if password is not None else md.config.password  # type: ignore[union-attr]
                 await client.delete_ledger(orphan.ledger_id, password=pw)
@@ -140,9 +142,9 @@ async def collect_orphans(
 async def _read(client: Client, name: str) -> LogMetadata | None:
     """The log's metadata; None when it does not exist; ``_UNKNOWN`` when its ledgers cannot
     be judged (a malformed node, or a tag that is no log name): they stay."""
-    core = client._core
+    context = client._context
     try:
-        md, _version = await fetch_log(core, name)
+        md, _version = await fetch_log(context, name)
     except NoSuchLogError:
         return None
     except (InvalidMetadataError, InvalidArgumentError) as exc:

@@ -158,11 +158,11 @@ async def end_job(owner: LogContext, job: str) -> None:
     """Mark ``job`` as ended: from now on, a ledger staged for it is deleted by its stager. The
     sweep of the job's ledgers comes after this mark, so every ledger is either swept or seen
     by its stager as unwanted (the stager checks the mark after creating the ledger)."""
-    core = owner.client._core
+    context = owner.client._context
     value = json.dumps({"log": owner.name, "job": job}).encode()
     try:
-        await core.retry_metadata(
-            functools.partial(core.store.create, ended_job_path(owner.name, job), value)
+        await context.retry_metadata(
+            functools.partial(context.store.create, ended_job_path(owner.name, job), value)
         )
     except NodeExistsError:
         pass
@@ -198,9 +198,9 @@ async def stage_ledger(
         password=owner.options.password,
         custom_metadata=custom,
     )
-    core = owner.client._core
-    ended = await core.retry_metadata(
-        functools.partial(core.store.exists, ended_job_path(owner.name, job))
+    context = owner.client._context
+    ended = await context.retry_metadata(
+        functools.partial(context.store.exists, ended_job_path(owner.name, job))
     )
     if ended is not None:
         await owner._discard_ledger(lw)
@@ -322,9 +322,9 @@ async def link_ledgers(
             raise InvalidArgumentError(f"a sink's batch id is an int >= 0: {batch_id!r}")
         mark = SinkMark(query_id, batch_id)
     client = owner.client
-    core = client._core
+    context = client._context
 
-    md, _version = await fetch_log(core, owner.name)
+    md, _version = await fetch_log(context, owner.name)
     listed = {lg.ledger_id for lg in md.ledgers}
     last_entries: dict[int, int] = {}
     if not (ids and all(i in listed for i in ids)):
@@ -361,10 +361,10 @@ async def link_ledgers(
 
     _md, _version, plan = await cas_update(
         f"log {owner.name}: link",
-        read=functools.partial(fetch_log, core, owner.name),
-        write=functools.partial(write_log, core),
+        read=functools.partial(fetch_log, context, owner.name),
+        write=functools.partial(write_log, context),
         decide=decide,
-        rng=core.rng,
+        rng=context.rng,
         rounds=LINK_ATTEMPTS,
     )
     assert plan is not None

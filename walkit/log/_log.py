@@ -190,7 +190,7 @@ class Log:
         options: LogOptions,
         explicit_password: bool,
     ) -> Log:
-        core = client._core
+        context = client._context
         if create:
             try:
                 wanted = LedgerConfig(**config)
@@ -198,15 +198,15 @@ class Log:
                 raise ConfigurationError(f"log {name}: {exc}") from None
             if not explicit_password:
                 # A password nobody chose: random, kept in the log's metadata (see LedgerConfig).
-                secret = core.rng.getrandbits(256).to_bytes(32, "big").hex()
+                secret = context.rng.getrandbits(256).to_bytes(32, "big").hex()
                 wanted = attrs.evolve(wanted, password_hex=secret)
-            clock = core.options.wall_clock
+            clock = context.options.wall_clock
             fresh = LogMetadata(
                 name=name, config=wanted, ctime_ms=int(clock() * 1000) if clock else 0
             )
-            md, _version, _created = await create_or_read(core, fresh)
+            md, _version, _created = await create_or_read(context, fresh)
         else:
-            md, _version = await core.retry_metadata(lambda: read_log(core.store, name))
+            md, _version = await context.retry_metadata(lambda: read_log(context.store, name))
         for key, value in config.items():
             if getattr(md.config, key) != value:
                 raise ConfigurationError(
@@ -214,7 +214,7 @@ class Log:
                 )
         if not explicit_password:
             options = attrs.evolve(options, password=md.config.password)
-        if options.retain_age is not None and core.options.wall_clock is None:
+        if options.retain_age is not None and context.options.wall_clock is None:
             raise ConfigurationError(
                 f"log {name}: retain_age needs a client with a wall_clock "
                 "(Client.connect(..., wall_clock=time.time))"
@@ -260,8 +260,8 @@ class Log:
     async def metadata(self) -> LogMetadata:
         """The log's metadata as stored now (ledgers, truncation point, snapshots)."""
         self._check_open()
-        md, _version = await self._client._core.retry_metadata(
-            lambda: read_log(self._client._core.store, self.name)
+        md, _version = await self._client._context.retry_metadata(
+            lambda: read_log(self._client._context.store, self.name)
         )
         return md
 
@@ -350,7 +350,7 @@ class Log:
                 limits = RetentionLimits(records=retain_records, size=retain_bytes, age=retain_age)
             except InvalidArgumentError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if limits.age is not None and self._client._core.options.wall_clock is None:
+        if limits.age is not None and self._client._context.options.wall_clock is None:
             raise ConfigurationError("retain_age needs a client with a wall_clock")
         return await apply_retention(self, limits, dry_run=dry_run)
 

@@ -24,9 +24,9 @@ LOG_KEY = "walkit.log"
 async def log_password(client: Client, name: str) -> bytes:
     """The password stored with log ``name``: b"" for a log created with a password of its own
     (only its users know it), or created before passwords were generated, or missing."""
-    core = client._core
+    context = client._context
     try:
-        md, _version = await fetch_log(core, name)
+        md, _version = await fetch_log(context, name)
     except NoSuchLogError:
         return b""
     return md.config.password

@@ -239,7 +239,7 @@ class LogReader:
                     raise
                 log.info("log_read_retry", log=self._log.name, error=str(exc))
                 self._drop_ledger()
-                await pause(READ_BACKOFF, failures - 1, self._log.client._core.rng)
+                await pause(READ_BACKOFF, failures - 1, self._log.client._context.rng)
                 continue
             failures = 0
             if not more:
@@ -302,7 +302,7 @@ class LogReader:
         if ahead:
             first = ahead[-1].last + 1
         lac = reader.last_add_confirmed
-        nursery = self._log.client._core.nursery
+        nursery = self._log.client._context.nursery
         while len(ahead) < self._log.options.read_ahead and first <= lac:
             last = min(lac, first + self._range_entries - 1)
             read = _ReadAhead(reader, first, last)
@@ -393,7 +393,7 @@ class LogReader:
         """Open the ledger holding the position (or the next one); False when there is none
         yet and the reader does not follow."""
         events = None
-        store = self._log.client._core.store
+        store = self._log.client._context.store
         if self._follow:
             events = store.watch(log_path(self._log.name))
         try:
@@ -450,8 +450,8 @@ class LogReader:
         self._pos = LogPosition(last.seq, reader.last_add_confirmed + 1)
 
     async def _read_metadata(self) -> LogMetadata:
-        core = self._log.client._core
-        md, _version = await fetch_log(core, self._log.name)
+        context = self._log.client._context
+        md, _version = await fetch_log(context, self._log.name)
         return md
 
     def _move_past(self, ledger: LogLedger) -> None:

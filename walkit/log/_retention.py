@@ -80,10 +80,10 @@ async def apply_retention(
     limits = limits_of(owner) if limits is None else limits
     if not limits.any:
         return RetentionResult(None)
-    core = owner.client._core
-    clock = core.options.wall_clock
+    context = owner.client._context
+    clock = context.options.wall_clock
     now_ms = int(clock() * 1000) if clock is not None else None
-    md, _version = await fetch_log(core, owner.name)
+    md, _version = await fetch_log(context, owner.name)
     stats = await _stats(owner, md)
     point = retention_point(md, stats, limits, now_ms)
     if point is None:
@@ -103,7 +103,7 @@ async def apply_retention(
                 return current, Truncation(current, ())
             return result.metadata, result
 
-        _md, _version, truncation = await update_log(core, owner.name, change)
+        _md, _version, truncation = await update_log(context, owner.name, change)
         dropped = truncation.dropped
         if not dropped:
             return RetentionResult(None)
@@ -132,7 +132,7 @@ async def housekeeping(owner: LogContext, *, takeover: bool) -> None:
         if limits_of(owner).any:
             await apply_retention(owner)
         grace = owner.options.orphan_gc_grace
-        if takeover and grace is not None and owner.client._core.options.wall_clock is not None:
+        if takeover and grace is not None and owner.client._context.options.wall_clock is not None:
             await collect_orphans(
                 owner.client, owner.name, grace=grace, password=owner.options.password
             )

@@ -116,10 +116,10 @@ async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterato
 async def save_snapshot(
     owner: LogContext, pos: LogPosition, data: bytes | AsyncIterable[bytes]
 ) -> Snapshot:
-    core = owner.client._core
+    context = owner.client._context
     md = await owner.metadata()
     md.check_not_future(pos, "snapshot at")
-    chunk_size = min(owner.options.snapshot_chunk_size, core.options.max_entry_size)
+    chunk_size = min(owner.options.snapshot_chunk_size, context.options.max_entry_size)
     lw = await owner._create_ledger("snapshot")
     try:
         crc, size = await _write(lw, _chunks(data, chunk_size))
@@ -127,7 +127,7 @@ async def save_snapshot(
     except BaseException:
         await owner._discard_ledger(lw)
         raise
-    clock = core.options.wall_clock
+    clock = context.options.wall_clock
     record = SnapshotRecord(
         position=pos,
         ledger_id=lw.id,
@@ -143,7 +143,7 @@ async def save_snapshot(
         return md.with_snapshot(record, keep)
 
     try:
-        _md, _version, dropped = await update_log(core, owner.name, change)
+        _md, _version, dropped = await update_log(context, owner.name, change)
     except BaseException:
         # Delete the ledger unless the metadata may name it (the store did not answer).
         with trio.CancelScope(shield=True):

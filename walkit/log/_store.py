@@ -13,7 +13,7 @@ from typing import TypeVar
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._logging import get_logger
 from walkit.errors import NodeExistsError, NoSuchLogError, NoSuchNodeError
-from walkit.ledger import ClientCore
+from walkit.ledger import ClientContext
 from walkit.metadata import LOGS_PATH, Decision, MetadataStore, cas_update
 
 log = get_logger(__name__)
@@ -35,9 +35,9 @@ async def read_log(store: MetadataStore, name: str) -> tuple[LogMetadata, int]:
     return LogMetadata.from_bytes(name, node.value), node.version
 
 
-async def fetch_log(core: ClientCore, name: str) -> tuple[LogMetadata, int]:
+async def fetch_log(context: ClientContext, name: str) -> tuple[LogMetadata, int]:
     """:func:`read_log`, retried while the metadata store is unreachable."""
-    return await core.retry_metadata(functools.partial(read_log, core.store, name))
+    return await context.retry_metadata(functools.partial(read_log, context.store, name))
 
 
 async def list_logs(store: MetadataStore) -> list[str]:
@@ -48,22 +48,22 @@ async def list_logs(store: MetadataStore) -> list[str]:
         return []
 
 
-async def create_or_read(core: ClientCore, md: LogMetadata) -> tuple[LogMetadata, int, bool]:
+async def create_or_read(context: ClientContext, md: LogMetadata) -> tuple[LogMetadata, int, bool]:
     """Create the log's node with ``md`` unless it exists; returns (metadata, version, created)."""
-    store = core.store
+    store = context.store
     path = log_path(md.name)
     try:
-        version = await core.retry_metadata(functools.partial(store.create, path, md.to_bytes()))
+        version = await context.retry_metadata(functools.partial(store.create, path, md.to_bytes()))
         log.info("log_created", log=md.name)
         return md, version, True
     except NodeExistsError:
         pass
-    found, version = await core.retry_metadata(functools.partial(read_log, store, md.name))
+    found, version = await context.retry_metadata(functools.partial(read_log, store, md.name))
     return found, version, False
 
 
 async def update_log(
-    core: ClientCore,
+    context: ClientContext,
     name: str,
     change: Callable[[LogMetadata], tuple[LogMetadata, T]],
 ) -> tuple[LogMetadata, int, T]:
@@ -78,19 +78,19 @@ async def update_log(
 
     return await cas_update(
         f"log {name}",
-        read=functools.partial(fetch_log, core, name),
-        write=functools.partial(write_log, core),
+        read=functools.partial(fetch_log, context, name),
+        write=functools.partial(write_log, context),
         decide=decide,
-        rng=core.rng,
+        rng=context.rng,
     )
 
 
-async def write_log(core: ClientCore, md: LogMetadata, version: int) -> int:
+async def write_log(context: ClientContext, md: LogMetadata, version: int) -> int:
     """One CAS of the log's node (MetadataVersionError when it lost; NoSuchLogError when the
     log was deleted)."""
     try:
-        return await core.retry_metadata(
-            functools.partial(core.store.set, log_path(md.name), md.to_bytes(), version)
+        return await context.retry_metadata(
+            functools.partial(context.store.set, log_path(md.name), md.to_bytes(), version)
         )
     except NoSuchNodeError:
         raise NoSuchLogError(f"log {md.name!r} was deleted") from None

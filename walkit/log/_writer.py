@@ -126,7 +126,7 @@ class LogWriter:
             codec=opts.compression,
             spawn=self._spawn,
         )
-        self._max_record = owner.client._core.options.max_entry_size - envelope_overhead(
+        self._max_record = owner.client._context.options.max_entry_size - envelope_overhead(
             1, producers=1
         )
         scan = None
@@ -217,7 +217,7 @@ class LogWriter:
     def _spawn(self, fn: Callable[[], Awaitable[None]]) -> bool:
         """Start a background task in the client's nursery (False: the client is closing)."""
         try:
-            self._log.client._core.nursery.start_soon(fn)
+            self._log.client._context.nursery.start_soon(fn)
         except RuntimeError:
             return False
         return True
@@ -345,7 +345,9 @@ class LogWriter:
             return result.metadata, result
 
         try:
-            _md, _version, result = await update_log(self._log.client._core, self._log.name, change)
+            _md, _version, result = await update_log(
+                self._log.client._context, self._log.name, change
+            )
         except WriterFencedError as exc:
             raise self._was_fenced(str(exc)) from None
         if result.dropped:
@@ -452,9 +454,9 @@ class LogWriter:
 
     async def _gone_or(self, error: WalkitError) -> WalkitError:
         """NoSuchLogError (kept as this writer's error) if the log was deleted, else ``error``."""
-        core = self._log.client._core
+        context = self._log.client._context
         try:
-            await fetch_log(core, self._log.name)
+            await fetch_log(context, self._log.name)
         except NoSuchLogError:
             gone = NoSuchLogError(f"log {self._log.name!r} was deleted")
             self._error = gone
@@ -468,11 +470,11 @@ class LogWriter:
         """The close of ``old`` (left by a roll) found it fenced: by a reader that recovered it
         (harmless when it kept every acknowledged entry and the log is still ours), or by
         another writer's takeover."""
-        core = self._log.client._core
+        context = self._log.client._context
         why = f"ledger {old.id} was recovered by another writer"
         try:
             closed_at = await _recover(self._log, old.id)
-            md, _version = await fetch_log(core, self._log.name)
+            md, _version = await fetch_log(context, self._log.name)
             outcome = close_outcome(
                 acknowledged=old.last_add_confirmed,
                 closed_at=closed_at,
@@ -506,7 +508,7 @@ class LogWriter:
             return
         self._housekeeping_running = True
         try:
-            self._log.client._core.nursery.start_soon(self._housekeeping, takeover)
+            self._log.client._context.nursery.start_soon(self._housekeeping, takeover)
         except RuntimeError:  # the client is closing
             self._housekeeping_running = False
 
@@ -517,8 +519,8 @@ class LogWriter:
             self._housekeeping_running = False
 
     async def _check_owner(self) -> None:
-        core = self._log.client._core
-        md, _version = await fetch_log(core, self._log.name)
+        context = self._log.client._context
+        md, _version = await fetch_log(context, self._log.name)
         if not md.owned_by(self._ledger):
             raise self._was_fenced("another writer took over")
 
@@ -565,7 +567,7 @@ class LogWriter:
 
         self._rolling_to = new_lw.id
         try:
-            _md, _version, new_ledger = await update_log(owner.client._core, owner.name, change)
+            _md, _version, new_ledger = await update_log(owner.client._context, owner.name, change)
         except WriterFencedError as exc:
             self._rolling_to = None
             await owner._discard_ledger(new_lw)
@@ -595,7 +597,7 @@ class LogWriter:
             seq=new_ledger.seq,
         )
         try:
-            owner.client._core.nursery.start_soon(self._close_old, old, self._old_closed)
+            owner.client._context.nursery.start_soon(self._close_old, old, self._old_closed)
         except RuntimeError:  # the client is closing: close it here
             await self._close_old(old, self._old_closed)
 
@@ -622,7 +624,7 @@ class LogWriter:
                         if self._error is None:
                             self._error = exc
                         return
-                await pause(LOG_BACKOFF, attempt, self._log.client._core.rng)
+                await pause(LOG_BACKOFF, attempt, self._log.client._context.rng)
         except Exception:  # pragma: no cover - a bug must not take the client down
             log.exception("log_old_ledger_close_crashed", ledger_id=old.id)
         finally:
@@ -660,7 +662,7 @@ async def _recover(owner: LogContext, ledger_id: int) -> int:
         recover,
         attempts=RECOVERY_ATTEMPTS,
         backoff=LOG_BACKOFF,
-        rng=client._core.rng,
+        rng=client._context.rng,
         retry_on=retry_on,
         on_retry=logged,
     )
@@ -688,17 +690,17 @@ def _takeover_decision(
 async def take_over(owner: LogHandle) -> LogWriter:
     """Become the log's writer (see the module docs)."""
     owner._check_open()
-    core = owner.client._core
+    context = owner.client._context
     name = owner.name
     for attempt in range(owner.options.takeover_attempts):
-        md, version = await fetch_log(core, name)
+        md, version = await fetch_log(context, name)
         recovered: dict[int, int] = {}
         gone = False
         for lg in md.to_recover():
             try:
                 recovered[lg.ledger_id] = await _recover(owner, lg.ledger_id)
             except NoSuchLedgerError:
-                again, _ = await fetch_log(core, name)
+                again, _ = await fetch_log(context, name)
                 if lg in again.ledgers:
                     raise InvalidMetadataError(
                         f"log {name} lists ledger {lg.ledger_id}, which does not exist"
@@ -710,15 +712,15 @@ async def take_over(owner: LogHandle) -> LogWriter:
         new_lw = await owner._create_ledger("data")
         _md, version, plan = await cas_update(
             f"log {name}: takeover",
-            read=functools.partial(fetch_log, core, name),
-            write=functools.partial(write_log, core),
+            read=functools.partial(fetch_log, context, name),
+            write=functools.partial(write_log, context),
             decide=functools.partial(_takeover_decision, md, recovered, new_lw.id),
-            rng=core.rng,
+            rng=context.rng,
             current=(md, version),
         )
         if plan is None:
             await owner._discard_ledger(new_lw)
-            await pause(TAKEOVER_BACKOFF, attempt, core.rng)
+            await pause(TAKEOVER_BACKOFF, attempt, context.rng)
             continue
         log.info(
             "log_taken_over",

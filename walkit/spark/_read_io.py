@@ -31,7 +31,7 @@ from walkit.errors import (
     UnauthorizedAccessError,
 )
 from walkit.ledger import LedgerReader
-from walkit.ledger._core import check_password
+from walkit.ledger._context import check_password
 from walkit.log._passwords import ledger_log, log_password
 from walkit.log._store import read_log
 from walkit.spark._options import Connection
@@ -135,10 +135,12 @@ async def log_state(conn: Connection, name: str, from_seq: int) -> LogState:
 
 
 async def _log_state(client: Client, conn: Connection, name: str, from_seq: int) -> LogState:
-    core = client._core
+    context = client._context
     for _round in range(_PLAN_ROUNDS):
         try:
-            md, _version = await core.retry_metadata(functools.partial(read_log, core.store, name))
+            md, _version = await context.retry_metadata(
+                functools.partial(read_log, context.store, name)
+            )
         except NoSuchLogError:
             raise NoSuchLogError(
                 f"walkit: no log named {name!r} (the path of load) in {client!r}"

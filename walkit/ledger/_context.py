@@ -1,4 +1,4 @@
-"""What a client's ledger handles (and the recovery driver) share: ``ClientCore``.
+"""What a client's ledger handles (and the recovery driver) share: ``ClientContext``.
 
 One per client. Everything here is plain: the metadata store and its LedgerManager, the bookie
 connection pool (with the failure history), the placement policy, the options, the injected
@@ -32,7 +32,7 @@ from walkit.metadata import LedgerManager, MetadataStore
 from walkit.net._pool import ConnectionPool
 from walkit.placement import EnsemblePlacementPolicy
 
-__all__ = ["ClientCore", "check_password", "status_error"]
+__all__ = ["ClientContext", "check_password", "status_error"]
 
 T = TypeVar("T")
 
@@ -62,7 +62,7 @@ def check_password(metadata: LedgerMetadata, password: bytes) -> None:
 
 @final
 @attrs.define(eq=False)
-class ClientCore:
+class ClientContext:
     """The internals one client's handles share (also what the recovery driver gets).
 
     - ``ledgers.read(id) -> (metadata, version)``; ``ledgers.write(md, version)`` is the CAS
