@@ -1,4 +1,4 @@
-"""One way to surface a trio nursery's ExceptionGroup from a public call: one error.
+"""One way to surface a task group's ExceptionGroup from a public call: one error.
 
 No raw ExceptionGroup escapes a public call. :func:`collapse` picks the error to raise (the
 first :class:`~walkit.errors.WalkitError`, else the first other error, cancellations last) and
@@ -8,11 +8,16 @@ a secondary failure is never silently dropped.
 
 from __future__ import annotations
 
+import asyncio
+
 import trio
 
 from walkit.errors import WalkitError
 
 __all__ = ["collapse", "leaves"]
+
+#: What a cancellation raises, under trio and under asyncio.
+_CANCELLED = (trio.Cancelled, asyncio.CancelledError)
 
 
 def leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -35,7 +40,7 @@ def collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
     its cancel scope to catch).
     """
     found = leaves(group)
-    real = [exc for exc in found if not isinstance(exc, trio.Cancelled)]
+    real = [exc for exc in found if not isinstance(exc, _CANCELLED)]
     if not real:
         return found[0] if found else group
     chosen = next((exc for exc in real if isinstance(exc, WalkitError)), real[0])

@@ -1,4 +1,4 @@
-"""Retrying an async operation with :class:`walkit._core.backoff.Backoff` (trio's clock).
+"""Retrying an async operation with :class:`walkit._core.backoff.Backoff` (the event loop's clock).
 
 Every retry loop of the client and the bookie goes through :func:`retry` or sleeps with
 :func:`pause`, so a simulation on trio's MockClock with a seeded generator controls all of them.
@@ -11,7 +11,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import trio
+import anyio
 
 from walkit._core.backoff import Backoff
 
@@ -34,7 +34,7 @@ async def pause(
     seconds = backoff.delay(attempt, rng)
     if before is not None:
         before(seconds)
-    await trio.sleep(seconds)
+    await anyio.sleep(seconds)
     return seconds
 
 

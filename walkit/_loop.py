@@ -1,0 +1,198 @@
+"""The event loop a client runs on, trio's or asyncio's, found with sniffio.
+
+walkit's I/O layers are written against AnyIO (task groups, cancel scopes, sleeps, locks,
+streams, threads), so they run under trio and asyncio (and uvloop) alike. A few things AnyIO
+does not offer, or offers at a cost the hot paths feel, live here, once per backend:
+
+- parking and waking a task with no Event object in between (an append waits this way for its
+  entry's acknowledgement: one wait per record, so every object and coroutine frame counts);
+- one scheduling round (``checkpoint``) and the loop's clock, bound once instead of looked up
+  on each call;
+- calling back into the loop from a foreign thread without waiting (kazoo's watch threads);
+- a background task tied to the run rather than to a task group (trio's system tasks);
+- knowing whether the caller runs on the loop an object was created on: one client, one loop.
+
+:func:`current_loop` finds the running library per call, as httpx and AnyIO do (sniffio), and
+returns the :class:`EventLoop` of the running loop; objects that belong to a loop keep it and
+check it with :meth:`EventLoop.check`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final, final
+
+import sniffio
+import trio
+from anyio.lowlevel import RunVar
+
+from walkit.errors import WalkitError
+
+__all__ = ["AsyncioLoop", "EventLoop", "TrioLoop", "WrongEventLoopError", "current_loop"]
+
+
+class WrongEventLoopError(WalkitError):
+    """An object bound to one event loop was used from another thread or event loop."""
+
+    code = -1
+    retryable = False
+
+
+class EventLoop(abc.ABC):
+    """What walkit needs of the running event loop beyond AnyIO (see the module docs)."""
+
+    #: "trio" or "asyncio" (sniffio's names).
+    name: str
+    #: The loop's clock, in seconds (trio's ``current_time``: a simulation's MockClock).
+    time: Callable[[], float]
+    #: One scheduling round; a cancellation point.
+    checkpoint: Callable[[], Awaitable[None]]
+
+    @abc.abstractmethod
+    async def park(self, waiters: list[Any]) -> None:
+        """Put a wake-up handle for the calling task in ``waiters`` and wait until it is
+        passed to :meth:`wake`. If the wait is cancelled, the handle leaves ``waiters``."""
+
+    @abc.abstractmethod
+    def wake(self, handle: Any) -> None:
+        """Wake the task parked with ``handle`` (each handle once)."""
+
+    @abc.abstractmethod
+    def run_sync_soon(self, fn: Callable[..., object], *args: object) -> bool:
+        """Call ``fn(*args)`` in the loop soon, from any thread, without waiting for it;
+        False when the loop has ended (the call is dropped)."""
+
+    @abc.abstractmethod
+    def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        """Run ``fn()`` in the background until it returns or the run ends (then it is
+        cancelled); it must not raise."""
+
+    @abc.abstractmethod
+    def is_current(self) -> bool:
+        """Whether the caller runs on this loop (in its thread, inside it)."""
+
+    def check(self, what: str) -> None:
+        """Raise WrongEventLoopError unless the caller runs on this loop."""
+        if not self.is_current():
+            raise WrongEventLoopError(
+                f"{what} belongs to the {self.name} event loop it was created in, and was used "
+                "from another thread or event loop; create one per event loop (walkit.sync "
+                "serves threads)"
+            )
+
+
+@final
+class TrioLoop(EventLoop):
+    """A trio run (also the deterministic simulation's, on its MockClock)."""
+
+    name = "trio"
+
+    def __init__(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self.time = trio.current_time
+        self.checkpoint = trio.lowlevel.checkpoint
+
+    async def park(self, waiters: list[Any]) -> None:
+        task = trio.lowlevel.current_task()
+        waiters.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            waiters.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def wake(self, handle: Any) -> None:
+        trio.lowlevel.reschedule(handle)
+
+    def run_sync_soon(self, fn: Callable[..., object], *args: object) -> bool:
+        try:
+            self._token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:
+            return False
+        return True
+
+    def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        trio.lowlevel.spawn_system_task(fn, name=name)
+
+    def is_current(self) -> bool:
+        try:
+            return trio.lowlevel.current_trio_token() is self._token
+        except RuntimeError:
+            return False
+
+
+@final
+class AsyncioLoop(EventLoop):
+    """An asyncio event loop (uvloop's too)."""
+
+    name = "asyncio"
+
+    def __init__(self) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        self.time = loop.time
+        self.checkpoint = _asyncio_checkpoint
+        #: Background tasks: asyncio keeps only weak references to tasks.
+        self._system_tasks: set[asyncio.Task[None]] = set()
+
+    async def park(self, waiters: list[Any]) -> None:
+        future = self._loop.create_future()
+        waiters.append(future)
+        try:
+            await future
+        except BaseException:
+            with contextlib.suppress(ValueError):
+                waiters.remove(future)
+            raise
+
+    def wake(self, handle: Any) -> None:
+        if not handle.done():
+            handle.set_result(None)
+
+    def run_sync_soon(self, fn: Callable[..., object], *args: object) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
+
+    def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        task = self._loop.create_task(fn(), name=name)
+        self._system_tasks.add(task)
+        task.add_done_callback(self._system_tasks.discard)
+
+    def is_current(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
+
+async def _asyncio_checkpoint() -> None:
+    await asyncio.sleep(0)
+
+
+#: The EventLoop of each run (AnyIO's run-local variable: one per trio run or asyncio loop).
+_CURRENT: Final[RunVar[EventLoop]] = RunVar("walkit_event_loop")
+
+
+def current_loop() -> EventLoop:
+    """The EventLoop of the running trio run or asyncio loop (sniffio decides which)."""
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        raise WrongEventLoopError(
+            "walkit's async API needs a running trio or asyncio event loop (use walkit.sync "
+            "from plain threads)"
+        ) from None
+    if library not in ("trio", "asyncio"):
+        raise WrongEventLoopError(f"walkit runs on trio or asyncio, not on {library}")
+    try:
+        return _CURRENT.get()
+    except LookupError:
+        loop: EventLoop = TrioLoop() if library == "trio" else AsyncioLoop()
+        _CURRENT.set(loop)
+        return loop
