@@ -26,12 +26,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster
         yield c
 
 
-def write(url: str, count: int, entries: int, password: bytes = b"") -> dict[int, list[bytes]]:
+def write(
+    url: str, count: int, entries: int, password: bytes = b"", *, store_password: bool = True
+) -> dict[int, list[bytes]]:
     async def main() -> dict[int, list[bytes]]:
         async with Client.connect(url) as client:
             out = {}
             for n in range(count):
-                lw = await client.create_ledger(3, 3, 2, password=password)
+                lw = await client.create_ledger(
+                    3, 3, 2, password=password, store_password=store_password
+                )
                 payloads = [b"cli %d %d" % (n, i) for i in range(entries)]
                 await lw.append_batch(payloads)
                 await lw.close()
@@ -85,23 +89,31 @@ def test_autorecovery_settings(cluster: ProcessCluster) -> None:
 
 def test_recover_lists_then_heals(cluster: ProcessCluster) -> None:
     url = cluster.metadata_url
-    written = write(url, 3, 50, password=b"pw")
+    # Ledgers whose metadata does not keep their password (their creator opted out).
+    written = write(url, 3, 50, password=b"pw", store_password=False)
     lost = next(iter(ensembles(url, list(written)).values()))
     victim = cluster.by_address(sorted(lost)[0])
     victim.kill()
     listing = [lid for lid, bs in ensembles(url, list(written)).items() if victim.address in bs]
 
-    # Without the password, the ledgers stay marked and the command says why.
+    # Without the password, the ledgers stay marked and the commands say why.
     failed = walkit("recover", str(victim.address), "--metadata", url)
     assert failed.returncode == 1
-    assert "password" in failed.stdout
+    for lid in listing:
+        assert f"ledger {lid}: ledger {lid}: its password is needed" not in failed.stdout
+        assert f"ledger {lid}: its password is needed" in failed.stdout
     shown = walkit("underreplicated", "--metadata", url, "--json")
     assert shown.returncode == 0, shown.stderr
     rows = json.loads(shown.stdout)
     assert {r["ledger_id"] for r in rows} >= set(listing)
     assert all(r["missing"] == [str(victim.address)] for r in rows if r["ledger_id"] in listing)
-    text = walkit("underreplicated", "--metadata", url)
-    assert "LEDGER_ID" in text.stdout and str(victim.address) in text.stdout
+    assert all(r["needs_password"] is True for r in rows if r["ledger_id"] in listing)
+    text = walkit("underreplicated", "--metadata", url).stdout.splitlines()
+    assert text[0].split() == ["LEDGER_ID", "MISSING", "LOCKED_BY"]
+    assert [str(victim.address), "-"] in [line.split()[1:] for line in text[1:]]
+    for lid in listing:  # one line each, after the table, saying what to do
+        (line,) = [line for line in text if line.startswith(f"ledger {lid}: ")]
+        assert "password is needed" in line and "walkit recover BOOKIE --password" in line
 
     healed = walkit("recover", str(victim.address), "--password", "pw", "--metadata", url)
     assert healed.returncode == 0, healed.stdout + healed.stderr
