@@ -75,12 +75,14 @@ async def read_all(client: Client, written: dict[int, list[bytes]], password: by
         assert [e.payload for e in got] == payloads
 
 
+@pytest.mark.parametrize("password", [b"", b"a password of their own"])
 async def test_lost_bookie_is_healed_and_survives_the_rest_of_the_ensemble(
-    memory_url: str, tmp_path: Path
+    memory_url: str, tmp_path: Path, password: bytes
 ) -> None:
+    """The workers are given no password: they take it from the ledgers' metadata."""
     with trio.fail_after(HANG_GUARD):
         async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
-            written = await write_ledgers(client, 4, 40)
+            written = await write_ledgers(client, 4, 40, password=password)
             ensemble = (await client.ledger_metadata(next(iter(written)))).fragments[0][1]
             async with connect(memory_url) as service_client, trio.open_nursery() as nursery:
                 await nursery.start(
@@ -106,7 +108,7 @@ async def test_lost_bookie_is_healed_and_survives_the_rest_of_the_ensemble(
             for other in ensemble[1:]:
                 await bookies.stop(bookies.index_of(other))
             async with connect(memory_url) as reader_client:
-                await read_all(reader_client, written)
+                await read_all(reader_client, written, password)
 
 
 async def test_no_valid_replacement_keeps_the_marker_and_says_why(

@@ -1,5 +1,6 @@
 """Ledgers keep their password in their metadata, and autorecovery heals them with it
-(in-process bookies, memory metadata; the same on real processes: test_processes.py).
+(in-process bookies, memory metadata; healing from it: test_heal.py, and on real processes
+test_processes.py).
 
 A ledger whose creator opted out (``store_password=False``) stays marked, said once, until an
 operator gives the password; a ledger written before ledgers kept it heals as it did then
@@ -19,7 +20,7 @@ import pytest
 import trio
 
 from tests._release_0_1 import ledger_metadata_bytes
-from tests.autorecovery.test_heal import FAST, HANG_GUARD, read_all, wait_healed
+from tests.autorecovery.test_heal import FAST, HANG_GUARD, read_all
 from tests.client.conftest import cluster, connect
 from walkit import BookieId, Log
 from walkit.autorecovery import (
@@ -27,7 +28,6 @@ from walkit.autorecovery import (
     HealOutcome,
     ReplicationWorker,
     recover_bookie,
-    run_autorecovery,
 )
 from walkit.client import Client
 from walkit.errors import ConfigurationError, InvalidArgumentError, UnauthorizedAccessError
@@ -114,40 +114,6 @@ async def test_a_logs_ledgers_follow_the_logs_choice(memory_url: str, tmp_path: 
             await Log.open(client, "out", password=b"own", store_password=True)
         with pytest.raises(ConfigurationError, match="exists with store_password=True"):
             await Log.open(client, "kept", password=b"own", store_password=False)
-
-
-async def test_ledgers_with_their_own_passwords_heal_by_themselves(
-    memory_url: str, tmp_path: Path
-) -> None:
-    """Each ledger has a password nobody gave autorecovery (crc32c and MAC digests): the
-    workers take it from the metadata, and the entries outlive the rest of the ensemble."""
-    with trio.fail_after(HANG_GUARD):
-        async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
-            written: dict[int, tuple[bytes, list[bytes]]] = {}
-            for n, digest in enumerate(("crc32c", "mac", "crc32c", "mac")):
-                password = b"password %d" % n
-                lid, payloads = await write(client, password, digest=digest)
-                written[lid] = (password, payloads)
-            ensemble = (await client.ledger_metadata(next(iter(written)))).fragments[0][1]
-            async with connect(memory_url) as service, trio.open_nursery() as nursery:
-                await nursery.start(
-                    lambda task_status: run_autorecovery(
-                        service,
-                        name="svc",
-                        options=FAST,  # no passwords
-                        rng=random.Random(7),
-                        lost_bookie_delay=0,
-                        task_status=task_status,
-                    )
-                )
-                lost = ensemble[0]
-                await bookies.stop(bookies.index_of(lost))
-                await wait_healed(client, list(written), lost)
-                nursery.cancel_scope.cancel()
-            for other in ensemble[1:]:
-                await bookies.stop(bookies.index_of(other))
-            async with connect(memory_url) as reader:
-                await read_back(reader, written)
 
 
 async def mark_all(client: Client, ledgers: list[int], lost: BookieId) -> None:
