@@ -150,6 +150,9 @@ def test_the_password_is_an_optional_key_of_format_1_and_never_in_a_repr() -> No
     assert back == md and back.has_password and back.password == PW
     assert "password=" not in repr(md) and PW.decode() not in repr(md)
     assert make(password=b"").has_password  # the empty password is a password
+    # Every transition keeps it.
+    changed = md.with_fragment(5, (B[3], B[1], B[2])).with_state(LedgerState.IN_RECOVERY)
+    assert changed.closed(9, 90).password == PW
 
 
 def test_metadata_written_before_the_key_reads_as_before() -> None:
