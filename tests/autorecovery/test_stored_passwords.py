@@ -156,6 +156,10 @@ async def test_an_opted_out_ledger_stays_marked_and_says_so_once(
             )
             assert await knowing.run_once() == 1
             assert await urm.list_ids() == []
+            # The first worker forgets it said so: a later loss would be said again.
+            assert lid in worker.healer.last_problem
+            assert await worker.run_once() == 0
+            assert worker.healer.last_problem == {}
             assert lost not in (await client.ledger_metadata(lid)).all_bookies()
             await read_all(client, {lid: payloads}, b"own")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -117,6 +117,13 @@ class Healer:
         """Drop what this healer remembers of a ledger that is no longer marked."""
         self.open_since.pop(ledger_id, None)
         self.last_problem.pop(ledger_id, None)
+
+    def forget_unmarked(self, marked: Iterable[int]) -> None:
+        """Drop what this healer remembers of ledgers not in ``marked`` (healed elsewhere, or
+        deleted): if one is marked again, its problems are news again and are said again."""
+        keep = set(marked)
+        for ledger_id in {*self.open_since, *self.last_problem} - keep:
+            self._forget(ledger_id)
 
     def _password_unknown(self, ledger_id: int) -> HealOutcome:
         # Said once per ledger (until it heals): every pass of every worker tries it again.
@@ -229,7 +236,7 @@ class Healer:
         for _ in range(_ROUNDS):
             found = await self.urm.read(ledger_id)
             if found is None:
-                self._forget(ledger_id)  # healed elsewhere: a later loss is news again
+                self._forget(ledger_id)  # healed elsewhere
                 return HealOutcome.NOTHING
             marker, marker_version = found
             try:
