@@ -152,6 +152,7 @@ class Log:
         write_quorum: int | None = None,
         ack_quorum: int | None = None,
         digest: str | DigestType | None = None,
+        store_password: bool | None = None,
         **options: Any,
     ) -> _Opener:
         """Open the log ``name`` (creating it unless ``create=False``); use as
@@ -159,7 +160,10 @@ class Log:
 
         ``ensemble_size``/``write_quorum``/``ack_quorum``/``digest`` say how the log's ledgers
         are made; they are fixed when the log is created (defaults 3/2/2/crc32c), and giving
-        other values for an existing log raises ConfigurationError. ``options``: see
+        other values for an existing log raises ConfigurationError. So is ``store_password``
+        (default True): whether the log's ledgers keep their password in their metadata, so
+        that autorecovery heals them by itself; False needs a ``password`` of the log's own
+        (a generated one is kept in the log's metadata anyway). ``options``: see
         :class:`LogOptions` (roll thresholds, password, snapshots kept, ...).
 
         Raises InvalidArgumentError (bad name), ConfigurationError (bad option),
@@ -178,6 +182,18 @@ class Log:
                 config[key] = value
         if digest is not None:
             config["digest"] = DigestType.parse(digest)
+        if store_password is not None:
+            if not isinstance(store_password, bool):
+                raise ConfigurationError(
+                    f"log option store_password must be a bool, not {store_password!r}"
+                )
+            if not store_password and "password" not in options:
+                raise ConfigurationError(
+                    f"log {name}: store_password=False needs the log's own password "
+                    "(password=...): a log without one keeps a generated password in its "
+                    "metadata, where autorecovery finds it anyway"
+                )
+            config["store_password"] = store_password
         return _Opener(client, name, create, config, opts, "password" in options)
 
     @classmethod
@@ -398,6 +414,7 @@ class Log:
             digest=cfg.digest,
             password=self.options.password,
             custom_metadata=custom,
+            store_password=cfg.store_password,
         )
 
     async def _discard_ledger(self, lw: LedgerWriter) -> None:
