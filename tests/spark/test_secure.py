@@ -26,6 +26,7 @@ from tests._zookeeper import (
     running_zookeeper,
 )
 from tests.security.test_tls import Pki, pki
+from tests.security.test_zookeeper_acl import credentials as private_file
 from tests.spark._spark import require_spark
 
 require_spark(java=False)  # before importing walkit.spark
@@ -98,19 +99,13 @@ def secured(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secu
         pytest.fail(problem, pytrace=False)
     root = tmp_path_factory.mktemp("secure-spark")
     zk_pki = make_pki(root / "zk-pki")
-    creds = root / "zk-credentials"
-    creds.write_text(f"walkit:{ZK_PASSWORD}\n")
-    creds.chmod(0o600)
-    tokens = root / "tokens"
-    tokens.write_text(f"spark:{TOKEN}\nautorecovery:{WORKER_TOKEN}\n")
-    tokens.chmod(0o600)
-    worker = root / "autorecovery-token"
-    worker.write_text(WORKER_TOKEN + "\n")
-    worker.chmod(0o600)
+    creds = Path(private_file(root, f"walkit:{ZK_PASSWORD}\n"))
+    tokens = private_file(root, f"spark:{TOKEN}\nautorecovery:{WORKER_TOKEN}\n", "tokens")
+    worker = private_file(root, WORKER_TOKEN + "\n", "autorecovery-token")
     args = [
         *pki.bookie_args("require"),
-        "--auth", "token", "--auth-token-file", str(tokens),
-        "--autorecovery-token-file", str(worker),
+        "--auth", "token", "--auth-token-file", tokens,
+        "--autorecovery-token-file", worker,
     ]  # fmt: skip
     with running_zookeeper(root / "zk", ServerTls(zk_pki)) as zk:
         cluster = Secured(zk, zk_pki, pki, creds)
