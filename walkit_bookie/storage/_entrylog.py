@@ -23,6 +23,8 @@ from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
 from walkit_bookie.storage._index import LOCATION, RECORD_HEADER, entry_key
 
 ENTRYLOG_DIR = "entrylogs"
+#: The format of entry log files this bookie writes (see docs/formats.md).
+ENTRYLOG_FORMAT = 1
 _REC = struct.Struct(">IQq")
 assert _REC.size == RECORD_HEADER
 _SUFFIX = ".log"

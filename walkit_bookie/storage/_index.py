@@ -30,6 +30,9 @@ from walkit_bookie.storage._ledger import LedgerInfo
 log = get_logger(__name__)
 
 INDEX_DIR = "index"
+#: The format of the index (its keys and values, ledger states, the LastLogMark) this bookie
+#: writes (see docs/formats.md).
+INDEX_FORMAT = 1
 _KEY = struct.Struct(">QQ")
 _LEDGER = struct.Struct(">Q")
 _COUNT = struct.Struct(">Q")

@@ -27,6 +27,8 @@ from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
 
 log = get_logger(__name__)
 
+#: The format of journal files this bookie writes (see docs/formats.md).
+JOURNAL_FORMAT = 1
 _REC = struct.Struct(">II")
 _LENGTH = struct.Struct(">I")
 _CRC = struct.Struct(">I")
