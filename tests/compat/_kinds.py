@@ -48,7 +48,7 @@ from walkit._core.types import BookieId
 from walkit.metadata._bookies import _parse_registration, _registration
 from walkit_bookie.storage._cookie import Cookie
 from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, ENTRYLOG_FORMAT, EntryLogger
-from walkit_bookie.storage._index import INDEX_FORMAT, LOCATION
+from walkit_bookie.storage._index import INDEX_FORMAT, LOCATION, RECORD_HEADER
 from walkit_bookie.storage._journal import JOURNAL_FORMAT, JournalWriter, LogMark, replay
 from walkit_bookie.storage._ledger import LedgerInfo
 
@@ -447,9 +447,13 @@ def _write_entrylog(description: Description) -> bytes:
         appended = logger.write(entries)
         logger.close()
         offsets = [LOCATION.unpack(location)[1] for _key, location in appended.locations]
-        assert offsets == [e[3] for e in description["entries"]], "entries moved in the file"
+        # The records, from the first one's header on (a file may open with a header block:
+        # its format, not a record).
+        start = offsets[0] - RECORD_HEADER
+        relative = [offset - start for offset in offsets]
+        assert relative == [e[3] for e in description["entries"]], "entries moved in the file"
         path = Path(tmp) / ENTRYLOG_DIR / f"{appended.log_id:016x}.log"
-        return path.read_bytes()
+        return path.read_bytes()[start:]
 
 
 ENTRYLOG_RECORDS = Kind(

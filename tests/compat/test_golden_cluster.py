@@ -89,7 +89,9 @@ async def _check_metadata(store: Any, expected: dict[str, Any]) -> None:
         log_md = LogMetadata.from_bytes(log_name, (await store.get(f"/logs/{log_name}")).value)
         for ledger in log_md.ledgers:
             assert ledger.ledger_id in ledgers
-        assert [str(s.position) for s in log_md.snapshots] == [s["position"] for s in spec["snapshots"]]
+        assert [str(s.position) for s in log_md.snapshots] == [
+            s["position"] for s in spec["snapshots"]
+        ]
     underreplication = UnderreplicationManager(store)
     markers = {
         str(m.ledger_id): [str(b) for b in m.missing] for m in await underreplication.markers()
