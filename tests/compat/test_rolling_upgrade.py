@@ -7,8 +7,8 @@ upgraded one at a time (clean stop, start on the working tree, same data dir and
 the writer goes on; then the writer; then a client of the working tree takes the log over. Every
 acknowledged record reads back, in order, with its position. A reader of the release reads the
 whole log from the upgraded bookies. Last, the bookies are rolled back to the release one at a
-time and the release's reader reads it all again: what the upgraded bookies wrote, the older
-ones read (the rollback path).
+time and the release's reader, then the working tree's, read it all again: what the upgraded
+bookies wrote, the older ones read (the rollback path).
 """
 
 from __future__ import annotations
@@ -168,4 +168,9 @@ async def test_rolling_upgrade_then_rollback(cluster: Cluster, release: tuple[st
         cluster.start(i, old=True)
     assert sorted((await _versions(url)).values()) == [old_version] * BOOKIES
     assert _read_with(python, url) == read
+    # And a client of the working tree reads it from the old bookies.
+    async with Client.connect(url) as client, Log.open(client, LOG, create=False) as log:
+        assert [
+            (str(r.position), r.payload.decode()) async for r in log.reader(follow=False)
+        ] == read
     assert len(acked) >= 100 + BOOKIES * 70 + 100, (len(acked), errors)
