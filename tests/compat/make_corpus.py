@@ -247,7 +247,12 @@ async def _phase_a(url: str, expected: dict[str, Any]) -> None:
             password=ORDERS_PASSWORD,
             snapshot_chunk_size=1024,
         ) as log:
-            records = logs.setdefault("orders", {"records": [], "snapshots": []})["records"]
+            orders: dict[str, Any] = {
+                "records": [],
+                "snapshots": [],
+                "password": b64(ORDERS_PASSWORD),
+            }
+            records = logs.setdefault("orders", orders)["records"]
             async with log.writer() as writer:
                 for i in range(5):
                     payload = f"order {i}".encode()
@@ -266,7 +271,9 @@ async def _phase_a(url: str, expected: dict[str, Any]) -> None:
         async with Log.open(
             client, "metrics", ensemble_size=1, write_quorum=1, ack_quorum=1, compression="zstd"
         ) as log:
-            records = logs.setdefault("metrics", {"records": [], "snapshots": []})["records"]
+            # (no password given: the log generates one and keeps it in its metadata)
+            metrics: dict[str, Any] = {"records": [], "snapshots": [], "password": None}
+            records = logs.setdefault("metrics", metrics)["records"]
             async with log.writer() as writer:
                 batch = [f"cpu=0.{i} host=golden".encode() for i in range(20)]
                 for pos, payload in zip(await writer.append_batch(batch), batch, strict=True):

@@ -147,7 +147,7 @@ async def test_the_bookie_data_dir_reads(cluster: Path, tmp_path: Path) -> None:
         from_journal = from_disk = 0
         for log_name, spec in expected["logs"].items():
             md = LogMetadata.from_bytes(log_name, nodes[f"/logs/{log_name}"])
-            password = _log_password(log_name, md)
+            password = _log_password(spec, md)
             records: list[list[str]] = []
             for ledger in md.ledgers:
                 ledger_md = _ledger(nodes, ledger.ledger_id)
@@ -184,10 +184,10 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _log_password(name: str, md: LogMetadata) -> bytes:
-    # The corpus's logs were opened with this password (make_corpus.py); others use the one
-    # stored in their config.
-    return b"orders-password" if name == "orders" else md.config.password
+def _log_password(spec: dict[str, Any], md: LogMetadata) -> bytes:
+    """The password a log was opened with, else the one it keeps in its metadata."""
+    given = spec.get("password")
+    return md.config.password if given is None else unb64(given)
 
 
 def _ledger(nodes: dict[str, bytes], ledger_id: int) -> LedgerMetadata:
