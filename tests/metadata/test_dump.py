@@ -120,7 +120,9 @@ async def test_migrate_refuses_live_sessions_unless_forced(
     await _fill(store)
     target = f"sqlite://{tmp_path / 'to.db'}"
     async with await open_metadata_store(target) as destination:
-        with pytest.raises(ClusterRunningError, match=re.escape("/bookies/available/127.0.0.1:3181")):
+        with pytest.raises(
+            ClusterRunningError, match=re.escape("/bookies/available/127.0.0.1:3181")
+        ):
             await migrate_metadata(store, destination)
         assert await destination.children("/") == []  # nothing written
         found = await migrate_metadata(store, destination, force=True)
