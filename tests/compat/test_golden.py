@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,9 @@ import attrs
 import pytest
 
 from tests.compat._kinds import KINDS, Kind
+from tests.compat._release import releases
 
 HERE = Path(__file__).resolve().parent
-
-
-def releases() -> dict[str, str]:
-    """Released versions and their commits (``releases.toml``)."""
-    with open(HERE / "releases.toml", "rb") as file:
-        table: dict[str, Any] = tomllib.load(file)
-    return {str(version): str(commit) for version, commit in table["releases"].items()}
 
 
 def corpora() -> list[Path]:
