@@ -214,6 +214,9 @@ def describe_ledger(md: LedgerMetadata) -> Description:
         "password_sha256": md.password_sha256,
         "custom_metadata": {k: b64(v) for k, v in sorted(md.custom_metadata.items())},
         "ctime_ms": md.ctime_ms,
+        # Fields added after 0.1.0: described only when set, as the objects of older corpora
+        # do not have them.
+        **({} if md.password is None else {"password": b64(md.password)}),
     }
 
 
@@ -234,6 +237,7 @@ def rebuild_ledger(d: Description) -> LedgerMetadata:
         password_sha256=d["password_sha256"],
         custom_metadata={k: unb64(v) for k, v in d["custom_metadata"].items()},
         ctime_ms=d["ctime_ms"],
+        password=None if d.get("password") is None else unb64(d["password"]),
     )
 
 
@@ -260,6 +264,7 @@ def describe_log(md: LogMetadata) -> Description:
             "ack_quorum": md.config.ack_quorum,
             "digest": md.config.digest.value,
             "password_hex": md.config.password_hex,
+            **({} if md.config.store_password else {"store_password": False}),
         },
         "next_seq": md.next_seq,
         "ledgers": [[lg.seq, lg.ledger_id] for lg in md.ledgers],
@@ -282,6 +287,7 @@ def rebuild_log(d: Description) -> LogMetadata:
             ack_quorum=config["ack_quorum"],
             digest=DigestType(config["digest"]),
             password_hex=config["password_hex"],
+            store_password=config.get("store_password", True),
         ),
         next_seq=d["next_seq"],
         ledgers=tuple(LogLedger(seq, ledger_id) for seq, ledger_id in d["ledgers"]),

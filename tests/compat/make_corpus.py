@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +138,12 @@ def _ledgers() -> dict[str, Description]:
         fragments=((0, (a, b, c)),),
         password_sha256=legacy_password_hash(b"old"),
     )
-    return {"closed": describe_ledger(closed), "open_legacy_hash": describe_ledger(opened)}
+    stored = attrs.evolve(closed, password=b"pw")
+    return {
+        "closed": describe_ledger(closed),
+        "open_legacy_hash": describe_ledger(opened),
+        "stored_password": describe_ledger(stored),
+    }
 
 
 def _logs() -> dict[str, Description]:
@@ -154,7 +160,14 @@ def _logs() -> dict[str, Description]:
         ctime_ms=1_700_000_000_000,
         sinks=(SinkMark("query-a", 3), SinkMark("query-b", 0)),
     )
-    return {"fresh": describe_log(fresh), "busy": describe_log(busy)}
+    opted_out = LogMetadata(
+        name="secret", config=LedgerConfig(password_hex="cd" * 16, store_password=False)
+    )
+    return {
+        "fresh": describe_log(fresh),
+        "busy": describe_log(busy),
+        "opted_out": describe_log(opted_out),
+    }
 
 
 def byte_cases() -> dict[str, dict[str, Description]]:
