@@ -162,7 +162,12 @@ class LogClient:
     read by a thread into a queue, and ``stop()`` asks a writer to finish cleanly."""
 
     def __init__(self, python: Path | str, *args: str) -> None:
-        flags = OLD_FLAGS if str(python) != sys.executable else ("-u",)
+        env = None
+        if str(python) == sys.executable:  # the working tree's walkit, whatever is installed
+            flags: tuple[str, ...] = ("-u",)
+            env = dict(os.environ, PYTHONPATH=str(REPO))
+        else:
+            flags = OLD_FLAGS
         self.process = subprocess.Popen(
             [str(python), *flags, str(HERE / "_log_client.py"), *args],
             stdin=subprocess.PIPE,
@@ -170,6 +175,7 @@ class LogClient:
             stderr=subprocess.STDOUT,
             text=True,
             cwd=HERE,
+            env=env,
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
