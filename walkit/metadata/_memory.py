@@ -25,8 +25,10 @@ from walkit.errors import (
     SessionExpiredError,
 )
 from walkit.metadata._paths import (
+    MAX_ID,
     ROOT,
     ancestors,
+    check_id_value,
     check_name,
     check_path,
     check_value,
@@ -34,12 +36,16 @@ from walkit.metadata._paths import (
     name_of,
     parent_of,
 )
-from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
+from walkit.metadata._store import (
+    MetadataStore,
+    StoredNode,
+    Versioned,
+    WatchEvent,
+    WatchEventKind,
+)
 from walkit.metadata._watch import ChangeKind, WatchStream, event_for
 
 logger = get_logger(__name__)
-
-_MAX_ID = 2**63 - 1
 
 
 @attrs.define
@@ -93,6 +99,11 @@ class MemoryMetadataStore(MetadataStore):
         await trio.lowlevel.checkpoint()
         node = self._node(check_path(path))
         return Versioned(node.value, node.version)
+
+    async def get_node(self, path: str) -> StoredNode:
+        await trio.lowlevel.checkpoint()
+        node = self._node(check_path(path))
+        return StoredNode(node.value, node.version, node.owner is not None)
 
     async def children(self, path: str) -> list[str]:
         await trio.lowlevel.checkpoint()
@@ -169,10 +180,23 @@ class MemoryMetadataStore(MetadataStore):
         check_name(name, what="id counter")
         self._check_session()
         value = self._tree.counters.get(name, 0) + 1
-        if value > _MAX_ID:
+        if value > MAX_ID:
             raise MetadataStoreError(f"id counter {name!r} is exhausted")
         self._tree.counters[name] = value
         return value
+
+    async def id_counters(self) -> dict[str, int]:
+        await trio.lowlevel.checkpoint()
+        self._check_session()
+        return dict(self._tree.counters)
+
+    async def advance_id_counter(self, name: str, value: int) -> None:
+        await trio.lowlevel.checkpoint()
+        check_name(name, what="id counter")
+        check_id_value(value)
+        self._check_session()
+        counters = self._tree.counters
+        counters[name] = max(counters.get(name, 0), value)
 
     # --- watches ----------------------------------------------------------------------------
 
