@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
+from walkit._core.rereplication import FragmentCopies
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     ADD_RESPONSE_FRAME,
@@ -28,7 +29,6 @@ from walkit._core.wire import (
 )
 
 if TYPE_CHECKING:
-    from walkit.autorecovery._copy import FragmentCopies
     from walkit_bookie.server._requests import RequestHandler
 
 __all__ = ["LocalCopyStore"]

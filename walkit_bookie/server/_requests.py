@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast, final
+from typing import Any, cast, final
 
 import attrs
 import trio
 
 from walkit._core.auth import Authenticator, Authorization
 from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
+from walkit._core.rereplication import FragmentCopies
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     MAX_BATCH_READ_ENTRIES,
@@ -61,9 +62,6 @@ from walkit_bookie.storage import (
     apply_request,
     stored_entry_decision,
 )
-
-if TYPE_CHECKING:
-    from walkit.autorecovery._copy import FragmentCopies
 
 log = get_logger(__name__)
 
