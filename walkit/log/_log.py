@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterable, Generator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Unpack, final
 
 import attrs
 import trio
@@ -48,7 +48,7 @@ from walkit.log._link import (
     stage_ledger,
     staged_ledgers,
 )
-from walkit.log._options import LogOptions
+from walkit.log._options import LogOptions, LogOptionsDict
 from walkit.log._passwords import LOG_KEY
 from walkit.log._reader import LogReader
 from walkit.log._retention import RetentionResult, apply_retention, limits_of
@@ -152,22 +152,25 @@ class Log:
         write_quorum: int | None = None,
         ack_quorum: int | None = None,
         digest: str | DigestType | None = None,
-        **options: Any,
+        options: LogOptions | None = None,
+        **kwargs: Unpack[LogOptionsDict],
     ) -> _Opener:
         """Open the log ``name`` (creating it unless ``create=False``); use as
         ``async with Log.open(client, name) as log:`` or ``log = await Log.open(...)``.
 
         ``ensemble_size``/``write_quorum``/``ack_quorum``/``digest`` say how the log's ledgers
         are made; they are fixed when the log is created (defaults 3/2/2/crc32c), and giving
-        other values for an existing log raises ConfigurationError. ``options``: see
-        :class:`LogOptions` (roll thresholds, password, snapshots kept, ...).
+        other values for an existing log raises ConfigurationError. The handle's options
+        (:class:`walkit.LogOptions`: roll thresholds, password, snapshots kept, ...) come as
+        keywords (``roll_entries=1000``; type checkers know their names and types), as an
+        ``options=LogOptions(...)`` object, or both (the keywords win).
 
         Raises InvalidArgumentError (bad name), ConfigurationError (bad option),
         NoSuchLogError (``create=False`` and no such log), InvalidMetadataError (the log's
         node is malformed).
         """
         check_log_name(name)
-        opts = LogOptions.from_kwargs(options)
+        opts = LogOptions.from_kwargs(kwargs, base=options)
         config: dict[str, Any] = {}
         for key, value in (
             ("ensemble_size", ensemble_size),
@@ -178,7 +181,8 @@ class Log:
                 config[key] = value
         if digest is not None:
             config["digest"] = DigestType.parse(digest)
-        return _Opener(client, name, create, config, opts, "password" in options)
+        explicit_password = "password" in kwargs or opts.password != LogOptions().password
+        return _Opener(client, name, create, config, opts, explicit_password)
 
     @classmethod
     async def _open(
