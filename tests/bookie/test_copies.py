@@ -65,7 +65,7 @@ async def test_copies_keep_the_rules_of_an_add(tmp_path: Path) -> None:
         assert (await c.add(1, 1, payload_for(1, 1), lac=0, flags=COPY)).status is StatusCode.OK
         assert (await c.add(1, 1, b"forged", lac=0, flags=COPY)).status is StatusCode.ENTRY_EXISTS
         assert (await c.add(1, 2, b"forged", lac=1)).status is StatusCode.ENTRY_EXISTS
-        assert bookie.handler.adds_refused_rewrite == 2
+        assert bookie.handler.stats.adds_refused_rewrite == 2
         # Another key is refused; a fenced ledger takes copies (they are recovery adds) but
         # not a COPY without RECOVERY.
         wrong = await c.add(1, 3, b"x", lac=2, flags=COPY, key=b"k" * 20)
