@@ -156,315 +156,226 @@ class BookieConfig:
             flags=["--data-dir"],
         ),
     )
-    host: str = attrs.field(
-        default="127.0.0.1",
-        **HOST.option(
-            "address to listen on; the bookie id is host:port. A wildcard (0.0.0.0, ::) needs "
-            "--advertised-address"
-        ),
+    host: str = HOST.field(
+        "127.0.0.1",
+        "address to listen on; the bookie id is host:port. A wildcard (0.0.0.0, ::) needs "
+        "--advertised-address",
     )
-    port: int = attrs.field(
-        default=0,
-        **PORT.option(
-            "port to listen on; 0: the port recorded in the cookie when the data directories "
-            "already belong to a bookie (a restart comes back at the same address), else a "
-            "free one"
-        ),
+    port: int = PORT.field(
+        0,
+        "port to listen on; 0: the port recorded in the cookie when the data directories "
+        "already belong to a bookie (a restart comes back at the same address), else a "
+        "free one",
     )
-    network_location: str = attrs.field(
-        default="/default-region/default-rack",
-        **LOCATION.option(
-            "where this bookie sits, for rack- and region-aware placement (registered in the "
-            "metadata store)"
-        ),
+    network_location: str = LOCATION.field(
+        "/default-region/default-rack",
+        "where this bookie sits, for rack- and region-aware placement (registered in the "
+        "metadata store)",
     )
-    advertised_address: str | None = attrs.field(
-        default=None,
-        **ADVERTISED.option(
-            "the address registered for clients instead of --host: required with a wildcard "
-            "--host (0.0.0.0, ::), which clients cannot connect to; also for NAT"
-        ),
+    advertised_address: str | None = ADVERTISED.field(
+        None,
+        "the address registered for clients instead of --host: required with a wildcard "
+        "--host (0.0.0.0, ::), which clients cannot connect to; also for NAT",
     )
 
     # --- admin endpoint ---------------------------------------------------------------------
-    http_port: int | None = attrs.field(
-        default=None,
-        **optional(PORT).option(
-            "serve /metrics (prometheus), /health and /admin/gc over HTTP on this port (0: any "
-            "free; printed as `walkit-bookie admin on http://...`); registered as http_port in "
-            "the metadata store. Without it, no admin endpoint",
-            flags=["--admin-port", "--http-port"],
-        ),
+    http_port: int | None = optional(PORT).field(
+        None,
+        "serve /metrics (prometheus), /health and /admin/gc over HTTP on this port (0: any "
+        "free; printed as `walkit-bookie admin on http://...`); registered as http_port in "
+        "the metadata store. Without it, no admin endpoint",
+        flags=["--admin-port", "--http-port"],
     )
-    http_host: str | None = attrs.field(
-        default="127.0.0.1",
-        **OPTIONAL_HOST.option(
-            "address of the admin endpoint, whatever --host is (None in Python: --host)",
-            flags=["--admin-host"],
-        ),
+    http_host: str | None = OPTIONAL_HOST.field(
+        "127.0.0.1",
+        "address of the admin endpoint, whatever --host is (None in Python: --host)",
+        flags=["--admin-host"],
     )
-    admin_tls: bool = attrs.field(
-        default=True,
-        **SWITCH.option(
-            "with --tls-cert the admin endpoint serves HTTPS with the bookie's certificate, "
-            "--tls-ca and --tls-client-auth; this flag (admin_tls = false) serves it over "
-            "plain HTTP, e.g. for a scraper on the same host",
-            flags=["--admin-plain-http"],
-        ),
+    admin_tls: bool = SWITCH.field(
+        True,
+        "with --tls-cert the admin endpoint serves HTTPS with the bookie's certificate, "
+        "--tls-ca and --tls-client-auth; this flag (admin_tls = false) serves it over "
+        "plain HTTP, e.g. for a scraper on the same host",
+        flags=["--admin-plain-http"],
     )
-    admin_token: str | None = attrs.field(
-        default=None,
+    admin_token: str | None = TOKEN.field(
+        None,
+        "the bearer token admin POSTs need (Authorization: Bearer TOKEN); without one, "
+        "admin POSTs get 403. Visible in the process list: prefer --admin-token-file. "
+        "Never printed",
         repr=False,
-        **TOKEN.option(
-            "the bearer token admin POSTs need (Authorization: Bearer TOKEN); without one, "
-            "admin POSTs get 403. Visible in the process list: prefer --admin-token-file. "
-            "Never printed"
-        ),
     )
 
     # --- limits of what clients can make the bookie hold -------------------------------------
-    max_frame_size: int = attrs.field(
-        default=DEFAULT_MAX_FRAME_SIZE,
-        **FRAME_SIZE.option(
-            "larger frames are refused (answered with an error, then the connection closes)"
-        ),
+    max_frame_size: int = FRAME_SIZE.field(
+        DEFAULT_MAX_FRAME_SIZE,
+        "larger frames are refused (answered with an error, then the connection closes)",
     )
-    max_inflight_adds: int = attrs.field(
-        default=10_000,
-        **POSITIVE_INT.option(
-            "adds accepted but not yet answered, over all connections; beyond it sockets are "
-            "not read"
-        ),
+    max_inflight_adds: int = POSITIVE_INT.field(
+        10_000,
+        "adds accepted but not yet answered, over all connections; beyond it sockets are not read",
     )
-    max_inflight_add_bytes: int = attrs.field(
-        default=256 * MiB,
-        **SIZE.option(
-            "bytes of the entries of adds in flight, over all connections (held in memory "
-            "until stored); past it sockets are not read until adds are stored"
-        ),
+    max_inflight_add_bytes: int = SIZE.field(
+        256 * MiB,
+        "bytes of the entries of adds in flight, over all connections (held in memory "
+        "until stored); past it sockets are not read until adds are stored",
     )
-    max_inflight_reads: int = attrs.field(
-        default=1_000,
-        **POSITIVE_INT.option(
-            "reads (long polls included) accepted but not yet answered, over all connections"
-        ),
+    max_inflight_reads: int = POSITIVE_INT.field(
+        1_000, "reads (long polls included) accepted but not yet answered, over all connections"
     )
-    max_unsent_bytes: int = attrs.field(
-        default=16 * MiB,
-        **SIZE.option(
-            "answers queued for one connection that its peer has not read yet; beyond it that "
-            "one socket is not read"
-        ),
+    max_unsent_bytes: int = SIZE.field(
+        16 * MiB,
+        "answers queued for one connection that its peer has not read yet; beyond it that "
+        "one socket is not read",
     )
-    max_unsent_bytes_total: int = attrs.field(
-        default=256 * MiB,
-        **SIZE.option(
-            "answers queued over all connections that their peers have not read yet; past it "
-            "a connection with answers of its own queued is not read until they go "
-            "(connections whose peers keep up go on)"
-        ),
+    max_unsent_bytes_total: int = SIZE.field(
+        256 * MiB,
+        "answers queued over all connections that their peers have not read yet; past it "
+        "a connection with answers of its own queued is not read until they go "
+        "(connections whose peers keep up go on)",
     )
-    send_timeout: float = attrs.field(
-        default=30.0,
-        **SECONDS.option(
-            "close a connection whose peer takes none of its queued answers (about 1 MiB at "
-            "a time) for this many seconds; its answers are dropped"
-        ),
+    send_timeout: float = SECONDS.field(
+        30.0,
+        "close a connection whose peer takes none of its queued answers (about 1 MiB at "
+        "a time) for this many seconds; its answers are dropped",
     )
-    first_request_timeout: float = attrs.field(
-        default=10.0,
-        **SECONDS.option(
-            "close a new connection that sends no whole request (its AUTH, with "
-            "authentication on; a TLS handshake counts) within this many seconds"
-        ),
+    first_request_timeout: float = SECONDS.field(
+        10.0,
+        "close a new connection that sends no whole request (its AUTH, with "
+        "authentication on; a TLS handshake counts) within this many seconds",
     )
-    frame_timeout: float = attrs.field(
-        default=30.0,
-        **SECONDS.option(
-            "close a connection whose frame is not whole this many seconds after its first "
-            "bytes (time the bookie does not read the socket, under backpressure, is not "
-            "counted)"
-        ),
+    frame_timeout: float = SECONDS.field(
+        30.0,
+        "close a connection whose frame is not whole this many seconds after its first "
+        "bytes (time the bookie does not read the socket, under backpressure, is not "
+        "counted)",
     )
-    evict_idle_after: float = attrs.field(
-        default=10.0,
-        **SECONDS.option(
-            "with --max-connections open, a new connection closes one with nothing in flight "
-            "or queued instead of being refused: the oldest that has sent no whole request, "
-            "else the one idle longest if idle this many seconds, else one whose frame has "
-            "been arriving for over 2 s"
-        ),
+    evict_idle_after: float = SECONDS.field(
+        10.0,
+        "with --max-connections open, a new connection closes one with nothing in flight "
+        "or queued instead of being refused: the oldest that has sent no whole request, "
+        "else the one idle longest if idle this many seconds, else one whose frame has "
+        "been arriving for over 2 s",
     )
-    evict_unread_after: float = attrs.field(
-        default=2.0,
-        **SECONDS.option(
-            "while the answers queued over all connections are at --max-unsent-bytes-total "
-            "and reads wait for room, close the connections whose peers have taken none of "
-            "their answers for this many seconds, the longest stuck first, until the total is "
-            "under"
-        ),
+    evict_unread_after: float = SECONDS.field(
+        2.0,
+        "while the answers queued over all connections are at --max-unsent-bytes-total "
+        "and reads wait for room, close the connections whose peers have taken none of "
+        "their answers for this many seconds, the longest stuck first, until the total is "
+        "under",
     )
-    max_long_poll: float = attrs.field(
-        default=30.0,
-        **SECONDS.option(
-            "longest a long-poll LAC read waits, in seconds, whatever timeout it asks for"
-        ),
+    max_long_poll: float = SECONDS.field(
+        30.0, "longest a long-poll LAC read waits, in seconds, whatever timeout it asks for"
     )
-    max_long_polls: int = attrs.field(
-        default=10_000,
-        **POSITIVE_INT.option(
-            "long polls waiting at once, over all connections (counted apart from reads: a "
-            "wait must not stop the read loop); more are answered TOO_MANY_REQUESTS"
-        ),
+    max_long_polls: int = POSITIVE_INT.field(
+        10_000,
+        "long polls waiting at once, over all connections (counted apart from reads: a "
+        "wait must not stop the read loop); more are answered TOO_MANY_REQUESTS",
     )
-    max_connections: int = attrs.field(
-        default=1_000,
-        **POSITIVE_INT.option(
-            "client connections open at once; the first request of one more is answered "
-            "TOO_MANY_REQUESTS, then it is closed"
-        ),
+    max_connections: int = POSITIVE_INT.field(
+        1_000,
+        "client connections open at once; the first request of one more is answered "
+        "TOO_MANY_REQUESTS, then it is closed",
     )
-    max_connections_per_address: int | None = attrs.field(
-        default=None,
-        **optional(POSITIVE_INT).option(
-            "client connections open at once from one address (ZooKeeper's maxClientCnxns); "
-            "one more closes an idle connection of that address (as at --max-connections) or "
-            "is refused, so one host cannot hold every slot. Clients behind one NAT address "
-            "share it. Default: no cap of its own"
-        ),
+    max_connections_per_address: int | None = optional(POSITIVE_INT).field(
+        None,
+        "client connections open at once from one address (ZooKeeper's maxClientCnxns); "
+        "one more closes an idle connection of that address (as at --max-connections) or "
+        "is refused, so one host cannot hold every slot. Clients behind one NAT address "
+        "share it. Default: no cap of its own",
     )
-    max_requests_per_connection: int = attrs.field(
-        default=20_000,
-        **POSITIVE_INT.option(
-            "requests of one connection accepted but not yet answered (long polls included); "
-            "more are answered TOO_MANY_REQUESTS"
-        ),
+    max_requests_per_connection: int = POSITIVE_INT.field(
+        20_000,
+        "requests of one connection accepted but not yet answered (long polls included); "
+        "more are answered TOO_MANY_REQUESTS",
     )
-    max_partial_frame_bytes: int = attrs.field(
-        default=256 * MiB,
-        **SIZE.option(
-            "bytes of frames received in part, over all connections; past it a connection "
-            "whose partial frame is over 64KiB gets TOO_MANY_REQUESTS and is closed, so slow "
-            "or stalled big frames cannot pin memory"
-        ),
+    max_partial_frame_bytes: int = SIZE.field(
+        256 * MiB,
+        "bytes of frames received in part, over all connections; past it a connection "
+        "whose partial frame is over 64KiB gets TOO_MANY_REQUESTS and is closed, so slow "
+        "or stalled big frames cannot pin memory",
     )
-    bad_input_log_burst: int = attrs.field(
-        default=10,
-        **POSITIVE_INT.option(
-            "warnings about bad input (malformed frames and messages) logged per "
-            "--bad-input-log-interval; the rest are counted (walkit_bookie_bad_input_total) "
-            "and summed up in the next warning"
-        ),
+    bad_input_log_burst: int = POSITIVE_INT.field(
+        10,
+        "warnings about bad input (malformed frames and messages) logged per "
+        "--bad-input-log-interval; the rest are counted (walkit_bookie_bad_input_total) "
+        "and summed up in the next warning",
     )
-    bad_input_log_interval: float = attrs.field(
-        default=60.0, **SECONDS.option("seconds of --bad-input-log-burst")
-    )
+    bad_input_log_interval: float = SECONDS.field(60.0, "seconds of --bad-input-log-burst")
 
     # --- journal, entry logs, checkpoints ------------------------------------------------------
-    group_commit_max_wait: float = attrs.field(
-        default=0.001,
-        **SECONDS.option(
-            "longest an add waits, in seconds, for others to join its journal write (only "
-            "while others keep arriving; an idle bookie writes at once)"
-        ),
+    group_commit_max_wait: float = SECONDS.field(
+        0.001,
+        "longest an add waits, in seconds, for others to join its journal write (only "
+        "while others keep arriving; an idle bookie writes at once)",
     )
-    group_commit_max_bytes: int = attrs.field(
-        default=4 * MiB,
-        **SIZE.option("a journal write (one fdatasync) carries at most about this many bytes"),
+    group_commit_max_bytes: int = SIZE.field(
+        4 * MiB, "a journal write (one fdatasync) carries at most about this many bytes"
     )
-    copy_group_max_bytes: int = attrs.field(
-        default=8 * MiB,
-        **SIZE.option(
-            "rereplication copies (adds flagged COPY) are stored apart from the journal, "
-            "straight in an entry log: one write, one fdatasync and one index transaction per "
-            "group of at most about this many bytes"
-        ),
+    copy_group_max_bytes: int = SIZE.field(
+        8 * MiB,
+        "rereplication copies (adds flagged COPY) are stored apart from the journal, "
+        "straight in an entry log: one write, one fdatasync and one index transaction per "
+        "group of at most about this many bytes",
     )
-    journal_thread_min_bytes: int = attrs.field(
-        default=256 * 1024,
-        **count(0, "SIZE").option(
-            "journal groups of at least this many bytes are written from a worker thread, so "
-            "receiving and answering go on meanwhile; smaller ones inline (a small O_DIRECT "
-            "write costs less than a hand-off to a thread and back once both cores are busy). "
-            "0: always a thread"
-        ),
+    journal_thread_min_bytes: int = count(0, "SIZE").field(
+        256 * 1024,
+        "journal groups of at least this many bytes are written from a worker thread, so "
+        "receiving and answering go on meanwhile; smaller ones inline (a small O_DIRECT "
+        "write costs less than a hand-off to a thread and back once both cores are busy). "
+        "0: always a thread",
     )
-    journal_max_size: int = attrs.field(default=512 * MiB, **SIZE.option("journal file roll size"))
-    entrylog_max_size: int = attrs.field(default=1024 * MiB, **SIZE.option("entry log roll size"))
-    write_cache_max_bytes: int = attrs.field(
-        default=128 * MiB,
-        **SIZE.option(
-            "entries kept in memory between checkpoints; at twice this, adds wait (the journal "
-            "stalls) for a checkpoint",
-            flags=["--write-cache-size"],
-        ),
+    journal_max_size: int = SIZE.field(512 * MiB, "journal file roll size")
+    entrylog_max_size: int = SIZE.field(1024 * MiB, "entry log roll size")
+    write_cache_max_bytes: int = SIZE.field(
+        128 * MiB,
+        "entries kept in memory between checkpoints; at twice this, adds wait (the journal "
+        "stalls) for a checkpoint",
+        flags=["--write-cache-size"],
     )
-    checkpoint_interval: float = attrs.field(
-        default=30.0, **SECONDS.option("seconds between checkpoints")
-    )
+    checkpoint_interval: float = SECONDS.field(30.0, "seconds between checkpoints")
 
     # --- disks ----------------------------------------------------------------------------------
-    disk_usage_threshold: float = attrs.field(
-        default=0.95,
-        **FRACTION.option(
-            "turn read-only above this fraction of used space on any data directory's disk"
-        ),
+    disk_usage_threshold: float = FRACTION.field(
+        0.95, "turn read-only above this fraction of used space on any data directory's disk"
     )
-    disk_usage_lwm: float | None = attrs.field(
-        default=None,
-        **optional(FRACTION).option(
-            "writable again below this fraction (default: 0.05 below --disk-usage-threshold)"
-        ),
+    disk_usage_lwm: float | None = optional(FRACTION).field(
+        None, "writable again below this fraction (default: 0.05 below --disk-usage-threshold)"
     )
-    disk_check_interval: float = attrs.field(
-        default=10.0, **SECONDS.option("seconds between disk usage checks")
-    )
+    disk_check_interval: float = SECONDS.field(10.0, "seconds between disk usage checks")
 
     # --- garbage collection and compaction -------------------------------------------------------
-    gc_interval: float = attrs.field(
-        default=300.0,
-        **SECONDS.option(
-            "seconds between garbage collection rounds: ledgers deleted in the metadata store "
-            "are forgotten (only with --metadata) and entry logs with nothing live removed"
-        ),
+    gc_interval: float = SECONDS.field(
+        300.0,
+        "seconds between garbage collection rounds: ledgers deleted in the metadata store "
+        "are forgotten (only with --metadata) and entry logs with nothing live removed",
     )
-    minor_compaction_threshold: float = attrs.field(
-        default=0.2,
-        **THRESHOLD.option(
-            "compact entry logs with less than this live fraction (0 disables minor compaction)"
-        ),
+    minor_compaction_threshold: float = THRESHOLD.field(
+        0.2, "compact entry logs with less than this live fraction (0 disables minor compaction)"
     )
-    minor_compaction_interval: float = attrs.field(
-        default=3600.0,
-        **NON_NEGATIVE.option("seconds between minor compactions (0 disables them)"),
+    minor_compaction_interval: float = NON_NEGATIVE.field(
+        3600.0, "seconds between minor compactions (0 disables them)"
     )
-    major_compaction_threshold: float = attrs.field(
-        default=0.8,
-        **THRESHOLD.option(
-            "the same for major compaction, which runs less often (0 disables it); the minor "
-            "threshold must not be above it"
-        ),
+    major_compaction_threshold: float = THRESHOLD.field(
+        0.8,
+        "the same for major compaction, which runs less often (0 disables it); the minor "
+        "threshold must not be above it",
     )
-    major_compaction_interval: float = attrs.field(
-        default=86400.0,
-        **NON_NEGATIVE.option("seconds between major compactions (0 disables them)"),
+    major_compaction_interval: float = NON_NEGATIVE.field(
+        86400.0, "seconds between major compactions (0 disables them)"
     )
-    compaction_max_rate: float = attrs.field(
-        default=0, **RATE.option("copy at most this many bytes per second when compacting")
+    compaction_max_rate: float = RATE.field(
+        0, "copy at most this many bytes per second when compacting"
     )
-    compaction_batch_bytes: int = attrs.field(
-        default=4 * MiB,
-        **SIZE.option(
-            "compaction copies live entries, and updates the index, this much at a time",
-            flags=["--compaction-batch-size"],
-        ),
+    compaction_batch_bytes: int = SIZE.field(
+        4 * MiB,
+        "compaction copies live entries, and updates the index, this much at a time",
+        flags=["--compaction-batch-size"],
     )
-    metadata_retry_max: float = attrs.field(
-        default=10.0,
-        **SECONDS.option(
-            "after the metadata session is lost, the bookie registers again through a new "
-            "store, with exponential backoff up to this many seconds between attempts"
-        ),
+    metadata_retry_max: float = SECONDS.field(
+        10.0,
+        "after the metadata session is lost, the bookie registers again through a new "
+        "store, with exponential backoff up to this many seconds between attempts",
     )
 
     # --- TLS and authentication ----------------------------------------------------------------
@@ -490,19 +401,15 @@ class BookieConfig:
             metavar="PEM",
         ),
     )
-    tls_client_auth: str = attrs.field(
-        default="none",
-        **choice(*CLIENT_AUTH_MODES).option(
-            "ask clients for a certificate signed by --tls-ca: none, optional (checked when "
-            "given) or require"
-        ),
+    tls_client_auth: str = choice(*CLIENT_AUTH_MODES).field(
+        "none",
+        "ask clients for a certificate signed by --tls-ca: none, optional (checked when "
+        "given) or require",
     )
-    auth: str = attrs.field(
-        default="none",
-        **choice(*AUTH_MODES).option(
-            "authenticate clients: none, token (shared tokens from --auth-token-file) or tls "
-            "(the verified client certificate's subject; needs --tls-client-auth require)"
-        ),
+    auth: str = choice(*AUTH_MODES).field(
+        "none",
+        "authenticate clients: none, token (shared tokens from --auth-token-file) or tls "
+        "(the verified client certificate's subject; needs --tls-client-auth require)",
     )
     auth_token_file: str | None = attrs.field(
         default=None,
@@ -530,49 +437,39 @@ class BookieConfig:
     )
 
     # --- autorecovery --------------------------------------------------------------------------
-    autorecovery: bool = attrs.field(
-        default=False,
-        **SWITCH.option(
-            "run an autorecovery auditor candidate and replication worker in this bookie (see "
-            "docs/autorecovery.md); --no-autorecovery (autorecovery = false) runs neither, "
-            "and the bookie still copies fragments asked of it unless --no-fragment-copies. "
-            "On in walkit-bookie; an embedded Bookie opts in",
-            flags=["--no-autorecovery"],
-            command_default=True,
-        ),
+    autorecovery: bool = SWITCH.field(
+        False,
+        "run an autorecovery auditor candidate and replication worker in this bookie (see "
+        "docs/autorecovery.md); --no-autorecovery (autorecovery = false) runs neither, "
+        "and the bookie still copies fragments asked of it unless --no-fragment-copies. "
+        "On in walkit-bookie; an embedded Bookie opts in",
+        flags=["--no-autorecovery"],
+        command_default=True,
     )
-    fragment_copies: bool = attrs.field(
-        default=False,
-        **SWITCH.option(
-            "answer COPY_FRAGMENT requests (a healer elsewhere has this bookie copy a lost "
-            "copy from the replicas itself), through a client of the metadata store; "
-            "--no-fragment-copies (fragment_copies = false) refuses them, and the healer sends "
-            "the copies itself (each byte through one more process). On in walkit-bookie",
-            flags=["--no-fragment-copies"],
-            command_default=True,
-        ),
+    fragment_copies: bool = SWITCH.field(
+        False,
+        "answer COPY_FRAGMENT requests (a healer elsewhere has this bookie copy a lost "
+        "copy from the replicas itself), through a client of the metadata store; "
+        "--no-fragment-copies (fragment_copies = false) refuses them, and the healer sends "
+        "the copies itself (each byte through one more process). On in walkit-bookie",
+        flags=["--no-fragment-copies"],
+        command_default=True,
     )
-    lost_bookie_delay: float = attrs.field(
-        default=30.0,
-        **NON_NEGATIVE.option(
-            "autorecovery: seconds a bookie must stay gone before its ledgers are marked for "
-            "rereplication (stored cluster-wide by the first bookie; `walkit autorecovery "
-            "delay` changes it at run time)"
-        ),
+    lost_bookie_delay: float = NON_NEGATIVE.field(
+        30.0,
+        "autorecovery: seconds a bookie must stay gone before its ledgers are marked for "
+        "rereplication (stored cluster-wide by the first bookie; `walkit autorecovery "
+        "delay` changes it at run time)",
     )
-    rereplication_entries_per_second: float | None = attrs.field(
-        default=None,
-        **optional(PER_SECOND).option(
-            "autorecovery: this bookie's worker copies at most this many entries per second "
-            "(0: no limit; default: autorecovery's, 5000)"
-        ),
+    rereplication_entries_per_second: float | None = optional(PER_SECOND).field(
+        None,
+        "autorecovery: this bookie's worker copies at most this many entries per second "
+        "(0: no limit; default: autorecovery's, 5000)",
     )
-    rereplication_bytes_per_second: int | None = attrs.field(
-        default=None,
-        **optional(RATE).option(
-            "autorecovery: this bookie's worker copies at most this many bytes per second, "
-            "e.g. 64MiB/s (0: no limit; default: autorecovery's, 16MiB/s)"
-        ),
+    rereplication_bytes_per_second: int | None = optional(RATE).field(
+        None,
+        "autorecovery: this bookie's worker copies at most this many bytes per second, "
+        "e.g. 64MiB/s (0: no limit; default: autorecovery's, 16MiB/s)",
     )
 
     def tls_server_context(self) -> ssl.SSLContext | None:

@@ -52,51 +52,37 @@ class BookieCommand:
 
     option_noun: ClassVar[str] = ""
 
-    config: str | None = attrs.field(
-        default=None,
-        **OPTIONAL_TEXT.option(
-            "read options from this TOML file first: a key per option (its name, listed in "
-            "docs/bookie.md; mostly the flag's words with _ for -, e.g. journal_max_size = "
-            '"512MiB"); flags given here win over it',
-            metavar="FILE",
-        ),
+    config: str | None = OPTIONAL_TEXT.field(
+        None,
+        "read options from this TOML file first: a key per option (its name, listed in "
+        "docs/bookie.md; mostly the flag's words with _ for -, e.g. journal_max_size = "
+        '"512MiB"); flags given here win over it',
+        metavar="FILE",
     )
-    metadata: str | None = attrs.field(
-        default=None,
-        **OPTIONAL_TEXT.option(
-            "metadata store (zk://host:port/root, sqlite:///abs/path.db): register there, "
-            "take the cluster instance id from it and garbage-collect the ledgers deleted there",
-            metavar="URL",
-        ),
+    metadata: str | None = OPTIONAL_TEXT.field(
+        None,
+        "metadata store (zk://host:port/root, sqlite:///abs/path.db): register there, "
+        "take the cluster instance id from it and garbage-collect the ledgers deleted there",
+        metavar="URL",
     )
-    admin_token_file: str | None = attrs.field(
-        default=None,
-        **OPTIONAL_TEXT.option(
-            "file holding the admin token (its first line; must not be readable by group or "
-            "others); instead of --admin-token",
-            metavar="PATH",
-        ),
+    admin_token_file: str | None = OPTIONAL_TEXT.field(
+        None,
+        "file holding the admin token (its first line; must not be readable by group or "
+        "others); instead of --admin-token",
+        metavar="PATH",
     )
-    log_level: str = attrs.field(
-        default="info",
-        **choice(*CLI_LOG_LEVELS).option("log events of this level and above, to stderr"),
+    log_level: str = choice(*CLI_LOG_LEVELS).field(
+        "info", "log events of this level and above, to stderr"
     )
-    log_format: str | None = attrs.field(
-        default=None,
-        **optional(choice(*LOG_FORMATS)).option(
-            "console text (default) or JSON lines", flags=["--log-format"]
-        ),
+    log_format: str | None = optional(choice(*LOG_FORMATS)).field(
+        None, "console text (default) or JSON lines", flags=["--log-format"]
     )
-    log_json: bool = attrs.field(
-        default=False, **SWITCH.option("same as --log-format json", flags=["--log-json"])
-    )
-    check_config: bool = attrs.field(
-        default=False,
-        **SWITCH.option(
-            "check the options (flags and config file) and the files they name (TLS, tokens), "
-            "say so, and exit without starting (0: fine, 2: not); the metadata store is not "
-            "contacted"
-        ),
+    log_json: bool = SWITCH.field(False, "same as --log-format json", flags=["--log-json"])
+    check_config: bool = SWITCH.field(
+        False,
+        "check the options (flags and config file) and the files they name (TLS, tokens), "
+        "say so, and exit without starting (0: fine, 2: not); the metadata store is not "
+        "contacted",
     )
 
 

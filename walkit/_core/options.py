@@ -5,10 +5,11 @@ Each option of an options class (``BookieConfig``, ``ClientOptions``, ``LogOptio
 the field's metadata, an :class:`Option`: its :class:`Kind` (what values it takes, how a
 command line or a config file spells one), its help and its command-line flag::
 
-    port: int = attrs.field(default=0, **PORT.option("port to listen on"))
+    port: int = PORT.field(0, "port to listen on")
 
-The kind's check is the field's validator; a kind that converts (``"zstd"`` to a codec) is
-also named as the field's ``converter=``, so that type checkers see what ``__init__`` takes.
+The kind's check is the field's validator. A kind that converts (``"zstd"`` to a codec) is
+declared with ``attrs.field(converter=..., **KIND.option(...))`` instead, so that type
+checkers see what ``__init__`` takes.
 Everything else is made from these declarations: keyword checks (:func:`options_from_kwargs`),
 command-line parsers (``walkit._cli._args``), the bookie's config file and its docs. So an
 option is added, renamed or given another default in one place.
@@ -103,16 +104,7 @@ class Kind:
         """The value ``text`` spells, checked; ValueError saying what is wrong."""
         if self.required is not None:
             return self.required.from_text(text)
-        value = self.read(text)
-        if self.convert is not None:
-            try:
-                value = self.convert(value)
-            except ConfigurationError as exc:
-                raise ValueError(str(exc)) from None
-        problem = self.problem(value)
-        if problem is not None:
-            raise ValueError(problem if self.secret else f"{text} {problem}")
-        return value
+        return self._checked(self.read(text), text)
 
     def from_value(self, value: Any) -> Any:
         """A value as a config file gives it (TOML's types), converted and checked: a string
@@ -122,15 +114,39 @@ class Kind:
             return self.required.from_value(value)
         if isinstance(value, str) and self.read is not _text:
             return self.from_text(value)
+        return self._checked(value, None)
+
+    def _checked(self, value: Any, text: str | None) -> Any:
+        """``value`` converted and checked (``text``: what it was read from, for errors)."""
         if self.convert is not None:
             try:
                 value = self.convert(value)
             except ConfigurationError as exc:
                 raise ValueError(str(exc)) from None
         problem = self.problem(value)
-        if problem is not None:
-            raise ValueError(problem if self.secret else f"{problem}, not {value!r}")
-        return value
+        if problem is None:
+            return value
+        if self.secret:
+            raise ValueError(problem)
+        raise ValueError(f"{problem}, not {value!r}" if text is None else f"{text} {problem}")
+
+    def field(
+        self,
+        default: Any,
+        help: str,
+        *,
+        flags: Sequence[str] | None = None,
+        metavar: str | None = None,
+        command_default: Any = attrs.NOTHING,
+        repr: bool = True,
+    ) -> Any:
+        """An attrs field declaring an option of this kind with its ``default`` (an
+        ``attrs.Factory`` for a mutable one) and help; see :meth:`option` for the rest. Not
+        for a kind that converts: type checkers see converters only in ``attrs.field``."""
+        if self.convert is not None:
+            raise TypeError("a converting kind's option is declared with attrs.field(converter=)")
+        declared = self.option(help, flags=flags, metavar=metavar, command_default=command_default)
+        return attrs.field(default=default, repr=repr, **declared)
 
     def option(
         self,

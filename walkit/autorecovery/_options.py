@@ -46,35 +46,26 @@ class AutorecoveryOptions:
 
     option_noun: ClassVar[str] = "autorecovery option "
 
-    grace_period: float = attrs.field(
-        default=60.0,
-        **NON_NEGATIVE.option(
-            "seconds an OPEN ledger is left to its writer before a worker fences and recovers "
-            "it to heal it"
-        ),
+    grace_period: float = NON_NEGATIVE.field(
+        60.0,
+        "seconds an OPEN ledger is left to its writer before a worker fences and recovers "
+        "it to heal it",
     )
-    poll_interval: float = attrs.field(
-        default=10.0,
-        **POSITIVE.option(
-            "a worker looks at the markers at least this often, in seconds (it also wakes up "
-            "when one is added)"
-        ),
+    poll_interval: float = POSITIVE.field(
+        10.0,
+        "a worker looks at the markers at least this often, in seconds (it also wakes up "
+        "when one is added)",
     )
-    check_interval: float = attrs.field(
-        default=3600.0,
-        **POSITIVE.option("seconds between the auditor's periodic checks of every ledger"),
+    check_interval: float = POSITIVE.field(
+        3600.0, "seconds between the auditor's periodic checks of every ledger"
     )
-    check_entries: bool = attrs.field(
-        default=True,
-        **SWITCH.option(
-            "the periodic check also asks live bookies for the first and last entry of each "
-            "fragment they should hold (BookKeeper's LedgerChecker), and check_samples more "
-            "entries picked at random"
-        ),
+    check_entries: bool = SWITCH.field(
+        True,
+        "the periodic check also asks live bookies for the first and last entry of each "
+        "fragment they should hold (BookKeeper's LedgerChecker), and check_samples more "
+        "entries picked at random",
     )
-    check_samples: int = attrs.field(
-        default=2, **count(0).option("entries sampled per fragment by the periodic check")
-    )
+    check_samples: int = count(0).field(2, "entries sampled per fragment by the periodic check")
     entries_per_second: float | None = attrs.field(
         default=5_000,
         converter=rate_limit,
@@ -87,23 +78,18 @@ class AutorecoveryOptions:
             "copy rate limit per worker, bytes/s, e.g. 64MiB/s (None or 0: no limit)"
         ),
     )
-    window: int = attrs.field(default=64, **count(1).option("entries copied at once"))
-    election_lease: float = attrs.field(
-        default=5.0,
-        **POSITIVE.option(
-            "the auditor election's lease, in seconds (a dead auditor is replaced after it)"
-        ),
+    window: int = count(1).field(64, "entries copied at once")
+    election_lease: float = POSITIVE.field(
+        5.0, "the auditor election's lease, in seconds (a dead auditor is replaced after it)"
     )
     passwords: tuple[bytes, ...] = attrs.field(
         default=(),
         converter=_passwords,
         **PASSWORDS.option('ledger passwords to try besides b"" and the ones stored with logs'),
     )
-    copies_by_replacement: bool = attrs.field(
-        default=True,
-        **SWITCH.option(
-            "with no rate limit, a replacement other than this process's own bookie is asked "
-            "to copy each fragment from the replicas itself (the bytes do not pass through "
-            "this process); False, or a bookie that does not, and they do"
-        ),
+    copies_by_replacement: bool = SWITCH.field(
+        True,
+        "with no rate limit, a replacement other than this process's own bookie is asked "
+        "to copy each fragment from the replicas itself (the bytes do not pass through "
+        "this process); False, or a bookie that does not, and they do",
     )

@@ -55,26 +55,15 @@ class ClientOptions:
 
     option_noun: ClassVar[str] = "option "
 
-    add_timeout: float = attrs.field(
-        default=10.0,
-        **POSITIVE.option(
-            "a write a bookie has not acked within this is a failed write (ensemble change)"
-        ),
+    add_timeout: float = POSITIVE.field(
+        10.0, "a write a bookie has not acked within this is a failed write (ensemble change)"
     )
-    read_timeout: float = attrs.field(
-        default=5.0,
-        **POSITIVE.option(
-            "a read (entry or LAC) a bookie has not answered within this goes to the next replica"
-        ),
+    read_timeout: float = POSITIVE.field(
+        5.0, "a read (entry or LAC) a bookie has not answered within this goes to the next replica"
     )
-    connect_timeout: float = attrs.field(
-        default=5.0, **POSITIVE.option("opening a TCP connection to a bookie")
-    )
-    speculative_read_timeout: float | None = attrs.field(
-        default=0.5,
-        **optional(POSITIVE).option(
-            "after this long without an answer, a read also asks the next replica (None: never)"
-        ),
+    connect_timeout: float = POSITIVE.field(5.0, "opening a TCP connection to a bookie")
+    speculative_read_timeout: float | None = optional(POSITIVE).field(
+        0.5, "after this long without an answer, a read also asks the next replica (None: never)"
     )
     ensemble_change: EnsembleChangeMode = attrs.field(
         default=EnsembleChangeMode.IMMEDIATE,
@@ -83,54 +72,36 @@ class ClientOptions:
             '"immediate" (replace a bookie at its first failed write) or "when_ack_quorum_lost"'
         ),
     )
-    explicit_lac_interval: float | None = attrs.field(
-        default=0.005,
-        **optional(POSITIVE).option(
-            "a writer idle this long after its LAC moved sends the LAC to its bookies, so "
-            "tailing readers see the last entries (None: never)"
-        ),
+    explicit_lac_interval: float | None = optional(POSITIVE).field(
+        0.005,
+        "a writer idle this long after its LAC moved sends the LAC to its bookies, so "
+        "tailing readers see the last entries (None: never)",
     )
-    max_pending_adds: int = attrs.field(
-        default=10_000,
-        **count(1).option("appends beyond this many unacknowledged entries wait (backpressure)"),
+    max_pending_adds: int = count(1).field(
+        10_000, "appends beyond this many unacknowledged entries wait (backpressure)"
     )
-    read_window: int = attrs.field(
-        default=512, **count(1).option("entries asked for at once by one read")
+    read_window: int = count(1).field(512, "entries asked for at once by one read")
+    long_poll_round: float = POSITIVE.field(
+        2.0,
+        "longest wait of one long-poll request; wait_for_entry re-checks the ledger's "
+        "metadata (is it closed?) between rounds",
     )
-    long_poll_round: float = attrs.field(
-        default=2.0,
-        **POSITIVE.option(
-            "longest wait of one long-poll request; wait_for_entry re-checks the ledger's "
-            "metadata (is it closed?) between rounds"
-        ),
+    timeout_check_interval: float = POSITIVE.field(0.05, "how often request deadlines are checked")
+    metadata_retries: int = count(1).field(
+        5, "retries of a metadata update that fails because the store is unreachable"
     )
-    timeout_check_interval: float = attrs.field(
-        default=0.05, **POSITIVE.option("how often request deadlines are checked")
+    max_frame_size: int = FRAME_SIZE.field(
+        DEFAULT_MAX_FRAME_SIZE, "largest frame sent to or accepted from a bookie"
     )
-    metadata_retries: int = attrs.field(
-        default=5,
-        **count(1).option(
-            "retries of a metadata update that fails because the store is unreachable"
-        ),
+    metadata_options: Mapping[str, Any] = MAPPING.field(
+        attrs.Factory(dict),
+        'options passed to open_metadata_store (for example {"session_timeout": 10})',
     )
-    max_frame_size: int = attrs.field(
-        default=DEFAULT_MAX_FRAME_SIZE,
-        **FRAME_SIZE.option("largest frame sent to or accepted from a bookie"),
+    placement_options: Mapping[str, Any] = MAPPING.field(
+        attrs.Factory(dict), "options passed to the placement policy's initialize"
     )
-    metadata_options: Mapping[str, Any] = attrs.field(
-        factory=dict,
-        **MAPPING.option(
-            'options passed to open_metadata_store (for example {"session_timeout": 10})'
-        ),
-    )
-    placement_options: Mapping[str, Any] = attrs.field(
-        factory=dict, **MAPPING.option("options passed to the placement policy's initialize")
-    )
-    wall_clock: Callable[[], float] | None = attrs.field(
-        default=None,
-        **CLOCK.option(
-            "wall clock (seconds since the epoch) for ledgers' creation time; None stores 0"
-        ),
+    wall_clock: Callable[[], float] | None = CLOCK.field(  # noqa: RUF009  (an attrs field)
+        None, "wall clock (seconds since the epoch) for ledgers' creation time; None stores 0"
     )
 
     @classmethod

@@ -48,55 +48,39 @@ class LogOptions:
 
     option_noun: ClassVar[str] = "log option "
 
-    roll_entries: int | None = attrs.field(
-        default=1_000_000,
-        **optional(count(1)).option(
-            "roll to a new ledger once the current one holds this many acknowledged records "
-            "(None: never by count)"
-        ),
+    roll_entries: int | None = optional(count(1)).field(
+        1_000_000,
+        "roll to a new ledger once the current one holds this many acknowledged records "
+        "(None: never by count)",
     )
-    roll_bytes: int | None = attrs.field(
-        default=64 * 1024 * 1024,
-        **optional(count(1)).option(
-            "roll once the current ledger holds this many acknowledged payload bytes (None: never)"
-        ),
+    roll_bytes: int | None = optional(count(1)).field(
+        64 * 1024 * 1024,
+        "roll once the current ledger holds this many acknowledged payload bytes (None: never)",
     )
     password: bytes = attrs.field(
         default=b"",
         converter=_password,
         **PASSWORD.option("the password of the log's ledgers (data and snapshots)"),
     )
-    keep_snapshots: int = attrs.field(
-        default=3,
-        **count(1).option(
-            "snapshots kept in the metadata (the oldest's ledger is deleted when a new one is "
-            "saved)"
-        ),
+    keep_snapshots: int = count(1).field(
+        3, "snapshots kept in the metadata (the oldest's ledger is deleted when a new one is saved)"
     )
-    snapshot_chunk_size: int = attrs.field(
-        default=1024 * 1024, **count(1).option("snapshot bytes per ledger entry")
+    snapshot_chunk_size: int = count(1).field(1024 * 1024, "snapshot bytes per ledger entry")
+    read_batch: int = count(1).field(
+        256,
+        "entries a reader fetches from the bookies at once (at most: a range also stops at "
+        "about 4 MiB of entries)",
     )
-    read_batch: int = attrs.field(
-        default=256,
-        **count(1).option(
-            "entries a reader fetches from the bookies at once (at most: a range also stops at "
-            "about 4 MiB of entries)"
-        ),
+    read_ahead: int = count(0).field(
+        2,
+        "ranges a reader fetches ahead of the one it is handing out (0: none), while it "
+        "reads closed ledgers and confirmed entries",
     )
-    read_ahead: int = attrs.field(
-        default=2,
-        **count(0).option(
-            "ranges a reader fetches ahead of the one it is handing out (0: none), while it "
-            "reads closed ledgers and confirmed entries"
-        ),
-    )
-    batch_bytes: int = attrs.field(
-        default=64 * 1024,
-        **BATCH_BYTES.option(
-            "largest record set: records that arrive while an entry is in flight share the "
-            "next entry, up to this many bytes (a lone record is sent at once, whatever its "
-            "size)"
-        ),
+    batch_bytes: int = BATCH_BYTES.field(
+        64 * 1024,
+        "largest record set: records that arrive while an entry is in flight share the "
+        "next entry, up to this many bytes (a lone record is sent at once, whatever its "
+        "size)",
     )
     compression: Codec = attrs.field(
         default=Codec.NONE,
@@ -106,50 +90,37 @@ class LogOptions:
             "extra). Each entry records its codec, so readers need no setting"
         ),
     )
-    takeover_attempts: int = attrs.field(
-        default=10,
-        **count(1).option(
-            "rounds of a writer takeover (each re-reads the log after losing a race to another "
-            "writer) before giving up with WriterFencedError"
-        ),
+    takeover_attempts: int = count(1).field(
+        10,
+        "rounds of a writer takeover (each re-reads the log after losing a race to another "
+        "writer) before giving up with WriterFencedError",
     )
-    retain_records: int | None = attrs.field(
-        default=None,
-        **optional(count(0)).option(
-            "retention (None: no limit of that kind): the writer drops whole closed ledgers "
-            "from the front of the log once the ledgers after them hold at least this many "
-            "records"
-        ),
+    retain_records: int | None = optional(count(0)).field(
+        None,
+        "retention (None: no limit of that kind): the writer drops whole closed ledgers "
+        "from the front of the log once the ledgers after them hold at least this many "
+        "records",
     )
-    retain_bytes: int | None = attrs.field(
-        default=None,
-        **optional(count(0)).option(
-            "retention: ... or at least this many payload bytes (None: no such limit)"
-        ),
+    retain_bytes: int | None = optional(count(0)).field(
+        None, "retention: ... or at least this many payload bytes (None: no such limit)"
     )
-    retain_age: float | None = attrs.field(
-        default=None,
-        **optional(SECONDS).option(
-            "retention: ... or once their newest record is older than this many seconds "
-            "(needs a client with a wall_clock). Never the current ledger, nor the latest "
-            "snapshot's or later ones"
-        ),
+    retain_age: float | None = optional(SECONDS).field(
+        None,
+        "retention: ... or once their newest record is older than this many seconds "
+        "(needs a client with a wall_clock). Never the current ledger, nor the latest "
+        "snapshot's or later ones",
     )
-    stalled_ledger_timeout: float | None = attrs.field(
-        default=3.0,
-        **optional(POSITIVE_SECONDS).option(
-            "a reader tailing an open ledger while a later one is listed (its writer died in "
-            "the middle of a roll) recovers that ledger itself after this many seconds without "
-            "progress (None: wait for the next writer's takeover)"
-        ),
+    stalled_ledger_timeout: float | None = optional(POSITIVE_SECONDS).field(
+        3.0,
+        "a reader tailing an open ledger while a later one is listed (its writer died in "
+        "the middle of a roll) recovers that ledger itself after this many seconds without "
+        "progress (None: wait for the next writer's takeover)",
     )
-    orphan_gc_grace: float | None = attrs.field(
-        default=3600.0,
-        **optional(SECONDS).option(
-            "after a takeover, the writer deletes (in the background) ledgers tagged with the "
-            "log's name that the log does not list and that were created over this many "
-            "seconds ago (None: never; needs a client with a wall_clock)"
-        ),
+    orphan_gc_grace: float | None = optional(SECONDS).field(
+        3600.0,
+        "after a takeover, the writer deletes (in the background) ledgers tagged with the "
+        "log's name that the log does not list and that were created over this many "
+        "seconds ago (None: never; needs a client with a wall_clock)",
     )
 
     @classmethod
