@@ -30,13 +30,10 @@ from walkit._core.wire import (
     encode_read_response_parts,
 )
 from walkit._logging import get_logger
-from walkit_bookie._config import BookieConfig
-from walkit_bookie.server._admission import RequestAdmission
 from walkit_bookie.server._connection import Peer
 from walkit_bookie.server._disk_reads import DiskReads
-from walkit_bookie.server._stats import BookieStats
+from walkit_bookie.server._state import RequestState
 from walkit_bookie.server._writes import Writes, io_status
-from walkit_bookie.storage import BookieStorage, LedgerInfo
 
 __all__ = ["Reads"]
 
@@ -51,25 +48,11 @@ _PARTS_MIN = 16 * 1024
 class Reads:
     """Reads of one bookie; ``await run()`` runs the disk readers."""
 
-    def __init__(
-        self,
-        config: BookieConfig,
-        storage: BookieStorage,
-        stats: BookieStats,
-        admission: RequestAdmission,
-        writes: Writes,
-        *,
-        ledgers: dict[int, LedgerInfo],
-        lac_waiters: dict[int, trio.lowlevel.ParkingLot],
-        client_connections: set[Any],
-    ) -> None:
-        self.config = config
-        self.storage = storage
-        self.stats = stats
-        self._admission = admission
+    def __init__(self, state: RequestState, writes: Writes, client_connections: set[Any]) -> None:
+        self.config, self.storage, self.stats = state.config, state.storage, state.stats
+        self._state = state
+        self._ledgers = state.ledgers
         self._writes = writes
-        self._ledgers = ledgers
-        self._lac_waiters = lac_waiters
         #: The open client connections (the disk reads close those whose peers read nothing).
         self.client_connections = client_connections
         #: Reads of entries not in the write cache, and the bound on their answers.
@@ -93,8 +76,8 @@ class Reads:
             stats.long_polls -= 1
             return
         stats.reads_in_flight -= 1
-        if self._admission.capacity:
-            self._admission.freed()
+        if self._state.admission.capacity:
+            self._state.admission.freed()
 
     # --- entries --------------------------------------------------------------------------
 
@@ -258,7 +241,7 @@ class Reads:
     async def _wait_for_lac(self, lid: int, req: ReadLacRequest) -> None:
         """Until the ledger's LAC passes the one the poll has, or its timeout (capped: a
         client may ask for 2^32-1 ms, 49 days)."""
-        lot = self._lac_waiters.setdefault(lid, trio.lowlevel.ParkingLot())
+        lot = self._state.lac_waiters.setdefault(lid, trio.lowlevel.ParkingLot())
         try:
             with trio.move_on_after(min(req.timeout_ms / 1000, self.config.max_long_poll)):
                 while True:
@@ -267,5 +250,5 @@ class Reads:
                         break
                     await lot.park()
         finally:
-            if not lot and self._lac_waiters.get(lid) is lot:
-                del self._lac_waiters[lid]
+            if not lot and self._state.lac_waiters.get(lid) is lot:
+                del self._state.lac_waiters[lid]

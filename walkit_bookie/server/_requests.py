@@ -41,6 +41,7 @@ from walkit_bookie.server._admission import RequestAdmission
 from walkit_bookie.server._badinput import BadInputLog
 from walkit_bookie.server._connection import Peer
 from walkit_bookie.server._reads import Reads
+from walkit_bookie.server._state import RequestState
 from walkit_bookie.server._stats import BookieStats
 from walkit_bookie.server._writes import Writes
 from walkit_bookie.storage import BookieStorage, GroupCommit, LedgerInfo
@@ -84,32 +85,18 @@ class RequestHandler:
         self.connections_by_address: dict[str, int] = {}
         #: Malformed input, counted by kind; warnings about it are rate-limited.
         self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
+        state = RequestState(config, storage, self.stats, self.admission)
         #: What this bookie knows of each ledger (filled from the storage when it opens).
-        self._ledgers: dict[int, LedgerInfo] = {}
+        self._ledgers = state.ledgers
         #: With authentication on: whose ledger is whose, and who may do what (``_access``).
         self.access = LedgerAccess(authorization, self.bad_input, lambda: self._ledgers)
-        lac_waiters: dict[int, trio.lowlevel.ParkingLot] = {}
         self.writes = Writes(
-            config,
-            storage,
-            self.stats,
-            self.admission,
-            ledgers=self._ledgers,
-            lac_waiters=lac_waiters,
+            state,
             read_only=read_only,
             on_disk_full=on_disk_full,
             bookie_id=lambda: self.bookie_id,
         )
-        self.reads = Reads(
-            config,
-            storage,
-            self.stats,
-            self.admission,
-            self.writes,
-            ledgers=self._ledgers,
-            lac_waiters=lac_waiters,
-            client_connections=self.client_connections,
-        )
+        self.reads = Reads(state, self.writes, self.client_connections)
         self.disk_reads = self.reads.disk_reads
 
     async def run(self) -> None:

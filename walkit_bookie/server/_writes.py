@@ -34,10 +34,8 @@ from walkit._core.wire import (
     encode_frame,
 )
 from walkit._logging import get_logger
-from walkit_bookie._config import BookieConfig
-from walkit_bookie.server._admission import RequestAdmission
 from walkit_bookie.server._connection import Peer
-from walkit_bookie.server._stats import BookieStats
+from walkit_bookie.server._state import RequestState
 from walkit_bookie.storage import (
     BookieStorage,
     GroupCommit,
@@ -68,24 +66,18 @@ class Writes:
 
     def __init__(
         self,
-        config: BookieConfig,
-        storage: BookieStorage,
-        stats: BookieStats,
-        admission: RequestAdmission,
+        state: RequestState,
         *,
-        ledgers: dict[int, LedgerInfo],
-        lac_waiters: dict[int, trio.lowlevel.ParkingLot],
         read_only: set[str],
         on_disk_full: Callable[[str], None],
         bookie_id: Callable[[], BookieId | None],
     ) -> None:
-        self.storage = storage
-        self._stats = stats
-        self._admission = admission
-        self._ledgers = ledgers
-        self._lac_waiters = lac_waiters
-        self._read_only = read_only
-        self._on_disk_full = on_disk_full
+        self.storage = storage = state.storage
+        self._stats, self._admission = state.stats, state.admission
+        self._ledgers, self._lac_waiters = state.ledgers, state.lac_waiters
+        #: The bookie's reasons to refuse writes (shared), what to call on a full disk, and
+        #: its address once bound (for log lines).
+        self._read_only, self._on_disk_full = read_only, on_disk_full
         self._bookie_id = bookie_id
         #: Answers COPY_FRAGMENT requests: the bookie's autorecovery worker, once connected.
         self.fragment_copier: FragmentCopies | None = None
@@ -97,14 +89,14 @@ class Writes:
         self.group_commit = GroupCommit(
             storage,
             self.on_committed,
-            max_wait=config.group_commit_max_wait,
-            max_bytes=config.group_commit_max_bytes,
+            max_wait=state.config.group_commit_max_wait,
+            max_bytes=state.config.group_commit_max_bytes,
         )
         self.copy_commit = GroupCommit(
             _CopyStore(storage),
             self.on_committed,
-            max_wait=config.group_commit_max_wait,
-            max_bytes=config.copy_group_max_bytes,
+            max_wait=state.config.group_commit_max_wait,
+            max_bytes=state.config.copy_group_max_bytes,
         )
 
     async def run(self) -> None:
