@@ -222,8 +222,14 @@ class Client:
         digest: str | DigestType = "crc32c",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        store_password: bool = True,
     ) -> LedgerWriter:
         """Create a ledger and return its writer.
+
+        ``store_password``: keep the password in the ledger's metadata, where autorecovery and
+        ``walkit recover`` find it, so the ledger heals by itself when a bookie is lost (as
+        BookKeeper does). False keeps only its salted hash there: the ledger then waits for an
+        operator to give the password (see docs/autorecovery.md).
 
         Raises InvalidArgumentError (E >= Qw >= Qa >= 1 violated, bad digest or password),
         ConfigurationError (``digest=None``), NotEnoughBookiesError (fewer than E suitable writable bookies).
@@ -237,6 +243,8 @@ class Client:
             )
         digest_type = DigestType.parse(digest)
         pw = _check_password(password)
+        if not isinstance(store_password, bool):
+            raise InvalidArgumentError(f"store_password must be a bool, not {store_password!r}")
         custom = _check_custom({} if custom_metadata is None else custom_metadata)
         context = self._context
         ledger_id = await context.retry_metadata(context.ledgers.new_ledger_id)
@@ -270,6 +278,7 @@ class Client:
             password_sha256=password_hash(pw, context.rng.randbytes(PASSWORD_SALT_SIZE)),
             custom_metadata=custom,
             ctime_ms=int(clock() * 1000) if clock is not None else 0,
+            password=pw if store_password else None,
         )
         version = await context.retry_metadata(functools.partial(context.ledgers.create, md))
         writer = LedgerWriter(context, md, version, pw)

@@ -88,7 +88,7 @@ async def test_recover_has_the_replacement_copy_the_fragments(
 
 @pytest.mark.parametrize(
     ("serving", "password", "reason"),
-    [(False, b"", "copies no fragments"), (True, b"pw", "password is not known")],
+    [(False, b"", "copies no fragments"), (True, b"pw", "password is needed")],
 )
 async def test_a_replacement_that_cannot_copy_a_fragment_gets_the_copies_sent(
     memory_url: str,
@@ -99,15 +99,15 @@ async def test_a_replacement_that_cannot_copy_a_fragment_gets_the_copies_sent(
     reason: str,
 ) -> None:
     """A bookie without fragment copies (the option off, an older bookie), or one that cannot
-    find the ledger's password (only the operator gave it), refuses the request; the healer
-    copies through itself, and says why."""
+    find the ledger's password (not kept in its metadata: only the operator gave it), refuses
+    the request; the healer copies through itself, and says why."""
     options = SERVING if serving else {}
     with trio.fail_after(HANG_GUARD):
         async with (
             cluster(memory_url, tmp_path, 4, options=options) as bookies,
             connect(memory_url) as client,
         ):
-            written = await write_ledgers(client, 2, 30, password=password)
+            written = await write_ledgers(client, 2, 30, password=password, store_password=False)
             lost = (await client.ledger_metadata(next(iter(written)))).fragments[0][1][0]
             await bookies.stop(bookies.index_of(lost))
             with caplog.at_level(logging.INFO, logger="walkit"):

@@ -19,7 +19,7 @@ import trio
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
-from tests.autorecovery.test_processes import write_wipe_one_heal_lose_two
+from tests.autorecovery.test_processes import read_back, write_wipe_one_heal_lose_two
 from tests.security.test_tls import Pki, pki
 from walkit.client import Client
 from walkit.errors import AuthenticationError
@@ -79,14 +79,19 @@ def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster
             async with Client.connect(url, tls=tls, auth=auth) as client:
                 # Without workers the ledgers' writer heals them with `recover_bookie`: the
                 # replacement copies every entry itself, over TLS, with its own token.
+                # Each ledger has a password of its own, which the bookies take from its
+                # metadata (the replacement too, for COPY_FRAGMENT).
                 written = await write_wipe_one_heal_lose_two(
-                    client, cluster, LEDGERS, ENTRIES, recover=workerless
+                    client,
+                    cluster,
+                    LEDGERS,
+                    ENTRIES,
+                    recover=workerless,
+                    passwords=[b"secure ledger %d" % n for n in range(LEDGERS)],
+                    digests=("mac", "crc32c"),
                 )
             async with Client.connect(url, tls=tls, auth=auth) as reader:
-                for lid, payloads in written.items():
-                    lr = await reader.open_ledger(lid)
-                    got = await lr.read(0, lr.last_add_confirmed)
-                    assert [e.payload for e in got] == payloads, lid
+                await read_back(reader, written)
 
     trio.run(main)
     logs = "\n".join(line for b in cluster.bookies for line in b.output)

@@ -26,12 +26,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster
         yield c
 
 
-def write(url: str, count: int, entries: int, password: bytes = b"") -> dict[int, list[bytes]]:
+def write(
+    url: str, count: int, entries: int, password: bytes = b"", *, store_password: bool = True
+) -> dict[int, list[bytes]]:
     async def main() -> dict[int, list[bytes]]:
         async with Client.connect(url) as client:
             out = {}
             for n in range(count):
-                lw = await client.create_ledger(3, 3, 2, password=password)
+                lw = await client.create_ledger(
+                    3, 3, 2, password=password, store_password=store_password
+                )
                 payloads = [b"cli %d %d" % (n, i) for i in range(entries)]
                 await lw.append_batch(payloads)
                 await lw.close()
@@ -85,23 +89,31 @@ def test_autorecovery_settings(cluster: ProcessCluster) -> None:
 
 def test_recover_lists_then_heals(cluster: ProcessCluster) -> None:
     url = cluster.metadata_url
-    written = write(url, 3, 50, password=b"pw")
+    # Ledgers whose metadata does not keep their password (their creator opted out).
+    written = write(url, 3, 50, password=b"pw", store_password=False)
     lost = next(iter(ensembles(url, list(written)).values()))
     victim = cluster.by_address(sorted(lost)[0])
     victim.kill()
     listing = [lid for lid, bs in ensembles(url, list(written)).items() if victim.address in bs]
 
-    # Without the password, the ledgers stay marked and the command says why.
+    # Without the password, the ledgers stay marked and the commands say why.
     failed = walkit("recover", str(victim.address), "--metadata", url)
     assert failed.returncode == 1
-    assert "password" in failed.stdout
+    for lid in listing:
+        assert f"ledger {lid}: ledger {lid}: its password is needed" not in failed.stdout
+        assert f"ledger {lid}: its password is needed" in failed.stdout
     shown = walkit("underreplicated", "--metadata", url, "--json")
     assert shown.returncode == 0, shown.stderr
     rows = json.loads(shown.stdout)
     assert {r["ledger_id"] for r in rows} >= set(listing)
     assert all(r["missing"] == [str(victim.address)] for r in rows if r["ledger_id"] in listing)
-    text = walkit("underreplicated", "--metadata", url)
-    assert "LEDGER_ID" in text.stdout and str(victim.address) in text.stdout
+    assert all(r["needs_password"] is True for r in rows if r["ledger_id"] in listing)
+    text = walkit("underreplicated", "--metadata", url).stdout.splitlines()
+    assert text[0].split() == ["LEDGER_ID", "MISSING", "LOCKED_BY"]
+    assert [str(victim.address), "-"] in [line.split()[1:] for line in text[1:]]
+    for lid in listing:  # one line each, after the table, saying what to do
+        (line,) = [line for line in text if line.startswith(f"ledger {lid}: ")]
+        assert "password is needed" in line and "walkit recover BOOKIE --password" in line
 
     healed = walkit("recover", str(victim.address), "--password", "pw", "--metadata", url)
     assert healed.returncode == 0, healed.stdout + healed.stderr
@@ -240,3 +252,53 @@ def test_recover_without_a_rate_limit_has_the_replacements_copy(cluster: Process
     assert report["copied_by_replacements"] >= 40 * len(listing) > 0
     assert all(victim.address not in bs for bs in ensembles(url, list(written)).values())
     read_back(url, written)
+
+
+def test_underreplicated_says_which_ledgers_need_their_password(tmp_path: Path) -> None:
+    """Straight from the metadata store (no bookie needed): a ledger that keeps its password,
+    one that opted out, one of 0.1.0 with the default password, and one whose metadata is
+    malformed (its row says null, and the command goes on)."""
+    from tests._release_0_1 import ledger_metadata_bytes
+    from walkit import LedgerMetadata
+    from walkit._core.ledger_metadata import password_hash
+    from walkit.metadata import LedgerManager, ledger_path
+
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    lost = BookieId("127.0.0.1", 9)
+    ensemble = (lost, BookieId("127.0.0.1", 10), BookieId("127.0.0.1", 11))
+
+    def md(ledger_id: int, password: bytes, stored: bool) -> LedgerMetadata:
+        return LedgerMetadata(
+            ledger_id=ledger_id,
+            ensemble_size=3,
+            write_quorum=3,
+            ack_quorum=2,
+            fragments=((0, ensemble),),
+            password_sha256=password_hash(password, b"0123456789abcdef"),
+            password=password if stored else None,
+        )
+
+    async def prepare() -> None:
+        async with await open_metadata_store(url) as store:
+            ledgers = LedgerManager(store)
+            await ledgers.create(md(1, b"kept", True))
+            await ledgers.create(md(2, b"opted out", False))
+            await store.create(ledger_path(3), ledger_metadata_bytes(md(3, b"", False)))
+            doc = json.loads(md(4, b"pw", True).to_bytes())
+            doc["password"] = 1234
+            await store.create(ledger_path(4), json.dumps(doc).encode())
+            urm = UnderreplicationManager(store)
+            await urm.ensure_paths()
+            for ledger_id in (1, 2, 3, 4, 5):  # 5: marked, then deleted
+                await urm.mark(ledger_id, [lost])
+
+    trio.run(prepare)
+    shown = walkit("underreplicated", "--metadata", url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    needs = {row["ledger_id"]: row["needs_password"] for row in json.loads(shown.stdout)}
+    assert needs == {1: False, 2: True, 3: False, 4: None, 5: None}
+    text = walkit("underreplicated", "--metadata", url)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert [line for line in lines if "password" in line] == [lines[-1]]  # one line, last
+    assert lines[-1].startswith("ledger 2: its password is needed")

@@ -78,9 +78,12 @@ def test_simpletest_bookies_ledgers_and_ledger_show(cluster: ProcessCluster) -> 
     assert ledger_id in [str(row["ledger_id"]) for row in listed]
     shown = json.loads(walkit("ledger", "show", ledger_id, "--metadata", url, "--json").stdout)
     assert shown["state"] == "CLOSED" and shown["last_entry_id"] == 2
+    assert shown["password_stored"] is True  # that it is kept, never the password itself
     assert list(shown["fragments"]) == ["0"]
     assert shown["custom_metadata"] == {"owner": "team a", "blob": "\\xff\\x00ok"}
     text = walkit("ledger", "show", ledger_id, "--metadata", url).stdout.splitlines()
+    assert ["password_stored", "True"] in [line.split() for line in text]
+    assert not any("pw" in line.split() for line in text)
     assert text[text.index("custom metadata:") + 1].split() == ["KEY", "VALUE"]
     assert ["blob", "\\xff\\x00ok"] in [line.split() for line in text]
     assert ["owner", "team", "a"] in [line.split() for line in text]

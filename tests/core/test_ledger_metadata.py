@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests._release_0_1 import ledger_metadata_bytes
 from walkit import BookieId, LedgerMetadata, LedgerState
+from walkit._core.ledger_metadata import admin_password, legacy_password_hash, password_hash
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -125,3 +129,65 @@ def test_error_codes_map_back_to_their_classes() -> None:
     assert isinstance(error_for_code(21), WriterFencedError)
     assert issubclass(WriterFencedError, LedgerFencedError)
     assert error_for_code(999).__class__.__name__ == "RemoteProtocolError"
+
+
+# --- the password kept for administrative opens -----------------------------------------------
+
+PW = b"ledger password"
+
+
+def test_the_password_is_an_optional_key_of_format_1_and_never_in_a_repr() -> None:
+    salted = password_hash(PW, b"0123456789abcdef")
+    md = make(password_sha256=salted, password=PW)
+    doc = json.loads(md.to_bytes())
+    assert doc["format"] == 1  # readers that predate the key still read the node
+    assert base64.b64decode(doc["password"]) == PW
+    # Every other key is the one 0.1.0 wrote, with the same value.
+    assert {k: v for k, v in doc.items() if k != "password"} == json.loads(
+        ledger_metadata_bytes(md)
+    )
+    back = LedgerMetadata.from_bytes(7, md.to_bytes())
+    assert back == md and back.has_password and back.password == PW
+    assert "password=" not in repr(md) and PW.decode() not in repr(md)
+    assert make(password=b"").has_password  # the empty password is a password
+    # Every transition keeps it.
+    changed = md.with_fragment(5, (B[3], B[1], B[2])).with_state(LedgerState.IN_RECOVERY)
+    assert changed.closed(9, 90).password == PW
+
+
+def test_metadata_written_before_the_key_reads_as_before() -> None:
+    md = make(password_sha256=password_hash(PW, b"0123456789abcdef"), password=PW)
+    old = LedgerMetadata.from_bytes(7, ledger_metadata_bytes(md))
+    assert old.password is None and not old.has_password
+    assert old == attrs.evolve(md, password=None)
+    assert "password" not in json.loads(old.to_bytes())  # and writes back as it was
+
+
+@pytest.mark.parametrize("bad", [12, True, ["cGFzcw=="], {"a": 1}, "not base64!", "cGFzcw="])
+def test_a_malformed_stored_password_gives_invalid_metadata_error(bad: object) -> None:
+    doc = json.loads(make().to_bytes())
+    doc["password"] = bad
+    with pytest.raises(InvalidMetadataError, match="ledger 7: malformed metadata") as info:
+        LedgerMetadata.from_bytes(7, json.dumps(doc).encode())
+    assert "cGFzcw" not in str(info.value)  # the error never repeats what was stored
+
+
+def test_admin_password_takes_the_stored_one_else_a_known_one() -> None:
+    salted = password_hash(PW, b"0123456789abcdef")
+    stored = make(password_sha256=salted, password=PW)
+    assert admin_password(stored, []) == PW
+    # Not kept (opted out, or written before the key): the first known one that matches.
+    opted_out = make(password_sha256=salted)
+    assert admin_password(opted_out, [b"", b"other"]) is None
+    assert admin_password(opted_out, [b"other", PW, b""]) == PW
+    # A stored password that does not match the hash (edited by hand) is passed over.
+    edited = make(password_sha256=salted, password=b"edited")
+    assert admin_password(edited, []) is None
+    assert admin_password(edited, [PW]) == PW
+    # No hash at all (the oldest metadata): the stored password, else b"" as before.
+    assert admin_password(make(), [PW]) == b""
+    assert admin_password(make(password=PW), []) == PW
+    # Format 1 hashes (unsalted) are checked too.
+    legacy = make(password_sha256=legacy_password_hash(PW))
+    assert admin_password(legacy, [PW]) == PW
+    assert admin_password(attrs.evolve(legacy, password=PW), []) == PW

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -58,6 +59,22 @@ def test_round_trip_and_format() -> None:
     assert md.to_json() == d
 
 
+def test_a_log_whose_ledgers_keep_no_password_is_format_2() -> None:
+    """Readers that predate ``store_password`` refuse such a log instead of rewriting it
+    without the option; every other log stays format 1, without the key."""
+    opted_out = attrs.evolve(sample(), config=LedgerConfig(3, 3, 2, store_password=False))
+    d = doc(opted_out)
+    assert d["format"] == 2 and d["config"]["store_password"] is False
+    assert LogMetadata.from_bytes("orders", opted_out.to_bytes()) == opted_out
+    assert sample().config.store_password and "store_password" not in doc(sample())["config"]
+    # Format 1 with the key (edited by hand) still reads; it is written back as format 2.
+    d["format"] = 1
+    back = LogMetadata.from_bytes("orders", json.dumps(d).encode())
+    assert back == opted_out and doc(back)["format"] == 2
+    with pytest.raises(InvalidArgumentError, match="store_password must be a bool"):
+        LedgerConfig(store_password=0)  # type: ignore[arg-type]
+
+
 @st.composite
 def metadata(draw: st.DrawFn) -> LogMetadata:
     seqs = sorted(draw(st.sets(st.integers(1, 1000), max_size=8)))
@@ -105,7 +122,17 @@ _DELETE = object()
         b"\xff\xfe",
         b"[]",
         b"null",
-        _mutated(format=2),
+        _mutated(format=2),  # format 2 is only for a log whose ledgers keep no password
+        _mutated(format=3),
+        _mutated(
+            config={
+                "ensemble_size": 3,
+                "write_quorum": 3,
+                "ack_quorum": 2,
+                "digest": "mac",
+                "store_password": "no",
+            }
+        ),
         _mutated(format=_DELETE),
         _mutated(name="other"),
         _mutated(config=[3, 2, 2]),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from tests._cluster import process_cluster
 from tests._zookeeper import ZooKeeperServer, unique_root
 from tests.metadata._util import wait_for
 from walkit.errors import ConfigurationError, MetadataAccessError
-from walkit.metadata import WatchEventKind, open_metadata_store
+from walkit.metadata import WatchEventKind, ledger_path, open_metadata_store
 
 pytestmark = pytest.mark.zookeeper
 
@@ -180,6 +182,18 @@ async def test_bookie_processes_and_a_client_on_an_acl_zookeeper(
         try:
             with pytest.raises(NoAuthError):
                 zk.get_children(root)
+            # Nor the ledger's metadata, which keeps its password for autorecovery.
+            with pytest.raises(NoAuthError):
+                zk.get(root + ledger_path(lw.id))
+        finally:
+            zk.stop()
+            zk.close()
+        zk = raw_client(zookeeper_server, "walkit:cluster-pw")
+        try:
+            stored = json.loads(zk.get(root + ledger_path(lw.id))[0])["password"]
+            assert base64.b64decode(stored) == b"pw"
+            acls, _ = zk.get_acls(root + ledger_path(lw.id))
+            assert [(a.id.scheme, a.id.id.split(":")[0]) for a in acls] == [("digest", "walkit")]
         finally:
             zk.stop()
             zk.close()

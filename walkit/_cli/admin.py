@@ -24,6 +24,7 @@ def _md_record(md: LedgerMetadata) -> dict[str, Any]:
         "last_entry_id": md.last_entry_id if md.is_closed else None,
         "length": md.length if md.is_closed else None,
         "digest": md.digest.value,
+        "password_stored": md.has_password,  # never the password itself
         "fragments": {str(first): [str(b) for b in ensemble] for first, ensemble in md.fragments},
         "custom_metadata": {k: bytes_as_text(v) for k, v in md.custom_metadata.items()},
         "ctime_ms": md.ctime_ms,

@@ -37,8 +37,8 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
             "--password",
             action="append",
             default=[],
-            help="a ledger password to try (repeatable; b'' and the passwords stored with "
-            "logs are always tried)",
+            help="a ledger password to try (repeatable; the password a ledger's metadata keeps, "
+            "b'' and the passwords stored with logs are always tried)",
         )
         # AutorecoveryOptions' entries_per_second and bytes_per_second (their kinds; the
         # class would load the client for every command), given or not: see recover().
@@ -95,20 +95,47 @@ def handler(args: argparse.Namespace) -> Any:
 
 
 async def underreplicated(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.autorecovery._passwords import PASSWORD_NEEDED
     from walkit.metadata import UnderreplicationManager, open_metadata_store
 
     async with await open_metadata_store(url) as store:
         urm = UnderreplicationManager(store)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "ledger_id": marker.ledger_id,
                 "missing": [str(b) for b in marker.missing],
                 "locked_by": await urm.lock_owner(marker.ledger_id),
+                "needs_password": await _needs_password(store, marker.ledger_id),
             }
             for marker in await urm.markers()
         ]
     emit(rows, ["ledger_id", "missing", "locked_by"], as_json=args.json, out=out)
+    if not args.json:
+        needy = [row["ledger_id"] for row in rows if row["needs_password"]]
+        if needy:
+            out.write("\n")
+        for ledger_id in needy:
+            out.write(f"ledger {ledger_id}: {PASSWORD_NEEDED}\n")
     return 0
+
+
+async def _needs_password(store: Any, ledger_id: int) -> bool | None:
+    """Whether autorecovery cannot find the ledger's password by itself (None: the ledger is
+    gone, or its metadata or its log's is unreadable). The bookies' own ``passwords`` are not
+    known here: a ledger they know the password of heals, and leaves the list."""
+    import functools
+
+    from walkit.autorecovery._passwords import known_password
+    from walkit.errors import InvalidMetadataError, NoSuchLedgerError
+    from walkit.log._passwords import stored_log_password
+    from walkit.metadata import LedgerManager
+
+    try:
+        md, _version = await LedgerManager(store).read(ledger_id)
+        found = await known_password(md, (), functools.partial(stored_log_password, store))
+    except (NoSuchLedgerError, InvalidMetadataError):
+        return None
+    return found is None
 
 
 class _Progress:

@@ -5,9 +5,19 @@ or sqlite tool::
 
     {"format": 1, "ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2, "state": "OPEN",
      "last_entry_id": -1, "length": 0, "digest": "crc32c", "password_sha256": "...",
-     "fragments": [[0, ["127.0.0.1:3181", ...]], ...], "custom": {"k": "base64"}, "ctime_ms": ...}
+     "password": "base64", "fragments": [[0, ["127.0.0.1:3181", ...]], ...],
+     "custom": {"k": "base64"}, "ctime_ms": ...}
 
 The id is not stored in the value: it is the node's path.
+
+``password`` (optional) is the ledger's password itself, kept for administrative opens
+(autorecovery, ``walkit recover``), as BookKeeper keeps it in its ledger metadata
+(``LedgerMetadata.hasPassword()``); it is absent from ledgers whose creator opted out
+(``store_password=False``) and from ledgers written before it existed. It is an optional key
+of format 1, not a new format: readers that predate it ignore keys they do not know, so they
+still read every ledger; if one of them rewrites a ledger (an ensemble change, a close), the
+key is dropped and the ledger heals as before it existed (with the passwords autorecovery
+knows), which loses nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import enum
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, final
 
 import attrs
@@ -92,6 +102,27 @@ def password_matches(stored: str, password: bytes) -> bool:
     return False
 
 
+def admin_password(metadata: LedgerMetadata, known: Iterable[bytes]) -> bytes | None:
+    """The password an administrative open of the ledger uses (autorecovery, ``walkit
+    recover``), as BookKeeper's AutoRecovery takes the one in the metadata when
+    ``hasPassword()`` and else its configured one: the stored password when its hash checks,
+    else the first of ``known`` that matches the hash; None when none does.
+
+    A stored password that does not match the hash (metadata edited by hand) is passed over:
+    the bookies would refuse its master key. A ledger whose metadata has no hash (written
+    before hashes) takes its stored password, else b"" (the client's default).
+    """
+    stored, hashed = metadata.password, metadata.password_sha256
+    if stored is not None and (not hashed or password_matches(hashed, stored)):
+        return stored
+    if not hashed:
+        return b""
+    for password in known:
+        if password_matches(hashed, password):
+            return password
+    return None
+
+
 @final
 @attrs.frozen
 class LedgerMetadata:
@@ -110,9 +141,13 @@ class LedgerMetadata:
     password_sha256: str = ""
     custom_metadata: Mapping[str, bytes] = attrs.field(factory=dict)
     ctime_ms: int = 0
+    #: The password, for administrative opens (None: not stored). Never in a repr.
+    password: bytes | None = attrs.field(default=None, repr=False)
 
     def __attrs_post_init__(self) -> None:
         validate_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        if self.password is not None and not isinstance(self.password, bytes):
+            raise InvalidMetadataError(f"ledger {self.ledger_id}: the stored password is not bytes")
         if not self.fragments:
             raise InvalidMetadataError(f"ledger {self.ledger_id}: no fragments")
         previous = -1
@@ -139,6 +174,11 @@ class LedgerMetadata:
     @property
     def is_closed(self) -> bool:
         return self.state is LedgerState.CLOSED
+
+    @property
+    def has_password(self) -> bool:
+        """Whether the metadata keeps the ledger's password (BookKeeper's ``hasPassword()``)."""
+        return self.password is not None
 
     @property
     def ensembles(self) -> dict[int, list[BookieId]]:
@@ -210,6 +250,8 @@ class LedgerMetadata:
             },
             "ctime_ms": self.ctime_ms,
         }
+        if self.password is not None:
+            doc["password"] = base64.b64encode(self.password).decode("ascii")
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
     @classmethod
@@ -230,6 +272,11 @@ class LedgerMetadata:
             custom = {
                 str(k): base64.b64decode(v, validate=True) for k, v in doc.get("custom", {}).items()
             }
+            stored = doc.get("password")
+            if stored is not None and not isinstance(stored, str):
+                raise TypeError(
+                    f"the stored password is not a base64 string (a {type(stored).__name__})"
+                )
             return cls(
                 ledger_id=ledger_id,
                 ensemble_size=_int(doc["ensemble_size"]),
@@ -243,6 +290,7 @@ class LedgerMetadata:
                 password_sha256=str(doc.get("password_sha256", "")),
                 custom_metadata=custom,
                 ctime_ms=_int(doc.get("ctime_ms", 0)),
+                password=None if stored is None else base64.b64decode(stored, validate=True),
             )
         except InvalidMetadataError:
             raise

@@ -14,6 +14,12 @@ Serialized as readable JSON with a format version::
      "ctime_ms": 0,
      "sinks": {"3f2a...": 41}}
 
+A log whose ledgers do not keep their password in their own metadata (created with
+``store_password=False``) says so in its config (``"store_password": false``) and is written
+as format 2: readers that predate the option refuse it rather than rewrite the node without
+it (their writers would drop the key, and the log's next ledgers would keep the password
+after all). Every other log stays format 1.
+
 ``sinks`` (present only when not empty) maps a streaming sink's query id to the last batch id
 it committed into the log (see :meth:`LogMetadata.after_link`): the mark that makes a replayed
 micro-batch a no-op.
@@ -52,6 +58,8 @@ from walkit.errors import (
 )
 
 FORMAT_VERSION: Final = 1
+#: The format of a log whose config carries an option older readers must not drop.
+FORMAT_VERSION_OPT_OUT: Final = 2
 
 #: What a log name may look like (it is a metadata node name on every driver).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
@@ -74,9 +82,16 @@ class LedgerConfig:
     #: created with an explicit password, or before passwords were generated). It keeps the
     #: ledgers' master key away from whoever can reach the bookies but not the metadata store.
     password_hex: str = attrs.field(default="", repr=False)
+    #: Whether the log's ledgers keep their password in their own metadata, for autorecovery
+    #: (see ``Client.create_ledger``). Fixed when the log is created.
+    store_password: bool = True
 
     def __attrs_post_init__(self) -> None:
         validate_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        if not isinstance(self.store_password, bool):
+            raise InvalidArgumentError(
+                f"store_password must be a bool, not {self.store_password!r}"
+            )
         try:
             bytes.fromhex(self.password_hex)
         except ValueError:
@@ -95,6 +110,8 @@ class LedgerConfig:
         }
         if self.password_hex:
             doc["password"] = self.password_hex
+        if not self.store_password:
+            doc["store_password"] = False
         return doc
 
 
@@ -390,7 +407,7 @@ class LogMetadata:
 
     def to_bytes(self) -> bytes:
         doc = {
-            "format": FORMAT_VERSION,
+            "format": FORMAT_VERSION if self.config.store_password else FORMAT_VERSION_OPT_OUT,
             "name": self.name,
             "config": self.config.to_json(),
             "next_seq": self.next_seq,
@@ -415,7 +432,7 @@ class LogMetadata:
             doc = json.loads(bytes(data).decode("utf-8"))
             if not isinstance(doc, dict):
                 raise TypeError("not a JSON object")
-            if doc.get("format") != FORMAT_VERSION:
+            if doc.get("format") not in (FORMAT_VERSION, FORMAT_VERSION_OPT_OUT):
                 raise InvalidMetadataError(
                     f"log {name}: unsupported metadata format {doc.get('format')!r}"
                 )
@@ -433,6 +450,11 @@ class LogMetadata:
             sinks = doc.get("sinks", {})
             if not isinstance(sinks, dict):
                 raise TypeError("sinks is not an object")
+            store_password = _bool(config.get("store_password", True))
+            if doc["format"] == FORMAT_VERSION_OPT_OUT and store_password:
+                raise InvalidMetadataError(
+                    f"log {name}: format {FORMAT_VERSION_OPT_OUT} without store_password=false"
+                )
             return cls(
                 name=name,
                 config=LedgerConfig(
@@ -441,6 +463,7 @@ class LogMetadata:
                     ack_quorum=_int(config["ack_quorum"]),
                     digest=DigestType(config["digest"]),
                     password_hex=_str(config.get("password", "")),
+                    store_password=store_password,
                 ),
                 next_seq=_int(doc["next_seq"]),
                 ledgers=tuple(
@@ -537,6 +560,12 @@ def _validate(md: LogMetadata) -> None:
 def _int(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected a boolean, got {value!r}")
     return value
 
 

@@ -3,7 +3,9 @@
 The caller holds the ledger's lock. Steps (see docs/autorecovery.md):
 
 1. Read the marker and the ledger's metadata; decide (:func:`walkit._core.rereplication.next_action`).
-2. An OPEN ledger is left to its writer for the grace period, then fenced and recovered
+2. The ledger's password: the one its metadata keeps, else one this healer knows; none: the
+   marker stays and a warning says so, once (``HealOutcome.NEEDS_PASSWORD``).
+   An OPEN ledger is left to its writer for the grace period, then fenced and recovered
    (opened with recovery, which closes it).
 3. The placement policy picks a replacement for each (fragment, lost bookie); none valid: the
    marker stays and a warning says why.
@@ -17,13 +19,13 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
 
 from walkit._core.digest import DigestManager, master_key
-from walkit._core.ledger_metadata import LedgerMetadata, password_matches
+from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.rereplication import (
     Action,
     FragmentGap,
@@ -40,9 +42,10 @@ from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies, RateLimiter, TargetFailedError, copy_fragment
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.autorecovery._passwords import PASSWORD_NEEDED, known_password
 from walkit.autorecovery._remote_copy import copy_at_target
 from walkit.errors import InvalidMetadataError, NoSuchLedgerError, RereplicationError
-from walkit.log._passwords import ledger_password
+from walkit.log._passwords import log_password
 from walkit.metadata import Decision, UnderreplicationManager, cas_update
 
 if TYPE_CHECKING:
@@ -62,6 +65,7 @@ class HealOutcome(enum.Enum):
     WAITING = "waiting"  # open, within the writer's grace period
     NO_REPLACEMENT = "no_replacement"  # the placement policy has no valid bookie: marker stays
     DEFERRED = "deferred"  # no copy would go to this worker's own bookie: left for now
+    NEEDS_PASSWORD = "needs_password"  # nobody stored or gave its password: marker stays
 
 
 @final
@@ -95,20 +99,40 @@ class Healer:
         #: Replacements that did not copy a fragment themselves (said once each).
         self._copied_here_for: set[BookieId] = set()
 
-    async def password_for(self, md: LedgerMetadata) -> bytes:
-        """The ledger's password among those this healer knows; RereplicationError if none."""
-        stored = md.password_sha256
-        candidates = [*self.options.passwords, b""]
-        if not stored:
-            return candidates[-1]
-        candidates.append(await ledger_password(self.client, md))
-        for password in candidates:
-            if password_matches(stored, password):
-                return password
-        raise RereplicationError(
-            f"ledger {md.ledger_id}: its password is not known to autorecovery (not b'', not "
-            "stored with a log); give it with `walkit recover --password` or the passwords option"
+    async def find_password(self, md: LedgerMetadata) -> bytes | None:
+        """The ledger's password: the one its metadata keeps, else b"", one of this healer's
+        ``passwords`` or its log's; None when none of them is it."""
+        return await known_password(
+            md, self.options.passwords, functools.partial(log_password, self.client)
         )
+
+    async def password_for(self, md: LedgerMetadata) -> bytes:
+        """:meth:`find_password`, raising RereplicationError when it is unknown."""
+        password = await self.find_password(md)
+        if password is None:
+            raise RereplicationError(f"ledger {md.ledger_id}: {PASSWORD_NEEDED}")
+        return password
+
+    def _forget(self, ledger_id: int) -> None:
+        """Drop what this healer remembers of a ledger that is no longer marked."""
+        self.open_since.pop(ledger_id, None)
+        self.last_problem.pop(ledger_id, None)
+
+    def forget_unmarked(self, marked: Iterable[int]) -> None:
+        """Drop what this healer remembers of ledgers not in ``marked`` (healed elsewhere, or
+        deleted): if one is marked again, its problems are news again and are said again."""
+        keep = set(marked)
+        for ledger_id in {*self.open_since, *self.last_problem} - keep:
+            self._forget(ledger_id)
+
+    def _password_unknown(self, ledger_id: int) -> HealOutcome:
+        # Said once per ledger (until it heals): every pass of every worker tries it again.
+        said = self.last_problem.get(ledger_id) == PASSWORD_NEEDED
+        self.last_problem[ledger_id] = PASSWORD_NEEDED
+        (log.debug if said else log.warning)(
+            "rereplication_needs_password", ledger_id=ledger_id, reason=PASSWORD_NEEDED
+        )
+        return HealOutcome.NEEDS_PASSWORD
 
     def _with_local(
         self,
@@ -212,13 +236,14 @@ class Healer:
         for _ in range(_ROUNDS):
             found = await self.urm.read(ledger_id)
             if found is None:
+                self._forget(ledger_id)  # healed elsewhere
                 return HealOutcome.NOTHING
             marker, marker_version = found
             try:
                 md, version = await context.read_metadata(ledger_id)
             except NoSuchLedgerError:
                 await self.urm.remove(ledger_id, marker_version)
-                self.open_since.pop(ledger_id, None)
+                self._forget(ledger_id)
                 return HealOutcome.GONE
             lost = set(marker.missing)
             now = trio.current_time()
@@ -231,7 +256,7 @@ class Healer:
             )
             if action is Action.DONE:
                 if await self.urm.remove(ledger_id, marker_version):
-                    self.open_since.pop(ledger_id, None)
+                    self._forget(ledger_id)
                     return HealOutcome.NOTHING
                 continue
             if action is Action.WAIT:
@@ -242,7 +267,9 @@ class Healer:
                     grace_period=self.options.grace_period,
                 )
                 return HealOutcome.WAITING
-            password = await self.password_for(md)
+            password = await self.find_password(md)
+            if password is None:
+                return self._password_unknown(ledger_id)
             if action is Action.RECOVER:
                 log.info("rereplication_recovering_open_ledger", ledger_id=ledger_id)
                 await self.client.open_ledger(ledger_id, password=password, recovery=True)
@@ -312,7 +339,7 @@ class Healer:
             )
             self.last_problem.pop(ledger_id, None)
             if await self.urm.remove(ledger_id, marker_version):
-                self.open_since.pop(ledger_id, None)
+                self._forget(ledger_id)
                 self.metrics.healed(trio.current_time() - started)
                 return HealOutcome.HEALED
         raise RereplicationError(

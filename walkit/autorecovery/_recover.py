@@ -110,8 +110,8 @@ async def recover_bookie(
             except WalkitError as exc:
                 report.failed[ledger_id] = str(exc)
             else:
-                if outcome is HealOutcome.NO_REPLACEMENT:
-                    report.failed[ledger_id] = healer.last_problem.get(ledger_id, "no replacement")
+                if outcome in (HealOutcome.NO_REPLACEMENT, HealOutcome.NEEDS_PASSWORD):
+                    report.failed[ledger_id] = healer.last_problem.get(ledger_id, outcome.value)
                 else:
                     report.healed.append(ledger_id)
             done += 1

@@ -63,7 +63,8 @@ _COPIES_AT_ONCE = 4
 @final
 class FragmentCopier:
     """Answers COPY_FRAGMENT requests in a bookie: reads through ``client``, finds a ledger's
-    password with ``password_for`` (a healer's: it raises RereplicationError when unknown),
+    password with ``password_for`` (a healer's: the one the ledger's metadata keeps, else one
+    the healer knows; it raises RereplicationError when unknown),
     stores into ``local`` (the bookie itself), ``window`` entries at a time."""
 
     def __init__(

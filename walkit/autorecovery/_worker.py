@@ -99,6 +99,7 @@ class ReplicationWorker:
         follow the markers' watch, so it stays current.
         """
         ids = await self.urm.list_ids()
+        self.healer.forget_unmarked(ids)
         metrics = self.healer.metrics
         metrics.underreplicated(len(ids))
         settings = await self.urm.settings()

@@ -197,6 +197,7 @@ async def stage_ledger(
         digest=cfg.digest,
         password=owner.options.password,
         custom_metadata=custom,
+        store_password=cfg.store_password,
     )
     context = owner.client._context
     ended = await context.retry_metadata(

@@ -152,6 +152,7 @@ class Log:
         write_quorum: int | None = None,
         ack_quorum: int | None = None,
         digest: str | DigestType | None = None,
+        store_password: bool | None = None,
         options: LogOptions | None = None,
         **kwargs: Unpack[LogOptionsDict],
     ) -> _Opener:
@@ -160,7 +161,10 @@ class Log:
 
         ``ensemble_size``/``write_quorum``/``ack_quorum``/``digest`` say how the log's ledgers
         are made; they are fixed when the log is created (defaults 3/2/2/crc32c), and giving
-        other values for an existing log raises ConfigurationError. The handle's options
+        other values for an existing log raises ConfigurationError. So is ``store_password``
+        (default True): whether the log's ledgers keep their password in their metadata, so
+        that autorecovery heals them by itself; False needs a ``password`` of the log's own
+        (a generated one is kept in the log's metadata anyway). The handle's options
         (:class:`walkit.LogOptions`: roll thresholds, password, snapshots kept, ...) come as
         keywords (``roll_entries=1000``; type checkers know their names and types), as an
         ``options=LogOptions(...)`` object, or both (the keywords win).
@@ -182,6 +186,18 @@ class Log:
         if digest is not None:
             config["digest"] = DigestType.parse(digest)
         explicit_password = "password" in kwargs or opts.password != LogOptions().password
+        if store_password is not None:
+            if not isinstance(store_password, bool):
+                raise ConfigurationError(
+                    f"log option store_password must be a bool, not {store_password!r}"
+                )
+            if not store_password and not explicit_password:
+                raise ConfigurationError(
+                    f"log {name}: store_password=False needs the log's own password "
+                    "(password=...): a log without one keeps a generated password in its "
+                    "metadata, where autorecovery finds it anyway"
+                )
+            config["store_password"] = store_password
         return _Opener(client, name, create, config, opts, explicit_password)
 
     @classmethod
@@ -402,6 +418,7 @@ class Log:
             digest=cfg.digest,
             password=self.options.password,
             custom_metadata=custom,
+            store_password=cfg.store_password,
         )
 
     async def _discard_ledger(self, lw: LedgerWriter) -> None:

@@ -6,30 +6,37 @@ A log created without a password keeps a random one in its metadata (see docs/lo
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit.errors import NoSuchLogError
-from walkit.log._store import fetch_log
+from walkit.log._store import read_log
+from walkit.metadata import MetadataStore
 
 if TYPE_CHECKING:
     from walkit.client import Client
 
-__all__ = ["LOG_KEY", "ledger_password", "log_password"]
+__all__ = ["LOG_KEY", "ledger_password", "log_password", "stored_log_password"]
 
 #: The custom metadata key that names the log a ledger belongs to.
 LOG_KEY = "walkit.log"
 
 
-async def log_password(client: Client, name: str) -> bytes:
+async def stored_log_password(store: MetadataStore, name: str) -> bytes:
     """The password stored with log ``name``: b"" for a log created with a password of its own
     (only its users know it), or created before passwords were generated, or missing."""
-    context = client._context
     try:
-        md, _version = await fetch_log(context, name)
+        md, _version = await read_log(store, name)
     except NoSuchLogError:
         return b""
     return md.config.password
+
+
+async def log_password(client: Client, name: str) -> bytes:
+    """:func:`stored_log_password`, retried while the metadata store is unreachable."""
+    context = client._context
+    return await context.retry_metadata(functools.partial(stored_log_password, context.store, name))
 
 
 def ledger_log(metadata: LedgerMetadata) -> str | None:
