@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from walkit._cli._args import add_options, given
-from walkit._core.options import SWITCH, Kind, choice, declared, optional
+from walkit._core.options import SWITCH, TEXT, choice, declared, optional
 from walkit._groups import leaves as group_leaves
 from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
 from walkit._private_file import read_private_text
@@ -39,9 +39,7 @@ log = get_logger("walkit_bookie.cli")
 
 SWITCH_INTERVAL = 0.0005
 CLI_LOG_LEVELS = ("debug", "info", "warning", "error")
-OPTIONAL_TEXT = Kind(
-    problem=lambda v: None if v is None or isinstance(v, str) else "must be a string"
-)
+OPTIONAL_TEXT = optional(TEXT)
 
 
 @final

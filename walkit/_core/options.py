@@ -10,6 +10,7 @@ command line or a config file spells one), its help and its command-line flag::
 The kind's check is the field's validator. A kind that converts (``"zstd"`` to a codec) is
 declared with ``attrs.field(converter=..., **KIND.option(...))`` instead, so that type
 checkers see what ``__init__`` takes.
+
 Everything else is made from these declarations: keyword checks (:func:`options_from_kwargs`),
 command-line parsers (``walkit._cli._args``), the bookie's config file and its docs. So an
 option is added, renamed or given another default in one place.
@@ -27,12 +28,22 @@ from walkit._core.rate_limit import check_rate
 from walkit.errors import ConfigurationError, WalkitError
 
 __all__ = [
+    "BYTE_RATE_LIMIT",
     "FRACTION",
+    "FRAME_OVERHEAD",
+    "FRAME_SIZE",
+    "MAX_FRAME_SIZE",
+    "MIN_FRAME_SIZE",
     "NON_NEGATIVE",
+    "PER_SECOND",
     "PORT",
     "POSITIVE",
+    "RATE",
+    "RATE_LIMIT",
     "SECONDS",
     "SIZE",
+    "SWITCH",
+    "TEXT",
     "THRESHOLD",
     "Kind",
     "Option",
@@ -42,6 +53,11 @@ __all__ = [
     "number",
     "optional",
     "options_from_kwargs",
+    "options_mapping",
+    "rate_limit",
+    "read_int",
+    "read_number",
+    "read_rate",
     "read_size",
     "show_size",
 ]
