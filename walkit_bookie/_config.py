@@ -265,7 +265,9 @@ class BookieConfig:
         "under",
     )
     max_long_poll: float = SECONDS.field(
-        30.0, "longest a long-poll LAC read waits, in seconds, whatever timeout it asks for"
+        30.0,
+        "longest a long-poll LAC read waits, in seconds, whatever timeout it asks for (the "
+        "wire allows 2^32-1 ms, 49 days)",
     )
     max_long_polls: int = POSITIVE_INT.field(
         10_000,
@@ -351,7 +353,9 @@ class BookieConfig:
         "are forgotten (only with --metadata) and entry logs with nothing live removed",
     )
     minor_compaction_threshold: float = THRESHOLD.field(
-        0.2, "compact entry logs with less than this live fraction (0 disables minor compaction)"
+        0.2,
+        "compact entry logs with less than this live fraction, every "
+        "--minor-compaction-interval (0 disables minor compaction)",
     )
     minor_compaction_interval: float = NON_NEGATIVE.field(
         3600.0, "seconds between minor compactions (0 disables them)"
@@ -365,7 +369,9 @@ class BookieConfig:
         86400.0, "seconds between major compactions (0 disables them)"
     )
     compaction_max_rate: float = RATE.field(
-        0, "copy at most this many bytes per second when compacting"
+        0,
+        "copy at most this many bytes per second when compacting, to spare the disks for "
+        "adds and reads",
     )
     compaction_batch_bytes: int = SIZE.field(
         4 * MiB,

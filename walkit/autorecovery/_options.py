@@ -57,7 +57,9 @@ class AutorecoveryOptions:
         "when one is added)",
     )
     check_interval: float = POSITIVE.field(
-        3600.0, "seconds between the auditor's periodic checks of every ledger"
+        3600.0,
+        "seconds between the auditor's periodic checks of every ledger (its fragments' "
+        "bookies, and the entries check_entries asks for)",
     )
     check_entries: bool = SWITCH.field(
         True,
