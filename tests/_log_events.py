@@ -10,21 +10,29 @@ import trio
 
 
 @contextlib.contextmanager
-def log_event(logger: str, event: str) -> Iterator[trio.Event]:
-    """A trio.Event set once ``logger`` (or a logger below it) logs ``event``, at any level.
+def log_event(logger: str, event: str, count: int = 1) -> Iterator[trio.Event]:
+    """A trio.Event set once ``logger`` (or a logger below it) has logged ``event`` ``count``
+    times, at any level.
 
     walkit's records carry the structured event as ``record.walkit_event`` (see
     ``walkit._logging``). Records from other threads are handed to trio through its token.
     """
     seen = trio.Event()
     token = trio.lowlevel.current_trio_token()
+    left = count
+
+    def _count() -> None:
+        nonlocal left
+        left -= 1
+        if left <= 0:
+            seen.set()
 
     class _Handler(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             fields = getattr(record, "walkit_event", None)
             if isinstance(fields, dict) and fields.get("event") == event:
                 with contextlib.suppress(trio.RunFinishedError):
-                    token.run_sync_soon(seen.set)
+                    token.run_sync_soon(_count)
 
     target = logging.getLogger(logger)
     handler = _Handler(logging.DEBUG)

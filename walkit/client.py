@@ -19,7 +19,7 @@ import functools
 import random
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Unpack, final
 
 import trio
 
@@ -31,6 +31,7 @@ from walkit._core.ledger_metadata import (
     password_hash,
     validate_quorums,
 )
+from walkit._core.options import options_mapping
 from walkit._core.types import BookieId
 from walkit._groups import collapse
 from walkit._logging import get_logger
@@ -44,7 +45,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger._context import ClientContext, check_password
-from walkit.ledger._options import ClientOptions
+from walkit.ledger._options import ClientOptions, ClientOptionsDict
 from walkit.ledger._reader import LedgerReader
 from walkit.ledger._reads import read_lac, unreachable
 from walkit.ledger._recovery import recover_ledger
@@ -172,7 +173,8 @@ class Client:
         rng: random.Random | None = None,
         tls: TLSConfig | None = None,
         auth: AuthProvider | None = None,
-        **options: Any,
+        options: ClientOptions | None = None,
+        **kwargs: Unpack[ClientOptionsDict],
     ) -> _Connector:
         """Connect to the cluster whose metadata is at ``url`` (``zk://``, ``sqlite:///``,
         ``memory://``); use as ``async with Client.connect(url) as client:``.
@@ -184,11 +186,14 @@ class Client:
         cluster must then serve TLS; see ``docs/security.md``).
         ``auth``: credentials sent first on each connection to a bookie, for bookies that
         authenticate clients (``walkit.TokenAuth(token=...)``; see ``docs/security.md``).
-        ``options``: see :class:`walkit.ledger.ClientOptions` (timeouts, ensemble change mode,
-        ...). Raises ConfigurationError (bad URL or option, unreadable TLS files),
+        The client's options (:class:`walkit.ClientOptions`: timeouts, ensemble change mode,
+        ...) come as keywords (``add_timeout=5``; type checkers know their names and types),
+        as an ``options=ClientOptions(...)`` object, or both (the keywords win). Raises
+        ConfigurationError (bad URL, unknown or bad option, unreadable TLS files),
         MetadataStoreError (store unreachable).
         """
-        return _Connector(_open_client(url, placement, network, rng, options, tls, auth))
+        given = options_mapping(ClientOptions, options, kwargs)
+        return _Connector(_open_client(url, placement, network, rng, given, tls, auth))
 
     # --- internals -----------------------------------------------------------------------
     # ``_core`` (a ClientContext: connection pool, ledger manager, placement, options) is private:

@@ -1,4 +1,9 @@
-"""The bookie's configuration."""
+"""The bookie's configuration: every option declared once (``walkit._core.options``).
+
+``walkit-bookie``'s flags, its config file (``--config FILE``, TOML) and the option reference
+in docs/bookie.md are made from these declarations (``walkit_bookie.cli``,
+``walkit_bookie._config_file``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import os
 import ssl
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, final
+from typing import Any, ClassVar, final
 
 import attrs
 
@@ -17,6 +22,22 @@ from walkit._core.auth import (
     TlsAuthenticator,
     TokenAuthenticator,
     parse_token_file,
+)
+from walkit._core.options import (
+    FRACTION,
+    FRAME_SIZE,
+    NON_NEGATIVE,
+    PER_SECOND,
+    PORT,
+    POSITIVE,
+    RATE,
+    SIZE,
+    SWITCH,
+    THRESHOLD,
+    Kind,
+    choice,
+    count,
+    optional,
 )
 from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
 from walkit._private_file import read_private_text
@@ -36,7 +57,7 @@ def _dirs(value: Any) -> tuple[str, ...]:
         raise ConfigurationError(f"data_dirs must be a list of paths, not {value!r}")
     dirs = tuple(os.path.abspath(os.fspath(d)) for d in value)
     if not dirs:
-        raise ConfigurationError("a bookie needs at least one data directory")
+        raise ConfigurationError("a bookie needs at least one data directory (--data-dir DIR)")
     if len(set(dirs)) != len(dirs):
         raise ConfigurationError(f"data directories are listed twice: {list(dirs)}")
     return dirs
@@ -46,231 +67,415 @@ def _optional_path(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str | os.PathLike) or not os.fspath(value):
-        raise ConfigurationError(f"a TLS file must be a path, not {value!r}")
+        raise ConfigurationError(f"a file option must be a path, not {value!r}")
     return os.path.abspath(os.fspath(value))
 
 
-def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise ConfigurationError(f"{attribute.name} must be a positive number, not {value!r}")
+def _words(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        value = [value]
+    words = tuple(value)
+    if not all(isinstance(w, str) for w in words):
+        raise ConfigurationError(f"expected a list of strings, not {value!r}")
+    return words
 
 
-def _fraction(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ConfigurationError(f"{attribute.name} must be in (0, 1], not {value!r}")
+def _host(value: Any) -> str | None:
+    return None if isinstance(value, str) and value else "must be a non-empty string"
 
 
-def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise ConfigurationError(f"{attribute.name} must be 0 or more, not {value!r}")
+def _location(value: Any) -> str | None:
+    if isinstance(value, str) and value.startswith("/") and not value.endswith("/"):
+        return None
+    return "must be a network location like /region/rack"
 
 
-def _threshold(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
-        raise ConfigurationError(f"{attribute.name} must be in [0, 1], not {value!r}")
+def _advertised(value: Any) -> str | None:
+    if value is None or (
+        isinstance(value, str)
+        and value
+        and value not in WILDCARD_HOSTS
+        and value.isprintable()
+        and not any(c in value for c in " /")
+    ):
+        return None
+    return "must be a host name or address clients can connect to"
 
 
-def _frame_size(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 2048 <= value < 2**32:
-        raise ConfigurationError(
-            f"max_frame_size must be from 2048 (room for a frame's headers, key and digest) "
-            f"to 2^32-1 (frame lengths are 32-bit), not {value!r}"
-        )
+def _token(value: Any) -> str | None:
+    if value is None or (
+        isinstance(value, str)
+        and len(value) >= 16
+        and value.isprintable()
+        and value == value.strip()
+    ):
+        return None
+    return (
+        "must be at least 16 printable characters without surrounding spaces (e.g. from "
+        "`python -c 'import secrets; print(secrets.token_urlsafe())'`)"
+    )
 
 
-def _port(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 65536:
-        raise ConfigurationError(f"port must be in 0..65535, not {value!r}")
+def _optional_text(value: Any) -> str | None:
+    return None if value is None or isinstance(value, str) else "must be a string"
 
 
-def _location(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/"):
-        raise ConfigurationError(f"network location must look like /region/rack, not {value!r}")
+HOST = Kind(problem=_host, metavar="HOST")
+OPTIONAL_HOST = Kind(problem=_optional_text, metavar="HOST")
+LOCATION = Kind(problem=_location, metavar="/REGION/RACK")
+ADVERTISED = Kind(problem=_advertised, metavar="HOST")
+TOKEN = Kind(problem=_token, metavar="TOKEN", secret=True)
+DATA_DIRS = Kind(convert=_dirs, repeated=True, metavar="DIR")
+PATH = Kind(convert=_optional_path, metavar="PATH")
+WORDS = Kind(convert=_words, repeated=True, metavar="WORD")
+#: Options in seconds (numbers > 0).
+SECONDS = POSITIVE
+#: Whole numbers > 0.
+POSITIVE_INT = count(1)
 
 
 @final
 @attrs.frozen(kw_only=True)
 class BookieConfig:
-    """Everything a bookie is started with.
+    """Everything a bookie is started with (each option's help says what it does).
 
     ``data_dirs``: the journal lives in the first directory; entry logs and the index in the
     others (or in the first when there is only one). Every directory gets a cookie.
-
-    ``port`` 0 means: the port recorded in the cookie when the directories already belong to a
-    bookie (so a restart comes back at the same address), else a free one.
     """
 
-    data_dirs: tuple[str, ...] = attrs.field(converter=_dirs)
-    host: str = "127.0.0.1"
-    port: int = attrs.field(default=0, validator=_port)
-    network_location: str = attrs.field(default="/default-region/default-rack", validator=_location)
+    #: Errors name an option as the flag's words do ("port must be ...").
+    option_noun: ClassVar[str] = ""
 
-    #: Port of the HTTP admin endpoint (/metrics, /health, /admin/gc); None: no endpoint,
-    #: 0: any free (``--admin-port``).
-    http_port: int | None = attrs.field(default=None, validator=attrs.validators.optional(_port))
-    #: Address of the HTTP admin endpoint: loopback unless given (``--admin-host``), whatever
-    #: ``host`` is. None means ``host`` (the old behaviour, for callers that relied on it).
-    http_host: str | None = "127.0.0.1"
-    #: The bearer token POSTs to the admin endpoint need (``Authorization: Bearer TOKEN``);
-    #: None: admin POSTs are refused (403). Never printed.
-    admin_token: str | None = attrs.field(default=None, repr=False)
-    #: The address registered for clients when ``host`` is a wildcard (0.0.0.0, ::), which
-    #: clients cannot connect to; required then.
-    advertised_address: str | None = None
-
-    #: Frames larger than this are refused (answered with an error, then the connection closes).
-    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE, validator=_frame_size)
-    #: Adds accepted but not yet answered, over all connections; beyond it sockets are not read.
-    max_inflight_adds: int = attrs.field(default=10_000, validator=_positive)
-    #: Bytes of those adds' entries (they are held in memory until stored); beyond it sockets
-    #: are not read either, so big entries cannot pile up to ``max_inflight_adds`` of them.
-    max_inflight_add_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
-    #: Reads (including long polls) accepted but not yet answered, over all connections.
-    max_inflight_reads: int = attrs.field(default=1_000, validator=_positive)
-    #: Answers queued for one connection that its peer has not read yet; beyond it that one
-    #: socket is not read.
-    max_unsent_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
-    #: Answers queued over all connections that their peers have not read yet; beyond it a
-    #: connection with answers of its own still queued is not read until they go (connections
-    #: whose peers keep up go on).
-    max_unsent_bytes_total: int = attrs.field(default=256 * MiB, validator=_positive)
-    #: Seconds a connection's queued answers may wait without its peer taking any of them
-    #: (about 1 MiB at a time); past it the connection is closed and its answers dropped.
-    send_timeout: float = attrs.field(default=30.0, validator=_positive)
-    #: Seconds a new connection has to deliver its first whole request (its AUTH, with
-    #: authentication on; a TLS handshake counts); past it the connection is closed. Clients
-    #: connect when they have something to send.
-    first_request_timeout: float = attrs.field(default=10.0, validator=_positive)
-    #: Seconds a frame may take to arrive once its first bytes have (time the bookie does not
-    #: read the socket, under backpressure, is not counted); past it the connection is closed.
-    frame_timeout: float = attrs.field(default=30.0, validator=_positive)
-    #: With ``max_connections`` open, a new connection closes an open one with nothing in
-    #: flight or queued instead of being refused: the oldest that has not sent a whole request,
-    #: else the one idle longest if idle at least this many seconds, else one whose frame has
-    #: been arriving for over 2 s. Silent and slow connections cannot hold the slots.
-    evict_idle_after: float = attrs.field(default=10.0, validator=_positive)
-    #: With ``max_unsent_bytes_total`` of answers queued and reads waiting for room, a
-    #: connection whose peer has taken none of its answers for this many seconds is closed
-    #: (the longest stuck first) until the total is under: peers that read nothing cannot hold
-    #: the answer budget, and so the memory, from the clients that do read.
-    evict_unread_after: float = attrs.field(default=2.0, validator=_positive)
-    #: Longest a long-poll LAC read waits, in seconds, whatever timeout it asks for.
-    max_long_poll: float = attrs.field(default=30.0, validator=_positive)
-    #: Long polls waiting at once, over all connections. They are counted apart from reads
-    #: (a wait must not stop the read loop); beyond it they are answered TOO_MANY_REQUESTS.
-    max_long_polls: int = attrs.field(default=10_000, validator=_positive)
-    #: Client connections open at once; a connection beyond it gets its first request
-    #: answered TOO_MANY_REQUESTS, then is closed.
-    max_connections: int = attrs.field(default=1_000, validator=_positive)
-    #: Client connections open at once from one address (host); None: no cap of its own
-    #: (ZooKeeper's maxClientCnxns, Kafka's max.connections.per.ip). At it, a new connection
-    #: from that address closes one of that address's idle connections (as at
-    #: ``max_connections``) or is refused: one host cannot hold every slot with connections
-    #: that look busy. Clients behind one NAT address share it.
-    max_connections_per_address: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_positive)
+    # --- where ------------------------------------------------------------------------------
+    data_dirs: tuple[str, ...] = attrs.field(
+        converter=_dirs,
+        **DATA_DIRS.option(
+            "data directory; repeat for more. The first holds the journal, the others the entry "
+            "logs (spread over them) and the index (in the first of them); with one, it holds "
+            "everything. Put the journal on its own disk when you have two",
+            flags=["--data-dir"],
+        ),
     )
-    #: Requests of one connection accepted but not yet answered (long polls included);
-    #: beyond it they are answered TOO_MANY_REQUESTS.
-    max_requests_per_connection: int = attrs.field(default=20_000, validator=_positive)
-    #: Bytes of frames received in part, over all connections (a client sends a big frame
-    #: in pieces). A connection whose partial frame (over 64 KiB) finds the bookie past it gets
-    #: TOO_MANY_REQUESTS and is closed: slow or stalled big frames cannot pin memory.
-    max_partial_frame_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
-    #: Warnings about bad input (malformed frames and messages) logged per ``bad_input_log_
-    #: interval`` seconds; the rest are counted (metric ``walkit_bookie_bad_input_total``) and
-    #: summed up in the next warning.
-    bad_input_log_burst: int = attrs.field(default=10, validator=_positive)
-    bad_input_log_interval: float = attrs.field(default=60.0, validator=_positive)
-
-    #: Longest an add waits for others to join its journal write (it waits only while others
-    #: keep arriving; an idle bookie writes at once).
-    group_commit_max_wait: float = attrs.field(default=0.001, validator=_positive)
-    #: A journal write (one fdatasync) carries at most about this many bytes.
-    group_commit_max_bytes: int = attrs.field(default=4 * MiB, validator=_positive)
-    #: Rereplication copies (adds flagged COPY) are stored apart from the journal, straight in
-    #: an entry log: one write, one fdatasync and one index transaction per group of at most
-    #: about this many bytes.
-    copy_group_max_bytes: int = attrs.field(default=8 * MiB, validator=_positive)
-    #: Groups of at least this many bytes are written from a worker thread, so receiving and
-    #: answering go on meanwhile; smaller ones are written inline on the event loop (a small
-    #: O_DIRECT write takes ~0.1-0.3 ms, less than a hand-off to a thread and back once both
-    #: cores are busy). 0: always a thread.
-    journal_thread_min_bytes: int = attrs.field(
-        default=256 * 1024, validator=attrs.validators.ge(0)
+    host: str = HOST.field(
+        "127.0.0.1",
+        "address to listen on; the bookie id is host:port. A wildcard (0.0.0.0, ::) needs "
+        "--advertised-address",
     )
-    journal_max_size: int = attrs.field(default=512 * MiB, validator=_positive)
-    entrylog_max_size: int = attrs.field(default=1024 * MiB, validator=_positive)
-    #: Entries kept in memory before a checkpoint writes them to entry logs; adds wait (the
-    #: journal stalls) when twice this is in memory.
-    write_cache_max_bytes: int = attrs.field(default=128 * MiB, validator=_positive)
-    checkpoint_interval: float = attrs.field(default=30.0, validator=_positive)
-
-    #: Above this fraction of used space on any data dir's disk the bookie turns read-only...
-    disk_usage_threshold: float = attrs.field(default=0.95, validator=_fraction)
-    #: ...and turns writable again below this one (default: 0.05 below the threshold).
-    disk_usage_lwm: float | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_fraction)
+    port: int = PORT.field(
+        0,
+        "port to listen on; 0: the port recorded in the cookie when the data directories "
+        "already belong to a bookie (a restart comes back at the same address), else a "
+        "free one",
     )
-    disk_check_interval: float = attrs.field(default=10.0, validator=_positive)
-
-    #: Seconds between garbage collection rounds: ledgers deleted in the metadata store are
-    #: forgotten (only with a metadata store) and entry logs with nothing live are removed.
-    gc_interval: float = attrs.field(default=300.0, validator=_positive)
-    #: Minor compaction: entry logs whose live fraction is below the threshold are compacted,
-    #: every interval (seconds). A threshold or interval of 0 disables it.
-    minor_compaction_threshold: float = attrs.field(default=0.2, validator=_threshold)
-    minor_compaction_interval: float = attrs.field(default=3600.0, validator=_non_negative)
-    #: Major compaction: the same with a higher threshold, less often.
-    major_compaction_threshold: float = attrs.field(default=0.8, validator=_threshold)
-    major_compaction_interval: float = attrs.field(default=86400.0, validator=_non_negative)
-    #: Compaction copies at most this many bytes per second (0: as fast as it can).
-    compaction_max_rate: float = attrs.field(default=0, validator=_non_negative)
-    #: Live entries are copied, and the index updated, this many bytes at a time.
-    compaction_batch_bytes: int = attrs.field(default=4 * MiB, validator=_positive)
-    #: After the metadata session is lost, the bookie registers again through a new store,
-    #: retrying with exponential backoff up to this many seconds between attempts.
-    metadata_retry_max: float = attrs.field(default=10.0, validator=_positive)
-
-    #: TLS: the bookie's certificate chain and private key (PEM). Set: clients must use TLS.
-    tls_cert: str | None = attrs.field(default=None, converter=_optional_path)
-    tls_key: str | None = attrs.field(default=None, converter=_optional_path)
-    #: CA bundle that signs client certificates (needed to check them).
-    tls_ca: str | None = attrs.field(default=None, converter=_optional_path)
-    #: Ask clients for a certificate: "none", "optional" (checked if given) or "require".
-    tls_client_auth: str = "none"
-    #: With ``tls_cert``: serve the admin endpoint over HTTPS with the same certificate, CA and
-    #: client-certificate rule (False: plain HTTP, e.g. for a scraper on the same host).
-    admin_tls: bool = True
-    #: Authentication of clients: "none", "token" (shared tokens from ``auth_token_file``) or
-    #: "tls" (the verified client certificate's subject; needs ``tls_client_auth="require"``).
-    auth: str = "none"
-    #: With ``auth="token"``: a file of ``PRINCIPAL:TOKEN`` lines, not readable by group or
-    #: others (0600).
-    auth_token_file: str | None = attrs.field(default=None, converter=_optional_path)
-    #: Authorization rules, ``OP=PRINCIPAL[,PRINCIPAL...]`` (OP: add, fence, read, admin);
-    #: an operation without a rule is allowed to every authenticated principal.
-    authorize: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    #: A file (0600) holding the token the bookie's autorecovery worker sends to bookies
-    #: that authenticate clients by token.
-    autorecovery_token_file: str | None = attrs.field(default=None, converter=_optional_path)
-    #: Run an autorecovery auditor candidate and replication worker (docs/autorecovery.md).
-    #: ``walkit-bookie`` turns it on unless ``--no-autorecovery``; an embedded Bookie opts in.
-    autorecovery: bool = False
-    #: Answer COPY_FRAGMENT requests (copy a fragment from its replicas to this bookie, for
-    #: a healer elsewhere), through a client of the metadata store; with or without
-    #: ``autorecovery``. ``walkit-bookie`` turns it on unless ``--no-fragment-copies``.
-    fragment_copies: bool = False
-    #: Seconds a bookie stays unregistered before its ledgers are marked (stored in the
-    #: metadata by the first bookie; ``walkit autorecovery delay`` changes it at run time).
-    lost_bookie_delay: float = attrs.field(default=30.0, validator=_non_negative)
-    #: The replication worker's copy rate limits (0: none; None: autorecovery's defaults,
-    #: 5,000 entries/s and 16 MiB/s).
-    rereplication_entries_per_second: float | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_non_negative)
+    network_location: str = LOCATION.field(
+        "/default-region/default-rack",
+        "where this bookie sits, for rack- and region-aware placement (registered in the "
+        "metadata store)",
     )
-    rereplication_bytes_per_second: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_non_negative)
+    advertised_address: str | None = ADVERTISED.field(
+        None,
+        "the address registered for clients instead of --host: required with a wildcard "
+        "--host (0.0.0.0, ::), which clients cannot connect to; also for NAT",
+    )
+
+    # --- admin endpoint ---------------------------------------------------------------------
+    http_port: int | None = optional(PORT).field(
+        None,
+        "serve /metrics (prometheus), /health and /admin/gc over HTTP on this port (0: any "
+        "free; printed as `walkit-bookie admin on http://...`); registered as http_port in "
+        "the metadata store. Without it, no admin endpoint",
+        flags=["--admin-port", "--http-port"],
+    )
+    http_host: str | None = OPTIONAL_HOST.field(
+        "127.0.0.1",
+        "address of the admin endpoint, whatever --host is (None in Python: --host)",
+        flags=["--admin-host"],
+    )
+    admin_tls: bool = SWITCH.field(
+        True,
+        "with --tls-cert the admin endpoint serves HTTPS with the bookie's certificate, "
+        "--tls-ca and --tls-client-auth; this flag (admin_tls = false) serves it over "
+        "plain HTTP, e.g. for a scraper on the same host",
+        flags=["--admin-plain-http"],
+    )
+    admin_token: str | None = TOKEN.field(
+        None,
+        "the bearer token admin POSTs need (Authorization: Bearer TOKEN); without one, "
+        "admin POSTs get 403. Visible in the process list: prefer --admin-token-file. "
+        "Never printed",
+        repr=False,
+    )
+
+    # --- limits of what clients can make the bookie hold -------------------------------------
+    max_frame_size: int = FRAME_SIZE.field(
+        DEFAULT_MAX_FRAME_SIZE,
+        "larger frames are refused (answered with an error, then the connection closes)",
+    )
+    max_inflight_adds: int = POSITIVE_INT.field(
+        10_000,
+        "adds accepted but not yet answered, over all connections; beyond it sockets are not read",
+    )
+    max_inflight_add_bytes: int = SIZE.field(
+        256 * MiB,
+        "bytes of the entries of adds in flight, over all connections (held in memory "
+        "until stored); past it sockets are not read until adds are stored",
+    )
+    max_inflight_reads: int = POSITIVE_INT.field(
+        1_000, "reads (long polls included) accepted but not yet answered, over all connections"
+    )
+    max_unsent_bytes: int = SIZE.field(
+        16 * MiB,
+        "answers queued for one connection that its peer has not read yet; beyond it that "
+        "one socket is not read",
+    )
+    max_unsent_bytes_total: int = SIZE.field(
+        256 * MiB,
+        "answers queued over all connections that their peers have not read yet; past it "
+        "a connection with answers of its own queued is not read until they go "
+        "(connections whose peers keep up go on)",
+    )
+    send_timeout: float = SECONDS.field(
+        30.0,
+        "close a connection whose peer takes none of its queued answers (about 1 MiB at "
+        "a time) for this many seconds; its answers are dropped",
+    )
+    first_request_timeout: float = SECONDS.field(
+        10.0,
+        "close a new connection that sends no whole request (its AUTH, with "
+        "authentication on; a TLS handshake counts) within this many seconds",
+    )
+    frame_timeout: float = SECONDS.field(
+        30.0,
+        "close a connection whose frame is not whole this many seconds after its first "
+        "bytes (time the bookie does not read the socket, under backpressure, is not "
+        "counted)",
+    )
+    evict_idle_after: float = SECONDS.field(
+        10.0,
+        "with --max-connections open, a new connection closes one with nothing in flight "
+        "or queued instead of being refused: the oldest that has sent no whole request, "
+        "else the one idle longest if idle this many seconds, else one whose frame has "
+        "been arriving for over 2 s",
+    )
+    evict_unread_after: float = SECONDS.field(
+        2.0,
+        "while the answers queued over all connections are at --max-unsent-bytes-total "
+        "and reads wait for room, close the connections whose peers have taken none of "
+        "their answers for this many seconds, the longest stuck first, until the total is "
+        "under",
+    )
+    max_long_poll: float = SECONDS.field(
+        30.0,
+        "longest a long-poll LAC read waits, in seconds, whatever timeout it asks for (the "
+        "wire allows 2^32-1 ms, 49 days)",
+    )
+    max_long_polls: int = POSITIVE_INT.field(
+        10_000,
+        "long polls waiting at once, over all connections (counted apart from reads: a "
+        "wait must not stop the read loop); more are answered TOO_MANY_REQUESTS",
+    )
+    max_connections: int = POSITIVE_INT.field(
+        1_000,
+        "client connections open at once; the first request of one more is answered "
+        "TOO_MANY_REQUESTS, then it is closed",
+    )
+    max_connections_per_address: int | None = optional(POSITIVE_INT).field(
+        None,
+        "client connections open at once from one address (ZooKeeper's maxClientCnxns); "
+        "one more closes an idle connection of that address (as at --max-connections) or "
+        "is refused, so one host cannot hold every slot. Clients behind one NAT address "
+        "share it. Default: no cap of its own",
+    )
+    max_requests_per_connection: int = POSITIVE_INT.field(
+        20_000,
+        "requests of one connection accepted but not yet answered (long polls included); "
+        "more are answered TOO_MANY_REQUESTS",
+    )
+    max_partial_frame_bytes: int = SIZE.field(
+        256 * MiB,
+        "bytes of frames received in part, over all connections; past it a connection "
+        "whose partial frame is over 64KiB gets TOO_MANY_REQUESTS and is closed, so slow "
+        "or stalled big frames cannot pin memory",
+    )
+    bad_input_log_burst: int = POSITIVE_INT.field(
+        10,
+        "warnings about bad input (malformed frames and messages) logged per "
+        "--bad-input-log-interval; the rest are counted (walkit_bookie_bad_input_total) "
+        "and summed up in the next warning",
+    )
+    bad_input_log_interval: float = SECONDS.field(60.0, "seconds of --bad-input-log-burst")
+
+    # --- journal, entry logs, checkpoints ------------------------------------------------------
+    group_commit_max_wait: float = SECONDS.field(
+        0.001,
+        "longest an add waits, in seconds, for others to join its journal write (only "
+        "while others keep arriving; an idle bookie writes at once)",
+    )
+    group_commit_max_bytes: int = SIZE.field(
+        4 * MiB, "a journal write (one fdatasync) carries at most about this many bytes"
+    )
+    copy_group_max_bytes: int = SIZE.field(
+        8 * MiB,
+        "rereplication copies (adds flagged COPY) are stored apart from the journal, "
+        "straight in an entry log: one write, one fdatasync and one index transaction per "
+        "group of at most about this many bytes",
+    )
+    journal_thread_min_bytes: int = count(0, "SIZE").field(
+        256 * 1024,
+        "journal groups of at least this many bytes are written from a worker thread, so "
+        "receiving and answering go on meanwhile; smaller ones inline (a small O_DIRECT "
+        "write costs less than a hand-off to a thread and back once both cores are busy). "
+        "0: always a thread",
+    )
+    journal_max_size: int = SIZE.field(512 * MiB, "journal file roll size")
+    entrylog_max_size: int = SIZE.field(1024 * MiB, "entry log roll size")
+    write_cache_max_bytes: int = SIZE.field(
+        128 * MiB,
+        "entries kept in memory between checkpoints; at twice this, adds wait (the journal "
+        "stalls) for a checkpoint",
+        flags=["--write-cache-size"],
+    )
+    checkpoint_interval: float = SECONDS.field(30.0, "seconds between checkpoints")
+
+    # --- disks ----------------------------------------------------------------------------------
+    disk_usage_threshold: float = FRACTION.field(
+        0.95, "turn read-only above this fraction of used space on any data directory's disk"
+    )
+    disk_usage_lwm: float | None = optional(FRACTION).field(
+        None, "writable again below this fraction (default: 0.05 below --disk-usage-threshold)"
+    )
+    disk_check_interval: float = SECONDS.field(10.0, "seconds between disk usage checks")
+
+    # --- garbage collection and compaction -------------------------------------------------------
+    gc_interval: float = SECONDS.field(
+        300.0,
+        "seconds between garbage collection rounds: ledgers deleted in the metadata store "
+        "are forgotten (only with --metadata) and entry logs with nothing live removed",
+    )
+    minor_compaction_threshold: float = THRESHOLD.field(
+        0.2,
+        "compact entry logs with less than this live fraction, every "
+        "--minor-compaction-interval (0 disables minor compaction)",
+    )
+    minor_compaction_interval: float = NON_NEGATIVE.field(
+        3600.0, "seconds between minor compactions (0 disables them)"
+    )
+    major_compaction_threshold: float = THRESHOLD.field(
+        0.8,
+        "the same for major compaction, which runs less often (0 disables it); the minor "
+        "threshold must not be above it",
+    )
+    major_compaction_interval: float = NON_NEGATIVE.field(
+        86400.0, "seconds between major compactions (0 disables them)"
+    )
+    compaction_max_rate: float = RATE.field(
+        0,
+        "copy at most this many bytes per second when compacting, to spare the disks for "
+        "adds and reads",
+    )
+    compaction_batch_bytes: int = SIZE.field(
+        4 * MiB,
+        "compaction copies live entries, and updates the index, this much at a time",
+        flags=["--compaction-batch-size"],
+    )
+    metadata_retry_max: float = SECONDS.field(
+        10.0,
+        "after the metadata session is lost, the bookie registers again through a new "
+        "store, with exponential backoff up to this many seconds between attempts",
+    )
+
+    # --- TLS and authentication ----------------------------------------------------------------
+    tls_cert: str | None = attrs.field(
+        default=None,
+        converter=_optional_path,
+        **PATH.option(
+            "serve TLS only, with this certificate chain (PEM); needs --tls-key",
+            metavar="PEM",
+        ),
+    )
+    tls_key: str | None = attrs.field(
+        default=None,
+        converter=_optional_path,
+        **PATH.option("the private key of --tls-cert (PEM)", metavar="PEM"),
+    )
+    tls_ca: str | None = attrs.field(
+        default=None,
+        converter=_optional_path,
+        **PATH.option(
+            "CA bundle that signs client certificates (and, for the autorecovery worker, the "
+            "other bookies' certificates)",
+            metavar="PEM",
+        ),
+    )
+    tls_client_auth: str = choice(*CLIENT_AUTH_MODES).field(
+        "none",
+        "ask clients for a certificate signed by --tls-ca: none, optional (checked when "
+        "given) or require",
+    )
+    auth: str = choice(*AUTH_MODES).field(
+        "none",
+        "authenticate clients: none, token (shared tokens from --auth-token-file) or tls "
+        "(the verified client certificate's subject; needs --tls-client-auth require)",
+    )
+    auth_token_file: str | None = attrs.field(
+        default=None,
+        converter=_optional_path,
+        **PATH.option(
+            "with --auth token: a file of PRINCIPAL:TOKEN lines, readable by its owner only (0600)"
+        ),
+    )
+    authorize: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=_words,
+        **WORDS.option(
+            "only these principals may do OP (add, fence, read, admin); repeatable; an "
+            "operation without a rule is open to every authenticated principal",
+            metavar="OP=PRINCIPAL[,PRINCIPAL...]",
+        ),
+    )
+    autorecovery_token_file: str | None = attrs.field(
+        default=None,
+        converter=_optional_path,
+        **PATH.option(
+            "a file (0600) holding the token this bookie's autorecovery worker sends to "
+            "bookies started with --auth token"
+        ),
+    )
+
+    # --- autorecovery --------------------------------------------------------------------------
+    autorecovery: bool = SWITCH.field(
+        False,
+        "run an autorecovery auditor candidate and replication worker in this bookie (see "
+        "docs/autorecovery.md); --no-autorecovery (autorecovery = false) runs neither, "
+        "and the bookie still copies fragments asked of it unless --no-fragment-copies. "
+        "On in walkit-bookie; an embedded Bookie opts in",
+        flags=["--no-autorecovery"],
+        command_default=True,
+    )
+    fragment_copies: bool = SWITCH.field(
+        False,
+        "answer COPY_FRAGMENT requests (a healer elsewhere has this bookie copy a lost "
+        "copy from the replicas itself), through a client of the metadata store; "
+        "--no-fragment-copies (fragment_copies = false) refuses them, and the healer sends "
+        "the copies itself (each byte through one more process). On in walkit-bookie",
+        flags=["--no-fragment-copies"],
+        command_default=True,
+    )
+    lost_bookie_delay: float = NON_NEGATIVE.field(
+        30.0,
+        "autorecovery: seconds a bookie must stay gone before its ledgers are marked for "
+        "rereplication (stored cluster-wide by the first bookie; `walkit autorecovery "
+        "delay` changes it at run time)",
+    )
+    rereplication_entries_per_second: float | None = optional(PER_SECOND).field(
+        None,
+        "autorecovery: this bookie's worker copies at most this many entries per second "
+        "(0: no limit; default: autorecovery's, 5000)",
+    )
+    rereplication_bytes_per_second: int | None = optional(RATE).field(
+        None,
+        "autorecovery: this bookie's worker copies at most this many bytes per second, "
+        "e.g. 64MiB/s (0: no limit; default: autorecovery's, 16MiB/s)",
     )
 
     def tls_server_context(self) -> ssl.SSLContext | None:
@@ -306,10 +511,6 @@ class BookieConfig:
             Authorization.parse(self.authorize)  # a usage error at once
             if self.auth == "none":
                 raise ConfigurationError("--authorize needs authentication: give --auth")
-        if self.auth not in AUTH_MODES:
-            raise ConfigurationError(
-                f"auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}"
-            )
         if self.auth == "token" and self.auth_token_file is None:
             raise ConfigurationError("--auth token needs --auth-token-file")
         if self.auth != "token" and self.auth_token_file is not None:
@@ -321,11 +522,6 @@ class BookieConfig:
             )
 
     def _check_tls(self) -> None:
-        if self.tls_client_auth not in CLIENT_AUTH_MODES:
-            raise ConfigurationError(
-                f"tls_client_auth must be one of {', '.join(CLIENT_AUTH_MODES)}, "
-                f"not {self.tls_client_auth!r}"
-            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigurationError(
                 "TLS needs both a certificate and its key (--tls-cert, --tls-key)"
@@ -369,37 +565,13 @@ class BookieConfig:
         return self.advertised_address or self.host
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.host, str) or not self.host:
-            raise ConfigurationError(f"host must be a non-empty string, not {self.host!r}")
         self._check_tls()
         self._check_auth()
-        advertised = self.advertised_address
-        if advertised is not None and (
-            not isinstance(advertised, str)
-            or not advertised
-            or advertised in WILDCARD_HOSTS
-            or not advertised.isprintable()
-            or any(c in advertised for c in " /")
-        ):
-            raise ConfigurationError(
-                f"advertised_address must be a host name or address clients can connect to, "
-                f"not {self.advertised_address!r}"
-            )
         if self.host in WILDCARD_HOSTS and self.advertised_address is None:
             raise ConfigurationError(
                 f"host {self.host!r} listens on every interface, which is no address a client "
                 "can connect to: give advertised_address (--advertised-address HOST), the "
                 "address to register for clients"
-            )
-        if self.admin_token is not None and (
-            not isinstance(self.admin_token, str)
-            or len(self.admin_token) < 16
-            or not self.admin_token.isprintable()
-            or self.admin_token != self.admin_token.strip()
-        ):
-            raise ConfigurationError(
-                "admin_token must be at least 16 printable characters without surrounding "
-                "spaces (e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`)"
             )
         if self.disk_usage_lwm is not None and self.disk_usage_lwm > self.disk_usage_threshold:
             raise ConfigurationError(

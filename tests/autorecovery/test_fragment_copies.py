@@ -11,6 +11,7 @@ import attrs
 import pytest
 import trio
 
+from tests._log_events import log_event
 from tests.autorecovery.test_heal import UNLIMITED, read_all, write_ledgers
 from tests.bookie._helpers import KEY, config, running_bookie
 from tests.bookie._helpers import connect as raw_connect
@@ -128,7 +129,10 @@ async def test_bad_copy_fragment_requests_are_answered_clearly(
 ) -> None:
     """Requests that do not match the metadata, or carry another master key, are refused with
     a reason; nothing is stored and the bookie serves on."""
-    with trio.fail_after(HANG_GUARD):
+    with (
+        trio.fail_after(HANG_GUARD),
+        log_event("walkit_bookie", "fragment_copies_on", count=4) as all_serving,
+    ):
         async with (
             cluster(memory_url, tmp_path, 4, options=SERVING) as bookies,
             connect(memory_url) as client,
@@ -140,7 +144,7 @@ async def test_bad_copy_fragment_requests_are_answered_clearly(
             open_writer = await client.create_ledger(3, 3, 2)
             await open_writer.append(b"open")
             key = master_key(b"")
-            await trio.sleep(0.2)  # the bookie's copier connects to the metadata store
+            await all_serving.wait()  # every bookie's copier is connected to the store
             target = bookies.objects[bookies.index_of(outside)]
             stored_before = target.storage.stats.copies_stored
             cases = [

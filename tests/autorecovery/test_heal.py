@@ -492,10 +492,10 @@ async def _heal_counting_survivor_reads(
     ) as setup:
         bookies, client, written, (lost, first, second) = setup
         survivors = [bookies.objects[bookies.index_of(b)].handler for b in (first, second)]
-        before = sum(h.reads_answered for h in survivors)
+        before = sum(h.stats.reads_answered for h in survivors)
         report = await recover_bookie(client, lost, options=options)
         assert report.ok and report.entries == entries, report.failed
-        answered = sum(h.reads_answered for h in survivors) - before
+        answered = sum(h.stats.reads_answered for h in survivors) - before
         await bookies.stop(bookies.index_of(first))
         await bookies.stop(bookies.index_of(second))
         await read_all(client, written)
@@ -528,11 +528,11 @@ async def test_copies_are_read_entry_by_entry_from_bookies_without_batch_reads(
     """A bookie that does not know batch reads (an older one) answers BAD_REQUEST: the copier
     reads the same entries one by one, from the same replica first."""
     from walkit._core.wire import ErrorResponse, StatusCode, encode_frame
-    from walkit_bookie.server._requests import RequestHandler
+    from walkit_bookie.server._reads import Reads
 
-    def older(self: RequestHandler, conn: object, req: object) -> None:
+    def older(self: Reads, conn: object, req: object) -> None:
         frame = encode_frame(ErrorResponse(req.request_id, StatusCode.BAD_REQUEST, "unknown"))  # type: ignore[attr-defined]
         self.read_done(conn, frame)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(RequestHandler, "_batch_read", older)
+    monkeypatch.setattr(Reads, "batch_read", older)
     assert await _heal_counting_survivor_reads(memory_url, tmp_path, 30) >= 30

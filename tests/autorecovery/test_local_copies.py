@@ -99,7 +99,7 @@ async def test_local_copies_follow_the_rules_of_network_copies(
             # A packet that is not this entry's: a bad request, as from the network.
             assert await local.store(lid, key, [(7, stored[1][1])]) == ["entry 7: BAD_REQUEST"]
             # Nothing is left waiting, and the bookie serves as before.
-            assert local.outstanding == 0 and bookie.handler.adds_in_flight == 0
+            assert local.outstanding == 0 and bookie.handler.stats.adds_in_flight == 0
             reader = await client.open_ledger(lid)
             got = await reader.read(0, reader.last_add_confirmed)
             assert [e.payload for e in got] == written[lid]

@@ -124,7 +124,7 @@ async def test_bad_batch_reads_are_refused_and_the_connection_serves_on(tmp_path
         answer = await batch(c, 3, last, MAX_BATCH_READ_ENTRIES)
         assert isinstance(answer, BatchReadResponse) and len(answer.packets) == 1
         assert (await c.read(2, 0)).status is StatusCode.OK  # the bookie serves on
-        assert bookie.handler.reads_in_flight == 0
+        assert bookie.handler.stats.reads_in_flight == 0
 
 
 async def test_batch_reads_follow_the_read_rules(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ async def test_copies_keep_the_rules_of_an_add(tmp_path: Path) -> None:
         assert (await c.add(1, 1, payload_for(1, 1), lac=0, flags=COPY)).status is StatusCode.OK
         assert (await c.add(1, 1, b"forged", lac=0, flags=COPY)).status is StatusCode.ENTRY_EXISTS
         assert (await c.add(1, 2, b"forged", lac=1)).status is StatusCode.ENTRY_EXISTS
-        assert bookie.handler.adds_refused_rewrite == 2
+        assert bookie.handler.stats.adds_refused_rewrite == 2
         # Another key is refused; a fenced ledger takes copies (they are recovery adds) but
         # not a COPY without RECOVERY.
         wrong = await c.add(1, 3, b"x", lac=2, flags=COPY, key=b"k" * 20)
@@ -145,14 +145,21 @@ async def test_copies_on_a_full_disk_turn_the_bookie_read_only(tmp_path: Path) -
 async def test_large_read_answers_reach_a_slow_reader_whole(tmp_path: Path) -> None:
     """Large read answers are sent as (header, packet) without a join: with the socket full
     (the client reads nothing for a while) the rest goes through the writer task, in order."""
-    async with running_bookie(config([tmp_path / "d"])) as (_, bid):
+    async with running_bookie(config([tmp_path / "d"])) as (bookie, bid):
         async with connect(bid) as c:
             adds = [c.add_request(4, e, payload_for(4, e, 200_000), lac=e - 1) for e in range(40)]
             await c.call_many(adds)
+        stats = bookie.handler.stats
+        answered = stats.reads_answered
         stream = await trio.open_tcp_stream(bid.host, bid.port)
         async with stream:
             await stream.send_all(b"".join(encode_read_request(100 + e, 4, e) for e in range(40)))
-            await trio.sleep(0.5)  # ~8 MB of answers: more than the socket buffers hold
+            # ~8 MB of answers, more than the socket buffers hold: wait until the bookie has
+            # answered all 40 and some wait in its queue for the writer task (its own counts;
+            # no event marks an answer queued).
+            with trio.fail_after(20):
+                while not (stats.reads_answered - answered == 40 and stats.unsent_bytes):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
             decoder = FrameDecoder(64 * 1024 * 1024)
             answers: list[ReadResponse] = []
             while len(answers) < 40:

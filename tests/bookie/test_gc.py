@@ -288,7 +288,7 @@ async def test_thousands_of_fenced_junk_ids_are_collected_at_once_and_quietly(
             [ReadLacRequest(c.next_id(), lid, ReadLacFlag.FENCE, -1, 0, KEY) for lid in junk]
         )
         assert {a.status for a in answers} == {StatusCode.OK}  # type: ignore[union-attr]
-        assert bookie.handler.fences_of_unknown_ledgers == 3000
+        assert bookie.handler.stats.fences_of_unknown_ledgers == 3000
 
         async def race() -> None:
             await ledgers.create(_metadata(8, bid))

@@ -184,16 +184,16 @@ async def test_sigterm_shuts_down_cleanly_with_adds_in_flight(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--port", "70000", "--data-dir", "x"], "port out of range"),
+        (["--port", "70000", "--data-dir", "x"], "70000 must be in 0..65535"),
         (["--port", "3181"], "--data-dir"),
         (["--data-dir", "x", "--network-location", "rack1"], "network location"),
         (["--data-dir", "x", "--data-dir", "x"], "listed twice"),
         (["--data-dir", "x", "--disk-usage-threshold", "2"], "must be in (0, 1]"),
-        (["--data-dir", "x", "--max-frame-size", "lots"], "not a size"),
+        (["--data-dir", "x", "--max-frame-size", "lots"], "is not a size"),
         (["--data-dir", "x", "--max-frame-size", "inf"], "not a size"),
         (["--data-dir", "x", "--rereplication-bytes-per-second", "fast"], "not a size"),
-        (["--data-dir", "x", "--rereplication-entries-per-second", "-1"], "must be 0 or more"),
-        (["--data-dir", "x", "--rereplication-entries-per-second", "inf"], "must be finite"),
+        (["--data-dir", "x", "--rereplication-entries-per-second", "-1"], "must be a finite"),
+        (["--data-dir", "x", "--rereplication-entries-per-second", "inf"], "must be a finite"),
         (["--data-dir", "x", "--metadata", "foo://bar"], "bad metadata URL"),
         (["--data-dir", "x", "--major-compaction-threshold", "1.5"], "must be in [0, 1]"),
         (

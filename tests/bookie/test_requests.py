@@ -170,7 +170,7 @@ async def test_long_poll_returns_on_a_new_lac_and_on_timeout(tmp_path: Path) -> 
 async def _until_polls(bookie: Bookie, count: int) -> None:
     """Wait until the bookie holds ``count`` long polls (they are parked, not answered)."""
     with trio.fail_after(10):
-        while bookie.handler.long_polls != count:  # noqa: ASYNC110 (the bookie's own count)
+        while bookie.handler.stats.long_polls != count:  # noqa: ASYNC110 (the bookie's own count)
             await trio.sleep(0.005)
 
 
@@ -207,7 +207,9 @@ async def test_small_in_flight_limits_still_answer_everything(tmp_path: Path) ->
         async with trio.open_nursery() as nursery:
             for ledger in (1, 2, 3):
                 nursery.start_soon(worker, ledger)
-        assert bookie.handler.adds_in_flight == 0 and bookie.handler.reads_in_flight == 0
+        assert (
+            bookie.handler.stats.adds_in_flight == 0 and bookie.handler.stats.reads_in_flight == 0
+        )
 
 
 async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> None:
@@ -219,7 +221,7 @@ async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> Non
         stream = await trio.open_tcp_stream(bid.host, bid.port)
         try:
             greedy = Client(stream)  # asks for 2000 x 256 KiB and never reads an answer
-            before = bookie.handler.requests
+            before = bookie.handler.stats.requests
             await stream.send_all(
                 b"".join(encode_frame(ReadRequest(greedy.next_id(), 1, 0)) for _ in range(2000))
             )
@@ -230,10 +232,10 @@ async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> Non
             # the limit (what is sent fits the kernel's socket buffers, ~36 MiB here): the
             # connection shows as stalled, and stays so while the peer reads nothing.
             with trio.fail_after(10):
-                while bookie.handler.stalled_connections != 1:  # noqa: ASYNC110 (its own count)
+                while bookie.handler.stats.stalled_connections != 1:  # noqa: ASYNC110 (its own count)
                     await trio.sleep(0.005)
-            assert bookie.handler.requests - before - 2 < 400
-            assert bookie.handler.stalled_connections == 1
+            assert bookie.handler.stats.requests - before - 2 < 400
+            assert bookie.handler.stats.stalled_connections == 1
             assert bookie.admin_address is not None
             get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
             _status, metrics = await http_request(bookie.admin_address, get)
@@ -242,7 +244,7 @@ async def test_a_peer_that_never_reads_only_stalls_itself(tmp_path: Path) -> Non
             await trio.aclose_forcefully(stream)
         # A peer gone releases it.
         with trio.fail_after(10):
-            while bookie.handler.stalled_connections:  # noqa: ASYNC110 (its own count)
+            while bookie.handler.stats.stalled_connections:  # noqa: ASYNC110 (its own count)
                 await trio.sleep(0.005)
 
 
@@ -267,7 +269,7 @@ async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             nursery.start_soon(poll)
             with trio.fail_after(10):
-                while bookie.handler.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
+                while bookie.handler.stats.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
                     await trio.sleep(0.005)
             assert bookie.ledger_info(7) is None
             await writer.add(7, 0, b"zero")  # the ledger exists now, its LAC is still -1
@@ -281,7 +283,7 @@ async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Pa
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_poll_unknown, poller, result)
-                while bookie.handler.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
+                while bookie.handler.stats.long_polls == 0:  # noqa: ASYNC110 (the bookie holds the poll)
                     await trio.sleep(0.005)
                 await writer.add(10, 0, b"zero")
         first = result["first"]
@@ -289,7 +291,7 @@ async def test_long_poll_on_an_unknown_ledger_waits_for_its_entries(tmp_path: Pa
         # Still unknown when the poll times out: NO_SUCH_LEDGER then.
         timed = await poller.read_lac(8, flags=flags, previous_lac=-1, timeout_ms=50)
         assert timed.status is StatusCode.NO_SUCH_LEDGER
-        assert bookie.handler.reads_in_flight == 0 and bookie.handler.long_polls == 0
+        assert bookie.handler.stats.reads_in_flight == 0 and bookie.handler.stats.long_polls == 0
 
 
 async def test_fencing_an_unknown_ledger_with_a_long_poll_still_fences_at_once(

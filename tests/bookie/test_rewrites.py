@@ -39,8 +39,8 @@ async def test_other_bytes_are_refused_same_bytes_are_idempotent(tmp_path: Path)
         assert same.status is StatusCode.OK
         for e in range(3):
             assert (await c.read(1, e)).packet == packet(1, e, payload_for(1, e), e - 1)
-        assert bookie.handler.adds_refused_rewrite == 3
-        assert bookie.handler.adds_idempotent == 1
+        assert bookie.handler.stats.adds_refused_rewrite == 3
+        assert bookie.handler.stats.adds_idempotent == 1
         # Entries past the last stored one are new, as before.
         new = await c.add(1, 3, b"recovered", lac=1, flags=RECOVERY)
         assert new.status is StatusCode.OK
@@ -99,7 +99,7 @@ async def test_two_adds_of_one_hole_in_flight_cannot_both_land(tmp_path: Path) -
         assert statuses == [StatusCode.OK, StatusCode.ENTRY_EXISTS] * count
         for e in range(count):
             assert (await c.read(4, e)).packet == packet(4, e, b"genuine-%d" % e)
-        assert bookie.handler.adds_refused_rewrite == count
+        assert bookie.handler.stats.adds_refused_rewrite == count
 
 
 def test_the_status_maps_to_its_error() -> None:

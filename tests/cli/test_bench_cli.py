@@ -56,8 +56,8 @@ def test_bench_on_a_log_appends_every_entry_in_batches(cluster: ProcessCluster) 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--entries", "0"], "must be at least 1"),
-        (["--in-flight", "-2"], "must be at least 1"),
+        (["--entries", "0"], "must be an int >= 1"),
+        (["--in-flight", "-2"], "must be an int >= 1"),
         (["--size", "x"], "is not an integer"),
     ],
 )

@@ -23,10 +23,10 @@ pytestmark = pytest.mark.processes
     [
         ([], "required: COMMAND"),
         (["nope"], "invalid choice"),
-        (["simpletest", "--entries", "0", "--metadata", "memory://x"], "must be at least 1"),
+        (["simpletest", "--entries", "0", "--metadata", "memory://x"], "must be an int >= 1"),
         (["ledger", "show", "abc", "--metadata", "memory://x"], "is not an integer"),
-        (["ledger", "show", "-5", "--metadata", "memory://x"], "ledger id -5 must be at least 0"),
-        (["sandbox", "--bookies", "0"], "must be at least 1"),
+        (["ledger", "show", "-5", "--metadata", "memory://x"], "ledger id -5 must be an int >= 0"),
+        (["sandbox", "--bookies", "0"], "must be an int >= 1"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(args: list[str], message: str) -> None:

@@ -29,7 +29,7 @@ def requests(sim: SimCluster) -> int:
     for bookie in sim.bookie_ids:
         running = sim.bookie(bookie).bookie
         assert running is not None
-        total += running.handler.requests
+        total += running.handler.stats.requests
     return total
 
 

@@ -431,11 +431,11 @@ async def test_bad_input_and_options(memory_url: str, tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError):
             Log.open(client, "")
         with pytest.raises(ConfigurationError):
-            Log.open(client, "x", roll_entrys=3)
+            Log.open(client, "x", roll_entrys=3)  # type: ignore[call-arg]
         with pytest.raises(ConfigurationError):
             Log.open(client, "x", roll_entries=0)
         with pytest.raises(ConfigurationError):
-            Log.open(client, "x", password="text")
+            Log.open(client, "x", password="text")  # type: ignore[arg-type]
         with pytest.raises(NoSuchLogError):
             await Log.open(client, "missing", create=False)
         with pytest.raises(walkit.errors.NoSuchNodeError):  # NoSuchLogError is one

@@ -116,8 +116,11 @@ async def test_a_watcher_reaps_an_expired_session_by_itself(tmp_path: Path) -> N
         await open_metadata_store(url, clock=clock, session_timeout=30) as stalled,
     ):
         await stalled.create("/e", b"", ephemeral=True)
-        events = watcher.watch("/e")
-        await trio.sleep(0.3)  # the poller has read the create's change row: no new rows
+        events = watcher.watch_many([("/e", False), ("/caught-up", False)])
+        # Once the poller hands out this create, it has read every change row before it (the
+        # ephemeral's too): from here on there are no new rows, only a session to expire.
+        await watcher.create("/caught-up", b"")
+        assert (await wait_for(events, WatchEventKind.CHANGED)).path == "/caught-up"
         clock.now += 100  # past the stalled one's timeout; nobody calls anything
         with trio.fail_after(5):  # the poller runs every 50 ms; its heartbeat in 333 s
             event = await wait_for(events, WatchEventKind.DELETED)

@@ -17,7 +17,13 @@ import pytest
 import trio
 
 from tests.metadata._util import HANG_GUARD, wait_for
-from walkit.metadata import MetadataStore, WatchEventKind, _file_changes, open_metadata_store
+from walkit.metadata import (
+    MetadataStore,
+    WatchEventKind,
+    _file_changes,
+    _sqlite,
+    open_metadata_store,
+)
 from walkit.metadata._file_changes import changed_names
 
 CHILD = str(Path(__file__).with_name("_child.py"))
@@ -42,12 +48,22 @@ def _url(tmp_path: Path, poll_interval: float) -> str:
 
 
 @pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
-async def test_a_write_in_another_process_wakes_a_watch(tmp_path: Path) -> None:
-    async with await open_metadata_store(_url(tmp_path, 300)) as store:
-        events = store.watch("/bookies/available/b1")
-        await trio.sleep(0.2)  # the poller has looked once and sleeps
+async def test_a_write_in_another_process_wakes_a_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The poller's safety net (a look every _QUIET_MAX, in case inotify loses an event) and
+    # the sessions' expiry (a look to reap) put far beyond the hang guard: only the write's
+    # wake-up can bring the event in time.
+    monkeypatch.setattr(_sqlite, "_QUIET_MAX", 300.0)
+    url = f"{_url(tmp_path, 300)}&session_timeout=1000"
+    async with await open_metadata_store(url) as store:
+        events = store.watch_many([("/bookies/available/b1", False), ("/looked", False)])
+        # Once this create is handed out the poller has looked, and then sleeps until the
+        # file changes (no other look is due for 300 s).
+        await store.create("/looked", b"")
+        assert (await wait_for(events, WatchEventKind.CHANGED)).path == "/looked"
         process = await trio.lowlevel.open_process(
-            [sys.executable, CHILD, "ephemeral", str(_url(tmp_path, 300)), "/bookies/available/b1"],
+            [sys.executable, CHILD, "ephemeral", url, "/bookies/available/b1"],
             stdout=subprocess.PIPE,
         )
         try:

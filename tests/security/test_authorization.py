@@ -100,7 +100,9 @@ async def test_rules_refuse_each_operation_by_principal(tmp_path: Path) -> None:
         assert bookie.handler.unauthorized == {"fence": 1, "add": 1, "read": 1}
         assert bookie.handler.bad_input.counts["unauthorized"] == 3
         assert (
-            bookie.handler.claims_refused == bookie.handler.bad_input.counts["claim_refused"] == 2
+            bookie.handler.access.claims_refused
+            == bookie.handler.bad_input.counts["claim_refused"]
+            == 2
         )
         assert bookie.admin_address is not None
         status, body = await http_request(

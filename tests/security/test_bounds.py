@@ -72,8 +72,8 @@ async def test_a_thousand_endless_long_polls_do_not_stop_adds(tmp_path: Path) ->
         await attacker.send_all(
             b"".join(encode_frame(long_poll(i, 10**6 + i)) for i in range(1000))
         )
-        await _wait_until(lambda: bookie.handler.long_polls == 1000)
-        assert bookie.handler.reads_in_flight == 0 and not bookie.handler.saturated
+        await _wait_until(lambda: bookie.handler.stats.long_polls == 1000)
+        assert bookie.handler.stats.reads_in_flight == 0 and not bookie.handler.saturated
         async with connect(bid) as writer:
             with trio.fail_after(20):
                 for e in range(20):
@@ -82,7 +82,7 @@ async def test_a_thousand_endless_long_polls_do_not_stop_adds(tmp_path: Path) ->
         # Closing the connection releases its waits.
         await attacker.aclose()
         await _wait_until(
-            lambda: bookie.handler.long_polls == 0 and bookie.handler.connections == 0
+            lambda: bookie.handler.stats.long_polls == 0 and bookie.handler.stats.connections == 0
         )
 
 
@@ -111,7 +111,7 @@ async def test_the_long_poll_cap_over_all_connections_answers_too_many(tmp_path:
         assert bookie.admin_address is not None
         attacker = await trio.open_tcp_stream(bid.host, bid.port)
         await attacker.send_all(b"".join(encode_frame(long_poll(i, 7)) for i in range(1, 6)))
-        await _wait_until(lambda: bookie.handler.long_polls == 5)
+        await _wait_until(lambda: bookie.handler.stats.long_polls == 5)
         status, body = await http_request(
             bookie.admin_address, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
         )
@@ -123,7 +123,7 @@ async def test_the_long_poll_cap_over_all_connections_answers_too_many(tmp_path:
                 assert _status(refused) is StatusCode.TOO_MANY_REQUESTS
                 assert (await c.add(7, 0, b"x")).status is StatusCode.OK
         await attacker.aclose()
-        await _wait_until(lambda: bookie.handler.long_polls == 0)
+        await _wait_until(lambda: bookie.handler.stats.long_polls == 0)
         status, body = await http_request(
             bookie.admin_address, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
         )
@@ -138,19 +138,19 @@ async def test_idle_connections_hold_no_receive_buffer(tmp_path: Path) -> None:
         try:
             for _ in range(2000):
                 streams.append(await trio.open_tcp_stream(bid.host, bid.port))
-            await _wait_until(lambda: bookie.handler.connections == 2000)
-            assert bookie.handler.receive_buffer_bytes == 0  # was 1 MiB each, zero-filled
+            await _wait_until(lambda: bookie.handler.stats.connections == 2000)
+            assert bookie.handler.stats.receive_buffer_bytes == 0  # was 1 MiB each, zero-filled
             async with connect(bid) as c:
                 assert (await c.add(1, 0, b"x" * 100)).status is StatusCode.OK
-                assert bookie.handler.receive_buffer_bytes == FIRST_RECEIVE_SIZE
+                assert bookie.handler.stats.receive_buffer_bytes == FIRST_RECEIVE_SIZE
                 # A big frame grows that one buffer, up to 1 MiB.
                 assert (await c.add(1, 1, b"y" * (3 << 20))).status is StatusCode.OK
-                assert FIRST_RECEIVE_SIZE < bookie.handler.receive_buffer_bytes <= 1 << 20
+                assert FIRST_RECEIVE_SIZE < bookie.handler.stats.receive_buffer_bytes <= 1 << 20
         finally:
             for s in streams:
                 await s.aclose()
-        await _wait_until(lambda: bookie.handler.connections == 0)
-        assert bookie.handler.receive_buffer_bytes == 0
+        await _wait_until(lambda: bookie.handler.stats.connections == 0)
+        assert bookie.handler.stats.receive_buffer_bytes == 0
 
 
 async def test_connections_over_the_cap_get_a_clear_answer(tmp_path: Path) -> None:
@@ -159,16 +159,16 @@ async def test_connections_over_the_cap_get_a_clear_answer(tmp_path: Path) -> No
         streams = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(3)]
         for i, stream in enumerate(streams):
             await stream.send_all(encode_frame(long_poll(1, 10**6 + i)))
-        await _wait_until(lambda: bookie.handler.long_polls == 3)
+        await _wait_until(lambda: bookie.handler.stats.long_polls == 3)
         async with connect(bid) as extra:
             with trio.fail_after(20):
                 answer = await extra.call(long_poll(extra.next_id(), 1))
         assert isinstance(answer, ErrorResponse)
         assert answer.status is StatusCode.TOO_MANY_REQUESTS and "connections" in answer.message
-        assert bookie.handler.connections_refused == 1
+        assert bookie.handler.stats.connections_refused == 1
         for s in streams:
             await s.aclose()
-        await _wait_until(lambda: bookie.handler.connections == 0)
+        await _wait_until(lambda: bookie.handler.stats.connections == 0)
         async with connect(bid) as c:
             assert (await c.add(1, 0, b"x")).status is StatusCode.OK
 
@@ -185,7 +185,7 @@ async def test_one_address_cannot_hold_every_connection(tmp_path: Path) -> None:
         streams = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(3)]
         for i, stream in enumerate(streams):
             await stream.send_all(encode_frame(long_poll(1, 10**6 + i)))
-        await _wait_until(lambda: bookie.handler.long_polls == 3)
+        await _wait_until(lambda: bookie.handler.stats.long_polls == 3)
         async with connect(bid) as extra:  # the same address: refused
             with trio.fail_after(20):
                 answer = await extra.call(long_poll(extra.next_id(), 1))
@@ -203,10 +203,10 @@ async def test_one_address_cannot_hold_every_connection(tmp_path: Path) -> None:
             await trio.sleep(cfg.evict_idle_after + 0.1)
             async with connect(bid) as newcomer:
                 assert (await newcomer.add(1, 2, b"z")).status is StatusCode.OK
-            assert bookie.handler.connections_evicted == 1
+            assert bookie.handler.stats.connections_evicted == 1
         for s in streams[1:]:
             await s.aclose()
-        await _wait_until(lambda: bookie.handler.connections == 0)
+        await _wait_until(lambda: bookie.handler.stats.connections == 0)
         assert bookie.handler.connections_by_address == {}
 
 
@@ -318,7 +318,7 @@ async def test_a_tailing_reader_goes_on_when_long_polls_are_refused(
             bid = await nursery.start(bookie.run)
             attacker = await trio.open_tcp_stream(bid.host, bid.port)
             await attacker.send_all(encode_frame(long_poll(1, 10**9)))  # holds the only slot
-            await _wait_until(lambda: bookie.handler.long_polls == 1)
+            await _wait_until(lambda: bookie.handler.stats.long_polls == 1)
             async with walkit.Client.connect(memory_url) as client:
                 lw = await client.create_ledger(1, 1, 1)
                 await lw.append(b"zero")
@@ -330,7 +330,7 @@ async def test_a_tailing_reader_goes_on_when_long_polls_are_refused(
 
                 async with trio.open_nursery() as inner:
                     inner.start_soon(tail)
-                    await _wait_until(lambda: bookie.handler.requests_refused > 0)
+                    await _wait_until(lambda: bookie.handler.stats.requests_refused > 0)
                     await lw.append(b"one")
                 assert got[0] is not None and got[0].payload == b"one"
                 await lw.close()
@@ -356,7 +356,7 @@ async def test_partly_sent_big_frames_cannot_pin_memory(tmp_path: Path) -> None:
             stream = await trio.open_tcp_stream(bid.host, bid.port)
             streams.append(stream)
             await stream.send_all(frame[: 400 << 10])
-        await _wait_until(lambda: bookie.handler.partial_frame_bytes == 800 << 10)
+        await _wait_until(lambda: bookie.handler.stats.partial_frame_bytes == 800 << 10)
         third = await trio.open_tcp_stream(bid.host, bid.port)
         await third.send_all(frames[2][: 400 << 10])
         decoder = FrameDecoder()
@@ -379,5 +379,5 @@ async def test_partly_sent_big_frames_cannot_pin_memory(tmp_path: Path) -> None:
                     decoder.feed(await stream.receive_some(65536))
             assert _status(decode_message(body)) is StatusCode.OK
             await stream.aclose()
-        await _wait_until(lambda: bookie.handler.connections == 0)
-        assert bookie.handler.partial_frame_bytes == 0
+        await _wait_until(lambda: bookie.handler.stats.connections == 0)
+        assert bookie.handler.stats.partial_frame_bytes == 0

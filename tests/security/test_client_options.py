@@ -18,7 +18,7 @@ async def test_a_frame_size_without_room_for_a_frame_is_refused_at_connect(
     memory_url: str, size: object
 ) -> None:
     with pytest.raises(ConfigurationError, match="max_frame_size"):
-        async with walkit.Client.connect(memory_url, max_frame_size=size):
+        async with walkit.Client.connect(memory_url, max_frame_size=size):  # type: ignore[arg-type]
             pass  # pragma: no cover
 
 

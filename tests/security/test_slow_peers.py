@@ -111,7 +111,7 @@ async def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path) -> N
                 decoder.feed(await talker.receive_some(65536))
                 while decoder.next_frame() is not None:
                     answers += 1
-        assert bookie.handler.connections_timed_out == 1
+        assert bookie.handler.stats.connections_timed_out == 1
         await talker.aclose()
         await silent.aclose()
 
@@ -163,12 +163,12 @@ async def test_silent_connections_cannot_hold_the_slots(tmp_path: Path) -> None:
     cfg = config([tmp_path / "d"], max_connections=5, first_request_timeout=60)
     async with running_bookie(cfg) as (bookie, bid):
         silent = [await trio.open_tcp_stream(bid.host, bid.port) for _ in range(5)]
-        await _wait_until(lambda: bookie.handler.connections == 5)
+        await _wait_until(lambda: bookie.handler.stats.connections == 5)
         async with connect(bid) as c:
             with trio.fail_after(10):
                 assert (await c.add(1, 0, b"x")).status is StatusCode.OK
-            assert bookie.handler.connections_evicted == 1
-            assert bookie.handler.connections == 5
+            assert bookie.handler.stats.connections_evicted == 1
+            assert bookie.handler.stats.connections == 5
         closed = 0
         for s in silent:
             with trio.move_on_after(0.5):
@@ -189,7 +189,7 @@ async def test_busy_connections_are_never_evicted(tmp_path: Path) -> None:
             poll = ReadLacRequest(1, 10**6 + i, ReadLacFlag.LONG_POLL, -1, 20_000, b"")
             await stream.send_all(encode_frame(poll))
             streams.append(stream)
-        await _wait_until(lambda: bookie.handler.long_polls == 3)
+        await _wait_until(lambda: bookie.handler.stats.long_polls == 3)
         await trio.sleep(0.3)
         async with connect(bid) as extra:
             with trio.fail_after(10):
@@ -198,7 +198,7 @@ async def test_busy_connections_are_never_evicted(tmp_path: Path) -> None:
                 )
         assert isinstance(answer, ErrorResponse)
         assert answer.status is StatusCode.TOO_MANY_REQUESTS
-        assert bookie.handler.connections_evicted == 0
+        assert bookie.handler.stats.connections_evicted == 0
         for s in streams:
             await s.aclose()
 
@@ -264,7 +264,7 @@ async def test_a_client_whose_idle_connections_were_evicted_goes_on(
                 await stream.send_all(_lac_request(1))
                 newcomers.append(stream)
         await _wait_until(
-            lambda: all(b.handler.connections_evicted >= 1 for b in bookies.objects.values())
+            lambda: all(b.handler.stats.connections_evicted >= 1 for b in bookies.objects.values())
         )
         # The writer's connections are gone; once the newcomers have been idle a while, its
         # next add reconnects in their place.
@@ -290,10 +290,13 @@ async def test_a_peer_that_reads_no_answers_is_cut_off(tmp_path: Path) -> None:
             encode_frame(ReadRequest(i, 1, 0, ReadFlag.NONE, b"")) for i in range(1, 9)
         )
         await stream.send_all(reads)
-        await _wait_until(lambda: bookie.handler.unsent_bytes > 0)
-        await _wait_until(lambda: bookie.handler.connections == 0, timeout=15)
+        await _wait_until(lambda: bookie.handler.stats.unsent_bytes > 0)
+        await _wait_until(lambda: bookie.handler.stats.connections == 0, timeout=15)
         assert bookie.handler.bad_input.counts["send_timeout"] == 1
-        assert bookie.handler.unsent_bytes == 0 and bookie.handler.connections_timed_out == 1
+        assert (
+            bookie.handler.stats.unsent_bytes == 0
+            and bookie.handler.stats.connections_timed_out == 1
+        )
         await stream.aclose()
 
 
@@ -316,11 +319,11 @@ async def test_queued_answers_are_bounded_over_all_connections(tmp_path: Path) -
             )
             await stream.send_all(reads)
             peers.append(stream)
-        peak = await _peak(lambda: bookie.handler.unsent_bytes, 3)
-        assert bookie.handler.unsent_bytes >= total  # the attack did fill the bound
+        peak = await _peak(lambda: bookie.handler.stats.unsent_bytes, 3)
+        assert bookie.handler.stats.unsent_bytes >= total  # the attack did fill the bound
         # The bound, passed by one entry at most (each answer is queued only with room).
         assert peak < total + len(entry), peak / MiB
-        held_back = bookie.handler.reads_in_flight + bookie.handler.stalled_connections
+        held_back = bookie.handler.stats.reads_in_flight + bookie.handler.stats.stalled_connections
         assert held_back >= 1
         async with connect(bid) as reader:
             with trio.fail_after(10):
@@ -328,7 +331,7 @@ async def test_queued_answers_are_bounded_over_all_connections(tmp_path: Path) -
                     assert (await reader.read(1, 0)).status is StatusCode.OK
         for s in peers:
             await s.aclose()
-        await _wait_until(lambda: bookie.handler.unsent_bytes == 0)
+        await _wait_until(lambda: bookie.handler.stats.unsent_bytes == 0)
 
 
 async def test_adds_in_flight_are_bounded_in_bytes(tmp_path: Path) -> None:
@@ -343,7 +346,7 @@ async def test_adds_in_flight_are_bounded_in_bytes(tmp_path: Path) -> None:
             async def watch() -> None:
                 nonlocal peak
                 while True:
-                    peak = max(peak, bookie.handler.add_bytes_in_flight)
+                    peak = max(peak, bookie.handler.stats.add_bytes_in_flight)
                     await trio.lowlevel.checkpoint()
 
             async with trio.open_nursery() as nursery:
@@ -353,7 +356,7 @@ async def test_adds_in_flight_are_bounded_in_bytes(tmp_path: Path) -> None:
                 nursery.cancel_scope.cancel()
         assert [getattr(a, "status", None) for a in answers] == [StatusCode.OK] * 64
         assert MiB <= peak <= 3 * MiB, peak / MiB
-        assert bookie.handler.add_bytes_in_flight == 0
+        assert bookie.handler.stats.add_bytes_in_flight == 0
 
 
 def test_queued_answers_are_sent_in_pieces_without_copying_big_ones() -> None:
@@ -386,24 +389,24 @@ async def test_reads_answered_from_disk_cannot_queue_gigabytes(tmp_path: Path) -
         )
         first = _unread_stream_socket(bid)
         await first.send_all(reads)
-        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
+        peak = await _peak(lambda: bookie.handler.stats.unsent_bytes, 2)
         # max_unsent_bytes, passed by one entry at most.
         assert peak < cfg.max_unsent_bytes + len(entry), peak / MiB
-        assert bookie.handler.reads_in_flight > 0  # the rest wait
+        assert bookie.handler.stats.reads_in_flight > 0  # the rest wait
         assert bookie.handler.reads_refused_unsent == 0
-        assert bookie.handler.connections_evicted_unread == 0  # under the total: no eviction
+        assert bookie.handler.stats.connections_evicted_unread == 0  # under the total: no eviction
         # A second such peer takes the total to its bound: the peer stuck longest is closed.
         second = _unread_stream_socket(bid)
         await second.send_all(reads)
-        peak = await _peak(lambda: bookie.handler.unsent_bytes, 3)
+        peak = await _peak(lambda: bookie.handler.stats.unsent_bytes, 3)
         assert peak < cfg.max_unsent_bytes_total + len(entry), peak / MiB
-        await _wait_until(lambda: bookie.handler.connections_evicted_unread > 0)
+        await _wait_until(lambda: bookie.handler.stats.connections_evicted_unread > 0)
         assert await _closed_by_bookie(first)
         async with connect(bid) as reader:  # another client reads on
             with trio.fail_after(10):
                 assert (await reader.read(1, 2)).status is StatusCode.OK
         await second.aclose()
-        await _wait_until(lambda: bookie.handler.reads_in_flight == 0)
+        await _wait_until(lambda: bookie.handler.stats.reads_in_flight == 0)
 
 
 async def test_batch_reads_answered_from_disk_are_bounded_as_reads_are(tmp_path: Path) -> None:
@@ -421,15 +424,15 @@ async def test_batch_reads_answered_from_disk_are_bounded_as_reads_are(tmp_path:
         )
         peer = _unread_stream_socket(bid, "127.0.0.2")  # (reads take turns per address)
         await peer.send_all(reads)
-        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
+        peak = await _peak(lambda: bookie.handler.stats.unsent_bytes, 2)
         # (an answer's frame: 1 MiB of packets, its header and a length per packet)
         assert 0 < peak < cfg.max_unsent_bytes + BATCH_READ_MAX_BYTES + 4096, peak / MiB
-        assert bookie.handler.reads_in_flight > 0  # the rest wait
+        assert bookie.handler.stats.reads_in_flight > 0  # the rest wait
         async with connect(bid) as reader:  # another client reads on
             with trio.fail_after(10):
                 assert (await reader.read(1, 2)).status is StatusCode.OK
         await peer.aclose()
-        await _wait_until(lambda: bookie.handler.reads_in_flight == 0)
+        await _wait_until(lambda: bookie.handler.stats.reads_in_flight == 0)
 
 
 async def test_a_client_takes_turns_with_a_stranger_whose_reads_came_first(
@@ -449,19 +452,19 @@ async def test_a_client_takes_turns_with_a_stranger_whose_reads_came_first(
         for i in range(40):
             hogs.append(_unread_stream_socket(bid, source="127.0.0.2"))
             await hogs[-1].send_all(encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")))
-        await _wait_until(lambda: handler.unsent_bytes >= cfg.max_unsent_bytes_total)
-        await _wait_until(lambda: handler.reads_in_flight >= 30)  # the stranger's reads wait
+        await _wait_until(lambda: handler.stats.unsent_bytes >= cfg.max_unsent_bytes_total)
+        await _wait_until(lambda: handler.stats.reads_in_flight >= 30)  # the stranger's reads wait
         async with connect(bid) as reader:
             with trio.fail_after(30):
                 answer = await reader.read(1, 1)
-            evicted = handler.connections_evicted_unread
+            evicted = handler.stats.connections_evicted_unread
         assert answer.status is StatusCode.OK
         # Served once the first stuck connections were closed, not after the stranger's
         # other waiting reads (about nine more rounds of evictions).
         assert 1 <= evicted <= 8, evicted
         for hog in hogs:
             await hog.aclose()
-        await _wait_until(lambda: handler.unsent_bytes == 0)
+        await _wait_until(lambda: handler.stats.unsent_bytes == 0)
 
 
 @pytest.mark.parametrize("where", ["disk", "cache"])
@@ -489,17 +492,17 @@ async def test_many_peers_that_read_nothing_cannot_hold_the_memory(
         for i in range(40):  # 160 MiB of answers asked for
             hogs.append(_unread_stream_socket(bid))
             await hogs[-1].send_all(encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")))
-        peak = await _peak(lambda: bookie.handler.unsent_bytes, 2)
+        peak = await _peak(lambda: bookie.handler.stats.unsent_bytes, 2)
         # The total, passed by one entry at most.
         assert peak < cfg.max_unsent_bytes_total + len(entry), peak / MiB
-        await _wait_until(lambda: bookie.handler.connections_evicted_unread > 0)
+        await _wait_until(lambda: bookie.handler.stats.connections_evicted_unread > 0)
         async with connect(bid) as reader:
             with trio.fail_after(15):
                 assert (await reader.read(1, 1)).status is StatusCode.OK
         assert bookie.handler.reads_refused_unsent == 0  # waited, not refused
         for hog in hogs:
             await hog.aclose()
-        await _wait_until(lambda: bookie.handler.unsent_bytes == 0)
+        await _wait_until(lambda: bookie.handler.stats.unsent_bytes == 0)
 
 
 async def test_a_client_whose_read_waited_for_room_is_not_closed_as_unread(
@@ -525,7 +528,9 @@ async def test_a_client_whose_read_waited_for_room_is_not_closed_as_unread(
             for i in range(12):  # 48 MiB asked for, 16 MiB allowed: reads keep waiting
                 hogs.append(_unread_stream_socket(bid))
                 await hogs[-1].send_all(encode_frame(ReadRequest(i, 1, i % 3, ReadFlag.NONE, b"")))
-            await _wait_until(lambda: bookie.handler.unsent_bytes >= cfg.max_unsent_bytes_total)
+            await _wait_until(
+                lambda: bookie.handler.stats.unsent_bytes >= cfg.max_unsent_bytes_total
+            )
             # Three reads at once: they wait for room, then are answered while more peers'
             # reads (sent after them) wait (12 MiB: more than the socket takes at once, so
             # some stays queued while the bookie looks for peers to close).
@@ -547,7 +552,7 @@ async def test_a_client_whose_read_waited_for_room_is_not_closed_as_unread(
             for answer in answers:
                 assert isinstance(answer, ReadResponse), answer
                 assert answer.status is StatusCode.OK and answer.packet.endswith(entry)
-            assert bookie.handler.connections_evicted_unread > 0  # the hogs were
+            assert bookie.handler.stats.connections_evicted_unread > 0  # the hogs were
             nursery.cancel_scope.cancel()
         for hog in hogs:
             await hog.aclose()
@@ -571,9 +576,9 @@ async def test_long_polls_carry_entries_only_while_there_is_room(tmp_path: Path)
                 encode_frame(ReadLacRequest(i, 1, flags, i % 4, 10_000, b"")) for i in range(50)
             )
         )
-        peak = await _peak(lambda: bookie.handler.unsent_bytes, 3)
+        peak = await _peak(lambda: bookie.handler.stats.unsent_bytes, 3)
         assert peak <= cfg.max_unsent_bytes + 2 * len(entry), peak / MiB
-        await _wait_until(lambda: bookie.handler.long_polls == 0)
+        await _wait_until(lambda: bookie.handler.stats.long_polls == 0)
         await stream.aclose()
 
 
@@ -601,7 +606,7 @@ async def test_reads_waiting_for_a_peer_that_does_not_read_do_not_hold_the_read_
             lambda: (
                 len(handler.client_connections) == 5
                 and all(c.unsent >= cfg.max_unsent_bytes for c in handler.client_connections)
-                and handler.reads_in_flight < cfg.max_inflight_reads
+                and handler.stats.reads_in_flight < cfg.max_inflight_reads
             )
         )
         async with connect(bid) as reader:

@@ -19,7 +19,6 @@ DISK_FORMATS = {
     "walkit_bookie/storage/_entrylog.py": "entry log records",
     "walkit_bookie/storage/_index.py": "index keys and locations",
     "walkit_bookie/storage/_ledger.py": "a ledger's state record",
-    "walkit_bookie/storage/_storage.py": "entry keys of the write cache",
     "walkit/metadata/_file_changes.py": "Linux inotify event records, read from the kernel",
 }
 

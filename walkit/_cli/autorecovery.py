@@ -13,7 +13,9 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from walkit._cli._args import argument_type, given
 from walkit._cli.output import emit, emit_record
+from walkit._core.options import BYTE_RATE_LIMIT, RATE_LIMIT, SECONDS
 from walkit._core.types import BookieId
 from walkit.errors import InvalidArgumentError
 
@@ -23,28 +25,6 @@ def bookie_arg(text: str) -> BookieId:
         return BookieId.parse(text)
     except InvalidArgumentError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def delay_arg(text: str) -> float:
-    from walkit.metadata._underreplication import check_delay
-
-    try:
-        return check_delay(float(text))
-    except (ValueError, InvalidArgumentError):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a delay in seconds (a number >= 0)"
-        ) from None
-
-
-def rate_arg(text: str) -> float:
-    from walkit._core.rate_limit import check_rate
-
-    try:
-        return check_rate(float(text), "rate") or 0.0
-    except (ValueError, InvalidArgumentError):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a rate (a number >= 0; 0: no limit)"
-        ) from None
 
 
 def add_parsers(sub: Any, with_metadata: Any) -> None:
@@ -60,12 +40,19 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
             help="a ledger password to try (repeatable; the password a ledger's metadata keeps, "
             "b'' and the passwords stored with logs are always tried)",
         )
-        p.add_argument(
-            "--entries-per-second", type=rate_arg, default=None, help="copy rate limit (0: none)"
-        )
-        p.add_argument(
-            "--bytes-per-second", type=rate_arg, default=None, help="copy rate limit (0: none)"
-        )
+        # AutorecoveryOptions' entries_per_second and bytes_per_second (their kinds; the
+        # class would load the client for every command), given or not: see recover().
+        for flag, kind in (
+            ("--entries-per-second", RATE_LIMIT),
+            ("--bytes-per-second", BYTE_RATE_LIMIT),
+        ):
+            p.add_argument(
+                flag,
+                type=argument_type(kind),
+                default=argparse.SUPPRESS,
+                metavar=kind.metavar,
+                help="copy rate limit (0: none; default: autorecovery's)",
+            )
         return p
 
     with_passwords(
@@ -94,7 +81,9 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     delay = with_metadata(
         auto_sub.add_parser("delay", help="set the lost-bookie delay (seconds) at run time")
     )
-    delay.add_argument("seconds", type=delay_arg)
+    delay.add_argument(
+        "seconds", type=argument_type(SECONDS, "delay")
+    )  # BookieConfig.lost_bookie_delay's kind
 
 
 def handler(args: argparse.Namespace) -> Any:
@@ -179,17 +168,14 @@ class _Progress:
 
 
 async def recover(url: str, args: argparse.Namespace, out: TextIO) -> int:
-    import attrs
 
     from walkit._cli._connect import connect_options
     from walkit.autorecovery import AutorecoveryOptions, decommission_bookie, recover_bookie
     from walkit.client import Client
 
-    options = AutorecoveryOptions(passwords=[p.encode() for p in args.password])
-    if args.entries_per_second is not None:
-        options = attrs.evolve(options, entries_per_second=args.entries_per_second)
-    if args.bytes_per_second is not None:
-        options = attrs.evolve(options, bytes_per_second=args.bytes_per_second)
+    options = AutorecoveryOptions(
+        passwords=[p.encode() for p in args.password], **given(args, AutorecoveryOptions)
+    )
     decommission = args.command == "bookie"
     progress = _Progress("decommission" if decommission else "recover", sys.stderr)
     async with Client.connect(url, **connect_options(args)) as client:

@@ -8,12 +8,13 @@ import json
 import sys
 from typing import Any, TextIO
 
-from walkit._cli._args import at_least, seconds
+from walkit._cli._args import argument_type
 from walkit._cli._connect import connect_options
 from walkit._cli.admin import _printable
 from walkit._cli.output import emit, emit_record
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition
+from walkit._core.options import SECONDS, count
 from walkit.errors import ConfigurationError, InvalidMetadataError, NoSuchLedgerError, WalkitError
 
 
@@ -56,8 +57,11 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     _add_maintenance(log_sub, with_metadata)
 
 
-_count = at_least(0)
-_seconds = seconds
+#: The kinds of ``LogOptions.retain_records``/``retain_bytes`` and ``retain_age``/``orphan_gc_grace``
+#: (named here rather than read from LogOptions, which would load the log package, and the
+#: client with it, for every command).
+_count = argument_type(count(0))
+_seconds = argument_type(SECONDS)
 
 
 def _add_maintenance(log_sub: Any, with_metadata: Any) -> None:

@@ -8,14 +8,19 @@ replays every pause), and sleeps for what :meth:`Backoff.delay` says. Full jitte
 from __future__ import annotations
 
 import enum
-import random
-from typing import final
+from typing import Protocol, final
 
 import attrs
 
 from walkit.errors import InvalidArgumentError
 
 __all__ = ["Backoff", "Jitter"]
+
+
+class Uniform(Protocol):
+    """The part of ``random.Random`` a backoff draws from (the caller's generator)."""
+
+    def uniform(self, a: float, b: float) -> float: ...
 
 
 class Jitter(enum.Enum):
@@ -50,7 +55,7 @@ class Backoff:
         steps = min(attempt, 64)
         return min(self.cap, self.first * self.multiplier**steps)
 
-    def delay(self, attempt: int, rng: random.Random) -> float:
+    def delay(self, attempt: int, rng: Uniform) -> float:
         """How long to wait before retry number ``attempt`` (0-based)."""
         ceiling = self.ceiling(attempt)
         if self.jitter is Jitter.FULL:

@@ -18,6 +18,7 @@ import attrs
 from walkit._core.distribution import stores_entry
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
 from walkit._core.types import BookieId
+from walkit._core.wire import CopyFragmentRequest, CopyFragmentResponse
 from walkit.errors import InvalidMetadataError, WalkitError
 
 
@@ -34,6 +35,31 @@ class ReplacementPolicy(Protocol):
         exclude: Set[BookieId] = ...,
         custom_metadata: Mapping[str, bytes] | None = ...,
     ) -> BookieId: ...
+
+
+class FragmentCopies(Protocol):
+    """What answers a bookie's COPY_FRAGMENT requests (``walkit.autorecovery``'s copier): the
+    bookie names this, never the client that implements it."""
+
+    async def copy(self, req: CopyFragmentRequest) -> CopyFragmentResponse: ...
+
+
+class LocalCopies(Protocol):
+    """The bookie a worker runs in, storing copies given to it in the same process."""
+
+    @property
+    def bookie_id(self) -> BookieId: ...
+
+    def serve_fragment_copies(self, copier: FragmentCopies | None) -> None:
+        """Have the bookie answer COPY_FRAGMENT requests with ``copier`` (None: refuse them)."""
+        ...
+
+    async def store(
+        self, ledger_id: int, master_key: bytes, entries: Sequence[tuple[int, bytes]]
+    ) -> list[str]:
+        """Store ``(entry id, packet)`` pairs as recovery copies, exactly as adds flagged
+        RECOVERY | COPY are stored; return a line per entry refused (empty: all durable)."""
+        ...
 
 
 @final

@@ -13,7 +13,6 @@ from walkit.autorecovery._copy import LocalCopies
 from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
-from walkit.autorecovery._overreplicated import collect_overreplicated
 from walkit.autorecovery._recover import (
     RecoveryReport,
     decommission_bookie,
@@ -23,7 +22,12 @@ from walkit.autorecovery._recover import (
 from walkit.autorecovery._run import run_autorecovery
 from walkit.autorecovery._service import run_bookie_autorecovery
 from walkit.autorecovery._worker import ReplicationWorker
-from walkit.metadata import AutorecoverySettings, UnderreplicatedLedger, UnderreplicationManager
+from walkit.metadata import (
+    AutorecoverySettings,
+    UnderreplicatedLedger,
+    UnderreplicationManager,
+    collect_overreplicated,
+)
 
 __all__ = [
     "Auditor",

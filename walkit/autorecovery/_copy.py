@@ -16,8 +16,8 @@ kernel).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from typing import Protocol, final
+from collections.abc import Callable, Collection
+from typing import final
 
 import trio
 
@@ -25,13 +25,17 @@ from walkit._core.digest import DigestManager
 from walkit._core.distribution import write_set
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.rate_limit import TokenBucket
-from walkit._core.rereplication import FragmentGap, batch_entries, plan_batch_answer
+from walkit._core.rereplication import (
+    FragmentCopies,
+    FragmentGap,
+    LocalCopies,
+    batch_entries,
+    plan_batch_answer,
+)
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     AddFlag,
     BatchReadResponse,
-    CopyFragmentRequest,
-    CopyFragmentResponse,
     ReadResponse,
     Response,
     StatusCode,
@@ -67,30 +71,6 @@ class TargetFailedError(RereplicationError):
     def __init__(self, message: str, target: BookieId) -> None:
         super().__init__(message)
         self.target = target
-
-
-class FragmentCopies(Protocol):
-    """What answers a bookie's COPY_FRAGMENT requests (``_remote_copy.FragmentCopier``)."""
-
-    async def copy(self, req: CopyFragmentRequest) -> CopyFragmentResponse: ...
-
-
-class LocalCopies(Protocol):
-    """The bookie a worker runs in, storing copies given to it in the same process."""
-
-    @property
-    def bookie_id(self) -> BookieId: ...
-
-    def serve_fragment_copies(self, copier: FragmentCopies | None) -> None:
-        """Have the bookie answer COPY_FRAGMENT requests with ``copier`` (None: refuse them)."""
-        ...
-
-    async def store(
-        self, ledger_id: int, master_key: bytes, entries: Sequence[tuple[int, bytes]]
-    ) -> list[str]:
-        """Store ``(entry id, packet)`` pairs as recovery copies, exactly as adds flagged
-        RECOVERY | COPY are stored; return a line per entry refused (empty: all durable)."""
-        ...
 
 
 @final

@@ -3,35 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, ClassVar, final
 
 import attrs
 
-from walkit._core.rate_limit import check_rate
-from walkit.errors import ConfigurationError, WalkitError
+from walkit._core.options import (
+    BYTE_RATE_LIMIT,
+    NON_NEGATIVE,
+    POSITIVE,
+    RATE_LIMIT,
+    SWITCH,
+    Kind,
+    count,
+    rate_limit,
+)
+from walkit.errors import ConfigurationError
 
 __all__ = ["AutorecoveryOptions"]
-
-
-def _positive(_instance: Any, attribute: Any, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigurationError(
-            f"autorecovery option {attribute.name} must be a positive number, not {value!r}"
-        )
-
-
-def _non_negative(_instance: Any, attribute: Any, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ConfigurationError(
-            f"autorecovery option {attribute.name} must be a number >= 0, not {value!r}"
-        )
-
-
-def _rate(value: Any) -> float | None:
-    try:
-        return check_rate(value, "autorecovery rate limit")
-    except WalkitError as exc:
-        raise ConfigurationError(str(exc)) from None
 
 
 def _passwords(value: Any) -> tuple[bytes, ...]:
@@ -47,37 +35,63 @@ def _passwords(value: Any) -> tuple[bytes, ...]:
     return tuple(out)
 
 
+PASSWORDS = Kind(convert=_passwords, secret=True)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class AutorecoveryOptions:
-    """How the auditor and the replication workers behave.
+    """How the auditor and the replication workers behave (each option's help says what it
+    does)."""
 
-    - ``grace_period``: seconds an OPEN ledger is left to its writer before a worker fences and
-      recovers it to heal it.
-    - ``poll_interval``: a worker looks at the markers at least this often (it also wakes up
-      when one is added).
-    - ``check_interval``: the auditor's periodic check of every ledger (seconds).
-    - ``check_entries``: the periodic check also asks live bookies for the first and last entry
-      of each fragment they should hold (BookKeeper's LedgerChecker), and ``check_samples``
-      more entries picked at random.
-    - ``entries_per_second`` / ``bytes_per_second``: copy rate limits per worker (None or 0:
-      no limit).
-    - ``window``: entries copied at once.
-    - ``election_lease``: the auditor election's lease (a dead auditor is replaced after it).
-    - ``passwords``: ledger passwords to try besides b"" and the ones stored with logs.
-    - ``copies_by_replacement``: with no rate limit, a replacement other than this process's
-      own bookie is asked to copy each fragment from the replicas itself (the bytes do not
-      pass through this process); False, or a bookie that does not, and they do.
-    """
+    option_noun: ClassVar[str] = "autorecovery option "
 
-    grace_period: float = attrs.field(default=60.0, validator=_non_negative)
-    poll_interval: float = attrs.field(default=10.0, validator=_positive)
-    check_interval: float = attrs.field(default=3600.0, validator=_positive)
-    check_entries: bool = True
-    check_samples: int = attrs.field(default=2, validator=_non_negative)
-    entries_per_second: float | None = attrs.field(default=5_000, converter=_rate)
-    bytes_per_second: float | None = attrs.field(default=16 * 1024 * 1024, converter=_rate)
-    window: int = attrs.field(default=64, validator=_positive)
-    election_lease: float = attrs.field(default=5.0, validator=_positive)
-    passwords: tuple[bytes, ...] = attrs.field(default=(), converter=_passwords)
-    copies_by_replacement: bool = True
+    grace_period: float = NON_NEGATIVE.field(
+        60.0,
+        "seconds an OPEN ledger is left to its writer before a worker fences and recovers "
+        "it to heal it",
+    )
+    poll_interval: float = POSITIVE.field(
+        10.0,
+        "a worker looks at the markers at least this often, in seconds (it also wakes up "
+        "when one is added)",
+    )
+    check_interval: float = POSITIVE.field(
+        3600.0,
+        "seconds between the auditor's periodic checks of every ledger (its fragments' "
+        "bookies, and the entries check_entries asks for)",
+    )
+    check_entries: bool = SWITCH.field(
+        True,
+        "the periodic check also asks live bookies for the first and last entry of each "
+        "fragment they should hold (BookKeeper's LedgerChecker), and check_samples more "
+        "entries picked at random",
+    )
+    check_samples: int = count(0).field(2, "entries sampled per fragment by the periodic check")
+    entries_per_second: float | None = attrs.field(
+        default=5_000,
+        converter=rate_limit,
+        **RATE_LIMIT.option("copy rate limit per worker, entries/s (None or 0: no limit)"),
+    )
+    bytes_per_second: float | None = attrs.field(
+        default=16 * 1024 * 1024,
+        converter=rate_limit,
+        **BYTE_RATE_LIMIT.option(
+            "copy rate limit per worker, bytes/s, e.g. 64MiB/s (None or 0: no limit)"
+        ),
+    )
+    window: int = count(1).field(64, "entries copied at once")
+    election_lease: float = POSITIVE.field(
+        5.0, "the auditor election's lease, in seconds (a dead auditor is replaced after it)"
+    )
+    passwords: tuple[bytes, ...] = attrs.field(
+        default=(),
+        converter=_passwords,
+        **PASSWORDS.option('ledger passwords to try besides b"" and the ones stored with logs'),
+    )
+    copies_by_replacement: bool = SWITCH.field(
+        True,
+        "with no rate limit, a replacement other than this process's own bookie is asked "
+        "to copy each fragment from the replicas itself (the bytes do not pass through "
+        "this process); False, or a bookie that does not, and they do",
+    )

@@ -16,7 +16,7 @@ from walkit.errors import LogTruncatedError, NoSuchLogError
 from walkit.log._gc import Orphan
 from walkit.log._link import LinkResult, StagedLedger
 from walkit.log._log import Log
-from walkit.log._options import LogOptions
+from walkit.log._options import LogOptions, LogOptionsDict
 from walkit.log._passwords import ledger_password, log_password
 from walkit.log._reader import LogReader, LogRecord
 from walkit.log._retention import RetentionResult
@@ -31,6 +31,7 @@ __all__ = [
     "LogLedger",
     "LogMetadata",
     "LogOptions",
+    "LogOptionsDict",
     "LogPosition",
     "LogReader",
     "LogRecord",

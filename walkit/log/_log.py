@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterable, Generator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Unpack, final
 
 import attrs
 import trio
@@ -48,7 +48,7 @@ from walkit.log._link import (
     stage_ledger,
     staged_ledgers,
 )
-from walkit.log._options import LogOptions
+from walkit.log._options import LogOptions, LogOptionsDict
 from walkit.log._passwords import LOG_KEY
 from walkit.log._reader import LogReader
 from walkit.log._retention import RetentionResult, apply_retention, limits_of
@@ -153,7 +153,8 @@ class Log:
         ack_quorum: int | None = None,
         digest: str | DigestType | None = None,
         store_password: bool | None = None,
-        **options: Any,
+        options: LogOptions | None = None,
+        **kwargs: Unpack[LogOptionsDict],
     ) -> _Opener:
         """Open the log ``name`` (creating it unless ``create=False``); use as
         ``async with Log.open(client, name) as log:`` or ``log = await Log.open(...)``.
@@ -163,15 +164,17 @@ class Log:
         other values for an existing log raises ConfigurationError. So is ``store_password``
         (default True): whether the log's ledgers keep their password in their metadata, so
         that autorecovery heals them by itself; False needs a ``password`` of the log's own
-        (a generated one is kept in the log's metadata anyway). ``options``: see
-        :class:`LogOptions` (roll thresholds, password, snapshots kept, ...).
+        (a generated one is kept in the log's metadata anyway). The handle's options
+        (:class:`walkit.LogOptions`: roll thresholds, password, snapshots kept, ...) come as
+        keywords (``roll_entries=1000``; type checkers know their names and types), as an
+        ``options=LogOptions(...)`` object, or both (the keywords win).
 
         Raises InvalidArgumentError (bad name), ConfigurationError (bad option),
         NoSuchLogError (``create=False`` and no such log), InvalidMetadataError (the log's
         node is malformed).
         """
         check_log_name(name)
-        opts = LogOptions.from_kwargs(options)
+        opts = LogOptions.from_kwargs(kwargs, base=options)
         config: dict[str, Any] = {}
         for key, value in (
             ("ensemble_size", ensemble_size),
@@ -182,19 +185,20 @@ class Log:
                 config[key] = value
         if digest is not None:
             config["digest"] = DigestType.parse(digest)
+        explicit_password = "password" in kwargs or opts.password != LogOptions().password
         if store_password is not None:
             if not isinstance(store_password, bool):
                 raise ConfigurationError(
                     f"log option store_password must be a bool, not {store_password!r}"
                 )
-            if not store_password and "password" not in options:
+            if not store_password and not explicit_password:
                 raise ConfigurationError(
                     f"log {name}: store_password=False needs the log's own password "
                     "(password=...): a log without one keeps a generated password in its "
                     "metadata, where autorecovery finds it anyway"
                 )
             config["store_password"] = store_password
-        return _Opener(client, name, create, config, opts, "password" in options)
+        return _Opener(client, name, create, config, opts, explicit_password)
 
     @classmethod
     async def _open(

@@ -1,36 +1,22 @@
-"""Options of ``Log.open`` (how ledgers are rolled, snapshots kept, records read)."""
+"""Options of ``Log.open`` (how ledgers are rolled, snapshots kept, records read).
+
+Each option is declared once (``walkit._core.options``); :class:`LogOptionsDict` is the same
+list for type checkers (``**options: Unpack[LogOptionsDict]``), and a test keeps the two in
+step.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import Any, final
+from typing import Any, ClassVar, TypedDict, final
 
 import attrs
 
-from walkit._core.options import options_from_kwargs
+from walkit._core.options import SECONDS, Kind, count, number, optional, options_from_kwargs
 from walkit._core.record_set import MAX_BODY_BYTES, Codec, check_codec_available
 from walkit.errors import ConfigurationError
 
-__all__ = ["LogOptions"]
-
-
-def _positive_int(optional: bool) -> Any:
-    def check(_instance: Any, attribute: Any, value: Any) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigurationError(
-                f"log option {attribute.name} must be an int >= 1"
-                f"{' or None' if optional else ''}, not {value!r}"
-            )
-
-    return check
-
-
-def _count(_instance: Any, attribute: Any, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(f"log option {attribute.name} must be an int >= 0, not {value!r}")
+__all__ = ["LogOptions", "LogOptionsDict"]
 
 
 def _codec(value: Any) -> Codec:
@@ -41,35 +27,18 @@ def _codec(value: Any) -> Codec:
     return codec
 
 
-def _seconds(optional: bool, positive: bool = False) -> Any:
-    def check(_instance: Any, attribute: Any, value: Any) -> None:
-        if value is None and optional:
-            return
-        bad = isinstance(value, bool) or not isinstance(value, int | float)
-        if not bad:
-            bad = not (0 < value < math.inf) if positive else not (0 <= value < math.inf)
-        if bad:
-            raise ConfigurationError(
-                f"log option {attribute.name} must be a number of seconds "
-                f"{'> 0' if positive else '>= 0'}{' or None' if optional else ''}, not {value!r}"
-            )
-
-    return check
-
-
-def _non_negative_int(_instance: Any, attribute: Any, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(
-            f"log option {attribute.name} must be an int >= 0 or None, not {value!r}"
-        )
-
-
 def _password(value: Any) -> bytes:
     if not isinstance(value, bytes | bytearray):
         raise ConfigurationError(f"log option password must be bytes, not {type(value).__name__}")
     return bytes(value)
+
+
+COMPRESSION = Kind(convert=_codec, choices=tuple(c.value for c in Codec), metavar="CODEC")
+PASSWORD = Kind(convert=_password, secret=True)
+BATCH_BYTES = number(
+    f"an int from 1 to {MAX_BODY_BYTES}", at_least=1, at_most=MAX_BODY_BYTES, integer=True
+)
+POSITIVE_SECONDS = number("a number of seconds > 0", above=0, finite=True, metavar="SECONDS")
 
 
 @final
@@ -77,54 +46,105 @@ def _password(value: Any) -> bytes:
 class LogOptions:
     """Every option of a log handle, with its default."""
 
-    #: Roll to a new ledger once the current one holds this many acknowledged records (None:
-    #: never by count).
-    roll_entries: int | None = attrs.field(default=1_000_000, validator=_positive_int(True))
-    #: Roll once the current ledger holds this many acknowledged payload bytes (None: never).
-    roll_bytes: int | None = attrs.field(default=64 * 1024 * 1024, validator=_positive_int(True))
-    #: The password of the log's ledgers (data and snapshots).
-    password: bytes = attrs.field(default=b"", converter=_password)
-    #: Snapshots kept in the metadata (the oldest's ledger is deleted when a new one is saved).
-    keep_snapshots: int = attrs.field(default=3, validator=_positive_int(False))
-    #: Snapshot bytes per ledger entry.
-    snapshot_chunk_size: int = attrs.field(default=1024 * 1024, validator=_positive_int(False))
-    #: Entries a reader fetches from the bookies at once (at most: a range also stops at
-    #: about 4 MiB of entries).
-    read_batch: int = attrs.field(default=256, validator=_positive_int(False))
-    #: Ranges a reader fetches ahead of the one it is handing out (0: none), while it reads
-    #: closed ledgers and confirmed entries.
-    read_ahead: int = attrs.field(default=2, validator=_count)
-    #: Largest record set: records that arrive while an entry is in flight share the next
-    #: entry, up to this many bytes (a lone record is sent at once, whatever its size).
-    batch_bytes: int = attrs.field(
-        default=64 * 1024,
-        validator=[_positive_int(False), attrs.validators.le(MAX_BODY_BYTES)],
+    option_noun: ClassVar[str] = "log option "
+
+    roll_entries: int | None = optional(count(1)).field(
+        1_000_000,
+        "roll to a new ledger once the current one holds this many acknowledged records "
+        "(None: never by count)",
     )
-    #: How the writer compresses each entry: "none", "zstd" or "lz4" (the ``compression``
-    #: extra). Each entry records its codec, so readers need no setting.
-    compression: Codec = attrs.field(default=Codec.NONE, converter=_codec)
-    #: Rounds of a writer takeover (each re-reads the log after losing a race to another
-    #: writer) before giving up with WriterFencedError.
-    takeover_attempts: int = attrs.field(default=10, validator=_positive_int(False))
-    #: Retention (None: no limit of that kind): the writer drops whole closed ledgers from the
-    #: front of the log once the ledgers after them hold at least this many records ...
-    retain_records: int | None = attrs.field(default=None, validator=_non_negative_int)
-    #: ... or at least this many payload bytes ...
-    retain_bytes: int | None = attrs.field(default=None, validator=_non_negative_int)
-    #: ... or once their newest record is older than this many seconds (needs a client with a
-    #: ``wall_clock``). Never the current ledger, nor the latest snapshot's or later ones.
-    retain_age: float | None = attrs.field(default=None, validator=_seconds(True))
-    #: A reader tailing an open ledger while a later one is listed (its writer died in the
-    #: middle of a roll) recovers that ledger itself after this many seconds without progress
-    #: (None: wait for the next writer's takeover).
-    stalled_ledger_timeout: float | None = attrs.field(
-        default=3.0, validator=_seconds(True, positive=True)
+    roll_bytes: int | None = optional(count(1)).field(
+        64 * 1024 * 1024,
+        "roll once the current ledger holds this many acknowledged payload bytes (None: never)",
     )
-    #: After a takeover, the writer deletes (in the background) ledgers tagged with the log's
-    #: name that the log does not list and that were created over this many seconds ago
-    #: (None: never; needs a client with a ``wall_clock``).
-    orphan_gc_grace: float | None = attrs.field(default=3600.0, validator=_seconds(True))
+    password: bytes = attrs.field(
+        default=b"",
+        converter=_password,
+        **PASSWORD.option("the password of the log's ledgers (data and snapshots)"),
+    )
+    keep_snapshots: int = count(1).field(
+        3, "snapshots kept in the metadata (the oldest's ledger is deleted when a new one is saved)"
+    )
+    snapshot_chunk_size: int = count(1).field(1024 * 1024, "snapshot bytes per ledger entry")
+    read_batch: int = count(1).field(
+        256,
+        "entries a reader fetches from the bookies at once (at most: a range also stops at "
+        "about 4 MiB of entries)",
+    )
+    read_ahead: int = count(0).field(
+        2,
+        "ranges a reader fetches ahead of the one it is handing out (0: none), while it "
+        "reads closed ledgers and confirmed entries",
+    )
+    batch_bytes: int = BATCH_BYTES.field(
+        64 * 1024,
+        "largest record set: records that arrive while an entry is in flight share the "
+        "next entry, up to this many bytes (a lone record is sent at once, whatever its "
+        "size)",
+    )
+    compression: Codec = attrs.field(
+        default=Codec.NONE,
+        converter=_codec,
+        **COMPRESSION.option(
+            'how the writer compresses each entry: "none", "zstd" or "lz4" (the compression '
+            "extra). Each entry records its codec, so readers need no setting"
+        ),
+    )
+    takeover_attempts: int = count(1).field(
+        10,
+        "rounds of a writer takeover (each re-reads the log after losing a race to another "
+        "writer) before giving up with WriterFencedError",
+    )
+    retain_records: int | None = optional(count(0)).field(
+        None,
+        "retention (None: no limit of that kind): the writer drops whole closed ledgers "
+        "from the front of the log once the ledgers after them hold at least this many "
+        "records",
+    )
+    retain_bytes: int | None = optional(count(0)).field(
+        None, "retention: ... or at least this many payload bytes (None: no such limit)"
+    )
+    retain_age: float | None = optional(SECONDS).field(
+        None,
+        "retention: ... or once their newest record is older than this many seconds "
+        "(needs a client with a wall_clock). Never the current ledger, nor the latest "
+        "snapshot's or later ones",
+    )
+    stalled_ledger_timeout: float | None = optional(POSITIVE_SECONDS).field(
+        3.0,
+        "a reader tailing an open ledger while a later one is listed (its writer died in "
+        "the middle of a roll) recovers that ledger itself after this many seconds without "
+        "progress (None: wait for the next writer's takeover)",
+    )
+    orphan_gc_grace: float | None = optional(SECONDS).field(
+        3600.0,
+        "after a takeover, the writer deletes (in the background) ledgers tagged with the "
+        "log's name that the log does not list and that were created over this many "
+        "seconds ago (None: never; needs a client with a wall_clock)",
+    )
 
     @classmethod
-    def from_kwargs(cls, options: Mapping[str, Any]) -> LogOptions:
-        return options_from_kwargs(cls, options, "log")
+    def from_kwargs(cls, options: Mapping[str, Any], base: LogOptions | None = None) -> LogOptions:
+        """The options given as keywords (over ``base``'s, an options object given too)."""
+        return options_from_kwargs(cls, options, "log", base)
+
+
+class LogOptionsDict(TypedDict, total=False):
+    """``LogOptions`` as keywords, for type checkers (``Log.open(client, name, **options)``);
+    a test keeps it the same list as the class's."""
+
+    roll_entries: int | None
+    roll_bytes: int | None
+    password: bytes | bytearray
+    keep_snapshots: int
+    snapshot_chunk_size: int
+    read_batch: int
+    read_ahead: int
+    batch_bytes: int
+    compression: Codec | str
+    takeover_attempts: int
+    retain_records: int | None
+    retain_bytes: int | None
+    retain_age: float | None
+    stalled_ledger_timeout: float | None
+    orphan_gc_grace: float | None

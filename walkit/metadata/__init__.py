@@ -30,6 +30,7 @@ from walkit.metadata._dump import Export, export_metadata, import_metadata, migr
 from walkit.metadata._ledgers import LedgerManager, ledger_id_from_path, ledger_path
 from walkit.metadata._memory import MemoryMetadataStore, forget_memory_tree
 from walkit.metadata._open import open_metadata_store
+from walkit.metadata._overreplicated import collect_overreplicated
 from walkit.metadata._store import (
     MAX_VALUE_SIZE,
     MetadataStore,
@@ -68,6 +69,7 @@ __all__ = [
     "WatchEventKind",
     "WatchStream",
     "cas_update",
+    "collect_overreplicated",
     "cookie_path",
     "delete_cookie",
     "ensure_cluster",

@@ -87,7 +87,7 @@ class SimBookie:
     def refused_rewrites(self) -> int:
         """Adds this bookie refused, over all its incarnations, because they carried other
         bytes for a stored entry: a legitimate writer or recovery never sends those."""
-        current = 0 if self.bookie is None else self.bookie.handler.adds_refused_rewrite
+        current = 0 if self.bookie is None else self.bookie.handler.stats.adds_refused_rewrite
         return self.past_refused_rewrites + current
 
     def __repr__(self) -> str:
@@ -291,7 +291,7 @@ class SimCluster:
                 await bookie.run(task_status=task_status)
         finally:
             if sim.bookie is not None:
-                sim.past_refused_rewrites += sim.bookie.handler.adds_refused_rewrite
+                sim.past_refused_rewrites += sim.bookie.handler.stats.adds_refused_rewrite
             sim.bookie = None
             sim._scope = None
             with trio.CancelScope(shield=True), contextlib.suppress(WalkitError):

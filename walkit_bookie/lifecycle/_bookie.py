@@ -107,7 +107,9 @@ class Bookie:
         handler = self.handler
         self.memory = MemoryReturn(
             held=lambda: (
-                handler.unsent_bytes + handler.add_bytes_in_flight + handler.partial_frame_bytes
+                handler.stats.unsent_bytes
+                + handler.stats.add_bytes_in_flight
+                + handler.stats.partial_frame_bytes
             )
         )
         #: The prometheus registry the bookie's metrics are collected into.

@@ -1,21 +1,41 @@
-"""Admission: who gets a connection slot. At ``max_connections`` (or an address's
+"""Admission: which request is taken and who gets a connection slot.
+
+Requests (:class:`RequestAdmission`): a connection may have ``max_requests_per_connection`` in
+flight and the bookie ``max_long_polls`` waiting; past them a request is answered
+TOO_MANY_REQUESTS. Past the in-flight adds, add bytes or reads the bookie is ``saturated``:
+connections stop reading their sockets and park in ``capacity`` until answers free room.
+
+Connections (:func:`handle_stream`): at ``max_connections`` (or an address's
 ``max_connections_per_address``) a newcomer closes an idle connection (``idle_victim``) or is
-refused with a clear answer; peers' addresses for log lines and per-address counts."""
+refused with a clear answer; peers' addresses for log lines and per-address counts.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import final
 
 import trio
 
-from walkit._core.wire import ErrorResponse, StatusCode, encode_frame, peek_request_id
+from walkit._core.wire import (
+    ErrorResponse,
+    Message,
+    ReadLacFlag,
+    ReadLacRequest,
+    StatusCode,
+    encode_frame,
+    peek_request_id,
+)
 from walkit._logging import get_logger
+from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._connection import (
     HEADER_END,
     REFUSE_DRAIN,
     Connection,
+    Peer,
     RequestHandler,
 )
+from walkit_bookie.server._stats import BookieStats
 
 log = get_logger(__name__)
 
@@ -24,6 +44,72 @@ log = get_logger(__name__)
 _REFUSE_WAIT = 1.0
 #: At max_connections, a connection whose frame has been arriving this long may be evicted.
 _SLOW_FRAME = 2.0
+
+
+@final
+class RequestAdmission:
+    """Which requests are taken, and when the bookie has room for more (see the module)."""
+
+    def __init__(self, config: BookieConfig, stats: BookieStats) -> None:
+        self._config = config
+        self._stats = stats
+        #: Connections that stopped reading while the bookie was saturated.
+        self.capacity = trio.lowlevel.ParkingLot()
+
+    def refusal(self, conn: Peer, message: Message) -> str | None:
+        """Why ``message`` is answered TOO_MANY_REQUESTS now, or None: it is taken."""
+        config = self._config
+        if conn.outstanding >= config.max_requests_per_connection:
+            return (
+                f"too many requests in flight on this connection "
+                f"(limit {config.max_requests_per_connection})"
+            )
+        if (
+            type(message) is ReadLacRequest
+            and message.flags & ReadLacFlag.LONG_POLL
+            and self._stats.long_polls >= config.max_long_polls
+        ):
+            return f"too many long polls waiting (limit {config.max_long_polls})"
+        return None
+
+    def refuse(self, conn: Peer, message: Message, why: str) -> None:
+        self._stats.requests_refused += 1
+        conn.send(
+            encode_frame(ErrorResponse(message.request_id, StatusCode.TOO_MANY_REQUESTS, why))
+        )
+
+    @property
+    def saturated(self) -> bool:
+        """At the in-flight limits of adds, add bytes or reads: sockets are not read."""
+        config, stats = self._config, self._stats
+        return (
+            stats.adds_in_flight >= config.max_inflight_adds
+            or stats.add_bytes_in_flight >= config.max_inflight_add_bytes
+            or stats.reads_in_flight >= config.max_inflight_reads
+        )
+
+    def freed(self) -> None:
+        """An answer went: wake the connections parked for room, if there is room now."""
+        if self.capacity and not self.saturated:
+            self.capacity.unpark_all()
+
+    @property
+    def degraded(self) -> list[str]:
+        """Which request queues are full now (empty when none is): what ``/health`` says."""
+        config, stats = self._config, self._stats
+        full = []
+        if (
+            stats.adds_in_flight >= config.max_inflight_adds
+            or stats.add_bytes_in_flight >= config.max_inflight_add_bytes
+        ):
+            full.append("adds")
+        if stats.reads_in_flight >= config.max_inflight_reads:
+            full.append("reads")
+        if stats.long_polls >= config.max_long_polls:
+            full.append("long_polls")
+        if stats.connections >= config.max_connections:
+            full.append("connections")
+        return full
 
 
 def idle_victim(
@@ -91,7 +177,7 @@ async def handle_stream(
                 await _refuse_connection(handler, stream, peer, why)
                 return
             victim.evict()
-        if handler.connections >= config.max_connections:
+        if handler.stats.connections >= config.max_connections:
             victim = idle_victim(
                 handler.client_connections, trio.current_time(), config.evict_idle_after
             )
@@ -118,7 +204,7 @@ async def _refuse_connection(
     """Over ``max_connections`` (or the address's share): answer the first request
     TOO_MANY_REQUESTS with ``why`` (so the client sees a clear error, not a hang or a bare
     reset), then close."""
-    handler.connections_refused += 1
+    handler.stats.connections_refused += 1
     handler.bad_input.report("too_many_connections", peer=peer, error=why)
     head = b""
     with trio.move_on_after(_REFUSE_WAIT):

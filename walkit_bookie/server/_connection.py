@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from walkit._core.auth import Authenticator
     from walkit_bookie._config import BookieConfig
     from walkit_bookie.server._badinput import BadInputLog
+    from walkit_bookie.server._stats import BookieStats
 
 log = get_logger(__name__)
 
@@ -70,30 +71,16 @@ class RequestHandler(Protocol):
     """What a connection needs from the bookie."""
 
     config: BookieConfig
+    #: The counters and gauges connections keep (connections, buffers, queued answers, ...).
+    stats: BookieStats
+    #: Connections wait here for room while the bookie is ``saturated``.
     capacity: trio.lowlevel.ParkingLot
-    connections: int
     #: Open client connections by the peer's address (host), for
     #: ``max_connections_per_address``.
     connections_by_address: dict[str, int]
-    connections_opened: int
-    connections_refused: int
     bad_input: BadInputLog
     #: Checks clients' credentials; None: authentication is off.
     authenticator: Authenticator | None
-    #: Connections authenticated, and refused for credentials or for sending none.
-    auth_ok: int
-    auth_refused: int
-    #: Bytes of receive buffers allocated by open connections.
-    receive_buffer_bytes: int
-    #: Bytes of frames received in part, over all connections.
-    partial_frame_bytes: int
-    #: Connections waiting for their unsent answers to drain (``max_unsent_bytes``).
-    stalled_connections: int
-    #: Bytes of answers queued over all connections (``max_unsent_bytes_total``).
-    unsent_bytes: int
-    connections_timed_out: int
-    connections_evicted: int
-    connections_evicted_unread: int
     client_connections: set[Connection]
 
     @property
@@ -156,6 +143,7 @@ class Connection:
         "_out",
         "_partial",
         "_space",
+        "_stats",
         "_stream",
         "_unsent",
         "_wake",
@@ -189,7 +177,7 @@ class Connection:
             self.authenticated = principal is not None
             if principal is not None:
                 self.principal = principal
-                handler.auth_ok += 1
+                handler.stats.auth_ok += 1
         self._stream = stream
         self._out: list[bytes | memoryview] = []
         self._unsent = 0
@@ -211,7 +199,8 @@ class Connection:
         self.taken_at = self.opened
         #: The reader gives up waiting for bytes at this time (inf: it may wait forever).
         self._deadline = self.opened + handler.config.first_request_timeout
-        self._counted = False  # counted in handler.connections
+        self._counted = False  # counted in handler.stats.connections
+        self._stats = handler.stats
 
     @property
     def unsent(self) -> int:
@@ -225,7 +214,7 @@ class Connection:
     def evict(self) -> None:
         """Close this idle connection to make room for a new one."""
         handler = self._handler
-        handler.connections_evicted += 1
+        handler.stats.connections_evicted += 1
         self._uncount()  # the newcomer takes the slot at once
         log.debug("idle_connection_evicted", peer=self.peer, spoke=self.spoke)
         self._close_now()
@@ -233,7 +222,7 @@ class Connection:
     def evict_unread(self) -> None:
         """Close this connection: its peer takes none of its answers while the bookie's queued
         answers are at their bound (its queued answers are dropped)."""
-        self._handler.connections_evicted_unread += 1
+        self._stats.connections_evicted_unread += 1
         self._close_unread(
             "answers_not_read",
             f"the peer took none of its answers for {trio.current_time() - self.taken_at:.1f} "
@@ -276,7 +265,7 @@ class Connection:
             self.taken_at = trio.current_time()
         out.extend(rest)
         self._unsent += size
-        self._handler.unsent_bytes += size
+        self._stats.unsent_bytes += size
         self._wake.set()
 
     def spawn(self, fn: object, *args: object) -> bool:
@@ -307,14 +296,14 @@ class Connection:
                 if scope.cancelled_caught:
                     return self._send_timed_out(send_timeout)
                 self._unsent -= len(piece)
-                handler.unsent_bytes -= len(piece)
+                handler.stats.unsent_bytes -= len(piece)
                 self.taken_at = trio.current_time()
                 if self._space:
                     self._space.unpark_all()
                 handler.answers_taken(self)
 
     def _send_timed_out(self, send_timeout: float) -> None:
-        self._handler.connections_timed_out += 1
+        self._stats.connections_timed_out += 1
         self._close_unread(
             "send_timeout", f"the peer took none of its answers for {send_timeout:g} s"
         )
@@ -332,7 +321,7 @@ class Connection:
         return (
             self._unsent >= config.max_unsent_bytes
             or handler.saturated
-            or (self._unsent > 0 and handler.unsent_bytes >= config.max_unsent_bytes_total)
+            or (self._unsent > 0 and handler.stats.unsent_bytes >= config.max_unsent_bytes_total)
         )
 
     async def _wait_for_room(self) -> None:
@@ -344,14 +333,14 @@ class Connection:
         while True:
             unsent = self._unsent
             if unsent >= config.max_unsent_bytes or (
-                unsent > 0 and handler.unsent_bytes >= config.max_unsent_bytes_total
+                unsent > 0 and handler.stats.unsent_bytes >= config.max_unsent_bytes_total
             ):
                 # Its own answers must go first (the writer wakes us as they do).
-                handler.stalled_connections += 1
+                handler.stats.stalled_connections += 1
                 try:
                     await self._space.park()
                 finally:
-                    handler.stalled_connections -= 1
+                    handler.stats.stalled_connections -= 1
             elif handler.saturated:
                 await handler.capacity.park()
             else:
@@ -367,7 +356,7 @@ class Connection:
             await self._read_frames(receive, decoder)
         finally:
             receive.release()
-            handler.partial_frame_bytes -= self._partial
+            handler.stats.partial_frame_bytes -= self._partial
             self._partial = 0
 
     async def _read_frames(self, receive: _Receiver, decoder: FrameDecoder) -> None:
@@ -409,10 +398,10 @@ class Connection:
                     # A frame started in this chunk: it must be whole within frame_timeout.
                     self._deadline = self.last_active + config.frame_timeout
                     self.frame_since = self.last_active
-            handler.partial_frame_bytes += held - self._partial
+            handler.stats.partial_frame_bytes += held - self._partial
             self._partial = held
             limit = handler.config.max_partial_frame_bytes
-            if held > _PARTIAL_FREE and handler.partial_frame_bytes > limit:
+            if held > _PARTIAL_FREE and handler.stats.partial_frame_bytes > limit:
                 self._refuse_frame(
                     data,
                     fed,
@@ -463,7 +452,7 @@ class Connection:
         """The reader's deadline passed: report it and close (no answer: nothing to answer)."""
         handler = self._handler
         config = handler.config
-        handler.connections_timed_out += 1
+        handler.stats.connections_timed_out += 1
         if not self.spoke:
             kind = "first_request_timeout"
             error = f"no whole request within {config.first_request_timeout:g} s of connecting"
@@ -506,7 +495,7 @@ class Connection:
                     message.method, message.credentials, self.principal
                 )
             except AuthenticationError as exc:
-                handler.auth_refused += 1
+                handler.stats.auth_refused += 1
                 handler.bad_input.report(
                     "auth_refused", peer=self.peer, method=message.method[:64], error=str(exc)
                 )
@@ -514,11 +503,11 @@ class Connection:
                 raise _Close from exc
             self.principal = principal
             self.authenticated = True
-            handler.auth_ok += 1
+            handler.stats.auth_ok += 1
             log.debug("client_authenticated", peer=self.peer, principal=principal)
             self.send(encode_frame(AuthResponse(rid, StatusCode.OK, principal)))
             return
-        handler.auth_refused += 1
+        handler.stats.auth_refused += 1
         handler.bad_input.report(
             "auth_required", peer=self.peer, request=type(message).__name__, request_id=rid
         )
@@ -562,10 +551,10 @@ class Connection:
 
     async def serve(self) -> None:
         handler = self._handler
-        handler.connections += 1
+        handler.stats.connections += 1
         by_address = handler.connections_by_address
         by_address[self.address] = by_address.get(self.address, 0) + 1
-        handler.connections_opened += 1
+        handler.stats.connections_opened += 1
         handler.client_connections.add(self)
         self._counted = True
         try:
@@ -586,7 +575,7 @@ class Connection:
         finally:
             self.closed = True
             handler.client_connections.discard(self)
-            handler.unsent_bytes -= self._unsent
+            handler.stats.unsent_bytes -= self._unsent
             self._unsent = 0
             self._out = []
             handler.answers_taken(self)
@@ -597,7 +586,7 @@ class Connection:
             return
         self._counted = False
         handler = self._handler
-        handler.connections -= 1
+        handler.stats.connections -= 1
         by_address = handler.connections_by_address
         left = by_address[self.address] - 1
         if left:
@@ -638,7 +627,7 @@ class _Receiver:
     On TCP it receives into one reused buffer: a fresh 1 MiB bytes object per receive costs
     page faults that show at hundreds of MiB/s. The buffer is allocated once the socket has
     something to read and grows with what arrives (see FIRST_RECEIVE_SIZE); its size is
-    counted in ``handler.receive_buffer_bytes`` until :meth:`release`. The decoder copies
+    counted in ``handler.stats.receive_buffer_bytes`` until :meth:`release`. The decoder copies
     what it keeps.
     """
 
@@ -673,11 +662,11 @@ class _Receiver:
         return chunk
 
     def _resize(self, size: int) -> None:
-        self._handler.receive_buffer_bytes += size - len(self._buffer)
+        self._handler.stats.receive_buffer_bytes += size - len(self._buffer)
         self._buffer = bytearray(size)
         self._view = memoryview(self._buffer)
 
     def release(self) -> None:
-        self._handler.receive_buffer_bytes -= len(self._buffer)
+        self._handler.stats.receive_buffer_bytes -= len(self._buffer)
         self._buffer = bytearray()
         self._view = memoryview(self._buffer)

@@ -37,6 +37,7 @@ from walkit._logging import get_logger
 if TYPE_CHECKING:
     from walkit_bookie._config import BookieConfig
     from walkit_bookie.server._connection import Peer
+    from walkit_bookie.server._stats import BookieStats
     from walkit_bookie.storage import BookieStorage
 
 log = get_logger(__name__)
@@ -58,14 +59,12 @@ _ROOM_RECHECK = 0.1
 
 
 class ReadAnswers(Protocol):
-    """What the disk reads need of the request handler."""
+    """What the disk reads need of the reads (``_reads.Reads``)."""
 
     config: BookieConfig
     storage: BookieStorage
-    #: Bytes of answers queued over all connections, and reads in flight.
-    unsent_bytes: int
-    reads_in_flight: int
-    requests_refused: int
+    #: Bytes of answers queued over all connections, reads in flight, refusals.
+    stats: BookieStats
     client_connections: set[Any]
 
     def answer_read(
@@ -90,6 +89,7 @@ class DiskReads:
 
     def __init__(self, handler: ReadAnswers) -> None:
         self._handler = handler
+        self._stats = handler.stats
         #: Reads waiting, per client (see the module), clients in turn order (none empty).
         self._queues: OrderedDict[str, deque[tuple[Peer, _Read]]] = OrderedDict()
         self._wake = trio.Event()
@@ -153,7 +153,7 @@ class DiskReads:
         config = h.config
         if (
             self._waiting
-            and h.unsent_bytes < config.max_unsent_bytes_total
+            and self._stats.unsent_bytes < config.max_unsent_bytes_total
             and conn.unsent < config.max_unsent_bytes
         ):
             self._wake.set()
@@ -165,7 +165,8 @@ class DiskReads:
         h = self._handler
         config = h.config
         return (
-            conn.unsent < config.max_unsent_bytes and h.unsent_bytes < config.max_unsent_bytes_total
+            conn.unsent < config.max_unsent_bytes
+            and self._stats.unsent_bytes < config.max_unsent_bytes_total
         )
 
     async def _reader(self) -> None:
@@ -183,7 +184,7 @@ class DiskReads:
                     h.read_done(conn, None)
                 elif self.room(conn):
                     batch.append((conn, req))
-                elif h.reads_in_flight >= h.config.max_inflight_reads:
+                elif self._stats.reads_in_flight >= h.config.max_inflight_reads:
                     # Refused, not kept: waiting reads must not hold the bookie's read slots
                     # (at the limit no socket is read) for a peer that does not read.
                     self._refuse(conn, req)
@@ -281,7 +282,7 @@ class DiskReads:
         ``_ROOM_RECHECK``. Over the total, connections whose peers read nothing are closed
         first (``_evict_unread``)."""
         h = self._handler
-        if h.unsent_bytes >= h.config.max_unsent_bytes_total:
+        if self._stats.unsent_bytes >= h.config.max_unsent_bytes_total:
             self._evict_unread()
         self._waiting += 1
         try:
@@ -298,7 +299,7 @@ class DiskReads:
         this the budget belongs to whoever filled it."""
         h = self._handler
         config = h.config
-        over = h.unsent_bytes - config.max_unsent_bytes_total
+        over = self._stats.unsent_bytes - config.max_unsent_bytes_total
         before = trio.current_time() - config.evict_unread_after
         stuck = [
             c for c in h.client_connections if c.unsent and not c.closed and c.taken_at <= before
@@ -312,11 +313,11 @@ class DiskReads:
 
     def _refuse(self, conn: Peer, req: _Read) -> None:
         h = self._handler
-        h.requests_refused += 1
+        self._stats.requests_refused += 1
         self.refused += 1
         why = (
             f"too many answers not yet read by this client ({conn.unsent} bytes queued for "
-            f"this connection, {h.unsent_bytes} for all)"
+            f"this connection, {self._stats.unsent_bytes} for all)"
         )
         h.read_done(
             conn, encode_frame(ErrorResponse(req.request_id, StatusCode.TOO_MANY_REQUESTS, why))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
+from walkit._core.rereplication import FragmentCopies
 from walkit._core.types import BookieId
 from walkit._core.wire import (
     ADD_RESPONSE_FRAME,
@@ -26,12 +27,14 @@ from walkit._core.wire import (
     decode_message,
     status_name,
 )
+from walkit._logging import get_logger
 
 if TYPE_CHECKING:
-    from walkit.autorecovery._copy import FragmentCopies
     from walkit_bookie.server._requests import RequestHandler
 
 __all__ = ["LocalCopyStore"]
+
+log = get_logger(__name__)
 
 _FLAGS = AddFlag.RECOVERY | AddFlag.COPY
 _OK = int(StatusCode.OK)
@@ -72,6 +75,8 @@ class LocalCopyStore:
 
     def serve_fragment_copies(self, copier: FragmentCopies | None) -> None:
         self._handler.fragment_copier = copier
+        event = "fragment_copies_off" if copier is None else "fragment_copies_on"
+        log.info(event, bookie_id=str(self._bookie_id))
 
     @property
     def unsent(self) -> int:

@@ -65,44 +65,45 @@ class BookieCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         bookie = self._bookie
         b = bookie.handler
+        st = b.stats
         s = bookie.storage.stats
         usage = bookie.storage.entry_log_usage()
         counters = [
-            ("requests", "Requests taken off the wire", b.requests),
-            ("adds_answered", "Adds answered (any status)", b.adds_answered),
+            ("requests", "Requests taken off the wire", st.requests),
+            ("adds_answered", "Adds answered (any status)", st.adds_answered),
             (
                 "adds_idempotent",
                 "Adds of an entry already stored with the same bytes (answered OK, not rewritten)",
-                b.adds_idempotent,
+                st.adds_idempotent,
             ),
             (
                 "adds_refused_rewrite",
                 "Adds refused with ENTRY_EXISTS: other bytes for an entry already stored",
-                b.adds_refused_rewrite,
+                st.adds_refused_rewrite,
             ),
-            ("reads_answered", "Reads and LAC reads answered (any status)", b.reads_answered),
+            ("reads_answered", "Reads and LAC reads answered (any status)", st.reads_answered),
             ("journal_syncs", "Durable journal writes (one per group commit)", s.journal_syncs),
             ("journal_records", "Records written to the journal", s.journal_records),
             ("journal_bytes", "Bytes written to the journal (with padding)", s.journal_bytes),
             ("group_commits", "Group commits", b.group_commit.groups),
             ("checkpoints", "Completed checkpoints", s.checkpoints),
             ("entries_flushed", "Entries written to entry logs at checkpoints", s.entries_flushed),
-            ("connections_opened", "Client connections accepted", b.connections_opened),
+            ("connections_opened", "Client connections accepted", st.connections_opened),
             (
                 "connections_refused",
                 "Client connections closed at once: max_connections were open",
-                b.connections_refused,
+                st.connections_refused,
             ),
             (
                 "requests_refused",
                 "Requests answered TOO_MANY_REQUESTS (per-connection or long-poll cap)",
-                b.requests_refused,
+                st.requests_refused,
             ),
             (
                 "fences_of_unknown_ledgers",
                 "Fences of ledgers this bookie held nothing of (each creates the ledger's state "
                 "until garbage collection)",
-                b.fences_of_unknown_ledgers,
+                st.fences_of_unknown_ledgers,
             ),
             (
                 "reads_refused_unsent",
@@ -112,12 +113,12 @@ class BookieCollector(Collector):
             (
                 "connections_timed_out",
                 "Client connections closed for a timeout (first request, frame or send)",
-                b.connections_timed_out,
+                st.connections_timed_out,
             ),
             (
                 "connections_evicted",
                 "Idle client connections closed to make room while max_connections were open",
-                b.connections_evicted,
+                st.connections_evicted,
             ),
             (
                 "memory_returned_bytes",
@@ -129,12 +130,12 @@ class BookieCollector(Collector):
                 "connections_evicted_unread",
                 "Client connections closed because their peers took none of their answers "
                 "while the bookie's queued answers were at max_unsent_bytes_total",
-                b.connections_evicted_unread,
+                st.connections_evicted_unread,
             ),
             (
                 "claims_refused",
                 "Adds and fences refused: the ledger was registered by another principal",
-                b.claims_refused,
+                b.access.claims_refused,
             ),
             (
                 "bad_input_log_suppressed",
@@ -196,8 +197,8 @@ class BookieCollector(Collector):
             "Connections authenticated (ok) or refused for bad or missing credentials",
             labels=["outcome"],
         )
-        auth.add_metric(["ok"], b.auth_ok)
-        auth.add_metric(["refused"], b.auth_refused)
+        auth.add_metric(["ok"], st.auth_ok)
+        auth.add_metric(["refused"], st.auth_refused)
         yield auth
         unauthorized = CounterMetricFamily(
             "walkit_bookie_unauthorized",
@@ -211,39 +212,39 @@ class BookieCollector(Collector):
             (
                 "adds_in_flight",
                 "Adds (and explicit LACs) accepted, not yet answered",
-                b.adds_in_flight,
+                st.adds_in_flight,
             ),
             (
                 "reads_in_flight",
                 "Reads (and long polls) accepted, not yet answered",
-                b.reads_in_flight,
+                st.reads_in_flight,
             ),
-            ("connections", "Open client connections", b.connections),
-            ("long_polls", "Long-poll LAC reads waiting", b.long_polls),
+            ("connections", "Open client connections", st.connections),
+            ("long_polls", "Long-poll LAC reads waiting", st.long_polls),
             (
                 "stalled_connections",
                 "Connections not read from while max_unsent_bytes of answers wait to be sent",
-                b.stalled_connections,
+                st.stalled_connections,
             ),
             (
                 "add_bytes_in_flight",
                 "Bytes of the entries of the adds in flight",
-                b.add_bytes_in_flight,
+                st.add_bytes_in_flight,
             ),
             (
                 "unsent_bytes",
                 "Bytes of answers queued over all connections, not yet taken by their peers",
-                b.unsent_bytes,
+                st.unsent_bytes,
             ),
             (
                 "partial_frame_bytes",
                 "Bytes of frames received in part, over all connections",
-                b.partial_frame_bytes,
+                st.partial_frame_bytes,
             ),
             (
                 "receive_buffer_bytes",
                 "Bytes of receive buffers held by open connections",
-                b.receive_buffer_bytes,
+                st.receive_buffer_bytes,
             ),
             ("ledgers", "Ledgers this bookie holds state for", bookie.ledger_count),
             ("read_only", "1 when the bookie refuses writes", 1 if bookie.read_only else 0),

@@ -25,7 +25,12 @@ import trio
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
 from walkit.errors import WalkitError
-from walkit.metadata import INSTANCE_ID_PATH, LedgerManager, MetadataStore
+from walkit.metadata import (
+    INSTANCE_ID_PATH,
+    LedgerManager,
+    MetadataStore,
+    collect_overreplicated,
+)
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.storage._compaction import CompactionResult
 from walkit_bookie.storage._storage import BookieStorage
@@ -204,8 +209,6 @@ class GarbageCollector:
         bookie_id = self._bookie_id()
         if self._config.autorecovery and bookie_id is not None:
             # Closed ledgers rereplicated away from this bookie (walkit.autorecovery).
-            from walkit.autorecovery import collect_overreplicated
-
             extra = await collect_overreplicated(store, bookie_id, known - set(gone), self._forget)
             report.ledgers_deleted += extra
             self.ledgers_deleted += len(extra)

@@ -60,6 +60,14 @@ def entry_key(ledger_id: int, entry_id: int) -> bytes:
     return _KEY.pack(ledger_id, entry_id & _ENTRY_ID_MASK)
 
 
+def entry_of_key(key: bytes) -> tuple[int, int]:
+    """(ledger id, entry id) of an :func:`entry_key` (entry ids below 0 come back)."""
+    ledger_id, entry_id = _KEY.unpack(key)
+    if entry_id >= 1 << 63:
+        entry_id -= 1 << 64
+    return int(ledger_id), int(entry_id)
+
+
 def key_ledger(key: bytes) -> int:
     return int(_LEDGER.unpack_from(key, 0)[0])
 

@@ -12,7 +12,6 @@ import abc
 import errno
 import functools
 import shutil
-import struct
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +32,8 @@ from walkit._core.wire import (
 from walkit._logging import get_logger
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage, batches, choose
+from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage
+from walkit_bookie.storage._compactor import Compactor
 from walkit_bookie.storage._cookie import check_or_create, recorded_cookie
 from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
 from walkit_bookie.storage._index import INDEX_DIR, Index, entry_key, location_bytes
@@ -43,7 +43,6 @@ from walkit_bookie.storage._ledger import LedgerInfo, apply_request
 log = get_logger(__name__)
 
 JOURNAL_DIR = "journal"
-_KEY = struct.Struct(">QQ")
 #: Ledgers deleted per index transaction (garbage collection may delete many at once).
 _DELETE_BATCH = 4096
 
@@ -209,7 +208,13 @@ class DiskStorage(BookieStorage):
         # Held by a read from an index lookup to the end of its file reads, and by the removal
         # of an entry log: a reader never finds the log it was pointed at gone.
         self._read_lock = threading.Lock()
-        self._compaction_lock = trio.Lock()
+        self._compactor = Compactor(
+            config,
+            lambda: (self._index, self._entrylog),
+            checkpoint_lock=self._checkpoint_lock,
+            read_lock=self._read_lock,
+            on_done=self.stats.add,
+        )
 
     # --- start -------------------------------------------------------------------------------
 
@@ -566,144 +571,13 @@ class DiskStorage(BookieStorage):
                     index_entries=removed,
                 )
 
-    # --- compaction --------------------------------------------------------------------------
+    # --- compaction (``_compactor``) ------------------------------------------------------------
 
     def entry_log_usage(self) -> list[EntryLogUsage]:
-        index, entrylog = self._index, self._entrylog
-        if index is None or entrylog is None:
-            return []
-        usage = index.usage
-        out = []
-        for log_id in entrylog.log_ids():
-            per_ledger = usage.get(log_id, {})
-            out.append(
-                EntryLogUsage(
-                    log_id,
-                    entrylog.sizes.get(log_id, 0),
-                    sum(per_ledger.values()),
-                    len(per_ledger),
-                    entrylog.headers.get(log_id, 0),
-                )
-            )
-        return out
+        return self._compactor.usage()
 
     async def compact(self, threshold: float) -> CompactionResult:
-        result = CompactionResult(threshold)
-        async with self._compaction_lock:
-            index, entrylog = self._index, self._entrylog
-            if index is None or entrylog is None:
-                return result
-            empty, low = choose(self.entry_log_usage(), threshold, entrylog.current_id)
-            for log_id in empty:
-                size = await self._remove_log(log_id)
-                if size is not None:
-                    result.logs_removed += 1
-                    result.bytes_reclaimed += size
-            if low:
-                log.info(
-                    "compaction_started",
-                    threshold=threshold,
-                    entry_logs=len(low),
-                    live_bytes=sum(sum(index.usage.get(i, {}).values()) for i in low),
-                )
-                ledgers = {lid for log_id in low for lid in index.usage.get(log_id, {})}
-                found = await trio.to_thread.run_sync(index.entries_in_logs, low, ledgers)
-                for log_id in low:
-                    await self._compact_log(log_id, found.pop(log_id, []), result)
-            self.stats.add(result)
-        if low or empty:
-            log.info("compaction_done", **result.to_dict())
-        return result
-
-    async def _compact_log(
-        self, log_id: int, entries: list[tuple[bytes, bytes]], result: CompactionResult
-    ) -> None:
-        rate = self._config.compaction_max_rate
-        moved_bytes = 0
-        unreadable = 0
-        for batch in batches(entries, self._config.compaction_batch_bytes, location_bytes):
-            records, bad = await trio.to_thread.run_sync(self._read_for_compaction, batch)
-            unreadable += bad
-            async with self._checkpoint_lock:
-                if self._index is None:
-                    return  # closing
-                moved, copied = await trio.to_thread.run_sync(self._move_sync, records)
-            result.entries_moved += moved
-            result.bytes_moved += copied
-            moved_bytes += copied
-            log.info("compaction_batch_moved", entry_log=log_id, entries=moved, bytes=copied)
-            if rate:
-                await trio.sleep(copied / rate)
-        index = self._index
-        if index is None:
-            return
-        left = sum(index.usage.get(log_id, {}).values())
-        if left or unreadable:
-            result.logs_kept += 1
-            log.error(
-                "compaction_left_entry_log",
-                entry_log=log_id,
-                live_bytes=left,
-                unreadable_entries=unreadable,
-            )
-            return
-        size = await self._remove_log(log_id)
-        if size is not None:
-            result.logs_compacted += 1
-            result.bytes_reclaimed += max(0, size - moved_bytes)
-            log.info("entry_log_compacted", entry_log=log_id, size=size, moved_bytes=moved_bytes)
-
-    def _read_for_compaction(
-        self, batch: list[tuple[bytes, bytes]]
-    ) -> tuple[list[tuple[int, int, bytes, bytes, bytes]], int]:
-        """(ledger, entry, packet, key, old location) of a batch; and how many failed."""
-        entrylog = self._entrylog
-        if entrylog is None:
-            raise OSError(errno.EBADF, "bookie storage is closed")
-        records = []
-        bad = 0
-        with self._read_lock:
-            for key, location in batch:
-                lid, eid = _unkey(key)
-                packet = entrylog.read(location, lid, eid)
-                if packet is None:
-                    bad += 1
-                    log.error("compaction_unreadable_entry", ledger_id=lid, entry_id=eid)
-                    continue
-                records.append((lid, eid, packet, key, location))
-        return records, bad
-
-    def _move_sync(self, records: list[tuple[int, int, bytes, bytes, bytes]]) -> tuple[int, int]:
-        index, entrylog = self._index, self._entrylog
-        if index is None or entrylog is None:
-            raise OSError(errno.EBADF, "bookie storage is closed")
-        if not records:
-            return 0, 0
-        # 1. the copies, durable; 2. the index, in one synced transaction (see _compaction).
-        appended = entrylog.write([(lid, eid, packet) for lid, eid, packet, _, _ in records])
-        moves = [
-            (key, old, new)
-            for (_, _, _, key, old), (_, new) in zip(records, appended.locations, strict=True)
-        ]
-        return index.move(moves)
-
-    async def _remove_log(self, log_id: int) -> int | None:
-        """Remove an entry log once nothing in it is live; its size (None if it was kept)."""
-        async with self._checkpoint_lock:
-            index, entrylog = self._index, self._entrylog
-            if index is None or entrylog is None:
-                return None
-            if index.usage.get(log_id) or log_id == entrylog.current_id:
-                return None
-            return await trio.to_thread.run_sync(self._remove_log_sync, log_id)
-
-    def _remove_log_sync(self, log_id: int) -> int:
-        entrylog = self._entrylog
-        assert entrylog is not None
-        with self._read_lock:  # no read is between its index lookup and its file read
-            size = entrylog.remove(log_id)
-        log.info("entry_log_removed", entry_log=log_id, size=size)
-        return size
+        return await self._compactor.compact(threshold)
 
     async def aclose(self) -> None:
         if self._journal is None:
@@ -729,10 +603,3 @@ class DiskStorage(BookieStorage):
 
 def _ignore_outcome(_outcome: object) -> None:
     """Journal preallocation logs its own failures (it only saves time)."""
-
-
-def _unkey(key: bytes) -> tuple[int, int]:
-    ledger_id, entry_id = _KEY.unpack(key)
-    if entry_id >= 1 << 63:
-        entry_id -= 1 << 64
-    return int(ledger_id), int(entry_id)
