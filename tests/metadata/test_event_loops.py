@@ -30,6 +30,7 @@ from walkit.metadata import (
     Versioned,
     WatchEvent,
     WatchEventKind,
+    WatchStream,
     ensure_cluster,
     forget_memory_tree,
     list_bookies,
@@ -47,6 +48,12 @@ CHANGED, DELETED, CHILDREN, EXPIRED = (
 )
 
 
+def stream(events: AsyncIterator[WatchEvent]) -> WatchStream:
+    """The bundled drivers' watches are WatchStreams (with ``aclose``)."""
+    assert isinstance(events, WatchStream)
+    return events
+
+
 async def until(
     events: AsyncIterator[WatchEvent], read: Callable[[], Awaitable[object]], wanted: object
 ) -> None:
@@ -61,8 +68,8 @@ async def two_sessions(url: str) -> None:
         await a.create("/dir", b"")
         assert await a.create("/n", b"one") == 0
         assert await b.get("/n") == Versioned(b"one", 0)
-        data = b.watch("/n")
-        kids = b.watch("/dir", children=True)
+        data = stream(b.watch("/n"))
+        kids = stream(b.watch("/dir", children=True))
 
         # Compare-and-set: the second writer at the old version loses.
         assert await a.set("/n", b"two", 0) == 1
@@ -94,8 +101,8 @@ async def two_sessions(url: str) -> None:
 async def session_expiry(url: str) -> None:
     async with await open_metadata_store(url) as a, await open_metadata_store(url) as b:
         await a.create("/lease", b"", ephemeral=True)
-        mine = a.watch("/anything")
-        theirs = b.watch("/lease")
+        mine = stream(a.watch("/anything"))
+        theirs = stream(b.watch("/lease"))
         await a.expire_session()
         assert [e.kind for e in await drained(mine)][-1:] == [EXPIRED]
         await wait_for(theirs, DELETED)
@@ -109,7 +116,7 @@ async def bookie_registry(url: str) -> None:
     bookie = BookieId.parse("127.0.0.1:3181")
     async with await open_metadata_store(url) as client, await open_metadata_store(url) as server:
         await ensure_cluster(client)
-        events = watch_bookies(client)
+        events = stream(watch_bookies(client))
 
         async def mode() -> tuple[list[BookieId], list[BookieId]]:
             found = await list_bookies(client)
@@ -123,7 +130,7 @@ async def bookie_registry(url: str) -> None:
         await until(events, mode, ([], [bookie]))
         await server.aclose()  # the registration is ephemeral: it goes with the session
         await until(events, mode, ([], []))
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
 
 
 @pytest.mark.parametrize("loop", EVENT_LOOPS)
@@ -149,7 +156,7 @@ async def cancelled_by_asyncio(url: str) -> None:
         await store.create("/c", b"0")
 
         # A watch iteration that asyncio.wait_for gives up on keeps its events.
-        events = store.watch("/c")
+        events = stream(store.watch("/c"))
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(events.__anext__(), 0.05)
         await other.set("/c", b"1", 0)
@@ -207,7 +214,7 @@ def test_cancelled_by_asyncio(loop: str, metadata_url: str) -> None:
 async def used_from_elsewhere(url: str) -> None:
     async with await open_metadata_store(url) as store:
         await store.create("/n", b"")
-        events = store.watch("/n")
+        events = stream(store.watch("/n"))
 
         def elsewhere() -> list[str]:  # another thread: no loop, then an asyncio and a trio one
             refused = []
@@ -259,13 +266,13 @@ async def memory_across_loops(url: str) -> None:
     thread, each waiting on a watch: each is woken by the other's change."""
     async with await open_metadata_store(url) as here:
         await here.create("/n", b"")
-        events = here.watch("/n")
+        events = stream(here.watch("/n"))
         opened = anyio.Event()
         token = anyio.lowlevel.current_token()
 
         async def there() -> WatchEvent:
             async with await open_metadata_store(url) as store:
-                theirs = store.watch("/n")
+                theirs = stream(store.watch("/n"))
                 anyio.from_thread.run_sync(opened.set, token=token)
                 seen = await next_event(theirs)  # woken from the other thread's loop
                 await store.set("/n", b"there", 1)
