@@ -67,9 +67,11 @@ async def two_sessions(url: str) -> None:
     async with await open_metadata_store(url) as a, await open_metadata_store(url) as b:
         await a.create("/dir", b"")
         assert await a.create("/n", b"one") == 0
-        assert await b.get("/n") == Versioned(b"one", 0)
         data = stream(b.watch("/n"))
         kids = stream(b.watch("/dir", children=True))
+        # Read through the watching store after watching: no later change can be missed.
+        assert await b.get("/n") == Versioned(b"one", 0)
+        assert await b.children("/dir") == []
 
         # Compare-and-set: the second writer at the old version loses.
         assert await a.set("/n", b"two", 0) == 1
@@ -103,6 +105,7 @@ async def session_expiry(url: str) -> None:
         await a.create("/lease", b"", ephemeral=True)
         mine = stream(a.watch("/anything"))
         theirs = stream(b.watch("/lease"))
+        assert await b.exists("/lease") == 0
         await a.expire_session()
         assert [e.kind for e in await drained(mine)][-1:] == [EXPIRED]
         await wait_for(theirs, DELETED)
@@ -157,6 +160,7 @@ async def cancelled_by_asyncio(url: str) -> None:
 
         # A watch iteration that asyncio.wait_for gives up on keeps its events.
         events = stream(store.watch("/c"))
+        assert await store.get("/c") == Versioned(b"0", 0)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(events.__anext__(), 0.05)
         await other.set("/c", b"1", 0)
