@@ -1,10 +1,10 @@
-"""Helpers for the metadata tests."""
+"""Helpers for the metadata tests (trio or asyncio: they use AnyIO)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import trio
+import anyio
 
 from walkit.metadata import WatchEvent, WatchEventKind
 
@@ -13,13 +13,13 @@ HANG_GUARD = 30.0
 
 
 async def next_event(events: AsyncIterator[WatchEvent]) -> WatchEvent:
-    with trio.fail_after(HANG_GUARD):
+    with anyio.fail_after(HANG_GUARD):
         return await events.__anext__()
 
 
 async def wait_for(events: AsyncIterator[WatchEvent], kind: WatchEventKind) -> WatchEvent:
     """Skip events until one of ``kind`` arrives."""
-    with trio.fail_after(HANG_GUARD):
+    with anyio.fail_after(HANG_GUARD):
         async for event in events:
             if event.kind is kind:
                 return event
@@ -28,5 +28,5 @@ async def wait_for(events: AsyncIterator[WatchEvent], kind: WatchEventKind) -> W
 
 async def drained(events: AsyncIterator[WatchEvent]) -> list[WatchEvent]:
     """All remaining events of a watch that is ending."""
-    with trio.fail_after(HANG_GUARD):
+    with anyio.fail_after(HANG_GUARD):
         return [event async for event in events]
