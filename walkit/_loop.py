@@ -25,20 +25,14 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, final
 
+import anyio
 import sniffio
 import trio
 from anyio.lowlevel import RunVar
 
-from walkit.errors import WalkitError
+from walkit.errors import WrongEventLoopError
 
-__all__ = ["AsyncioLoop", "EventLoop", "TrioLoop", "WrongEventLoopError", "current_loop"]
-
-
-class WrongEventLoopError(WalkitError):
-    """An object bound to one event loop was used from another thread or event loop."""
-
-    code = -1
-    retryable = False
+__all__ = ["AsyncioLoop", "EventLoop", "TrioLoop", "current_loop"]
 
 
 class EventLoop(abc.ABC):
@@ -50,6 +44,9 @@ class EventLoop(abc.ABC):
     time: Callable[[], float]
     #: One scheduling round; a cancellation point.
     checkpoint: Callable[[], Awaitable[None]]
+    #: Wait until a socket (or file descriptor) is readable, or writable.
+    wait_readable: Callable[[Any], Awaitable[None]]
+    wait_writable: Callable[[Any], Awaitable[None]]
 
     @abc.abstractmethod
     async def park(self, waiters: list[Any]) -> None:
@@ -94,6 +91,8 @@ class TrioLoop(EventLoop):
         self._token = trio.lowlevel.current_trio_token()
         self.time = trio.current_time
         self.checkpoint = trio.lowlevel.checkpoint
+        self.wait_readable = trio.lowlevel.wait_readable
+        self.wait_writable = trio.lowlevel.wait_writable
 
     async def park(self, waiters: list[Any]) -> None:
         task = trio.lowlevel.current_task()
@@ -135,6 +134,8 @@ class AsyncioLoop(EventLoop):
         self._loop = loop = asyncio.get_running_loop()
         self.time = loop.time
         self.checkpoint = _asyncio_checkpoint
+        self.wait_readable = anyio.wait_readable
+        self.wait_writable = anyio.wait_writable
         #: Background tasks: asyncio keeps only weak references to tasks.
         self._system_tasks: set[asyncio.Task[None]] = set()
 
