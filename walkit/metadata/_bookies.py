@@ -20,8 +20,8 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, final
 
+import anyio
 import attrs
-import trio
 
 from walkit._core.types import BookieId, BookieInfo
 from walkit._logging import get_logger
@@ -148,7 +148,7 @@ async def register_bookie(
     data = _registration(bookie, location, bool(read_only), info or {})
     path = registration_path(bookie, read_only=read_only)
     other = registration_path(bookie, read_only=not read_only)
-    with trio.move_on_after(stale_timeout):
+    with anyio.move_on_after(stale_timeout):
         while True:
             await _wait_gone(store, other)
             try:

@@ -3,7 +3,7 @@
 Every write to a sqlite database in WAL mode, from any process, is a ``write()`` to its
 ``-wal`` file (or, at a checkpoint, to the database file), which inotify reports on the
 directory. So a watch poller can sleep until the file changes instead of polling it 20 times a
-second. One inotify instance and one system task per database file and trio run, shared by all
+second. One inotify instance and one system task per database file and event loop, shared by all
 the stores of the process (the kernel allows a user only a few instances); each store
 subscribes and gets a level-triggered "something changed" flag.
 
@@ -22,9 +22,11 @@ import struct
 import sys
 from typing import Final, final
 
-import trio
+import anyio
+from anyio.lowlevel import RunVar
 
 from walkit._logging import get_logger
+from walkit._loop import current_loop
 
 __all__ = ["FileChanges", "subscribe"]
 
@@ -81,7 +83,7 @@ class FileChanges:
 
     def __init__(self, hub: _Hub) -> None:
         self._hub = hub
-        self._changed = trio.Event()
+        self._changed = anyio.Event()
 
     @property
     def broken(self) -> bool:
@@ -93,7 +95,7 @@ class FileChanges:
 
     async def wait(self) -> None:
         await self._changed.wait()
-        self._changed = trio.Event()  # no checkpoint since the wake: nothing is missed
+        self._changed = anyio.Event()  # no checkpoint since the wake: nothing is missed
 
     def close(self) -> None:
         self._hub.unsubscribe(self)
@@ -101,7 +103,7 @@ class FileChanges:
 
 @final
 class _Hub:
-    """The inotify instance of one file in one trio run, and the task that reads it."""
+    """The inotify instance of one file in one event loop, and the task that reads it."""
 
     def __init__(self, key: str, fd: int, prefix: bytes) -> None:
         self.key = key
@@ -120,15 +122,15 @@ class _Hub:
             if hubs.get(self.key) is self:
                 del hubs[self.key]
             fd, self.fd = self.fd, -1
-            trio.lowlevel.notify_closing(fd)
+            anyio.notify_closing(fd)
             os.close(fd)
 
     async def run(self) -> None:
         while self.fd >= 0:
             try:
-                await trio.lowlevel.wait_readable(self.fd)
+                await anyio.wait_readable(self.fd)
                 changed, gone = changed_names(self._drain(), self.prefix)
-            except (trio.ClosedResourceError, OSError) as exc:
+            except (anyio.ClosedResourceError, OSError) as exc:
                 if self.fd < 0:
                     return  # closed by the last unsubscribe
                 logger.warning("metadata_file_watch_failed", file=self.key, error=repr(exc))
@@ -154,7 +156,7 @@ class _Hub:
         return b"".join(chunks)
 
 
-_HUBS: trio.lowlevel.RunVar[dict[str, _Hub]] = trio.lowlevel.RunVar("walkit_file_changes")
+_HUBS: RunVar[dict[str, _Hub]] = RunVar("walkit_file_changes")
 
 
 def subscribe(path: str) -> FileChanges | None:
@@ -172,7 +174,7 @@ def subscribe(path: str) -> FileChanges | None:
         if hub is None:
             return None
         hubs[key] = hub
-        trio.lowlevel.spawn_system_task(hub.run, name=f"walkit-file-changes {key}")
+        current_loop().spawn_system_task(hub.run, name=f"walkit-file-changes {key}")
     sub = FileChanges(hub)
     hub.subscribers.add(sub)
     return sub

@@ -2,18 +2,23 @@
 
 Each store object is a session. Fully deterministic: no threads, no clock; every call is a
 checkpoint and takes effect at once, so a seeded trio run replays the same way.
+
+A store belongs to the event loop it was opened in. Stores of one tree may live in different
+loops (threads): the tree has a lock, and a change reaches another loop's watches through
+that loop (``run_sync_soon``) rather than from the writer's thread.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import final
 
 import attrs
-import trio
 
 from walkit._logging import get_logger
+from walkit._loop import current_loop
 from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -58,10 +63,16 @@ class _Tree:
         self.counters: dict[str, int] = {}
         self.stores: list[MemoryMetadataStore] = []
         self.last_session = 0
+        #: Held while a call reads or changes the tree (stores of several loops may share it).
+        self.lock = threading.Lock()
 
     def notify(self, changes: list[tuple[str, ChangeKind]]) -> None:
         for store in list(self.stores):
-            store._dispatch(changes)
+            loop = store._loop
+            if loop.is_current():
+                store._dispatch(changes)
+            else:  # its watches belong to another loop (a finished one drops the call)
+                loop.run_sync_soon(store._dispatch, changes)
 
 
 _TREES: dict[str, _Tree] = {}
@@ -79,10 +90,13 @@ class MemoryMetadataStore(MetadataStore):
     def __init__(self, name: str, url: str) -> None:
         self.url = url
         self.name = name
-        self._tree = _TREES.setdefault(name, _Tree())
-        self._tree.last_session += 1
-        self.session_id = self._tree.last_session
-        self._tree.stores.append(self)
+        self._loop = current_loop()
+        self._what = f"metadata store {url}"
+        self._tree = tree = _TREES.setdefault(name, _Tree())
+        with tree.lock:
+            tree.last_session += 1
+            self.session_id = tree.last_session
+            tree.stores.append(self)
         self._streams: weakref.WeakSet[WatchStream] = weakref.WeakSet()
         self._closed = False
         self._expired = False
@@ -90,88 +104,95 @@ class MemoryMetadataStore(MetadataStore):
     # --- reads ------------------------------------------------------------------------------
 
     async def get(self, path: str) -> Versioned:
-        await trio.lowlevel.checkpoint()
-        node = self._node(check_path(path))
-        return Versioned(node.value, node.version)
+        await self._enter()
+        with self._tree.lock:
+            node = self._node(check_path(path))
+            return Versioned(node.value, node.version)
 
     async def children(self, path: str) -> list[str]:
-        await trio.lowlevel.checkpoint()
-        return sorted(self._node(check_path(path)).children)
+        await self._enter()
+        with self._tree.lock:
+            return sorted(self._node(check_path(path)).children)
 
     async def exists(self, path: str) -> int | None:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         path = check_path(path)
         self._check_session()
-        node = self._tree.nodes.get(path)
-        return None if node is None else node.version
+        with self._tree.lock:
+            node = self._tree.nodes.get(path)
+            return None if node is None else node.version
 
     # --- writes -----------------------------------------------------------------------------
 
     async def create(
         self, path: str, value: bytes, *, ephemeral: bool = False, make_parents: bool = True
     ) -> int:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         path = check_path(path)
         data = check_value(value)
         self._check_session()
-        nodes = self._tree.nodes
-        if path in nodes:
-            raise NodeExistsError(f"metadata node {path} already exists")
-        missing = [a for a in ancestors(path) if a not in nodes]
-        if missing and not make_parents:
-            raise NoSuchNodeError(f"parent of {path} does not exist")
-        anchor = parent_of(missing[0]) if missing else parent_of(path)
-        if nodes[anchor].owner is not None:
-            raise InvalidArgumentError(
-                f"cannot create {path}: ephemeral {anchor} cannot have children"
-            )
-        changes: list[tuple[str, ChangeKind]] = []
-        for ancestor in missing:
-            self._insert(ancestor, b"", None, changes)
-        self._insert(path, data, self.session_id if ephemeral else None, changes)
-        self._tree.notify(changes)
+        with self._tree.lock:
+            nodes = self._tree.nodes
+            if path in nodes:
+                raise NodeExistsError(f"metadata node {path} already exists")
+            missing = [a for a in ancestors(path) if a not in nodes]
+            if missing and not make_parents:
+                raise NoSuchNodeError(f"parent of {path} does not exist")
+            anchor = parent_of(missing[0]) if missing else parent_of(path)
+            if nodes[anchor].owner is not None:
+                raise InvalidArgumentError(
+                    f"cannot create {path}: ephemeral {anchor} cannot have children"
+                )
+            changes: list[tuple[str, ChangeKind]] = []
+            for ancestor in missing:
+                self._insert(ancestor, b"", None, changes)
+            self._insert(path, data, self.session_id if ephemeral else None, changes)
+            self._tree.notify(changes)
         return 0
 
     async def set(self, path: str, value: bytes, version: int) -> int:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         path = check_path(path)
         data = check_value(value)
         check_version(version)
-        node = self._node(path)
-        if node.version != version:
-            raise MetadataVersionError(
-                f"metadata node {path} is at version {node.version}, not {version}"
-            )
-        node.value = data
-        node.version += 1
-        self._tree.notify([(path, "changed")])
-        return node.version
+        with self._tree.lock:
+            node = self._node(path)
+            if node.version != version:
+                raise MetadataVersionError(
+                    f"metadata node {path} is at version {node.version}, not {version}"
+                )
+            node.value = data
+            node.version += 1
+            self._tree.notify([(path, "changed")])
+            return node.version
 
     async def delete(self, path: str, version: int | None = None) -> None:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         path = check_path(path)
         check_version(version, allow_none=True)
         if path == ROOT:
             raise InvalidArgumentError("cannot delete the root node")
-        node = self._node(path)
-        if version is not None and node.version != version:
-            raise MetadataVersionError(
-                f"metadata node {path} is at version {node.version}, not {version}"
-            )
-        if node.children:
-            raise NodeNotEmptyError(f"metadata node {path} has children")
-        changes: list[tuple[str, ChangeKind]] = []
-        self._remove(path, changes)
-        self._tree.notify(changes)
+        with self._tree.lock:
+            node = self._node(path)
+            if version is not None and node.version != version:
+                raise MetadataVersionError(
+                    f"metadata node {path} is at version {node.version}, not {version}"
+                )
+            if node.children:
+                raise NodeNotEmptyError(f"metadata node {path} has children")
+            changes: list[tuple[str, ChangeKind]] = []
+            self._remove(path, changes)
+            self._tree.notify(changes)
 
     async def next_id(self, name: str = "ledger") -> int:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         check_name(name, what="id counter")
         self._check_session()
-        value = self._tree.counters.get(name, 0) + 1
-        if value > _MAX_ID:
-            raise MetadataStoreError(f"id counter {name!r} is exhausted")
-        self._tree.counters[name] = value
+        with self._tree.lock:
+            value = self._tree.counters.get(name, 0) + 1
+            if value > _MAX_ID:
+                raise MetadataStoreError(f"id counter {name!r} is exhausted")
+            self._tree.counters[name] = value
         return value
 
     # --- watches ----------------------------------------------------------------------------
@@ -180,6 +201,7 @@ class MemoryMetadataStore(MetadataStore):
         return self.watch_many([(path, children)])
 
     def watch_many(self, targets: Iterable[tuple[str, bool]]) -> WatchStream:
+        self._loop.check(self._what)
         checked = [(check_path(path), bool(children)) for path, children in targets]
         stream = WatchStream(checked, on_close=self._streams.discard)
         if self._expired:
@@ -202,7 +224,7 @@ class MemoryMetadataStore(MetadataStore):
 
     async def expire_session(self) -> None:
         """End this session now: its ephemerals go, watches get SESSION_EXPIRED."""
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         if self._closed or self._expired:
             return
         self._expired = True
@@ -212,7 +234,7 @@ class MemoryMetadataStore(MetadataStore):
             stream.finish(WatchEvent(WatchEventKind.SESSION_EXPIRED, ROOT))
 
     async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         if self._closed:
             return
         if not self._expired:
@@ -223,15 +245,21 @@ class MemoryMetadataStore(MetadataStore):
 
     def _end_session(self) -> None:
         tree = self._tree
-        if self in tree.stores:
-            tree.stores.remove(self)
-        owned = [p for p, n in tree.nodes.items() if n.owner == self.session_id]
-        changes: list[tuple[str, ChangeKind]] = []
-        for path in owned:
-            self._remove(path, changes)
-        tree.notify(changes)
+        with tree.lock:
+            if self in tree.stores:
+                tree.stores.remove(self)
+            owned = [p for p, n in tree.nodes.items() if n.owner == self.session_id]
+            changes: list[tuple[str, ChangeKind]] = []
+            for path in owned:
+                self._remove(path, changes)
+            tree.notify(changes)
 
     # --- helpers ----------------------------------------------------------------------------
+
+    async def _enter(self) -> None:
+        """Every call: on this store's loop (else WrongEventLoopError), then one checkpoint."""
+        self._loop.check(self._what)
+        await self._loop.checkpoint()
 
     def _check_session(self) -> None:
         if self._closed:

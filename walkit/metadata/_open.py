@@ -7,6 +7,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import anyio.lowlevel
+
 from walkit.errors import ConfigurationError, InvalidArgumentError
 from walkit.metadata._paths import check_path
 from walkit.metadata._store import MetadataStore
@@ -55,7 +57,7 @@ async def open_metadata_store(url: str, **options: Any) -> MetadataStore:
     if scheme == "memory":
         from walkit.metadata._memory import MemoryMetadataStore
 
-        await _checkpoint()
+        await anyio.lowlevel.checkpoint()
         return MemoryMetadataStore(_memory_name(url, location), url)
     if scheme == "sqlite":
         from walkit.metadata._sqlite import SqliteMetadataStore
@@ -69,12 +71,6 @@ async def open_metadata_store(url: str, **options: Any) -> MetadataStore:
             f"{url}: zk:// needs kazoo (pip install 'walkit[zookeeper]'): {exc}"
         ) from exc
     return await ZooKeeperMetadataStore.open(url, hosts, root, **opts)
-
-
-async def _checkpoint() -> None:
-    import trio
-
-    await trio.lowlevel.checkpoint()
 
 
 def _split(url: object) -> tuple[str, str, str]:

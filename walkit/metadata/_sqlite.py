@@ -11,7 +11,7 @@ and its ephemerals, so a killed process's nodes vanish about one session timeout
 Sessions span processes, so this is the one place that uses the wall clock (injected).
 
 Watches: every change appends a row to ``changes``; a background task per store looks for new
-rows (one indexed read on the trio thread, which never waits) and, when there are some, reads
+rows (one indexed read on the event loop's thread, which never waits) and, when there are some, reads
 them in the worker thread and turns them into events. It looks when the file was written (Linux
 inotify, any process: ``_file_changes.py``; at most every ``_BUSY_GAP`` or ``poll_interval``
 seconds, the shorter), when the first session is due to expire (to reap it), and at the latest
@@ -21,16 +21,17 @@ every ``poll_interval`` seconds.
 
 from __future__ import annotations
 
-import functools
 import sqlite3
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, final
 
-import trio
+import anyio
 
 from walkit._logging import get_logger
+from walkit._loop import current_loop
 from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -82,11 +83,16 @@ class SqliteMetadataStore(MetadataStore):
         self._db = SqliteDb(
             url, path, session_timeout=session_timeout, clock=clock, busy_timeout=busy_timeout
         )
-        self._limiter = trio.CapacityLimiter(1)  # one connection, used by one thread at a time
+        self._loop = current_loop()
+        self._what = f"metadata store {url}"
+        # One connection, used by one thread at a time: the limiter queues the calls, the lock
+        # holds a call whose caller stopped waiting (asyncio's cancellation cannot be shielded).
+        self._limiter = anyio.CapacityLimiter(1)
+        self._connection = threading.Lock()
         # Where the change log ended when each watch began: older changes are not its.
         self._starts: weakref.WeakKeyDictionary[WatchStream, int] = weakref.WeakKeyDictionary()
         self._streams: weakref.WeakSet[WatchStream] = weakref.WeakSet()
-        self._scopes: list[trio.CancelScope] = []
+        self._scopes: list[anyio.CancelScope] = []
         self._poller_started = False
         self._closed = False
         self._expired = False
@@ -111,9 +117,7 @@ class SqliteMetadataStore(MetadataStore):
             poll_interval=poll_interval,
         )
         await store._call(store._db.open)
-        trio.lowlevel.spawn_system_task(
-            store._heartbeat_loop, name=f"walkit-sqlite-heartbeat {path}"
-        )
+        store._loop.spawn_system_task(store._heartbeat_loop, f"walkit-sqlite-heartbeat {path}")
         logger.debug("metadata_store_opened", url=url, session=store.session_id)
         return store
 
@@ -163,6 +167,7 @@ class SqliteMetadataStore(MetadataStore):
         return self.watch_many([(path, children)])
 
     def watch_many(self, targets: Iterable[tuple[str, bool]]) -> WatchStream:
+        self._loop.check(self._what)
         checked = [(check_path(path), bool(children)) for path, children in targets]
         stream = WatchStream(checked, on_close=self._streams.discard)
         if self._expired:
@@ -175,53 +180,59 @@ class SqliteMetadataStore(MetadataStore):
         self._starts[stream] = self._db.peek_last_seq()
         if not self._poller_started:
             self._poller_started = True
-            trio.lowlevel.spawn_system_task(
-                self._poll_loop, name=f"walkit-sqlite-watch {self.path}"
-            )
+            self._loop.spawn_system_task(self._poll_loop, f"walkit-sqlite-watch {self.path}")
         return stream
 
     async def expire_session(self) -> None:
         """Delete this session and its ephemerals now, as if it had timed out."""
+        self._loop.check(self._what)
         if self._closed or self._expired:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             return
         await self._call(self._db.end_session)
         self._on_expired()
 
     async def aclose(self) -> None:
+        self._loop.check(self._what)
         if self._closed:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             return
         self._closed = True
         for scope in self._scopes:
             scope.cancel()
-        # Shielded: closing from a cancelled task should still free the session's ephemerals.
-        with trio.CancelScope(shield=True), trio.move_on_after(self._busy_timeout + 1):
-            if not self._expired:
-                try:
-                    await self._call(self._db.end_session)
-                except MetadataStoreError as exc:
-                    logger.warning("metadata_session_end_failed", url=self.url, error=str(exc))
-            await self._call(self._db.close)
-        for stream in list(self._streams):
-            stream.finish()
+        try:
+            # Shielded: closing from a cancelled task should still free the session's
+            # ephemerals.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._busy_timeout + 1):
+                if not self._expired:
+                    try:
+                        await self._call(self._db.end_session)
+                    except MetadataStoreError as exc:
+                        logger.warning("metadata_session_end_failed", url=self.url, error=str(exc))
+                await self._call(self._db.close)
+        finally:
+            for stream in list(self._streams):
+                stream.finish()
 
-    # --- trio side helpers ----------------------------------------------------------------
+    # --- event loop side helpers ----------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return await trio.to_thread.run_sync(
-                functools.partial(fn, *args), limiter=self._limiter
-            )
+            return await anyio.to_thread.run_sync(self._locked, fn, args, limiter=self._limiter)
         except sqlite3.Error as exc:
             raise MetadataStoreError(f"sqlite metadata store {self.path}: {exc}") from exc
 
+    def _locked(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:  # in a worker thread
+        with self._connection:
+            return fn(*args)
+
     async def _public(self, fn: Callable[..., T], *args: Any) -> T:
+        self._loop.check(self._what)
         if self._closed:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             raise ClientClosedError(f"metadata store {self.url} is closed")
         if self._expired:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             raise SessionExpiredError(f"metadata session {self.session_id} on {self.url} expired")
         try:
             return await self._call(fn, *args)
@@ -240,13 +251,13 @@ class SqliteMetadataStore(MetadataStore):
             stream.finish(WatchEvent(WatchEventKind.SESSION_EXPIRED, ROOT))
 
     async def _heartbeat_loop(self) -> None:
-        scope = trio.CancelScope()
+        scope = anyio.CancelScope()
         self._scopes.append(scope)
         if self._closed or self._expired:
             return
         with scope:
             while True:
-                await trio.sleep(self.session_timeout / 3)
+                await anyio.sleep(self.session_timeout / 3)
                 try:
                     alive = await self._call(self._db.heartbeat)
                 except Exception as exc:  # a system task must not raise; try again next time
@@ -257,7 +268,7 @@ class SqliteMetadataStore(MetadataStore):
                     return
 
     async def _poll_loop(self) -> None:
-        scope = trio.CancelScope()
+        scope = anyio.CancelScope()
         self._scopes.append(scope)
         if self._closed or self._expired:
             return
@@ -276,7 +287,7 @@ class SqliteMetadataStore(MetadataStore):
                 # Nothing new: sleep until the file is written, or the first session may
                 # expire (to reap it), or at the latest _QUIET_MAX.
                 quiet = db.until_first_expiry()
-                with trio.move_on_after(_QUIET_MAX if quiet is None else min(quiet, _QUIET_MAX)):
+                with anyio.move_on_after(_QUIET_MAX if quiet is None else min(quiet, _QUIET_MAX)):
                     await changes.wait()
             if db.poll_due():
                 try:
@@ -288,7 +299,9 @@ class SqliteMetadataStore(MetadataStore):
             # Without inotify, poll_interval is the polling period; with it, a floor on the gap
             # between two looks while the file is being written all the time.
             usable = changes is not None and not changes.broken
-            await trio.sleep(min(self._poll_interval, _BUSY_GAP) if usable else self._poll_interval)
+            await anyio.sleep(
+                min(self._poll_interval, _BUSY_GAP) if usable else self._poll_interval
+            )
 
     def _dispatch(self, rows: list[tuple[int, str, str]], missed: int) -> None:
         for stream in list(self._streams):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal, final
 
-import trio
+import anyio
 
+from walkit._loop import current_loop
 from walkit.metadata._store import WatchEvent, WatchEventKind
 
 #: What a driver records about one change of one node.
@@ -38,6 +39,9 @@ class WatchStream:
     Pending events are coalesced: an event already waiting is moved to the end rather than
     queued twice, so a slow reader sees each kind of change once, in the order of the latest
     occurrences. Use ``aclose()`` (or ``async with``) to stop watching early.
+
+    A stream belongs to the event loop it was created in (its store's); iterating it from
+    another thread or loop raises WrongEventLoopError.
     """
 
     def __init__(
@@ -51,7 +55,8 @@ class WatchStream:
         self.keepalive: list[object] = []
         self._pending: dict[WatchEvent, None] = {}
         self._done = False
-        self._wakeup = trio.Event()
+        self._loop = current_loop()
+        self._wakeup = anyio.Event()
         self._on_close = on_close
 
     @property
@@ -59,7 +64,7 @@ class WatchStream:
         return self._done
 
     def push(self, event: WatchEvent) -> None:
-        """Queue an event (from the trio thread; never blocks)."""
+        """Queue an event (from the event loop's thread; never blocks)."""
         if self._done:
             return
         self._pending.pop(event, None)
@@ -81,26 +86,29 @@ class WatchStream:
     async def aclose(self) -> None:
         """Stop watching now; pending events are dropped."""
         self._pending.clear()
+        self._loop.check("a metadata watch")
         self.finish()
-        await trio.lowlevel.checkpoint()
+        await self._loop.checkpoint()
 
     def __aiter__(self) -> WatchStream:
         return self
 
     async def __anext__(self) -> WatchEvent:
+        loop = self._loop
+        loop.check("a metadata watch")
         while True:
             if self._pending:
-                await trio.lowlevel.checkpoint()
+                await loop.checkpoint()
                 if self._pending:
                     event = next(iter(self._pending))
                     del self._pending[event]
                     return event
                 continue
             if self._done:
-                await trio.lowlevel.checkpoint()
+                await loop.checkpoint()
                 raise StopAsyncIteration
             await self._wakeup.wait()
-            self._wakeup = trio.Event()
+            self._wakeup = anyio.Event()
 
     async def __aenter__(self) -> WatchStream:
         return self

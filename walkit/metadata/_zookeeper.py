@@ -1,13 +1,15 @@
 """``zk://host:port[,host:port...]/root``: Apache ZooKeeper through kazoo.
 
-kazoo is blocking and threaded. Calls run in worker threads (``trio.to_thread``, bounded by a
+kazoo is blocking and threaded. Calls run in worker threads (``anyio.to_thread``, bounded by a
 CapacityLimiter) and wait at most ``operation_timeout``; a call that times out or loses its
 connection raises MetadataStoreError and *may* have been applied (ZooKeeper's usual ambiguity:
 re-read before retrying a write). Watch callbacks arrive on kazoo's threads and are handed to
-trio with ``TrioToken.run_sync_soon``.
+the event loop the store was opened in (``EventLoop.run_sync_soon``), whichever thread or loop
+they fire on: a store and its watches belong to that loop, and using them from another raises
+WrongEventLoopError.
 
 ZooKeeper watches are one-shot and kazoo drops them all when the connection breaks. Each watch
-therefore re-arms itself *before* its event is handed to trio (so a reader that re-reads after
+therefore re-arms itself *before* its event is handed to the loop (so a reader that re-reads after
 the event cannot miss the next change), and after a reconnect every watch is re-armed and sends
 a catch-up event. When the session is lost, the store is done: SESSION_EXPIRED goes to every
 watch and every later call raises SessionExpiredError.
@@ -23,7 +25,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, final
 
-import trio
+import anyio
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
@@ -31,6 +33,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
 
 from walkit._logging import get_logger
+from walkit._loop import current_loop
 from walkit.errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -152,7 +155,7 @@ class _ZkWatch:
     # All of the below may run on any thread and never block.
 
     def arm(self, event: WatchEvent | None = None) -> None:
-        """Put the watch in place, then hand ``event`` (if any) to trio."""
+        """Put the watch in place, then hand ``event`` (if any) to the event loop."""
         if event is not None:
             with self._lock:
                 self._pending.append(event)
@@ -202,9 +205,9 @@ class _ZkWatch:
         with self._lock:
             events, self._pending = self._pending, []
         if events:
-            self.store._to_trio(self._deliver, events)
+            self.store._to_loop(self._deliver, events)
 
-    def _deliver(self, events: list[WatchEvent]) -> None:  # on the trio thread
+    def _deliver(self, events: list[WatchEvent]) -> None:  # in the store's event loop
         stream = self.stream_ref()
         if stream is not None:
             for event in events:
@@ -236,23 +239,24 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._last_drop: str | None = None
         self._tls_failure: str | None = None
         self._tls_failures = 0
-        self._settled = trio.Event()  # the first connection: made, or refused by TLS
+        self._loop = current_loop()
+        self._what = f"metadata store {url}"
+        self._settled = anyio.Event()  # the first connection: made, or refused by TLS
         self._connected_once = False  # (read and set on kazoo's thread)
         self.hosts = hosts
         self.root = root
         self.session_timeout = session_timeout
         self.connect_timeout = connect_timeout
         self.operation_timeout = operation_timeout
-        self._limiter = trio.CapacityLimiter(max_threads)
-        self._token = trio.lowlevel.current_trio_token()
+        self._limiter = anyio.CapacityLimiter(max_threads)
         self._zk = self._new_client()
         self._watches: weakref.WeakSet[_ZkWatch] = weakref.WeakSet()
         self._watch_lock = threading.Lock()
         self._streams: weakref.WeakSet[WatchStream] = weakref.WeakSet()
-        self._id_lock = trio.Lock()
+        self._id_lock = anyio.Lock()
         #: Jitters the pauses after lost races on the id counters (other clients' creates).
         self._rng = random.Random()
-        self._lost_event = trio.Event()
+        self._lost_event = anyio.Event()
         # Read from kazoo's threads: plain booleans, set once.
         self._lost = False
         self._closed = False
@@ -322,16 +326,16 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def _connect(self) -> None:
         """Start the session; a TLS handshake that fails ends the wait at once, clearly."""
-        await trio.to_thread.run_sync(self._zk.start_async, limiter=self._limiter)
+        await anyio.to_thread.run_sync(self._zk.start_async, limiter=self._limiter)
         try:
-            with trio.move_on_after(self.connect_timeout):
+            with anyio.move_on_after(self.connect_timeout):
                 await self._settled.wait()
         finally:
             if not self._zk.connected:
                 self._closed = True
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self._zk.stop, limiter=self._limiter)
-                    await trio.to_thread.run_sync(self._zk.close, limiter=self._limiter)
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._zk.stop, limiter=self._limiter)
+                    await anyio.to_thread.run_sync(self._zk.close, limiter=self._limiter)
         if self._zk.connected:
             return
         failure, last = self._tls_failure, self._last_drop
@@ -359,7 +363,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._tls_failures += 1
             if self._tls_failures >= len(self.hosts.split(",")):
                 self._tls_failure = text
-                self._to_trio(self._settled.set)
+                self._to_loop(self._settled.set)
 
     # --- the MetadataStore calls ----------------------------------------------------------
 
@@ -409,6 +413,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def next_id(self, name: str = "ledger") -> int:
         """A CAS counter at ``/idgen/<name>`` (decimal text); lost races just try again."""
+        self._loop.check(self._what)
         path = f"/idgen/{check_name(name, what='id counter')}"
 
         def decide(raw: bytes | None) -> Decision[bytes, int]:
@@ -438,6 +443,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         return self.watch_many([(path, children)])
 
     def watch_many(self, targets: Iterable[tuple[str, bool]]) -> WatchStream:
+        self._loop.check(self._what)
         checked = [(check_path(path), bool(children)) for path, children in targets]
         stream = WatchStream(checked, on_close=self._stream_closed)
         if self._expired:
@@ -458,8 +464,9 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def expire_session(self) -> None:
         """Expire this session on the server (ZooKeeper's test trick: a second client takes the
         session over and closes it), then wait until this client has noticed."""
+        self._loop.check(self._what)
         if self._closed or self._expired:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             return
         client_id = self._zk.client_id
         if client_id is None:
@@ -475,26 +482,29 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         for _ in range(3):  # the original client can win the session back in a reconnect race
             try:
-                await trio.to_thread.run_sync(take_over_and_close, limiter=self._limiter)
+                await anyio.to_thread.run_sync(take_over_and_close, limiter=self._limiter)
             except KazooTimeoutError:
                 raise MetadataStoreError(f"cannot reach ZooKeeper at {self.hosts}") from None
-            with trio.move_on_after(2 + self.connect_timeout):
+            with anyio.move_on_after(2 + self.connect_timeout):
                 await self._lost_event.wait()
             if self._lost_event.is_set():
                 return
         raise MetadataStoreError("the ZooKeeper session did not expire")
 
     async def aclose(self) -> None:
+        self._loop.check(self._what)
         if self._closed:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             return
         self._closed = True
-        with trio.CancelScope(shield=True), trio.move_on_after(self.connect_timeout + 5):
-            # stop() ends the session: ZooKeeper deletes its ephemerals and fires watches.
-            await trio.to_thread.run_sync(self._zk.stop, abandon_on_cancel=True)
-            await trio.to_thread.run_sync(self._zk.close, abandon_on_cancel=True)
-        for stream in list(self._streams):
-            stream.finish()
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.connect_timeout + 5):
+                # stop() ends the session: ZooKeeper deletes its ephemerals and fires watches.
+                await anyio.to_thread.run_sync(self._zk.stop, abandon_on_cancel=True)
+                await anyio.to_thread.run_sync(self._zk.close, abandon_on_cancel=True)
+        finally:
+            for stream in list(self._streams):
+                stream.finish()
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -503,11 +513,12 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     async def _run(self, path: str, start: Callable[[], Any]) -> Any:
         """Start a kazoo async call in a worker thread and wait for it, with a timeout."""
+        self._loop.check(self._what)
         if self._closed:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             raise ClientClosedError(f"metadata store {self.url} is closed")
         if self._expired or self._lost:
-            await trio.lowlevel.checkpoint()
+            await self._loop.checkpoint()
             raise SessionExpiredError(f"ZooKeeper session of {self.url} expired")
         timeout = self.operation_timeout
 
@@ -515,18 +526,17 @@ class ZooKeeperMetadataStore(MetadataStore):
             return start().get(timeout=timeout)
 
         try:
-            return await trio.to_thread.run_sync(call, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(call, limiter=self._limiter)
         except (kz.KazooException, KazooTimeoutError) as exc:
             error = _translate(exc, path, self._closed)
             if isinstance(error, SessionExpiredError):
                 self._on_session_lost()
             raise error from None
 
-    def _to_trio(self, fn: Callable[..., object], *args: Any) -> None:
-        try:
-            self._token.run_sync_soon(fn, *args)
-        except trio.RunFinishedError:
-            pass
+    def _to_loop(self, fn: Callable[..., object], *args: Any) -> None:
+        """Call ``fn(*args)`` in the store's event loop (from any thread; dropped once the
+        loop has ended)."""
+        self._loop.run_sync_soon(fn, *args)
 
     def _stream_closed(self, stream: WatchStream) -> None:
         self._streams.discard(stream)
@@ -545,10 +555,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         elif state == KazooState.LOST:
             if not self._closed:
                 self._lost = True
-                self._to_trio(self._on_session_lost)
+                self._to_loop(self._on_session_lost)
         elif state == KazooState.CONNECTED and not self._connected_once:
             self._connected_once = True
-            self._to_trio(self._settled.set)
+            self._to_loop(self._settled.set)
         elif state == KazooState.CONNECTED and not self._lost and not self._closed:
             logger.info("zookeeper_connection_restored", url=self.url)
             for watch in watches:
@@ -556,7 +566,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                     watch.needs_rearm = False
                     watch.arm(catch_up_event(watch.path, watch.children))
 
-    def _on_session_lost(self) -> None:  # on the trio thread
+    def _on_session_lost(self) -> None:  # in the store's event loop
         self._lost = True
         if self._expired or self._closed:
             return

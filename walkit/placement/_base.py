@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any, ClassVar
 
-import trio
+import anyio
+import anyio.to_thread
 
 from walkit._core.ledger_metadata import validate_quorums
 from walkit._core.types import BookieId, BookieInfo
@@ -93,7 +94,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         self._local_region: str | None = None
         self.config = PlacementConfig()
         self._rng = random.Random()
-        self._clock: Callable[[], float] = trio.current_time
+        self._clock: Callable[[], float] = anyio.current_time
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -139,7 +140,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
                 self._rng = random.Random(cfg.random_seed)
             else:
                 self._rng = res.random
-            self._clock = res.clock if res.clock is not None else trio.current_time
+            self._clock = res.clock if res.clock is not None else anyio.current_time
             self._resolvers = resolvers
             self._metrics = PlacementMetrics(res.metrics_registry)
             self._reresolve_all = bool(self._topology)
@@ -287,7 +288,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
     @property
     def resolution_may_block(self) -> bool:
         """True when resolving a location may block (a location script is configured, or a
-        resolver says ``blocking = True``): trio callers should use
+        resolver says ``blocking = True``): async callers should use
         :func:`apply_cluster_change`, which resolves in a worker thread."""
         return any(
             isinstance(r, ScriptLocationResolver) or getattr(r, "blocking", False)
@@ -378,7 +379,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         except RuntimeError as exc:
             raise ConfigurationError(
                 "stabilize_period needs a clock: pass PlacementResources(clock=...) "
-                f"or call the policy inside trio ({exc})"
+                f"or call the policy inside a trio or asyncio event loop ({exc})"
             ) from None
 
     def _expire(self, now: float | None = None) -> None:
@@ -524,14 +525,15 @@ async def apply_cluster_change(
     writable: Set[BookieInfo] | Set[BookieId],
     readonly: Set[BookieInfo] | Set[BookieId],
 ) -> set[BookieId]:
-    """``policy.on_cluster_changed`` for trio callers.
+    """``policy.on_cluster_changed`` for async callers (trio or asyncio).
 
     When the policy's location resolution may block (a location script), the new bookies'
     locations are resolved in a worker thread first, so the event loop never waits on the
-    script; the membership change itself runs on the trio thread (it reads trio's clock).
+    script; the membership change itself runs on the event loop's thread (it reads the loop's
+    clock).
     """
     if isinstance(policy, BasePlacementPolicy) and policy.resolution_may_block:
-        await trio.to_thread.run_sync(policy.prepare_cluster_change, writable, readonly)
+        await anyio.to_thread.run_sync(policy.prepare_cluster_change, writable, readonly)
     return policy.on_cluster_changed(writable, readonly)
 
 

@@ -22,8 +22,9 @@ class PlacementResources:
     #: names -> list of locations (``None`` if unknown). Tried after a bookie's registered
     #: location and before the resolvers the configuration names.
     resolver: Any = None
-    #: A zero-argument callable giving the current time in seconds (trio.current_time in the
-    #: client; a MockClock in tests). Never the wall clock. None means trio.current_time.
+    #: A zero-argument callable giving the current time in seconds (the event loop's clock in
+    #: the client: trio's, a MockClock in simulations, or asyncio's). Never the wall clock.
+    #: None means ``anyio.current_time`` (the running loop's clock).
     clock: Any = None
     #: A prometheus CollectorRegistry, or None for no metrics.
     metrics_registry: Any = None

@@ -4,8 +4,8 @@
 
     election = LeaderElection(url, "/services/kv/leader", advertise="127.0.0.1:8001",
                               lease_timeout=2.0, rng=random.Random())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(election.run)          # returns once the first round is decided
+    async with anyio.create_task_group() as tasks:  # or a trio nursery
+        await tasks.start(election.run)            # returns once the first round is decided
         while True:
             seen = election.generation
             if election.is_leader:
@@ -17,6 +17,9 @@ The lease is a metadata session of its own (opened with ``session_timeout=lease_
 the node vanishes about ``lease_timeout`` after its holder dies or stops renewing, and only
 then can another candidate take it. A leader that cannot renew (the store unreachable) for
 ``lease_timeout`` steps down by itself. The decisions are in :class:`LeaseState`.
+
+It runs under trio and asyncio alike; a candidate belongs to the event loop its ``run`` runs
+in, and using it from another thread or loop raises WrongEventLoopError.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from __future__ import annotations
 import random
 from typing import Any, final
 
-import trio
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskStatus
 
 from walkit._logging import get_logger
+from walkit._loop import EventLoop, current_loop
 from walkit.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -85,15 +91,19 @@ class LeaderElection:
         self._store: MetadataStore | None = None
         #: Grows by one each time the role or the known leader changes.
         self.generation = 0
-        self._changed = trio.Event()
+        # Events are made when first waited for: a candidate may be made outside an event
+        # loop, and belongs to the loop that runs it (``_loop``, set by ``run``).
+        self._loop: EventLoop | None = None
+        self._changed: anyio.Event | None = None
         self._published: tuple[Role, Claim | None] = (Role.CANDIDATE, None)
         self._confirmed_at = -float("inf")
-        self._wakeup = trio.Event()
+        # The driver's wait for the node to change, cancelled to make it re-read at once.
+        self._waiting: anyio.CancelScope | None = None
         # confirm(): rounds of one read each, shared by the callers that wait for them.
         self._rounds_started = 0
         self._rounds_done = 0
         self._round_ok = False
-        self._round_end = trio.Event()
+        self._round_end: anyio.Event | None = None
         self._checking = False
 
     # --- what the application reads ---------------------------------------------------------
@@ -118,15 +128,21 @@ class LeaderElection:
 
     async def wait_changed(self, generation: int) -> None:
         """Return once :attr:`generation` differs from ``generation``."""
+        self._check_loop()
         while self.generation == generation:
+            if self._changed is None:
+                self._changed = anyio.Event()
             await self._changed.wait()
 
     async def confirm(self) -> bool:
         """True if this candidate still held the lease at some instant after the call began
         (one store read, shared by concurrent callers). A linearizable read checks this."""
+        self._check_loop()
         wanted = self._rounds_started + 1
         while self._rounds_done < wanted:
             if self._checking:
+                if self._round_end is None:
+                    self._round_end = anyio.Event()
                 await self._round_end.wait()
                 continue
             self._checking = True
@@ -137,25 +153,29 @@ class LeaderElection:
             finally:
                 self._checking = False
                 self._rounds_done = number
-                end, self._round_end = self._round_end, trio.Event()
-                end.set()
+                end, self._round_end = self._round_end, None
+                if end is not None:
+                    end.set()
             self._round_ok = ok
         return self._round_ok and self.is_leader
 
     async def resign(self) -> None:
         """Give the lease up (end the session); candidacy starts again with a new session."""
+        self._check_loop()
         store = self._store
         if store is not None:
             await store.aclose()
-        self._wakeup.set()
+        self._wake()
         # Say so at once (the driver learns it from the closed session a moment later).
         self._publish_view((Role.CANDIDATE, None))
 
     # --- the driver ---------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Take part until cancelled; ``task_status.started()`` once the first round is
-        decided (leader or follower)."""
+        decided (leader or follower). Start it with a trio nursery's or an AnyIO task group's
+        ``start``."""
+        self._loop = current_loop()
         started = False
         state = self._state
         try:
@@ -167,7 +187,7 @@ class LeaderElection:
                 except MetadataStoreError as exc:
                     state.store_failed()
                     log.warning("election_store_unreachable", path=self.path, error=str(exc))
-                    await trio.sleep(state.backoff)
+                    await anyio.sleep(state.backoff)
                     continue
                 self._store = store
                 action = state.start(self._new_claim())
@@ -176,13 +196,13 @@ class LeaderElection:
                     started = await self._session(store, action, started, task_status)
                 finally:
                     self._store = None
-                    with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                         try:
                             await store.aclose()
                         except WalkitError:
                             pass
                 self._publish()
-                await trio.sleep(state.backoff)  # after losing the lead: the rejoin delay
+                await anyio.sleep(state.backoff)  # after losing the lead: the rejoin delay
         finally:
             state.stop()
             self._publish()
@@ -192,7 +212,7 @@ class LeaderElection:
         store: MetadataStore,
         action: Action,
         started: bool,
-        task_status: trio.TaskStatus[None],
+        task_status: TaskStatus[None],
     ) -> bool:
         """One session: returns when it is lost (expired, closed, or not renewed in time),
         having told the state so."""
@@ -205,7 +225,7 @@ class LeaderElection:
                     if action is Action.CREATE:
                         try:
                             await store.create(path, state.claim.encode(), ephemeral=True)
-                            self._confirmed_at = trio.current_time()
+                            self._confirmed_at = anyio.current_time()
                             action = state.created()
                             log.info("election_won", path=path, advertise=self.advertise)
                         except NodeExistsError:
@@ -217,9 +237,9 @@ class LeaderElection:
                             value = None
                         action = state.read(value)
                         if state.role is Role.LEADER:
-                            self._confirmed_at = trio.current_time()
+                            self._confirmed_at = anyio.current_time()
                     elif action is Action.BACKOFF:
-                        await trio.sleep(state.backoff)
+                        await anyio.sleep(state.backoff)
                         action = Action.READ
                     elif action is Action.WAIT:
                         self._publish()
@@ -237,7 +257,7 @@ class LeaderElection:
                     action = state.store_failed()
                 if (
                     state.role is Role.LEADER
-                    and trio.current_time() - self._confirmed_at > self.lease_timeout
+                    and anyio.current_time() - self._confirmed_at > self.lease_timeout
                 ):
                     log.warning("election_lease_not_renewed", path=path)
                     state.session_lost()
@@ -246,31 +266,21 @@ class LeaderElection:
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
-                with trio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):
                     await aclose()
 
     async def _wait(self, events: Any) -> Action:
         """Wait for the node to change; a leader also re-reads it every third of the lease."""
         state = self._state
-        self._wakeup = trio.Event()
         event = None
         timeout = self.lease_timeout / 3 if state.role is Role.LEADER else float("inf")
-        with trio.move_on_after(timeout):
-            async with trio.open_nursery() as nursery:
-
-                async def woken() -> None:
-                    await self._wakeup.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(woken)
-                try:
-                    event = await events.__anext__()
-                except StopAsyncIteration:
-                    event = None
-                    self._wakeup.set()
-                    return state.session_lost()
-                finally:
-                    nursery.cancel_scope.cancel()
+        with anyio.move_on_after(timeout) as self._waiting:
+            try:
+                event = await events.__anext__()
+            except StopAsyncIteration:
+                return state.session_lost()
+            finally:
+                self._waiting = None
         if event is None:
             return Action.READ
         if event.kind is WatchEventKind.SESSION_EXPIRED:
@@ -282,22 +292,31 @@ class LeaderElection:
     async def _check_once(self) -> bool:
         store = self._store
         if store is None or not self.is_leader:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return False
         try:
             value = (await store.get(self.path)).value
         except WalkitError:
-            self._wakeup.set()  # let the driver find out what happened
+            self._wake()  # let the driver find out what happened
             return False
         try:
             mine = Claim.decode(value).token == self._state.claim.token
         except WalkitError:
             mine = False
         if mine:
-            self._confirmed_at = trio.current_time()
+            self._confirmed_at = anyio.current_time()
         else:
-            self._wakeup.set()
+            self._wake()
         return mine
+
+    def _wake(self) -> None:
+        """Make the driver re-read the node now, if it is waiting for a change."""
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    def _check_loop(self) -> None:
+        if self._loop is not None:
+            self._loop.check(f"LeaderElection at {self.path}")
 
     def _new_claim(self) -> Claim:
         return Claim(token=f"{self._rng.getrandbits(64):016x}", advertise=self.advertise)
@@ -310,8 +329,9 @@ class LeaderElection:
             return
         self._published = now
         self.generation += 1
-        changed, self._changed = self._changed, trio.Event()
-        changed.set()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
         log.info(
             "election_changed",
             path=self.path,

@@ -6,7 +6,7 @@ ephemeral of its own session, holding its identity; whoever succeeds leads until
 ends (close, crash, partition longer than the session timeout); the others watch the node and
 try again when it goes away.
 
-:class:`LeaseState` is fed what the store answered and says what to do next; the trio driver
+:class:`LeaseState` is fed what the store answered and says what to do next; the async driver
 (:class:`walkit.recipes.LeaderElection`) does the store calls and the waiting.
 """
 
