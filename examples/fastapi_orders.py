@@ -9,7 +9,7 @@ Run two (or more) on one log. They elect a leader through the metadata store (a 
 JSON object) appends the order to the log and answers ``201 {"id", "position"}`` once the
 record is durable and applied here; a follower answers ``307`` to the leader. A lifespan task
 tails the log into the app's state on every instance, and ``GET /orders/{id}`` reads it.
-``GET /status`` says ``{"role", "leader", "applied", "orders"}``. When the leader dies (even
+``GET /status`` says ``{"role", "leader", "writing", "applied", "orders"}``. When the leader dies (even
 ``SIGKILL``), its lease ends and another instance takes the log over, fencing the old writer:
 every order that got a 2xx is still there.
 """
@@ -95,8 +95,9 @@ class OrderService:
 
     async def place(self, order: dict[str, Any]) -> tuple[str, walkit.LogPosition]:
         writer = self.writer
-        if writer is None:
-            raise LookupError(self.election.leader)
+        if writer is None:  # a follower, or a leader still taking the log over
+            election = self.election
+            raise LookupError(None if election.is_leader else election.leader)
         order_id, record = encode(order)
         position = await writer.append(record)  # durable when it returns
         async with self._applied:  # read-your-writes: answer once it is applied here too
@@ -138,7 +139,11 @@ def create_app(service: OrderService) -> FastAPI:
     @app.get("/status")
     async def status() -> Any:
         election = service.election
-        return JSONResponse(service.orders.status(election.role.value, election.leader))
+        return JSONResponse(
+            service.orders.status(
+                election.role.value, election.leader, writing=service.writer is not None
+            )
+        )
 
     return app
 

@@ -9,7 +9,7 @@ request in one of its threads, and every thread calls the blocking API. Two (or 
 instances on one log elect a leader (``walkit.sync.LeaderElection``), which owns the log's
 writer; ``POST /orders`` answers ``201 {"id", "position"}`` once the order is durable and
 applied here (``307`` to the leader from a follower), ``GET /orders/{id}`` reads the state a
-background thread tails from the log, and ``GET /status`` says ``{"role", "leader",
+background thread tails from the log, and ``GET /status`` says ``{"role", "leader", "writing",
 "applied", "orders"}``. When the leader is SIGKILLed another instance takes the log over.
 """
 
@@ -90,8 +90,9 @@ class OrderService:
 
     def place(self, order: dict[str, Any]) -> tuple[str, walkit.LogPosition]:
         writer = self.writer
-        if writer is None:
-            raise LookupError(self.election.leader)
+        if writer is None:  # a follower, or a leader still taking the log over
+            election = self.election
+            raise LookupError(None if election.is_leader else election.leader)
         order_id, record = encode(order)
         position = writer.append(record)  # durable when it returns
         with self._applied:  # read-your-writes: answer once it is applied here too
@@ -128,7 +129,11 @@ def create_app(service: OrderService) -> Flask:
     @app.get("/status")
     def status() -> Any:
         election = service.election
-        return jsonify(service.orders.status(election.role.value, election.leader))
+        return jsonify(
+            service.orders.status(
+                election.role.value, election.leader, writing=service.writer is not None
+            )
+        )
 
     return app
 

@@ -55,10 +55,11 @@ class Orders:
     def has_applied(self, position: LogPosition) -> bool:
         return self.applied is not None and self.applied >= position
 
-    def status(self, role: str, leader: str | None) -> dict[str, Any]:
+    def status(self, role: str, leader: str | None, *, writing: bool) -> dict[str, Any]:
         return {
             "role": role,
             "leader": leader,
+            "writing": writing,
             "applied": None if self.applied is None else str(self.applied),
             "orders": len(self.by_id),
         }

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, final
 
 import anyio
+import anyio.abc
 
 import walkit
 from walkit._core.log_position import LogPosition
@@ -69,6 +70,23 @@ class _AppendQueue:
         self._lock = threading.Lock()
         self._waiting: list[_Append] = []
         self._scheduled = False
+        #: Set (in the loop) when a group is waiting; the pump takes it.
+        self._wake: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+
+    def start(self) -> None:
+        """Start the pump, the loop's task that starts each group's append."""
+
+        async def start() -> None:
+            await self._thread.tasks.start(self._pump)
+
+        self._thread.call(start)
+
+    def stop(self) -> None:
+        """Stop the pump; appends queued after that fail with ClientClosedError."""
+        scope = self._scope
+        if scope is not None:
+            self._thread.run_sync(scope.cancel)
 
     def append(self, records: list[bytes]) -> list[LogPosition]:
         self._thread.check()
@@ -77,22 +95,35 @@ class _AppendQueue:
             self._waiting.append(call)
             wake = not self._scheduled
             self._scheduled = True
-        if wake and not self._thread.loop.run_sync_soon(self._take):
+        if wake and not self._thread.loop.run_sync_soon(self._set_wake):
             raise ClientClosedError("the client is closed")
         call.done.acquire()
         if call.error is not None:
             raise call.error
         return call.positions
 
-    def _take(self) -> None:
-        """In the loop: start appending what the threads queued since the last group."""
-        with self._lock:
-            group, self._waiting = self._waiting, []
-            self._scheduled = False
+    def _set_wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _pump(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
-            self._thread.tasks.start_soon(self._append, group)
-        except RuntimeError:  # the loop is stopping
-            self._settle(group, None, ClientClosedError("the client is closed"))
+            with anyio.CancelScope() as self._scope:
+                self._wake = wake = anyio.Event()
+                task_status.started()
+                while True:
+                    await wake.wait()
+                    self._wake = wake = anyio.Event()
+                    with self._lock:
+                        group, self._waiting = self._waiting, []
+                        self._scheduled = False
+                    if group:
+                        self._thread.tasks.start_soon(self._append, group)
+        finally:
+            self._wake = None
+            with self._lock:
+                group, self._waiting = self._waiting, []
+            self._settle(group, None, ClientClosedError("the writer is closed"))
 
     async def _append(self, group: list[_Append]) -> None:
         records = group[0].records if len(group) == 1 else [r for c in group for r in c.records]
@@ -148,6 +179,7 @@ class LogWriter:
         self._writer = writer
         self._exit = exit_stack
         self._queue = _AppendQueue(thread, writer)
+        self._queue.start()
 
     def __repr__(self) -> str:
         return f"walkit.sync.{self._writer!r}"
@@ -195,11 +227,7 @@ class LogWriter:
 
     def close(self) -> None:
         """Wait for the appends in flight and close the writer (idempotent)."""
-        cm, self._exit = self._exit, None
-        if cm is not None:
-            cm.__exit__(None, None, None)
-        else:
-            self._thread.call(self._writer.close)
+        self.__exit__(None, None, None)
 
     def __enter__(self) -> LogWriter:
         return self
@@ -211,10 +239,13 @@ class LogWriter:
         tb: TracebackType | None,
     ) -> None:
         cm, self._exit = self._exit, None
-        if cm is not None:
-            cm.__exit__(exc_type, exc, tb)
-        else:
-            self._thread.call(self._writer.__aexit__, exc_type, exc, tb)
+        try:
+            if cm is not None:
+                cm.__exit__(exc_type, exc, tb)
+            else:
+                self._thread.call(self._writer.__aexit__, exc_type, exc, tb)
+        finally:
+            self._queue.stop()
 
 
 @final
