@@ -155,10 +155,32 @@ class AsyncioLoop(EventLoop):
 
     def run_sync_soon(self, fn: Callable[..., object], *args: object) -> bool:
         try:
-            self._loop.call_soon_threadsafe(fn, *args)
+            self._loop.call_soon_threadsafe(_as_asyncio, fn, *args)
         except RuntimeError:  # the loop is closed
             return False
         return True
+
+    async def serve_readable(self, sock: Any, step: Callable[[], object]) -> None:
+        """Call ``step()`` each time ``sock`` is readable, from the loop itself (no task
+        wakes up in between: a reader callback, as asyncio's own transports have), until it
+        raises; then raise that (cancellation stops it too)."""
+        loop = self._loop
+        fd = sock if isinstance(sock, int) else sock.fileno()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                _as_asyncio(step)
+            except BaseException as exc:
+                loop.remove_reader(fd)
+                if not done.done():
+                    done.set_exception(exc)
+
+        loop.add_reader(fd, readable)
+        try:
+            await done
+        finally:
+            loop.remove_reader(fd)
 
     def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         task = self._loop.create_task(fn(), name=name)
@@ -170,6 +192,18 @@ class AsyncioLoop(EventLoop):
             return asyncio.get_running_loop() is self._loop
         except RuntimeError:
             return False
+
+
+def _as_asyncio(fn: Callable[..., object], *args: object) -> None:
+    """Call ``fn`` from a plain callback of an asyncio loop, telling sniffio (so AnyIO) which
+    library runs: outside a task it cannot tell by itself."""
+    local = sniffio.thread_local
+    previous = local.name
+    local.name = "asyncio"
+    try:
+        fn(*args)
+    finally:
+        local.name = previous
 
 
 async def _asyncio_checkpoint() -> None:
