@@ -284,3 +284,81 @@ def test_uvloop_runs_the_async_api(cluster: ProcessCluster) -> None:
             assert [r.position for r in records] == [pos]
 
     uvloop.run(scenario())
+
+
+class _Counter:
+    """A state machine: the sum of the integers applied."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def apply(self, command: bytes, position: LogPosition) -> int:
+        self.total += int(command)
+        return self.total
+
+    def snapshot(self) -> bytes:
+        return str(self.total).encode()
+
+    def restore(self, data: bytes) -> None:
+        self.total = int(data)
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_replicated_state_machine_fails_over_through_an_election(
+    cluster: ProcessCluster, backend: str
+) -> None:
+    """walkit.statemachine.Replica and walkit.recipes.LeaderElection on each async loop: the
+    elected replica leads, a standby follows, the leader resigns and the standby takes over
+    with the same state."""
+    from walkit.recipes import LeaderElection
+    from walkit.statemachine import Replica
+
+    name = f"replica-{backend}-{next(_names)}"
+
+    async def scenario() -> None:
+        url = cluster.metadata_url
+        first = LeaderElection(url, f"/elections/{name}", "first", lease_timeout=1.0, rng=rng())
+        second = LeaderElection(url, f"/elections/{name}", "second", lease_timeout=1.0, rng=rng())
+        async with (
+            walkit.Client.connect(url) as client,
+            walkit.Log.open(client, name) as log,
+            anyio.create_task_group() as tasks,
+        ):
+            await tasks.start(first.run)
+            await tasks.start(second.run)
+            leader, standby = (first, second) if first.is_leader else (second, first)
+            assert leader.is_leader and not standby.is_leader
+            replica, follower = Replica(log, _Counter(), snapshot_every=5), Replica(log, _Counter())
+            following, stopped = anyio.CancelScope(), anyio.Event()
+
+            async def follow() -> None:
+                try:
+                    with following:
+                        await follower.follow()
+                finally:
+                    stopped.set()
+
+            tasks.start_soon(follow)
+            async with replica.lead() as lead:
+                results = [await lead.submit(b"%d" % i) for i in range(1, 11)]
+            assert results[-1] == 55
+            await follower.wait_applied(replica.applied_position)
+            assert follower.machine.total == 55  # type: ignore[attr-defined]
+            seen = standby.generation
+            await leader.resign()
+            while not standby.is_leader:
+                await standby.wait_changed(seen)
+                seen = standby.generation
+            following.cancel()  # the standby stops following to lead
+            await stopped.wait()
+            async with follower.lead() as lead:
+                assert await lead.submit(b"45") == 100
+            tasks.cancel_scope.cancel()
+
+    anyio.run(scenario, backend=backend)
+
+
+def rng() -> Any:
+    import random
+
+    return random.Random()
