@@ -11,6 +11,7 @@
     walkit log delete NAME [--yes] | log gc [NAME] [--grace S] [--dry-run]
     walkit underreplicated | recover BOOKIE | bookie decommission BOOKIE
     walkit autorecovery status | enable | disable | delay SECONDS
+    walkit metadata export URL FILE | import FILE URL | migrate --from URL --to URL [--force]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
 Logs go to stderr: WARNING and above by default; ``--log-level`` and ``--log-format`` (before or
@@ -201,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     from walkit._cli import autorecovery as autorecovery_cli
 
     autorecovery_cli.add_parsers(sub, with_metadata)
+
+    from walkit._cli import metadata as metadata_cli
+
+    metadata_cli.add_parsers(sub, _add_log_options)
     return parser
 
 
@@ -260,6 +265,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             bookie_args=["--log-level", level, "--log-format", fmt],
             tls=args.tls,
             auth=args.auth,
+        )
+    elif args.command == "metadata":
+        from walkit._cli import metadata as metadata_cli
+
+        command = functools.partial(
+            _until_interrupted, functools.partial(metadata_cli.run, args, sys.stdout)
         )
     else:
         url = _metadata_url(args)

@@ -255,6 +255,16 @@ class AuthenticationError(BookieUnavailableError):
     retryable = False
 
 
+class MetadataNotEmptyError(NodeExistsError):
+    """A metadata import or migration found its destination holding metadata already: it
+    writes only into an empty store (a fresh sqlite file, an empty ZooKeeper root)."""
+
+
+class ClusterRunningError(WalkitError):
+    """A metadata migration found live sessions in the source store (registered bookies,
+    autorecovery workers, elections): the cluster must be stopped first."""
+
+
 class NoSuchLogError(NoSuchNodeError):
     """The log does not exist (``Log.open(..., create=False)``, ``walkit log show``), or was
     deleted under its readers and writers (``Log.delete``)."""
@@ -343,6 +353,7 @@ __all__ = [
     "BookieTimeoutError",
     "BookieUnavailableError",
     "ClientClosedError",
+    "ClusterRunningError",
     "ConfigurationError",
     "CookieError",
     "CorruptEntryError",
@@ -360,6 +371,7 @@ __all__ = [
     "LocalProtocolError",
     "LogTruncatedError",
     "MetadataAccessError",
+    "MetadataNotEmptyError",
     "MetadataStoreError",
     "MetadataVersionError",
     "NoSuchEntryError",

@@ -88,12 +88,13 @@ def test_journal_writes_over_preallocated_zeros_and_replay_skips_them(tmp_path: 
     assert writer.wants_preallocation
     writer.preallocate(*writer.start_preallocation())
     path = next(tmp_path.glob("*.jnl"))
-    assert path.stat().st_size == 16 * BLOCK and writer.offset == 0
+    # (after the file's header block)
+    assert path.stat().st_size == 17 * BLOCK and writer.offset == BLOCK
     assert not writer.wants_preallocation
     groups = [[b"a" * 100], [b"b" * 5000, b"c"], [b"d" * 25000]]
     for group in groups:
         writer.write(group)
-    assert path.stat().st_size == 16 * BLOCK  # written in place, over the zeros
+    assert path.stat().st_size == 17 * BLOCK  # written in place, over the zeros
     assert writer.wants_preallocation  # fewer than half of the zeros are left
     assert [b for b, _ in replay(tmp_path, LogMark(0, 0))] == [b for g in groups for b in g]
     # A torn write inside the preallocated zeros ends the file's replay there.

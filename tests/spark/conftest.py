@@ -29,9 +29,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The SparkSession every Spark test shares (local[2], loopback, UI off), with the
-    ``walkit`` format registered (filter pushdown on)."""
+def spark_event_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory of the shared session's event log: every listener event as JSON lines,
+    uncompressed, which is what Spark's UI (and its history server) shows."""
+    return tmp_path_factory.mktemp("spark-events")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_event_log: Path) -> Iterator[Any]:
+    """The SparkSession every Spark test shares (local[2], loopback, UI off, event log on),
+    with the ``walkit`` format registered (filter pushdown on)."""
     _require_spark()
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -52,6 +59,9 @@ def spark() -> Iterator[Any]:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.eventLog.enabled", "true")
+        .config("spark.eventLog.dir", spark_event_log.as_uri())
+        .config("spark.eventLog.compress", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

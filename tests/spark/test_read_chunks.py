@@ -15,7 +15,7 @@ from tests.spark._spark import require_spark
 require_spark(java=False)  # before importing walkit.spark
 
 import walkit  # noqa: E402
-from walkit.spark._options import Connection  # noqa: E402
+from walkit.spark._connect import Connection  # noqa: E402
 from walkit.spark._read_io import read_chunks  # noqa: E402
 from walkit.spark._read_plan import Range  # noqa: E402
 

@@ -134,3 +134,36 @@ async def test_processing_time_trigger_tails_a_live_log(
         finally:
             await trio.to_thread.run_sync(query.stop)
     assert seen == expected
+
+
+def test_progress_shows_the_logs_end_and_how_far_behind_the_query_is(
+    spark: Any, spark_metadata: str, tmp_path: Path
+) -> None:
+    url, name = spark_metadata, unique("lag")
+
+    async def fill() -> None:
+        async with walkit.Client.connect(url) as client:
+            log = await walkit.Log.open(client, name)
+            async with log.writer() as w:
+                for i in range(100):
+                    await w.append(b"lag %d" % i)  # one at a time: an entry each
+
+    trio.run(fill)
+    query = (
+        stream(spark, url, name, maxRecordsPerTrigger=30)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    sources = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
+    seen = [
+        (s["numInputRows"], json.loads(s["endOffset"]), json.loads(s["latestOffset"]))
+        for s in sources
+    ]
+    assert seen == [
+        (rows, {"position": f"1:{end}:0"}, {"position": "1:100:0", "entriesBehind": 100 - end})
+        for rows, end in [(30, 30), (30, 60), (30, 90), (10, 100)]
+    ]

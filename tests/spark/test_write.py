@@ -144,13 +144,15 @@ def test_an_aborted_write_leaves_nothing_visible_and_no_ledgers(
     write(numbered(spark, 6, 1, "ok"), spark_metadata, name)
     before = read_back(spark_metadata, name)
 
-    @F.udf("binary")  # type: ignore[untyped-decorator,unused-ignore]  # typed when pyspark is
     def fail_at_25(i: int) -> bytes:
         if i == 25:
             raise ValueError("boom at row 25")
         return b"x%03d" % i
 
-    df = spark.range(0, 30, numPartitions=3).select(fail_at_25("id").alias("payload"))
+    # useArrow given: PySpark would otherwise try to infer a pandas UDF from the type hints,
+    # and warn that it cannot.
+    failing = F.udf(fail_at_25, "binary", useArrow=True)
+    df = spark.range(0, 30, numPartitions=3).select(failing("id").alias("payload"))
     text = error_text(lambda: write(df, spark_metadata, name))
     assert "boom at row 25" in text
     assert read_back(spark_metadata, name) == before

@@ -60,6 +60,11 @@ from walkit.errors import (
 FORMAT_VERSION: Final = 1
 #: The format of a log whose config carries an option older readers must not drop.
 FORMAT_VERSION_OPT_OUT: Final = 2
+#: The snapshot format this walkit writes: the state's bytes cut into the entries of a closed
+#: ledger, in order, with their size and CRC32C in the record (docs/formats.md).
+SNAPSHOT_FORMAT: Final = 1
+#: The snapshot formats it reads; a record without a ``format`` key is format 1.
+SNAPSHOT_FORMATS: Final = frozenset({1})
 
 #: What a log name may look like (it is a metadata node name on every driver).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
@@ -135,15 +140,20 @@ class SnapshotRecord:
     size: int
     crc32c: int
     time_ms: int = 0
+    #: How the snapshot's bytes are laid out in its ledger (:data:`SNAPSHOT_FORMATS`).
+    version: int = SNAPSHOT_FORMAT
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "position": str(self.position),
             "ledger_id": self.ledger_id,
             "size": self.size,
             "crc32c": self.crc32c,
             "time_ms": self.time_ms,
         }
+        if self.version != 1:  # (absent: format 1, what snapshots were before the key)
+            doc["format"] = self.version
+        return doc
 
 
 @final
@@ -477,6 +487,7 @@ class LogMetadata:
                         size=_int(s["size"]),
                         crc32c=_int(s["crc32c"]),
                         time_ms=_int(s.get("time_ms", 0)),
+                        version=_int(s.get("format", 1)),
                     )
                     for s in snapshots
                 ),
@@ -544,6 +555,11 @@ def _validate(md: LogMetadata) -> None:
             raise InvalidMetadataError(f"log {name}: bad or repeated ledger id {snap.ledger_id}")
         if snap.size < 0 or not 0 <= snap.crc32c < 2**32 or snap.time_ms < 0:
             raise InvalidMetadataError(f"log {name}: bad snapshot record {snap}")
+        if snap.version not in SNAPSHOT_FORMATS:
+            raise InvalidMetadataError(
+                f"log {name}: the snapshot at {snap.position} is format {snap.version}; this "
+                f"walkit reads {sorted(SNAPSHOT_FORMATS)} (a newer walkit wrote it)"
+            )
         seen.add(snap.ledger_id)
         previous_pos = snap.position
     previous_query: str | None = None

@@ -55,6 +55,7 @@ __all__ = [
 FORMAT_KEY: Final = "walkit.format"
 FORMAT_RECORD_SETS: Final = b"recordset-1"
 
+#: The envelope version this walkit writes.
 VERSION: Final = 1
 _HEAD: Final = struct.Struct("<BBII")
 _U16: Final = struct.Struct("<H")
@@ -251,9 +252,19 @@ def decode_record_set(entry: bytes) -> RecordSet:
     size = len(entry)
     if size < _HEAD.size:
         raise CorruptEntryError(f"record set: {size} bytes is shorter than its header")
-    version, flags, count, body_length = _HEAD.unpack_from(entry)
-    if version != VERSION:
-        raise CorruptEntryError(f"record set: unknown version {version}")
+    decoder = _DECODERS.get(entry[0])
+    if decoder is None:
+        known = ", ".join(str(v) for v in sorted(_DECODERS))
+        raise CorruptEntryError(
+            f"record set: unknown version {entry[0]} (this walkit reads {known}; a newer "
+            "walkit wrote it)"
+        )
+    return decoder(entry)
+
+
+def _decode_v1(entry: bytes) -> RecordSet:
+    size = len(entry)
+    _version, flags, count, body_length = _HEAD.unpack_from(entry)
     codec = _CODECS_BY_ID.get(flags & _CODEC_MASK)
     if codec is None or flags & ~(_CODEC_MASK | _HAS_PRODUCERS):
         raise CorruptEntryError(f"record set: unknown flags {flags:#x}")
@@ -319,3 +330,10 @@ def _decode_producers(
         else:
             raise CorruptEntryError(f"record set: producer index {ref} of {n_names}")
     return tags, offset
+
+
+#: A decoder for every envelope version this walkit reads. Every version keeps the meaning of
+#: the fixed header (version, flags, count, body length: :func:`read_header`); a new version
+#: adds its decoder here, and writers keep writing version 1 for entries that need nothing
+#: newer (docs/formats.md).
+_DECODERS: Final[dict[int, Callable[[bytes], RecordSet]]] = {1: _decode_v1}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import functools
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, final
 
 import attrs
@@ -491,10 +491,14 @@ def _decode(view: memoryview) -> Message:
     if len(view) < _HEAD.size:
         raise RemoteProtocolError(f"message of {len(view)} bytes is shorter than its header")
     version, mtype, request_id = _HEAD.unpack_from(view, 0)
-    if version != PROTOCOL_VERSION:
-        raise UnsupportedVersionError(
-            f"protocol version {version}, this side speaks {PROTOCOL_VERSION}"
-        )
+    decoder = _DECODERS.get(version)
+    if decoder is None:
+        known = ", ".join(str(v) for v in sorted(_DECODERS))
+        raise UnsupportedVersionError(f"protocol version {version}, this side speaks {known}")
+    return decoder(view, mtype, request_id)
+
+
+def _decode_v1(view: memoryview, mtype: int, request_id: int) -> Message:
     at = _HEAD.size
     if mtype == MessageType.ADD_REQUEST:
         ledger_id, entry_id, flags, key_len = _ADD_REQ.unpack_from(view, at)
@@ -582,6 +586,14 @@ def _decode(view: memoryview) -> Message:
         text = bytes(view[at + _COPY_RESP.size :]).decode("utf-8", errors="replace")
         return CopyFragmentResponse(request_id, _status(status), ledger_id, entries, size, text)
     raise RemoteProtocolError(f"unknown message type {mtype}")
+
+
+#: A decoder for every protocol version this side reads. A journal holds request bodies too
+#: (walkit_bookie's journal), so a version stays readable for as long as journals or peers
+#: may hold it; a new version adds its decoder here (docs/formats.md).
+_DECODERS: Final[dict[int, Callable[[memoryview, int, int], Message]]] = {1: _decode_v1}
+#: The protocol versions this side reads (it writes :data:`PROTOCOL_VERSION`).
+SUPPORTED_PROTOCOL_VERSIONS: Final = frozenset(_DECODERS)
 
 
 def _packets(view: memoryview, at: int, count: int) -> tuple[bytes, ...]:

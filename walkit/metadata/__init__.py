@@ -26,12 +26,14 @@ from walkit.metadata._cluster import (
     LOGS_PATH,
     ensure_cluster,
 )
+from walkit.metadata._dump import Export, export_metadata, import_metadata, migrate_metadata
 from walkit.metadata._ledgers import LedgerManager, ledger_id_from_path, ledger_path
 from walkit.metadata._memory import MemoryMetadataStore, forget_memory_tree
 from walkit.metadata._open import open_metadata_store
 from walkit.metadata._store import (
     MAX_VALUE_SIZE,
     MetadataStore,
+    StoredNode,
     Versioned,
     WatchEvent,
     WatchEventKind,
@@ -54,9 +56,11 @@ __all__ = [
     "AutorecoverySettings",
     "BookieList",
     "Decision",
+    "Export",
     "LedgerManager",
     "MemoryMetadataStore",
     "MetadataStore",
+    "StoredNode",
     "UnderreplicatedLedger",
     "UnderreplicationManager",
     "Versioned",
@@ -67,11 +71,14 @@ __all__ = [
     "cookie_path",
     "delete_cookie",
     "ensure_cluster",
+    "export_metadata",
     "forget_memory_tree",
+    "import_metadata",
     "ledger_id_from_path",
     "ledger_path",
     "list_bookies",
     "lost_race",
+    "migrate_metadata",
     "open_metadata_store",
     "read_cookie",
     "register_bookie",

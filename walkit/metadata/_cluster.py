@@ -9,7 +9,7 @@
     /bookies/readonly/<host:port>    ephemeral, JSON
     /bookies/cookies/<host:port>     persistent, JSON
     /logs/<name>            reserved for the log API
-    /idgen/<name>           id counters (zk and memory; sqlite keeps them in a table)
+    /idgen/<name>           id counters on zk (sqlite and memory keep them apart from the tree)
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ BOOKIES_AVAILABLE_PATH = "/bookies/available"
 BOOKIES_READONLY_PATH = "/bookies/readonly"
 BOOKIES_COOKIES_PATH = "/bookies/cookies"
 LOGS_PATH = "/logs"
+#: Where the zk driver keeps its id counters (``next_id``), one decimal node per counter.
+ID_COUNTERS_PATH = "/idgen"
 
 _DIRECTORIES = (
     LEDGERS_PATH,

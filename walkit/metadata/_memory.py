@@ -30,8 +30,10 @@ from walkit.errors import (
     SessionExpiredError,
 )
 from walkit.metadata._paths import (
+    MAX_ID,
     ROOT,
     ancestors,
+    check_id_value,
     check_name,
     check_path,
     check_value,
@@ -39,12 +41,16 @@ from walkit.metadata._paths import (
     name_of,
     parent_of,
 )
-from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
+from walkit.metadata._store import (
+    MetadataStore,
+    StoredNode,
+    Versioned,
+    WatchEvent,
+    WatchEventKind,
+)
 from walkit.metadata._watch import ChangeKind, WatchStream, event_for
 
 logger = get_logger(__name__)
-
-_MAX_ID = 2**63 - 1
 
 
 @attrs.define
@@ -108,6 +114,12 @@ class MemoryMetadataStore(MetadataStore):
         with self._tree.lock:
             node = self._node(check_path(path))
             return Versioned(node.value, node.version)
+
+    async def get_node(self, path: str) -> StoredNode:
+        await self._enter()
+        with self._tree.lock:
+            node = self._node(check_path(path))
+            return StoredNode(node.value, node.version, node.owner is not None)
 
     async def children(self, path: str) -> list[str]:
         await self._enter()
@@ -190,10 +202,25 @@ class MemoryMetadataStore(MetadataStore):
         self._check_session()
         with self._tree.lock:
             value = self._tree.counters.get(name, 0) + 1
-            if value > _MAX_ID:
+            if value > MAX_ID:
                 raise MetadataStoreError(f"id counter {name!r} is exhausted")
             self._tree.counters[name] = value
         return value
+
+    async def id_counters(self) -> dict[str, int]:
+        await self._enter()
+        self._check_session()
+        with self._tree.lock:
+            return dict(self._tree.counters)
+
+    async def advance_id_counter(self, name: str, value: int) -> None:
+        await self._enter()
+        check_name(name, what="id counter")
+        check_id_value(value)
+        self._check_session()
+        with self._tree.lock:
+            counters = self._tree.counters
+            counters[name] = max(counters.get(name, 0), value)
 
     # --- watches ----------------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ from walkit.errors import InvalidArgumentError
 from walkit.metadata._store import MAX_VALUE_SIZE
 
 ROOT = "/"
+#: The largest id a counter hands out (ids are positive 64-bit signed integers).
+MAX_ID = 2**63 - 1
 
 
 def check_path(path: object) -> str:
@@ -74,3 +76,10 @@ def ancestors(path: str) -> list[str]:
         current = parent_of(current)
     out.reverse()
     return out
+
+
+def check_id_value(value: object) -> int:
+    """Return ``value`` if it is a value an id counter can hold (0 to :data:`MAX_ID`)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ID:
+        raise InvalidArgumentError(f"an id counter holds an int from 0 to 2**63-1, not {value!r}")
+    return value

@@ -41,13 +41,20 @@ from walkit.errors import (
 from walkit.metadata._file_changes import FileChanges, subscribe
 from walkit.metadata._paths import (
     ROOT,
+    check_id_value,
     check_name,
     check_path,
     check_value,
     check_version,
 )
 from walkit.metadata._sqlite_db import SqliteDb
-from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
+from walkit.metadata._store import (
+    MetadataStore,
+    StoredNode,
+    Versioned,
+    WatchEvent,
+    WatchEventKind,
+)
 from walkit.metadata._watch import WatchStream, catch_up_event, event_for
 
 logger = get_logger(__name__)
@@ -131,6 +138,10 @@ class SqliteMetadataStore(MetadataStore):
         path = check_path(path)
         return await self._public(self._db.get, path)
 
+    async def get_node(self, path: str) -> StoredNode:
+        path = check_path(path)
+        return await self._public(self._db.get_node, path)
+
     async def children(self, path: str) -> list[str]:
         path = check_path(path)
         return await self._public(self._db.children, path)
@@ -162,6 +173,14 @@ class SqliteMetadataStore(MetadataStore):
     async def next_id(self, name: str = "ledger") -> int:
         check_name(name, what="id counter")
         return await self._public(self._db.next_id, name)
+
+    async def id_counters(self) -> dict[str, int]:
+        return await self._public(self._db.id_counters)
+
+    async def advance_id_counter(self, name: str, value: int) -> None:
+        check_name(name, what="id counter")
+        check_id_value(value)
+        await self._public(self._db.advance_id_counter, name, value)
 
     def watch(self, path: str, *, children: bool = False) -> WatchStream:
         return self.watch_many([(path, children)])

@@ -23,14 +23,13 @@ from walkit.errors import (
     NoSuchNodeError,
     SessionExpiredError,
 )
-from walkit.metadata._paths import join, parent_of
-from walkit.metadata._store import Versioned
+from walkit.metadata._paths import MAX_ID, join, parent_of
+from walkit.metadata._store import StoredNode, Versioned
 from walkit.metadata._watch import ChangeKind
 
 logger = get_logger(__name__)
 
 SCHEMA_VERSION = 1
-_MAX_ID = 2**63 - 1
 #: Keep about this many change rows; a watcher further behind gets catch-up events instead.
 CHANGES_KEPT = 4096
 
@@ -274,6 +273,13 @@ class SqliteDb:
             raise NoSuchNodeError(f"metadata node {path} does not exist")
         return Versioned(row[0], row[1])
 
+    def get_node(self, path: str) -> StoredNode:
+        with self._read() as db:
+            row = self._row(db, path)
+        if row is None:
+            raise NoSuchNodeError(f"metadata node {path} does not exist")
+        return StoredNode(row[0], row[1], row[2] is not None)
+
     def exists(self, path: str) -> int | None:
         with self._read() as db:
             row = db.execute("SELECT version FROM nodes WHERE path = ?", (path,)).fetchone()
@@ -342,9 +348,22 @@ class SqliteDb:
                 "ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value",
                 (name,),
             ).fetchone()
-            if value > _MAX_ID:
+            if value > MAX_ID:
                 raise MetadataStoreError(f"id counter {name!r} is exhausted")
         return int(value)
+
+    def id_counters(self) -> dict[str, int]:
+        with self._read() as db:
+            rows = db.execute("SELECT name, value FROM counters").fetchall()
+        return {str(name): int(value) for name, value in rows}
+
+    def advance_id_counter(self, name: str, value: int) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO counters (name, value) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+                (name, value),
+            )
 
     def heartbeat(self) -> bool:
         with self._write(check_session=False) as db:

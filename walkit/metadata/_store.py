@@ -24,6 +24,16 @@ class Versioned:
     version: int
 
 
+@attrs.frozen
+class StoredNode:
+    """A node as a metadata dump sees it: its value, its version, and whether it is
+    ephemeral (it belongs to a live session: a running process, not the cluster's state)."""
+
+    value: bytes
+    version: int
+    ephemeral: bool
+
+
 #: The largest value a node may hold (ZooKeeper's packet limit is 1 MiB, with headers).
 MAX_VALUE_SIZE = 1_000_000
 
@@ -119,6 +129,22 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def next_id(self, name: str = "ledger") -> int:
         """A unique 64-bit id (positive) from the named counter, never handed out twice."""
+
+    async def get_node(self, path: str) -> StoredNode:
+        """Read a node and whether it is ephemeral; NoSuchNodeError if it does not exist.
+
+        What a metadata export needs besides :meth:`get` (it leaves ephemeral nodes out).
+        """
+        raise ConfigurationError(f"{type(self).__name__} cannot tell ephemeral nodes apart")
+
+    async def id_counters(self) -> dict[str, int]:
+        """The last id each counter of :meth:`next_id` handed out (unused counters are absent)."""
+        raise ConfigurationError(f"{type(self).__name__} cannot list its id counters")
+
+    async def advance_id_counter(self, name: str, value: int) -> None:
+        """Make counter ``name`` hand out only ids above ``value`` from now on (a counter
+        already past it stays where it is): what a metadata import restores."""
+        raise ConfigurationError(f"{type(self).__name__} cannot set its id counters")
 
     @abc.abstractmethod
     async def aclose(self) -> None:

@@ -48,14 +48,23 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.metadata._cas import Decision, cas_update, create_or_set, read_or_absent
+from walkit.metadata._cluster import ID_COUNTERS_PATH
 from walkit.metadata._paths import (
+    MAX_ID,
     ROOT,
+    check_id_value,
     check_name,
     check_path,
     check_value,
     check_version,
 )
-from walkit.metadata._store import MetadataStore, Versioned, WatchEvent, WatchEventKind
+from walkit.metadata._store import (
+    MetadataStore,
+    StoredNode,
+    Versioned,
+    WatchEvent,
+    WatchEventKind,
+)
 from walkit.metadata._watch import WatchStream, catch_up_event
 from walkit.metadata._zk_security import (
     DigestCredentials,
@@ -65,6 +74,16 @@ from walkit.metadata._zk_security import (
 )
 
 logger = get_logger(__name__)
+
+
+def _counter_value(path: str, raw: bytes | None) -> int:
+    """The value of an id counter's node (0: no node yet)."""
+    if raw is None:
+        return 0
+    try:
+        return int(raw.decode("ascii"))
+    except ValueError:
+        raise InvalidMetadataError(f"id counter {path} holds {raw[:40]!r}, not a number") from None
 
 
 class _KazooLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -95,8 +114,8 @@ def _is_tls_failure(text: str) -> bool:
 
 
 T = TypeVar("T")
+R = TypeVar("R")
 
-_MAX_ID = 2**63 - 1
 _EVENT_KINDS = {
     EventType.CREATED: WatchEventKind.CHANGED,
     EventType.CHANGED: WatchEventKind.CHANGED,
@@ -411,33 +430,55 @@ class ZooKeeperMetadataStore(MetadataStore):
         zk_version = -1 if version is None else version
         await self._run(path, lambda: self._zk.delete_async(full, version=zk_version))
 
+    async def get_node(self, path: str) -> StoredNode:
+        full = self._full(check_path(path))
+        data, stat = await self._run(path, lambda: self._zk.get_async(full))
+        return StoredNode(bytes(data), stat.version, bool(stat.ephemeralOwner))
+
     async def next_id(self, name: str = "ledger") -> int:
         """A CAS counter at ``/idgen/<name>`` (decimal text); lost races just try again."""
         self._loop.check(self._what)
-        path = f"/idgen/{check_name(name, what='id counter')}"
 
-        def decide(raw: bytes | None) -> Decision[bytes, int]:
-            if raw is None:
-                return Decision(1, b"1")
-            try:
-                value = int(raw.decode("ascii")) + 1
-            except ValueError:
-                raise InvalidMetadataError(
-                    f"id counter {path} holds {raw[:40]!r}, not a number"
-                ) from None
-            if value > _MAX_ID:
+        def decide(current: int) -> Decision[bytes, int]:
+            value = current + 1
+            if value > MAX_ID:
                 raise MetadataStoreError(f"id counter {name!r} is exhausted")
             return Decision(value, str(value).encode("ascii"))
 
+        return await self._update_counter(name, decide)
+
+    async def id_counters(self) -> dict[str, int]:
+        try:
+            names = await self.children(ID_COUNTERS_PATH)
+        except NoSuchNodeError:
+            return {}
+        counters = {}
+        for name in names:
+            raw = await read_or_absent(self, f"{ID_COUNTERS_PATH}/{name}")
+            counters[name] = _counter_value(f"{ID_COUNTERS_PATH}/{name}", raw[0])
+        return counters
+
+    async def advance_id_counter(self, name: str, value: int) -> None:
+        check_id_value(value)
+
+        def decide(current: int) -> Decision[bytes, None]:
+            if current >= value:
+                return Decision(None)
+            return Decision(None, str(value).encode("ascii"))
+
+        await self._update_counter(name, decide)
+
+    async def _update_counter(self, name: str, decide: Callable[[int], Decision[bytes, R]]) -> R:
+        path = f"{ID_COUNTERS_PATH}/{check_name(name, what='id counter')}"
         async with self._id_lock:  # our own calls would only race each other
-            _raw, _version, value = await cas_update(
+            _raw, _version, result = await cas_update(
                 f"id counter {name!r}",
                 read=functools.partial(read_or_absent, self, path),
                 write=functools.partial(create_or_set, self, path),
-                decide=decide,
+                decide=lambda raw: decide(_counter_value(path, raw)),
                 rng=self._rng,
             )
-        return value
+        return result
 
     def watch(self, path: str, *, children: bool = False) -> WatchStream:
         return self.watch_many([(path, children)])

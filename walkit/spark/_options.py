@@ -20,20 +20,20 @@ import attrs
 from walkit._core.log_metadata import check_log_name
 from walkit._core.log_position import LogPosition
 from walkit.errors import ConfigurationError, InvalidArgumentError
+from walkit.spark._connect import CONNECTION_OPTIONS, Connection, SessionOptions, connection
 
 __all__ = [
     "COMMON_OPTIONS",
     "READ_OPTIONS",
-    "Connection",
     "ReadOptions",
     "check_options",
-    "connection",
     "log_name",
     "read_options",
 ]
 
-#: Options every form takes (the path of ``load``/``save`` arrives as ``path``).
-COMMON_OPTIONS: Final = ("metadata", "password", "path")
+#: Options every form takes: how to reach the cluster (also from the ``spark.walkit.*`` conf),
+#: and the path of ``load``/``save``, which arrives as ``path``.
+COMMON_OPTIONS: Final = (*CONNECTION_OPTIONS, "path")
 #: Options of the read forms (batch and streaming, logs and ledgers).
 READ_OPTIONS: Final = (
     *COMMON_OPTIONS,
@@ -50,19 +50,6 @@ DEFAULT_SPLIT_ENTRIES: Final = 250_000
 #: The same for entries of record-set ledgers (up to 64 KiB of records each by default: about
 #: 64 MiB per partition), unless ``splitEntries`` says otherwise.
 DEFAULT_SPLIT_RECORD_SETS: Final = 1024
-
-_METADATA_SCHEMES: Final = ("zk://", "sqlite://")
-
-
-@final
-@attrs.frozen
-class Connection:
-    """Where the cluster's metadata is and the password of the ledgers read or written."""
-
-    metadata: str
-    #: The ``password`` option; None when it was not given: then a log's ledgers are read and
-    #: written with the password stored with the log, and other ledgers with the empty one.
-    password: bytes | None = None
 
 
 @final
@@ -99,28 +86,6 @@ def check_options(options: Mapping[str, str], known: Collection[str], what: str)
             )
         result[name] = str(value)
     return result
-
-
-def connection(options: Mapping[str, str]) -> Connection:
-    """The ``metadata`` URL (required) and ``password`` options, checked."""
-    url = options.get("metadata", "").strip()
-    if not url:
-        raise ConfigurationError(
-            'walkit: the option "metadata" is required: the metadata URL of the cluster '
-            '(zk://host:port/root or sqlite:///path.db), e.g. .option("metadata", URL)'
-        )
-    if url.startswith("memory://"):
-        raise ConfigurationError(
-            f'walkit: option "metadata" is {url!r}: a memory:// store lives in one process, '
-            "and Spark reads and writes from other processes; use zk:// or sqlite://"
-        )
-    if not url.startswith(_METADATA_SCHEMES):
-        raise ConfigurationError(
-            f'walkit: option "metadata" is {url!r}, not a metadata URL '
-            "(zk://host:port[,host:port...]/root or sqlite:///path.db)"
-        )
-    password = options.get("password")
-    return Connection(url, None if password is None else password.encode())
 
 
 def log_name(options: Mapping[str, str]) -> str | None:
@@ -185,10 +150,15 @@ def _ledgers(text: str) -> str | tuple[int, ...]:
     return tuple(ids)
 
 
-def read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    """Check the options of a read (ConfigurationError naming the option)."""
+def read_options(
+    raw: Mapping[str, str], *, streaming: bool, session: SessionOptions | None = None
+) -> ReadOptions:
+    """Check the options of a read (ConfigurationError naming the option); ``session``: the
+    connection options of the session's conf, under the query's."""
     what = "streaming read" if streaming else "read"
     options = check_options(raw, READ_OPTIONS, what)
+    if session is not None:
+        options = session.merged(options)
     conn = connection(options)
     name = log_name(options)
     ledgers_text = options.get("ledgers")

@@ -34,7 +34,7 @@ from walkit.ledger import LedgerReader
 from walkit.ledger._context import check_password
 from walkit.log._passwords import ledger_log, log_password
 from walkit.log._store import read_log
-from walkit.spark._options import Connection
+from walkit.spark._connect import Connection, connect
 from walkit.spark._read_plan import LedgerView, Range
 
 log = get_logger(__name__)
@@ -71,10 +71,6 @@ _PLAN_ROUNDS: Final = 10
 def run(func: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``trio.run`` for the synchronous Spark callbacks."""
     return trio.run(func, *args)
-
-
-def _client(conn: Connection) -> contextlib.AbstractAsyncContextManager[Client]:
-    return Client.connect(conn.metadata)
 
 
 class _Passwords:
@@ -130,7 +126,7 @@ class LogState:
 
 async def log_state(conn: Connection, name: str, from_seq: int) -> LogState:
     """Read the log and the state of its ledgers from sequence number ``from_seq`` on."""
-    async with _client(conn) as client:
+    async with connect(conn) as client:
         return await _log_state(client, conn, name, from_seq)
 
 
@@ -174,7 +170,7 @@ async def ledger_state(
 ) -> list[tuple[LedgerMetadata, int]]:
     """The metadata and last readable entry of each ledger asked for (``"all"``: every
     ledger of the cluster; ledgers deleted meanwhile are left out of ``all``)."""
-    async with _client(conn) as client:
+    async with connect(conn) as client:
         passwords = _Passwords(client, conn)
         wanted = await client.list_ledgers() if isinstance(ledgers, str) else list(ledgers)
         result: list[tuple[LedgerMetadata, int]] = []
@@ -203,7 +199,7 @@ async def record_counts(
     A ledger deleted meanwhile ends the count there (the next plan meets the truncation)."""
     counts: list[list[int] | None] = []
     budget = max_records
-    async with _client(conn) as client:
+    async with connect(conn) as client:
         passwords = _Passwords(client, conn)
         for rng in ranges:
             if budget <= 0:
@@ -329,7 +325,7 @@ async def _produce(
         control.scope = scope
         if control.stop.is_set():
             return
-        async with _client(conn) as client:
+        async with connect(conn) as client:
             passwords = _Passwords(client, conn)
             for rng in ranges:
                 try:

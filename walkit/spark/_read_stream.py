@@ -14,6 +14,9 @@ entry of a record-set ledger holds up to the writer's ``batch_bytes`` of records
 the driver reads the record counts of the planned record-set entries (their envelope headers,
 :func:`walkit.spark._read_io.entry_record_counts`) and ends the micro-batch at the exact record
 (a position with a slot: the next micro-batch starts inside that entry).
+``reportLatestOffset`` gives Spark's progress the log's end as that same ``latestOffset`` call saw
+it (everything readable now), with ``entriesBehind``: the entries between the micro-batch's end
+and it, so a query's progress shows how far behind the log it is (no extra metadata read).
 ``partitions`` plans ``[start, end)`` again from the metadata of now: the ledgers before
 ``end``'s were closed when ``end`` was chosen, and the end ledger is read up to ``end`` only, so
 the same records come out however often a batch is replayed.
@@ -43,12 +46,20 @@ from walkit.spark._read_plan import cut_at_records, pack, plan_log, resolve_late
 
 log = get_logger(__name__)
 
-__all__ = ["LogStreamReader", "offset", "offset_position"]
+__all__ = ["LogStreamReader", "lag_offset", "offset", "offset_position"]
 
 
 def offset(pos: LogPosition) -> dict[str, Any]:
     """The JSON offset of a position."""
     return {"position": str(pos)}
+
+
+def lag_offset(state: LogState, begin: LogPosition, end: LogPosition) -> dict[str, Any]:
+    """The log's end (where a read from ``begin`` with no limit would end: everything readable
+    now) as an offset, and ``entriesBehind``: the entries from ``end`` up to it (entries, not
+    records: an entry of a record-set ledger holds several; one cut at a slot counts whole)."""
+    latest = plan_log(state.ledgers, begin).end
+    return {**offset(latest), "entriesBehind": plan_log(state.ledgers, end).count}
 
 
 def offset_position(value: Any) -> LogPosition:
@@ -67,6 +78,8 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.name: str = options.log
         #: With ``trigger(availableNow=True)``: where the query stops.
         self.target: LogPosition | None = None
+        #: What :meth:`reportLatestOffset` reports (None before the first ``latestOffset``).
+        self.latest: dict[str, Any] | None = None
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -124,16 +137,22 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._check_truncation(state, begin)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if self.target is not None and self.target <= begin:
-            return offset(begin)
-        # Every entry holds at least one record: max_rows entries hold enough records.
-        plan = plan_log(state.ledgers, begin, self.target, max_rows)
-        if max_rows is None:
-            return offset(plan.end)
-        counts = run(record_counts, self.options.connection, plan.ranges, max_rows)
-        return offset(cut_at_records(plan, counts, max_rows))
+            end = begin
+        else:
+            # Every entry holds at least one record: max_rows entries hold enough records.
+            plan = plan_log(state.ledgers, begin, self.target, max_rows)
+            if max_rows is None:
+                end = plan.end
+            else:
+                counts = run(record_counts, self.options.connection, plan.ranges, max_rows)
+                end = cut_at_records(plan, counts, max_rows)
+        self.latest = lag_offset(state, begin, end)
+        return offset(end)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return None
+        """The log's end as the last :meth:`latestOffset` saw it (Spark asks right after it,
+        for the query's progress), with the entries between the micro-batch's end and it."""
+        return self.latest
 
     # --- batches ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pyspark.sql.datasource import DataSource
 
 from walkit.errors import ConfigurationError
+from walkit.spark._connect import SessionOptions
 from walkit.spark._options import read_options
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class WalkitDataSource(DataSource):
 
     #: Whether batch readers take filters (see :func:`walkit.spark.register`).
     push_filters: bool = False
+    #: The connection options of the session's ``spark.walkit.*`` conf when the format was
+    #: registered (the planner processes that create the source do not see the conf).
+    session: SessionOptions = SessionOptions()
 
     @classmethod
     def name(cls) -> str:
@@ -50,7 +54,7 @@ class WalkitDataSource(DataSource):
         return LEDGER_SCHEMA if ledgers else LOG_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = read_options(self.options, streaming=False)
+        options = read_options(self.options, streaming=False, session=self.session)
         _check_schema(schema, ledgers=options.ledgers is not None)
         if options.ledgers is not None:
             from walkit.spark._read_ledgers import LedgersReader
@@ -63,7 +67,7 @@ class WalkitDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from walkit.spark._read_stream import LogStreamReader
 
-        options = read_options(self.options, streaming=True)
+        options = read_options(self.options, streaming=True, session=self.session)
         _check_schema(schema, ledgers=False)
         reader: DataSourceStreamReader = LogStreamReader(options)
         return reader
@@ -71,12 +75,16 @@ class WalkitDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         # The write side lives in walkit.spark._write (imported only when a query writes).
         write = importlib.import_module("walkit.spark._write")
-        writer: DataSourceWriter = write.batch_writer(dict(self.options), schema, overwrite)
+        writer: DataSourceWriter = write.batch_writer(
+            dict(self.options), schema, overwrite, self.session
+        )
         return writer
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         write = importlib.import_module("walkit.spark._write")
-        writer: DataSourceStreamWriter = write.stream_writer(dict(self.options), schema, overwrite)
+        writer: DataSourceStreamWriter = write.stream_writer(
+            dict(self.options), schema, overwrite, self.session
+        )
         return writer
 
 
@@ -103,6 +111,10 @@ class _PushdownWalkitDataSource(WalkitDataSource):
         return "walkit"
 
 
-def source_class(push_filters: bool) -> type[Any]:
-    """The data source class to register."""
-    return _PushdownWalkitDataSource if push_filters else WalkitDataSource
+def source_class(push_filters: bool, session: SessionOptions | None = None) -> type[Any]:
+    """The data source class to register: with ``session`` options, a subclass that holds
+    them (Spark pickles it by value to the processes that create the source)."""
+    base = _PushdownWalkitDataSource if push_filters else WalkitDataSource
+    if session is None or not session.values:
+        return base
+    return type(base.__name__, (base,), {"session": session, "__module__": base.__module__})

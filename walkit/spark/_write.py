@@ -25,6 +25,7 @@ runs, and each task, commit or abort is one ``trio.run`` with a client of its ow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -43,7 +44,8 @@ from walkit.client import Client
 from walkit.errors import ConfigurationError, InvalidArgumentError
 from walkit.log import Log
 from walkit.log._link import MAX_JOB_LENGTH, discard_jobs
-from walkit.spark._options import COMMON_OPTIONS, Connection, check_options, connection, log_name
+from walkit.spark._connect import Connection, SessionOptions, connect, connection
+from walkit.spark._options import COMMON_OPTIONS, check_options, log_name
 
 try:  # pyspark >= 4.1: the stream writer takes Arrow batches too
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -117,10 +119,19 @@ class PartWritten(WriterCommitMessage):
     records: int
 
 
-def write_options(raw: dict[str, str], schema: StructType, *, streaming: bool) -> WriteOptions:
-    """Check a write's options and the DataFrame's columns (ConfigurationError)."""
+def write_options(
+    raw: dict[str, str],
+    schema: StructType,
+    *,
+    streaming: bool,
+    session: SessionOptions | None = None,
+) -> WriteOptions:
+    """Check a write's options and the DataFrame's columns (ConfigurationError); ``session``:
+    the connection options of the session's conf, under the query's."""
     what = "streaming write" if streaming else "write"
     options = check_options(raw, STREAM_WRITE_OPTIONS if streaming else WRITE_OPTIONS, what)
+    if session is not None:
+        options = session.merged(options)
     conn = connection(options)
     name = log_name(options)
     if name is None:
@@ -196,18 +207,22 @@ def _payload_is_string(schema: StructType) -> bool:
 # --- entry points (from WalkitDataSource) ---------------------------------------------------
 
 
-def batch_writer(options: dict[str, str], schema: StructType, overwrite: bool) -> LogBatchWriter:
+def batch_writer(
+    options: dict[str, str], schema: StructType, overwrite: bool, session: SessionOptions
+) -> LogBatchWriter:
     """The writer of ``df.write.format("walkit").mode("append").save(LOG)``."""
     _refuse_overwrite(overwrite)
-    opts = write_options(options, schema, streaming=False)
+    opts = write_options(options, schema, streaming=False, session=session)
     _run(_ensure_log, opts)
     return LogBatchWriter(opts, f"spark-{uuid.uuid4().hex}")
 
 
-def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) -> LogStreamWriter:
+def stream_writer(
+    options: dict[str, str], schema: StructType, overwrite: bool, session: SessionOptions
+) -> LogStreamWriter:
     """The writer of ``df.writeStream.format("walkit").start(LOG)``."""
     _refuse_overwrite(overwrite)
-    opts = write_options(options, schema, streaming=True)
+    opts = write_options(options, schema, streaming=True, session=session)
     _run(_ensure_log, opts)
     return LogStreamWriter(opts, uuid.uuid4().hex[:12])
 
@@ -333,10 +348,10 @@ def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise collapse(group) from None
 
 
-def _connect(opts: WriteOptions) -> Any:
+def _connect(opts: WriteOptions) -> contextlib.AbstractAsyncContextManager[Client]:
     # Spark is the application here: staged ledgers get a wall-clock creation time so that an
     # operator's sweep can tell the orphans of old jobs from the ledgers of running ones.
-    return Client.connect(opts.connection.metadata, wall_clock=time.time)
+    return connect(opts.connection, wall_clock=time.time)
 
 
 async def _open_log(client: Client, opts: WriteOptions, *, create: bool) -> Log:

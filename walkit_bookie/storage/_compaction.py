@@ -34,11 +34,14 @@ class EntryLogUsage:
     size: int
     live: int
     ledgers: int
+    #: Bytes of the file's header (its format), which compaction cannot reclaim.
+    header: int = 0
 
     @property
     def ratio(self) -> float:
-        """Live fraction of the file (0 for an empty file)."""
-        return self.live / self.size if self.size else 0.0
+        """Live fraction of the file after its header (0 for an empty file)."""
+        data = self.size - self.header
+        return self.live / data if data > 0 else 0.0
 
 
 @final

@@ -8,7 +8,11 @@ chunks through the page cache (entries just written stay cached for readers); co
 nobody reads soon, go around it (``direct``: one O_DIRECT write per group). The index maps
 (ledger, entry) to (log id, offset of the packet, length). Compaction appends the live entries
 of old logs the same way, then removes the old logs. Everything in here runs in a worker
-thread."""
+thread.
+
+A file opens with a header block: ``"WELG" | u32 format`` and zeros to the block's end. Entries
+are read where the index points, so bookies that predate the header never look at it; files
+they wrote have none, and are format 1 (docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -18,11 +22,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import final
 
+from walkit.errors import BookieIOError
 from walkit_bookie.storage._cookie import fsync_dir
 from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
 from walkit_bookie.storage._index import LOCATION, RECORD_HEADER, entry_key
 
 ENTRYLOG_DIR = "entrylogs"
+#: The format of entry log files this bookie writes (see docs/formats.md).
+ENTRYLOG_FORMAT = 1
+#: The formats it reads: files without a header are format 1.
+ENTRYLOG_FORMATS = frozenset({1})
+_FILE_HEADER = struct.Struct(">4sI")
+_FILE_MAGIC = b"WELG"
 _REC = struct.Struct(">IQq")
 assert _REC.size == RECORD_HEADER
 _SUFFIX = ".log"
@@ -35,6 +46,29 @@ _DIRECT_CHUNK = 16 << 20
 _SPLIT_READ = 16 << 10
 
 __all__ = ["ENTRYLOG_DIR", "LOCATION", "Appended", "EntryLogger"]
+
+
+def file_format(head: bytes) -> int:
+    """The format of an entry log file that starts with ``head`` (1 when it has no header)."""
+    if len(head) >= _FILE_HEADER.size:
+        magic, version = _FILE_HEADER.unpack_from(head, 0)
+        if magic == _FILE_MAGIC:
+            return int(version)
+    return 1
+
+
+def _header_size(path: Path) -> int:
+    """The bytes of ``path``'s header (0: a file written before headers); BookieIOError for a
+    format this bookie does not read."""
+    with open(path, "rb") as file:
+        head = file.read(_FILE_HEADER.size)
+    version = file_format(head)
+    if version not in ENTRYLOG_FORMATS:
+        raise BookieIOError(
+            f"entry log {path} is format {version}; this bookie reads {sorted(ENTRYLOG_FORMATS)} "
+            "(a newer walkit wrote it: run that version)"
+        )
+    return BLOCK if head[:4] == _FILE_MAGIC else 0
 
 
 @final
@@ -59,6 +93,8 @@ class EntryLogger:
         self._paths: dict[int, Path] = {}
         #: Bytes in each log file (padding and unindexed tails included).
         self.sizes: dict[int, int] = {}
+        #: Bytes of each log file's header (0 for files written before headers).
+        self.headers: dict[int, int] = {}
         for d in self._dirs:
             for p in d.iterdir():
                 if p.suffix == _SUFFIX:
@@ -66,6 +102,7 @@ class EntryLogger:
                         log_id = int(p.stem, 16)
                     except ValueError:
                         continue
+                    self.headers[log_id] = _header_size(p)
                     self._paths[log_id] = p
                     self.sizes[log_id] = p.stat().st_size
         self._readers: dict[int, int] = {}
@@ -88,6 +125,13 @@ class EntryLogger:
         # the disk at once, where O_DIRECT waits for each 4 MiB chunk in turn (the disk was
         # busy a third less while rereplicating; entries just written stay cached for readers).
         self._file = AlignedFile(path, sync=False, direct=False)
+        if self._file.size == 0:  # (synced with the first write's entries)
+            header = AlignedBuffer(BLOCK)
+            _FILE_HEADER.pack_into(header.view, 0, _FILE_MAGIC, ENTRYLOG_FORMAT)
+            self._file.write_at(header.view, 0)
+            self.headers[self._id] = BLOCK
+        else:
+            self.headers[self._id] = _header_size(path)
         self._offset = self._file.size
         self._paths[self._id] = path
         self.sizes[self._id] = self._offset
@@ -111,6 +155,7 @@ class EntryLogger:
             os.close(fd)
         path = self._paths.pop(log_id, None)
         size = self.sizes.pop(log_id, 0)
+        self.headers.pop(log_id, None)
         if path is not None:
             try:
                 path.unlink()

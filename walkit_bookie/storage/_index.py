@@ -24,12 +24,19 @@ from typing import Any, final
 import lmdb
 
 from walkit._logging import get_logger
+from walkit.errors import BookieIOError
 from walkit_bookie.storage._journal import LogMark
 from walkit_bookie.storage._ledger import LedgerInfo
 
 log = get_logger(__name__)
 
 INDEX_DIR = "index"
+#: The format of the index (its keys and values, ledger states, the LastLogMark) this bookie
+#: writes, recorded under ``format`` in its ``meta`` table (see docs/formats.md).
+INDEX_FORMAT = 1
+#: The formats it reads: an index without the record is format 1.
+INDEX_FORMATS = frozenset({1})
+_FORMAT_KEY = b"format"
 _KEY = struct.Struct(">QQ")
 _LEDGER = struct.Struct(">Q")
 _COUNT = struct.Struct(">Q")
@@ -87,6 +94,7 @@ class Index:
 
     def __init__(self, path: Path, *, map_size: int = 1 << 36) -> None:
         self._lock = threading.Lock()  # readers (worker threads) vs. growing the map
+        self._path = path
         self.usage: dict[int, dict[int, int]] = {}
         try:
             path.mkdir(mode=0o700, exist_ok=True)  # lmdb would make it 0600 (no x bit)
@@ -114,6 +122,7 @@ class Index:
 
     def _load(self) -> tuple[dict[int, LedgerInfo], LogMark | None]:
         ledgers: dict[int, LedgerInfo] = {}
+        self._check_format()
         with self._env.begin() as txn:
             for key, value in txn.cursor(db=self._ledgers):
                 ledgers[_LEDGER.unpack(key)[0]] = LedgerInfo.from_bytes(value)
@@ -127,6 +136,25 @@ class Index:
                 log_id, ledger_id = _USAGE_KEY.unpack(key)
                 self.usage.setdefault(log_id, {})[ledger_id] = _COUNT.unpack(value)[0]
         return ledgers, None if raw is None else LogMark.from_bytes(raw)
+
+    def _check_format(self) -> None:
+        with self._env.begin() as txn:
+            raw = txn.get(_FORMAT_KEY, db=self._meta)
+        if raw is None:
+            # Brand new, or written before the record existed, which is format 1: record that
+            # (a later format that converts an index records its own once it has).
+            with self._env.begin(write=True) as txn:
+                txn.put(_FORMAT_KEY, b"1", db=self._meta)
+            return
+        try:
+            version = int(bytes(raw).decode("ascii"))
+        except ValueError:
+            version = -1
+        if version not in INDEX_FORMATS:
+            raise BookieIOError(
+                f"the index in {self._path} is format {bytes(raw)[:20]!r}; this bookie reads "
+                f"{sorted(INDEX_FORMATS)} (a newer walkit wrote it: run that version)"
+            )
 
     def _rebuild_usage(self) -> None:
         # An index written before usage was tracked: count it once from the index itself.

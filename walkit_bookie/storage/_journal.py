@@ -4,6 +4,10 @@ A journal record is ``u32 length | u32 crc32c(body) | body`` where ``body`` is t
 the request that changed state (an add, a fence, an explicit LAC). A torn record at the end of a
 file (a crash in the middle of a write) fails its length or CRC check; replay stops reading that
 file there and goes on with the next one, which was started after the crash.
+
+A file opens with a header block: ``u32 0 | "WJNL" | u32 format`` and zeros to the block's end.
+It is shaped like a group's padding (a zero length field), so bookies that predate it skip it
+as they skip padding; files they wrote have none, and are format 1 (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -22,11 +26,18 @@ import trio
 
 from walkit._core.wire import Request
 from walkit._logging import get_logger
+from walkit.errors import BookieIOError
 from walkit_bookie.storage._cookie import fsync_dir
 from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
 
 log = get_logger(__name__)
 
+#: The format of journal files this bookie writes (see docs/formats.md).
+JOURNAL_FORMAT = 1
+#: The formats it reads: files without a header are format 1.
+JOURNAL_FORMATS = frozenset({1})
+_FILE_HEADER = struct.Struct(">I4sI")
+_FILE_MAGIC = b"WJNL"
 _REC = struct.Struct(">II")
 _LENGTH = struct.Struct(">I")
 _CRC = struct.Struct(">I")
@@ -82,6 +93,12 @@ def replay(directory: Path, mark: LogMark) -> Iterator[tuple[bytes, LogMark]]:
     for file_id in sorted(f for f in files if f >= mark.file_id):
         start = mark.offset if file_id == mark.file_id else 0
         data = files[file_id].read_bytes()
+        version = file_format(data)
+        if version not in JOURNAL_FORMATS:
+            raise BookieIOError(
+                f"journal file {files[file_id]} is format {version}; this bookie reads "
+                f"{sorted(JOURNAL_FORMATS)} (a newer walkit wrote it: run that version)"
+            )
         at = start
         count = 0
         size = len(data)
@@ -103,6 +120,15 @@ def replay(directory: Path, mark: LogMark) -> Iterator[tuple[bytes, LogMark]]:
         if at < size and any(data[at:]):
             log.warning("journal_torn_tail", file=str(files[file_id]), valid_bytes=at, size=size)
         log.info("journal_replayed_file", file=str(files[file_id]), records=count)
+
+
+def file_format(data: bytes) -> int:
+    """The format of a journal file that starts with ``data`` (1 when it has no header)."""
+    if len(data) >= _FILE_HEADER.size:
+        zero, magic, version = _FILE_HEADER.unpack_from(data, 0)
+        if zero == 0 and magic == _FILE_MAGIC:
+            return int(version)
+    return 1
 
 
 @final
@@ -139,6 +165,10 @@ class JournalWriter:
         path = _path(self._dir, file_id)
         file = AlignedFile(path, sync=True)
         try:
+            if file.size == 0:
+                header = AlignedBuffer(BLOCK)
+                _FILE_HEADER.pack_into(header.view, 0, 0, _FILE_MAGIC, JOURNAL_FORMAT)
+                file.write_at(header.view, 0)  # durable (O_DSYNC) before any record
             fsync_dir(self._dir)
         except OSError:
             file.close()

@@ -573,13 +573,16 @@ class DiskStorage(BookieStorage):
         if index is None or entrylog is None:
             return []
         usage = index.usage
-        sizes = entrylog.sizes
         out = []
         for log_id in entrylog.log_ids():
             per_ledger = usage.get(log_id, {})
             out.append(
                 EntryLogUsage(
-                    log_id, sizes.get(log_id, 0), sum(per_ledger.values()), len(per_ledger)
+                    log_id,
+                    entrylog.sizes.get(log_id, 0),
+                    sum(per_ledger.values()),
+                    len(per_ledger),
+                    entrylog.headers.get(log_id, 0),
                 )
             )
         return out
