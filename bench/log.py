@@ -7,12 +7,16 @@ Three bookie processes, E=Qw=3 Qa=2, records of 100 B and 1 KiB:
 - ``append_batch``: one task appending batches of 1,024 records back to back;
 - ``tail reader``: a reader reading the whole log back (records/s);
 
-each with the CPU it costs per record: this process (the client) and the three bookies. The
-same modes run with ``batch_bytes=1`` too (every record alone in its entry, as before record
-sets), and etcd 3 members (HTTP gateway, fsync) take the same 1 and 64 in-flight load when
-``etcd`` is installed. The disk's 4 KiB fdatasync p50 is measured in the same run.
+each with the CPU it costs per record: this process (the client) and the three bookies. Each
+mode runs on every front, one after the other against the same bookies: the async API on
+trio, on asyncio and on uvloop (when installed), and ``walkit.sync`` from threads (64 threads
+in place of 64 tasks). The same modes run with ``batch_bytes=1`` too (every record alone in
+its entry, as before record sets; trio only), and etcd 3 members (HTTP gateway, fsync) take
+the same 1 and 64 in-flight load when ``etcd`` is installed. The disk's 4 KiB fdatasync p50
+is measured in the same run.
 
-    python bench/log.py [--seconds 3] [--sizes 100,1024] [--no-append] [--no-etcd] [--plot]
+    python bench/log.py [--seconds 3] [--sizes 100,1024] [--fronts trio,asyncio,uvloop,sync]
+                        [--no-append] [--no-etcd] [--plot]
 
 Appends a dated section to docs/benchmarks.md unless ``--no-append``; ``--plot`` also draws
 throughput against p99 latency per mode as ``docs/log-throughput.svg`` (matplotlib: the
@@ -29,17 +33,20 @@ import platform
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import walkit.sync  # noqa: E402
 from bench._limits import fdatasync_4k  # noqa: E402
 from bench.ledger import _cpu_seconds, _percentile, start_bookies  # noqa: E402
 from walkit import Client, Log  # noqa: E402
@@ -48,6 +55,12 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "log-throughput.svg"
 TASKS = 64
 BATCH = 1024
+#: Where each front's async code runs: anyio.run's backend and its options.
+ASYNC_FRONTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "trio": ("trio", {}),
+    "asyncio": ("asyncio", {}),
+    "uvloop": ("asyncio", {"use_uvloop": True}),
+}
 
 
 async def _timed(
@@ -67,10 +80,60 @@ async def _timed(
             count += done  # after the await: ``count += await`` would lose the others' counts
 
     t0 = time.perf_counter()
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as group:
         for _ in range(tasks):
-            nursery.start_soon(loop)
+            group.start_soon(loop)
     return count, time.perf_counter() - t0, lat
+
+
+def _threaded(
+    seconds: float, threads: int, one: Callable[[], int]
+) -> tuple[int, float, list[float]]:
+    """Run ``one`` (returns records done) from ``threads`` threads for ``seconds``."""
+    counts = [0] * threads
+    lats: list[list[float]] = [[] for _ in range(threads)]
+    stop_at = time.perf_counter() + seconds
+
+    def loop(n: int) -> None:
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            counts[n] += one()
+            lats[n].append(time.perf_counter() - t0)
+
+    pool = [threading.Thread(target=loop, args=(n,)) for n in range(threads)]
+    t0 = time.perf_counter()
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return sum(counts), time.perf_counter() - t0, [x for lat in lats for x in lat]
+
+
+def _figures(
+    count: int, elapsed: float, lat: list[float], cpu: float, bookies_cpu: float
+) -> dict[str, float]:
+    return {
+        "records_per_s": count / elapsed,
+        "p50_ms": _percentile(lat, 0.5) * 1e3 if lat else float("nan"),
+        "p99_ms": _percentile(lat, 0.99) * 1e3 if lat else float("nan"),
+        "client_us": cpu / count * 1e6,
+        "bookies_us": bookies_cpu / count * 1e6,
+    }
+
+
+class _Meter:
+    """CPU of this process and of the bookies between two points."""
+
+    def __init__(self, bookies: list[int]) -> None:
+        self._bookies = bookies
+        self._cpu0 = time.process_time()
+        self._bk0 = sum(_cpu_seconds(p) for p in bookies)
+
+    def read(self) -> tuple[float, float]:
+        return (
+            time.process_time() - self._cpu0,
+            sum(_cpu_seconds(p) for p in self._bookies) - self._bk0,
+        )
 
 
 async def measure_log(
@@ -96,30 +159,52 @@ async def measure_log(
                 (f"{TASKS} tasks", TASKS, single),
                 (f"append_batch {BATCH}", 1, batch),
             ):
-                cpu0, bk0 = time.process_time(), sum(_cpu_seconds(p) for p in bookies)
+                meter = _Meter(bookies)
                 count, elapsed, lat = await _timed(seconds, tasks, one)
-                cpu1, bk1 = time.process_time(), sum(_cpu_seconds(p) for p in bookies)
-                out[mode] = {
-                    "records_per_s": count / elapsed,
-                    "p50_ms": _percentile(lat, 0.5) * 1e3,
-                    "p99_ms": _percentile(lat, 0.99) * 1e3,
-                    "client_us": (cpu1 - cpu0) / count * 1e6,
-                    "bookies_us": (bk1 - bk0) / count * 1e6,
-                }
-        cpu0, bk0 = time.process_time(), sum(_cpu_seconds(p) for p in bookies)
+                out[mode] = _figures(count, elapsed, lat, *meter.read())
+        meter = _Meter(bookies)
         t0 = time.perf_counter()
         count = 0
         async for _record in log.reader("earliest", follow=False):
             count += 1
-        elapsed = time.perf_counter() - t0
-        cpu1, bk1 = time.process_time(), sum(_cpu_seconds(p) for p in bookies)
-        out["tail reader"] = {
-            "records_per_s": count / elapsed,
-            "p50_ms": float("nan"),
-            "p99_ms": float("nan"),
-            "client_us": (cpu1 - cpu0) / count * 1e6,
-            "bookies_us": (bk1 - bk0) / count * 1e6,
-        }
+        out["tail reader"] = _figures(count, time.perf_counter() - t0, [], *meter.read())
+    return out
+
+
+def measure_sync(
+    url: str, name: str, size: int, seconds: float, bookies: list[int], **options: Any
+) -> dict[str, dict[str, float]]:
+    """The same modes through walkit.sync: threads in place of tasks."""
+    data = os.urandom(size)
+    out: dict[str, dict[str, float]] = {}
+    with walkit.sync.Client.connect(url) as client:
+        log = walkit.sync.Log.open(
+            client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options
+        )
+        with log.writer() as w:
+            w.append_batch([data] * 64)
+
+            def single() -> int:
+                w.append(data)
+                return 1
+
+            def batch() -> int:
+                w.append_batch([data] * BATCH)
+                return BATCH
+
+            for mode, threads, one in (
+                ("1 in flight", 1, single),
+                (f"{TASKS} tasks", TASKS, single),
+                (f"append_batch {BATCH}", 1, batch),
+            ):
+                meter = _Meter(bookies)
+                count, elapsed, lat = _threaded(seconds, threads, one)
+                out[mode] = _figures(count, elapsed, lat, *meter.read())
+        meter = _Meter(bookies)
+        t0 = time.perf_counter()
+        count = sum(1 for _record in log.reader("earliest", follow=False))
+        out["tail reader"] = _figures(count, time.perf_counter() - t0, [], *meter.read())
+        log.close()
     return out
 
 
@@ -160,16 +245,29 @@ def run(args: argparse.Namespace) -> Results:
         try:
             pids = [p.pid for p in procs]
             for size in args.sizes:
-                for label, options in (
-                    ("record sets", {}),
-                    ("one record per entry", {"batch_bytes": 1}),
-                ):
-                    if label != "record sets" and not args.baseline:
+                for front in args.fronts:
+                    name = f"bench-{size}-{front}"
+                    if front == "sync":
+                        results.runs[(front, size)] = measure_sync(
+                            url, name, size, args.seconds, pids
+                        )
                         continue
-                    name = f"bench-{size}-{options.get('batch_bytes', 'rs')}"
-                    results.runs[(label, size)] = trio.run(
+                    backend, backend_options = ASYNC_FRONTS[front]
+                    results.runs[(front, size)] = anyio.run(
+                        functools.partial(measure_log, url, name, size, args.seconds, pids),
+                        backend=backend,
+                        backend_options=backend_options,
+                    )
+                if args.baseline:
+                    results.runs[("trio, one record per entry", size)] = trio.run(
                         functools.partial(
-                            measure_log, url, name, size, args.seconds, pids, **options
+                            measure_log,
+                            url,
+                            f"bench-{size}-one",
+                            size,
+                            args.seconds,
+                            pids,
+                            batch_bytes=1,
                         )
                     )
         finally:
@@ -194,7 +292,7 @@ def report(results: Results, args: argparse.Namespace) -> str:
         f"({disk['fdatasync_4k_per_s']:.0f}/s). CPU is µs per record: the client process, and "
         "the three bookies together (for etcd: its three members).",
         "",
-        "| records | size | mode | records/s | p50 ms | p99 ms | client µs | bookies µs |",
+        "| front | size | mode | records/s | p50 ms | p99 ms | client µs | bookies µs |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for (label, size), modes in results.runs.items():
@@ -205,7 +303,8 @@ def report(results: Results, args: argparse.Namespace) -> str:
                 f"| {label} | {size} B | {mode} | {m['records_per_s']:,.0f} | {p50} | {p99} | "
                 f"{m['client_us']:.1f} | {m['bookies_us']:.1f} |"
             )
-    rs = results.runs.get(("record sets", 100))
+    rs = results.runs.get(("trio", 100))
+    lines += _front_targets(results)
     if rs is not None:
         lines += [
             "",
@@ -219,6 +318,31 @@ def report(results: Results, args: argparse.Namespace) -> str:
     if args.plot:
         lines += ["", f"![throughput against p99 latency]({SVG.name})"]
     return "\n".join(lines) + "\n"
+
+
+def _front_targets(results: Results) -> list[str]:
+    """Each front against trio, 100 B: the targets of the asyncio and sync fronts."""
+    trio_modes = results.runs.get(("trio", 100))
+    if trio_modes is None:
+        return []
+    many, single = f"{TASKS} tasks", "1 in flight"
+    lines = ["", "Fronts against trio (100 B, same run):", ""]
+    for front in ("asyncio", "uvloop", "sync"):
+        modes = results.runs.get((front, 100))
+        if modes is None:
+            continue
+        rate = modes[many]["records_per_s"] / trio_modes[many]["records_per_s"]
+        reader = modes["tail reader"]["records_per_s"] / trio_modes["tail reader"]["records_per_s"]
+        p50 = (modes[single]["p50_ms"] - trio_modes[single]["p50_ms"]) * 1e3
+        if front == "sync":
+            target = "targets: 64 threads >= 50 %, 1-in-flight p50 within 100 µs"
+        else:
+            target = "targets: >= 90 % at 64 tasks and reading, p50 within 50 µs"
+        lines.append(
+            f"- {front}: {many} {rate:.0%} of trio's, tail reader {reader:.0%}, 1-in-flight "
+            f"p50 {p50:+.0f} µs ({target})."
+        )
+    return lines
 
 
 def plot(results: Results) -> None:
@@ -246,6 +370,17 @@ def plot(results: Results) -> None:
     fig.savefig(SVG)
 
 
+def _available_fronts() -> list[str]:
+    fronts = ["trio", "asyncio"]
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        fronts.append("uvloop")
+    return [*fronts, "sync"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -253,6 +388,12 @@ def main() -> None:
         "--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1024]
     )
     parser.add_argument("--dir", default=None, help="where the bookies keep their data")
+    parser.add_argument(
+        "--fronts",
+        type=lambda s: s.split(","),
+        default=_available_fronts(),
+        help="trio, asyncio, uvloop (if installed), sync; default: all available",
+    )
     parser.add_argument("--no-append", dest="append", action="store_false")
     parser.add_argument("--no-etcd", dest="etcd", action="store_false")
     parser.add_argument(

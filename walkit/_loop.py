@@ -25,20 +25,14 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, final
 
+import anyio
 import sniffio
 import trio
 from anyio.lowlevel import RunVar
 
-from walkit.errors import WalkitError
+from walkit.errors import WrongEventLoopError
 
-__all__ = ["AsyncioLoop", "EventLoop", "TrioLoop", "WrongEventLoopError", "current_loop"]
-
-
-class WrongEventLoopError(WalkitError):
-    """An object bound to one event loop was used from another thread or event loop."""
-
-    code = -1
-    retryable = False
+__all__ = ["AsyncioLoop", "EventLoop", "TrioLoop", "current_loop"]
 
 
 class EventLoop(abc.ABC):
@@ -50,6 +44,9 @@ class EventLoop(abc.ABC):
     time: Callable[[], float]
     #: One scheduling round; a cancellation point.
     checkpoint: Callable[[], Awaitable[None]]
+    #: Wait until a socket (or file descriptor) is readable, or writable.
+    wait_readable: Callable[[Any], Awaitable[None]]
+    wait_writable: Callable[[Any], Awaitable[None]]
 
     @abc.abstractmethod
     async def park(self, waiters: list[Any]) -> None:
@@ -94,6 +91,8 @@ class TrioLoop(EventLoop):
         self._token = trio.lowlevel.current_trio_token()
         self.time = trio.current_time
         self.checkpoint = trio.lowlevel.checkpoint
+        self.wait_readable = trio.lowlevel.wait_readable
+        self.wait_writable = trio.lowlevel.wait_writable
 
     async def park(self, waiters: list[Any]) -> None:
         task = trio.lowlevel.current_task()
@@ -135,6 +134,8 @@ class AsyncioLoop(EventLoop):
         self._loop = loop = asyncio.get_running_loop()
         self.time = loop.time
         self.checkpoint = _asyncio_checkpoint
+        self.wait_readable = anyio.wait_readable
+        self.wait_writable = anyio.wait_writable
         #: Background tasks: asyncio keeps only weak references to tasks.
         self._system_tasks: set[asyncio.Task[None]] = set()
 
@@ -154,10 +155,32 @@ class AsyncioLoop(EventLoop):
 
     def run_sync_soon(self, fn: Callable[..., object], *args: object) -> bool:
         try:
-            self._loop.call_soon_threadsafe(fn, *args)
+            self._loop.call_soon_threadsafe(_as_asyncio, fn, *args)
         except RuntimeError:  # the loop is closed
             return False
         return True
+
+    async def serve_readable(self, sock: Any, step: Callable[[], object]) -> None:
+        """Call ``step()`` each time ``sock`` is readable, from the loop itself (no task
+        wakes up in between: a reader callback, as asyncio's own transports have), until it
+        raises; then raise that (cancellation stops it too)."""
+        loop = self._loop
+        fd = sock if isinstance(sock, int) else sock.fileno()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                _as_asyncio(step)
+            except BaseException as exc:
+                loop.remove_reader(fd)
+                if not done.done():
+                    done.set_exception(exc)
+
+        loop.add_reader(fd, readable)
+        try:
+            await done
+        finally:
+            loop.remove_reader(fd)
 
     def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         task = self._loop.create_task(fn(), name=name)
@@ -169,6 +192,18 @@ class AsyncioLoop(EventLoop):
             return asyncio.get_running_loop() is self._loop
         except RuntimeError:
             return False
+
+
+def _as_asyncio(fn: Callable[..., object], *args: object) -> None:
+    """Call ``fn`` from a plain callback of an asyncio loop, telling sniffio (so AnyIO) which
+    library runs: outside a task it cannot tell by itself."""
+    local = sniffio.thread_local
+    previous = local.name
+    local.name = "asyncio"
+    try:
+        fn(*args)
+    finally:
+        local.name = previous
 
 
 async def _asyncio_checkpoint() -> None:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Unpack, final
 
-import trio
+import anyio
 
 from walkit._core.auth import AuthProvider
 from walkit._core.digest import DigestType
@@ -35,6 +35,7 @@ from walkit._core.options import options_mapping
 from walkit._core.types import BookieId
 from walkit._groups import collapse
 from walkit._logging import get_logger
+from walkit._loop import EventLoop, current_loop
 from walkit.errors import (
     AuthenticationError,
     ClientClosedError,
@@ -116,12 +117,15 @@ def _unreachable_error(wanted: int, dead: Mapping[BookieId, WalkitError]) -> Wal
 
 
 def _load_policy(
-    spec: str | EnsemblePlacementPolicy, options: ClientOptions, rng: random.Random
+    spec: str | EnsemblePlacementPolicy,
+    options: ClientOptions,
+    rng: random.Random,
+    loop: EventLoop,
 ) -> EnsemblePlacementPolicy:
     policy = load_policy(spec)
     policy.initialize(
         dict(options.placement_options),
-        PlacementResources(clock=trio.current_time, random=rng),
+        PlacementResources(clock=loop.time, random=rng),
     )
     return policy
 
@@ -210,6 +214,7 @@ class Client:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the client is closed")
+        self._context.loop.check("this walkit.Client")
 
     # --- ledgers ---------------------------------------------------------------------------
 
@@ -283,8 +288,8 @@ class Client:
         version = await context.retry_metadata(functools.partial(context.ledgers.create, md))
         writer = LedgerWriter(context, md, version, pw)
         try:
-            await context.nursery.start(writer.start_background)
-        except RuntimeError:  # the client's nursery is closing
+            await context.task_group.start(writer.start_background)
+        except RuntimeError:  # the client's task group is closing
             raise ClientClosedError("the client is closed") from None
         log.debug("ledger_created", ledger_id=ledger_id, ensemble=[str(b) for b in ensemble])
         return writer
@@ -298,7 +303,7 @@ class Client:
         dead: set[BookieId],
     ) -> list[BookieId]:
         context = self._context
-        now = trio.current_time()
+        now = context.loop.time()
         recently_failed = frozenset(
             b for b, t in context.pool.failure_history.items() if now - t < _AVOID_RECENTLY_FAILED
         )
@@ -374,7 +379,7 @@ async def _recover(context: ClientContext, ledger_id: int, password: bytes) -> L
 
 async def _apply_bookies(store: MetadataStore, policy: EnsemblePlacementPolicy) -> None:
     found = await list_bookies(store)
-    # Resolves new bookies' locations off the trio thread when that may block (a script).
+    # Resolves new bookies' locations off the event loop's thread when that may block.
     left = await apply_cluster_change(
         policy, set(found.writable.values()), set(found.readonly.values())
     )
@@ -403,7 +408,7 @@ async def _follow_bookies(
     finally:
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await aclose()
 
 
@@ -429,7 +434,8 @@ async def _open_client(
     if auth is not None:
         network = AuthNetwork(network, auth)
     rng = rng if rng is not None else random.Random()
-    policy = _load_policy(placement, opts, rng)
+    loop = current_loop()
+    policy = _load_policy(placement, opts, rng, loop)
     store = await open_metadata_store(url, **opts.metadata_options)
     body_error: BaseException | None = None
     try:
@@ -438,14 +444,15 @@ async def _open_client(
         await _apply_bookies(store, policy)
         pool = ConnectionPool(
             network,
+            loop=loop,
             connect_timeout=opts.connect_timeout,
             timeout_check_interval=opts.timeout_check_interval,
             max_frame_size=opts.max_frame_size,
         )
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(pool.run)
-                nursery.start_soon(_follow_bookies, store, policy, events)
+            async with anyio.create_task_group() as tasks:
+                await tasks.start(pool.run)
+                tasks.start_soon(_follow_bookies, store, policy, events)
                 context = ClientContext(
                     store=store,
                     ledgers=LedgerManager(store),
@@ -453,25 +460,27 @@ async def _open_client(
                     placement=policy,
                     options=opts,
                     rng=rng,
-                    nursery=nursery,
+                    loop=loop,
+                    task_group=tasks,
                 )
                 client = Client(context, url)
                 try:
                     yield client
                 except BaseException as exc:
-                    # Re-raised below, outside the nursery, so it is not wrapped in a group.
+                    # Re-raised below, outside the task group, so it is not wrapped in a group.
                     body_error = exc
                 finally:
                     client._closed = True
-                    nursery.cancel_scope.cancel()
+                    tasks.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # Only cancellations (an enclosing scope was cancelled while the body failed): the
             # body's error, re-raised below, must not be replaced by a Cancelled that the
             # enclosing scope would swallow.
-            if body_error is None or group.split(trio.Cancelled)[1] is not None:
+            cancelled = anyio.get_cancelled_exc_class()
+            if body_error is None or group.split(cancelled)[1] is not None:
                 raise collapse(group) from None
     finally:
-        with trio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
             try:
                 await store.aclose()
             except WalkitError as exc:

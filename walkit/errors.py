@@ -281,6 +281,16 @@ class CorruptEntryError(WalkitError):
     retryable = False
 
 
+class WrongEventLoopError(WalkitError, RuntimeError):
+    """An object bound to one event loop (trio's or asyncio's) was used from another thread or
+    event loop: a client serves the loop it was created in (walkit.sync serves threads)."""
+
+
+class ForkedProcessError(WrongEventLoopError):
+    """A client was used in a child process after ``fork()`` (gunicorn ``--preload``, say):
+    its connections and event loop stayed in the parent. Connect again in the child."""
+
+
 class _Position(Protocol):
     """What :class:`DuplicateRecordError` says of a position: at run time a
     ``walkit.LogPosition``. Named structurally because every module of walkit raises these
@@ -350,6 +360,7 @@ __all__ = [
     "DigestMismatchError",
     "DuplicateRecordError",
     "EntryExistsError",
+    "ForkedProcessError",
     "FrameTooLargeError",
     "InvalidArgumentError",
     "InvalidMetadataError",
@@ -380,5 +391,6 @@ __all__ = [
     "UnsupportedVersionError",
     "WalkitError",
     "WriterFencedError",
+    "WrongEventLoopError",
     "error_for_code",
 ]

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import trio
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -38,7 +39,7 @@ from walkit._core.wire import (
     decode_message,
     encode_frame,
 )
-from walkit.net import Network
+from walkit.net import ClientStream, Network
 from walkit_bookie import Bookie, BookieConfig
 
 PASSWORD = b"secret"
@@ -52,6 +53,38 @@ def packet(ledger_id: int, entry_id: int, payload: bytes, lac: int = -1) -> byte
 def payload_for(ledger_id: int, entry_id: int, size: int = 100) -> bytes:
     seed = f"{ledger_id}:{entry_id}:".encode()
     return (seed * (size // len(seed) + 1))[:size]
+
+
+class _TrioView(trio.abc.Stream):
+    """A client stream of a Network (an AnyIO byte stream) seen through trio's stream API,
+    which this helper speaks."""
+
+    def __init__(self, stream: ClientStream) -> None:
+        self._stream = stream
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            await self._stream.send(bytes(data))
+        except anyio.ClosedResourceError:
+            raise trio.ClosedResourceError from None
+        except (anyio.BrokenResourceError, OSError) as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        try:
+            return await self._stream.receive(max_bytes or 65536)
+        except anyio.EndOfStream:
+            return b""
+        except anyio.ClosedResourceError:
+            raise trio.ClosedResourceError from None
+        except (anyio.BrokenResourceError, OSError) as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 class Client:
@@ -188,7 +221,7 @@ async def connect(
             bookie_id.host, bookie_id.port, local_address=local_address
         )
     else:
-        stream = await network.connect(bookie_id)
+        stream = _TrioView(await network.connect(bookie_id))
     client = Client(stream)
     try:
         async with trio.open_nursery() as nursery:

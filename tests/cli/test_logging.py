@@ -35,20 +35,34 @@ def _run(args: list[str], url: str, timeout: float = 120) -> subprocess.Complete
     )
 
 
-def _readme_log_snippet() -> str:
+def _readme_log_snippet(marker: str) -> str:
+    """The README's log example for one front: the block that opens a log and has ``marker``."""
     text = (REPO / "README.md").read_text()
     blocks: list[str] = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
-    (snippet,) = [b for b in blocks if "walkit.Log.open" in b]
+    (snippet,) = [b for b in blocks if "Log.open" in b and marker in b]
     return snippet
 
 
-def test_the_readme_log_snippet_prints_only_its_records(walkit_sandbox: Sandbox) -> None:
-    """Nothing configured: the program's stdout is its own, its stderr is empty."""
-    result = _run([sys.executable, "-c", _readme_log_snippet()], walkit_sandbox.metadata_url)
+@pytest.mark.parametrize(
+    ("marker", "records"),
+    [
+        ("trio.run(main)", ["b'order 1'", "b'order 2'", "b'order 3'"]),
+        ("asyncio.run(main())", ["b'order 4'"]),
+        ("walkit.sync.Client", ["b'order 5'"]),
+    ],
+    ids=["trio", "asyncio", "sync"],
+)
+def test_the_readme_log_snippets_print_only_their_records(
+    walkit_sandbox: Sandbox, marker: str, records: list[str]
+) -> None:
+    """Nothing configured: the program's stdout is its own, its stderr is empty, whichever
+    front it runs on."""
+    snippet = _readme_log_snippet(marker)
+    result = _run([sys.executable, "-c", snippet], walkit_sandbox.metadata_url)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert [line.split(" ", 1)[1] for line in lines] == ["b'order 1'", "b'order 2'", "b'order 3'"]
+    assert [line.split(" ", 1)[1] for line in lines] == records
 
 
 def test_closing_the_client_under_an_open_ledger_writer_is_quiet(walkit_sandbox: Sandbox) -> None:

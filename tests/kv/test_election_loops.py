@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from tests._event_loops import ASYNCIO_LOOPS, EVENT_LOOPS, run_on
-from walkit._loop import WrongEventLoopError
+from walkit.errors import WrongEventLoopError
 from walkit.metadata import open_metadata_store
 from walkit.recipes import Claim, LeaderElection, Role
 

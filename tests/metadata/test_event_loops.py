@@ -23,8 +23,12 @@ import trio
 from tests._event_loops import ASYNCIO_LOOPS, EVENT_LOOPS, run_on
 from tests.metadata._util import HANG_GUARD, drained, next_event, wait_for
 from walkit._core.types import BookieId
-from walkit._loop import WrongEventLoopError
-from walkit.errors import MetadataVersionError, NoSuchNodeError, SessionExpiredError
+from walkit.errors import (
+    MetadataVersionError,
+    NoSuchNodeError,
+    SessionExpiredError,
+    WrongEventLoopError,
+)
 from walkit.metadata import (
     BookieList,
     Versioned,

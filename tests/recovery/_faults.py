@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio.abc
 import trio
 
 from walkit import BookieId
 from walkit._core.wire import FrameDecoder, Message, decode_message
-from walkit.net import Network, StreamHandler, TcpNetwork
+from walkit.net import ClientStream, Network, StreamHandler, TcpNetwork
 
 DropRule = Callable[[BookieId, Message], bool]
 
 
-class _FilteringStream(trio.abc.Stream):
+class _FilteringStream(anyio.abc.ByteStream):
     def __init__(
-        self, inner: trio.abc.Stream, bookie: BookieId, drop: DropRule, dropped: list[Message]
+        self, inner: ClientStream, bookie: BookieId, drop: DropRule, dropped: list[Message]
     ) -> None:
         self._inner = inner
         self._bookie = bookie
@@ -27,8 +28,8 @@ class _FilteringStream(trio.abc.Stream):
         self._dropped = dropped
         self._decoder = FrameDecoder()
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self._decoder.feed(data)
+    async def send(self, item: bytes | bytearray | memoryview) -> None:
+        self._decoder.feed(item)
         kept: list[bytes] = []
         while (body := self._decoder.next_frame()) is not None:
             message = decode_message(body)
@@ -37,13 +38,13 @@ class _FilteringStream(trio.abc.Stream):
             else:
                 kept.append(len(body).to_bytes(4, "big") + body)
         if kept:
-            await self._inner.send_all(b"".join(kept))
+            await self._inner.send(b"".join(kept))
 
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self._inner.receive(max_bytes)
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self._inner.receive_some(max_bytes)
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -57,7 +58,7 @@ class DroppingNetwork:
         self.drop = drop
         self.dropped: list[Message] = []
 
-    async def connect(self, address: BookieId) -> trio.abc.Stream:
+    async def connect(self, address: BookieId) -> ClientStream:
         return _FilteringStream(
             await self._inner.connect(address), address, self.drop, self.dropped
         )

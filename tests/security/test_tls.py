@@ -197,7 +197,7 @@ async def test_tls_network_reports_the_client_principal(pki: Pki) -> None:
         for tls in (pki.client(), pki.client(cert=False)):
             client = TlsNetwork(TcpNetwork(), client_context=tls.client_context())
             stream = await client.connect(address)
-            assert await stream.receive_some(10) == b"hi"
+            assert await stream.receive(10) == b"hi"
             await stream.aclose()
         nursery.cancel_scope.cancel()
     assert seen[0] is not None and seen[0].startswith("CN=client-1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 
+import anyio
 import pytest
 import trio
 import trio.testing
@@ -45,14 +46,14 @@ async def test_echo_and_eof(net: SimNetwork, autojump_clock: trio.testing.MockCl
         address = await serve(nursery, net, "b1", echo)
         assert address == BookieId("b1", 3181)
         stream = await net.node("c").connect(address)
-        await stream.send_all(b"hello")
-        assert await stream.receive_some() == b"hello"
-        await stream.send_all(b"abcdef")
-        assert await stream.receive_some(2) == b"ab"
-        assert await stream.receive_some() == b"cdef"
+        await stream.send(b"hello")
+        assert await stream.receive() == b"hello"
+        await stream.send(b"abcdef")
+        assert await stream.receive(2) == b"ab"
+        assert await stream.receive() == b"cdef"
         await stream.aclose()
-        with pytest.raises(trio.ClosedResourceError):
-            await stream.send_all(b"x")
+        with pytest.raises(anyio.ClosedResourceError):
+            await stream.send(b"x")
         await trio.testing.wait_all_tasks_blocked()
         assert net.connection_count() == 0
         nursery.cancel_scope.cancel()
@@ -73,7 +74,7 @@ async def test_delay_and_jitter_keep_order(
         stream = await net.node("c").connect(address)
         start = trio.current_time()
         for i in range(20):
-            await stream.send_all(b"%02d" % i)
+            await stream.send(b"%02d" % i)
         await trio.sleep(10)
         assert b"".join(d for _, d in received) == b"".join(b"%02d" % i for i in range(20))
         times = [t - start for t, _ in received]
@@ -94,8 +95,8 @@ async def test_connect_costs_a_round_trip(
         start = trio.current_time()
         stream = await net.node("c").connect(address)
         assert trio.current_time() - start == pytest.approx(0.5)
-        await stream.send_all(b"x")
-        assert await stream.receive_some() == b"x"
+        await stream.send(b"x")
+        assert await stream.receive() == b"x"
         assert trio.current_time() - start == pytest.approx(1.0)
         nursery.cancel_scope.cancel()
 
@@ -107,16 +108,16 @@ async def test_stall_holds_data_until_heal(
         address = await serve(nursery, net, "b", Echo())
         stream = await net.node("c").connect(address)
         net.stall("b", "c")  # replies are held; requests still go through
-        await stream.send_all(b"ping")
+        await stream.send(b"ping")
         with trio.move_on_after(100):
-            await stream.receive_some()
+            await stream.receive()
             pytest.fail("a stalled link delivered data")
         assert net.holds("b", "c") and not net.holds("c", "b")
         net.stall("c", "b")
         net.unstall("b", "c")  # one direction only
         assert net.holds("c", "b") and not net.holds("b", "c")
         net.heal()
-        assert await stream.receive_some() == b"ping"
+        assert await stream.receive() == b"ping"
         nursery.cancel_scope.cancel()
 
 
@@ -127,12 +128,12 @@ async def test_pause_holds_both_directions(
         address = await serve(nursery, net, "b", Echo())
         stream = await net.node("c").connect(address)
         net.pause("b")
-        await stream.send_all(b"ping")
+        await stream.send(b"ping")
         with trio.move_on_after(100) as scope:
-            await stream.receive_some()
+            await stream.receive()
         assert scope.cancelled_caught
         net.resume("b")
-        assert await stream.receive_some() == b"ping"
+        assert await stream.receive() == b"ping"
         nursery.cancel_scope.cancel()
 
 
@@ -144,18 +145,18 @@ async def test_reset_breaks_both_ends(
         address = await serve(nursery, net, "b", echo)
         stream = await net.node("c").connect(address)
         other = await net.node("d").connect(address)
-        await stream.send_all(b"x")
-        assert await stream.receive_some() == b"x"
+        await stream.send(b"x")
+        assert await stream.receive() == b"x"
         assert net.reset("c", "b") == 1
-        with pytest.raises(trio.BrokenResourceError):
-            await stream.receive_some()
-        with pytest.raises(trio.BrokenResourceError):
-            await stream.send_all(b"y")
+        with pytest.raises(anyio.BrokenResourceError):
+            await stream.receive()
+        with pytest.raises(anyio.BrokenResourceError):
+            await stream.send(b"y")
         await trio.testing.wait_all_tasks_blocked()
         assert len(echo.errors) == 1 and isinstance(echo.errors[0], trio.BrokenResourceError)
         # The connection from d is untouched.
-        await other.send_all(b"z")
-        assert await other.receive_some() == b"z"
+        await other.send(b"z")
+        assert await other.receive() == b"z"
         nursery.cancel_scope.cancel()
 
 
@@ -164,16 +165,16 @@ async def test_random_resets(net: SimNetwork, autojump_clock: trio.testing.MockC
         address = await serve(nursery, net, "b", Echo())
         net.set_reset_probability(1.0, src="c", dst="b")
         stream = await net.node("c").connect(address)
-        with pytest.raises(trio.BrokenResourceError):
-            await stream.send_all(b"x")
+        with pytest.raises(anyio.BrokenResourceError):
+            await stream.send(b"x")
         net.set_reset_probability(0.5, src="c", dst="b")
         outcomes = []
         for _ in range(40):
             stream = await net.node("c").connect(address)
             try:
-                await stream.send_all(b"x")
-                outcomes.append(await stream.receive_some() == b"x")
-            except trio.BrokenResourceError:
+                await stream.send(b"x")
+                outcomes.append(await stream.receive() == b"x")
+            except anyio.BrokenResourceError:
                 outcomes.append(False)
         assert 5 < sum(outcomes) < 35
         nursery.cancel_scope.cancel()
@@ -214,16 +215,16 @@ async def test_partition_times_out_connects_and_holds_data(
             await net.node("c").connect(a1)
         assert trio.current_time() - start == pytest.approx(net.connect_timeout)
         await net.node("c").connect(a2)  # b2 is on no side
-        await s1.send_all(b"held")
+        await s1.send(b"held")
         with trio.move_on_after(60) as scope:
-            await s1.receive_some()
+            await s1.receive()
         assert scope.cancelled_caught
         # A connect waiting for the partition goes through when it heals.
         async with trio.open_nursery() as inner:
             inner.start_soon(net.node("c").connect, a1)
             await trio.sleep(1)
             net.heal("c", "b1")
-        assert await s1.receive_some() == b"held"
+        assert await s1.receive() == b"held"
         nursery.cancel_scope.cancel()
 
 
@@ -236,14 +237,14 @@ async def test_partition_with_reset_and_isolate(
         s1 = await net.node("c").connect(a1)
         s2 = await net.node("c").connect(a2)
         net.partition("c", "b1", reset=True)
-        with pytest.raises(trio.BrokenResourceError):
-            await s1.receive_some()
-        await s2.send_all(b"ok")
-        assert await s2.receive_some() == b"ok"
+        with pytest.raises(anyio.BrokenResourceError):
+            await s1.receive()
+        await s2.send(b"ok")
+        assert await s2.receive() == b"ok"
         net.heal()
         net.isolate("b2", reset=True)
-        with pytest.raises(trio.BrokenResourceError):
-            await s2.send_all(b"x")
+        with pytest.raises(anyio.BrokenResourceError):
+            await s2.send(b"x")
         with pytest.raises(BookieUnavailableError):
             await net.node("someone-new").connect(a2)
         await net.node("c").connect(a1)
@@ -266,8 +267,8 @@ async def test_stopping_a_server_resets_its_connections(
         stream = await net.node("c").connect(address)
         server_scope.cancel()
         await trio.testing.wait_all_tasks_blocked()
-        with pytest.raises(trio.BrokenResourceError):
-            await stream.receive_some()
+        with pytest.raises(anyio.BrokenResourceError):
+            await stream.receive()
         assert net.listening == []
         with pytest.raises(BookieUnavailableError, match="refused"):
             await net.node("c").connect(address)
@@ -310,7 +311,7 @@ def _delivery_times(seed: int) -> list[float]:
             for _ in range(3):
                 stream = await net.connect(address)
                 for _ in range(5):
-                    await stream.send_all(b"x")
+                    await stream.send(b"x")
                     await trio.sleep(0.001)
             await trio.sleep(1)
             nursery.cancel_scope.cancel()

@@ -19,7 +19,8 @@ import random
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, final
 
-import trio
+import anyio
+import anyio.abc
 
 from walkit._core.ledger_metadata import LedgerState
 from walkit._core.rereplication import LostBookies
@@ -72,7 +73,7 @@ class Auditor:
         self.lost = LostBookies()
         #: Bookies already handled (their ledgers marked) since they went away.
         self._marked: set[BookieId] = set()
-        self._wake = trio.Event()
+        self._wake = anyio.Event()
         #: Completed checks (for tests).
         self.checks = 0
         #: The bookies the last check marked ledgers for.
@@ -82,22 +83,24 @@ class Auditor:
     def is_auditor(self) -> bool:
         return self.election.is_leader
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.election.run)
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(self.election.run)
             task_status.started()
             while True:
                 generation = self.election.generation
                 if self.election.is_leader:
                     log.info("auditor_elected", auditor=self.name)
-                    with trio.CancelScope() as scope:
-                        nursery.start_soon(self._step_down_watch, generation, scope)
+                    with anyio.CancelScope() as scope:
+                        tasks.start_soon(self._step_down_watch, generation, scope)
                         await self._audit()
                     log.info("auditor_stepped_down", auditor=self.name)
                 else:
                     await self.election.wait_changed(generation)
 
-    async def _step_down_watch(self, generation: int, scope: trio.CancelScope) -> None:
+    async def _step_down_watch(self, generation: int, scope: anyio.CancelScope) -> None:
         await self.election.wait_changed(generation)
         scope.cancel()
 
@@ -110,25 +113,25 @@ class Auditor:
         finally:
             aclose: Any = getattr(events, "aclose", None)
             if aclose is not None:
-                with trio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):
                     await aclose()
 
     async def _audit(self) -> None:
         await self.urm.ensure_paths()
         self.lost = LostBookies()
         self._marked = set()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._follow, watch_bookies(self.client.metadata_store))
-            nursery.start_soon(self._follow, self.urm.watch_settings())
-            next_check = trio.current_time()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._follow, watch_bookies(self.client.metadata_store))
+            tasks.start_soon(self._follow, self.urm.watch_settings())
+            next_check = anyio.current_time()
             registered_before: set[BookieId] = set()
             while True:
-                self._wake = trio.Event()
+                self._wake = anyio.Event()
                 wait = self.options.poll_interval
                 try:
                     found = await list_bookies(self.client.metadata_store)
                     registered = set(found.writable) | set(found.readonly)
-                    now = trio.current_time()
+                    now = anyio.current_time()
                     self.lost.update(registered, registered_before - registered, now)
                     self._marked &= set(self.lost.since)
                     registered_before = registered
@@ -146,22 +149,22 @@ class Auditor:
                         if full:
                             next_check = now + self.options.check_interval
                     deadline = self.lost.next_deadline(
-                        trio.current_time(), settings.lost_bookie_delay
+                        anyio.current_time(), settings.lost_bookie_delay
                     )
-                    wait = next_check - trio.current_time()
+                    wait = next_check - anyio.current_time()
                     if deadline is not None:
-                        wait = min(wait, deadline - trio.current_time())
+                        wait = min(wait, deadline - anyio.current_time())
                     # A check finds bookies gone that no watch reported (this auditor just
                     # took office, say, after the last one died with its bookie): with a delay
                     # shorter than the check they are due already, and have no deadline left.
-                    now = trio.current_time()
+                    now = anyio.current_time()
                     if settings.enabled and self.lost.due(now, settings.lost_bookie_delay) - (
                         self._marked
                     ):
                         wait = 0.0
                 except WalkitError as exc:
                     log.warning("auditor_check_failed", auditor=self.name, error=str(exc))
-                with trio.move_on_after(max(0.0, wait)):
+                with anyio.move_on_after(max(0.0, wait)):
                     await self._wake.wait()
 
     async def check(
@@ -180,7 +183,7 @@ class Auditor:
         context = self.client._context
         marked = 0
         marked_for: set[BookieId] = set()
-        now = trio.current_time()
+        now = anyio.current_time()
         for ledger_id in await context.ledgers.list_ids():
             try:
                 md, _version = await context.read_metadata(ledger_id)

@@ -12,7 +12,7 @@ import random
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-import trio
+import anyio
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.rereplication import gaps_for
@@ -67,7 +67,7 @@ async def bookies_missing_entries(
                 )
             missing.add(bookie)
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as tasks:
         for bookie, entry_id in probes:
-            nursery.start_soon(probe, bookie, entry_id)
+            tasks.start_soon(probe, bookie, entry_id)
     return missing

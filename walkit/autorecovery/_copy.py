@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import final
 
-import trio
+import anyio
 
 from walkit._core.digest import DigestManager
 from walkit._core.distribution import write_set
@@ -75,21 +75,21 @@ class TargetFailedError(RereplicationError):
 
 @final
 class RateLimiter:
-    """Entries/s and bytes/s limits shared by one worker's copies (trio's clock)."""
+    """Entries/s and bytes/s limits shared by one worker's copies (the event loop's clock)."""
 
     def __init__(self, entries_per_second: float | None, bytes_per_second: float | None) -> None:
         self._entries = TokenBucket(entries_per_second)
         self._bytes = TokenBucket(bytes_per_second)
 
     async def entries(self, count: int = 1) -> None:
-        delay = self._entries.reserve(count, trio.current_time())
+        delay = self._entries.reserve(count, anyio.current_time())
         if delay > 0:
-            await trio.sleep(delay)
+            await anyio.sleep(delay)
 
     async def bytes(self, count: int) -> None:
-        delay = self._bytes.reserve(count, trio.current_time())
+        delay = self._bytes.reserve(count, anyio.current_time())
         if delay > 0:
-            await trio.sleep(delay)
+            await anyio.sleep(delay)
 
     def chunk_entries(self, window: int, average_size: float | None) -> int:
         """Entries to send at once: ``window``, fewer under a bytes/s limit so a chunk is no
@@ -132,7 +132,7 @@ class _ChunkReads:
         self._orders: dict[int, list[BookieId]] = {}  # by the write set's first slot
         self.left = 0
         self.failure: RereplicationError | None = None
-        self.done = trio.Event()
+        self.done = anyio.Event()
 
     def start(self, entry_ids: list[int]) -> None:
         md = self._md
@@ -318,7 +318,7 @@ class _Acks:
     def __init__(self, expected: int) -> None:
         self.left = expected
         self.problems: list[str] = []
-        self.done = trio.Event()
+        self.done = anyio.Event()
         if expected == 0:
             self.done.set()
 
@@ -364,7 +364,7 @@ async def _write_chunk(
         chunk,
         acks,
         context.options.add_timeout,
-        trio.current_time(),
+        anyio.current_time(),
         AddFlag.RECOVERY | AddFlag.COPY,
     )
     await acks.done.wait()
@@ -454,10 +454,10 @@ async def copy_fragment(
         await limiter.bytes(size_bytes)
         upcoming: dict[int, bytes] = {}
         following = next_chunk()
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             if following:
-                nursery.start_soon(read_chunk, following, upcoming)
-            nursery.start_soon(write_chunk, chunk, packets)
+                tasks.start_soon(read_chunk, following, upcoming)
+            tasks.start_soon(write_chunk, chunk, packets)
         if failure:
             raise failure[0]
         copied += len(chunk)

@@ -22,7 +22,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, final
 
-import trio
+import anyio
 
 from walkit._core.digest import DigestManager, master_key
 from walkit._core.ledger_metadata import LedgerMetadata
@@ -230,7 +230,7 @@ class Healer:
         healer's own bookie (it is in the ledger's ensemble, say): a worker of a bookie that
         can take the copies stores them without a network hop, for about half the CPU."""
         context = self.client._context
-        started = trio.current_time()
+        started = anyio.current_time()
         #: Replacements that failed to store copies in this attempt (not offered again).
         unusable: set[BookieId] = set()
         for _ in range(_ROUNDS):
@@ -246,7 +246,7 @@ class Healer:
                 self._forget(ledger_id)
                 return HealOutcome.GONE
             lost = set(marker.missing)
-            now = trio.current_time()
+            now = anyio.current_time()
             action = next_action(
                 md,
                 lost,
@@ -340,7 +340,7 @@ class Healer:
             self.last_problem.pop(ledger_id, None)
             if await self.urm.remove(ledger_id, marker_version):
                 self._forget(ledger_id)
-                self.metrics.healed(trio.current_time() - started)
+                self.metrics.healed(anyio.current_time() - started)
                 return HealOutcome.HEALED
         raise RereplicationError(
             f"ledger {ledger_id}: its metadata or marker kept changing while healing it"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
+import anyio
 import attrs
-import trio
 
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
@@ -100,7 +100,7 @@ async def recover_bookie(
         await urm.mark(ledger_id, [bookie])
     total = len(report.ledgers)
     done = 0
-    slots = trio.Semaphore(max(1, parallel))
+    slots = anyio.Semaphore(max(1, parallel))
 
     async def heal_one(ledger_id: int) -> None:
         nonlocal done
@@ -119,9 +119,9 @@ async def recover_bookie(
                 on_ledger(done, total, ledger_id)
 
     try:
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             for ledger_id in report.ledgers:
-                nursery.start_soon(heal_one, ledger_id)
+                tasks.start_soon(heal_one, ledger_id)
     except BaseExceptionGroup as group:  # no group escapes a public call: its first leaf
         raise _first_leaf(group) from None
     report.healed.sort()
@@ -144,18 +144,18 @@ async def _heal_locked(
     on_entry: Callable[[int, int], None] | None,
     lock_wait: float,
 ) -> HealOutcome:
-    with trio.move_on_after(lock_wait):
+    with anyio.move_on_after(lock_wait):
         while True:
             if await urm.try_lock(ledger_id, owner):
                 try:
                     return await healer.heal(ledger_id, progress=on_entry)
                 finally:
-                    with trio.CancelScope(shield=True):
+                    with anyio.CancelScope(shield=True):
                         await urm.unlock(ledger_id)
             # A worker holds it: it is healing it now; wait until it lets go.
             if await urm.read(ledger_id) is None:
                 return HealOutcome.HEALED
-            await trio.sleep(0.2)
+            await anyio.sleep(0.2)
     raise RereplicationError(
         f"ledger {ledger_id}: another worker held its lock for over {lock_wait:g} s"
     )

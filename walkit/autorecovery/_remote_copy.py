@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, final
 
-import trio
+import anyio
 
 from walkit._core.digest import DigestManager, master_key
 from walkit._core.ledger_metadata import LedgerMetadata
@@ -81,7 +81,7 @@ class FragmentCopier:
         self._password_for = password_for
         self._window = window
         self._metrics = metrics
-        self._slots = trio.Semaphore(_COPIES_AT_ONCE)
+        self._slots = anyio.Semaphore(_COPIES_AT_ONCE)
         self._unlimited = RateLimiter(None, None)
 
     async def copy(self, req: CopyFragmentRequest) -> CopyFragmentResponse:
@@ -185,7 +185,7 @@ class _Answer:
         self.status = ""
         self.entries = 0
         self.bytes = 0
-        self.done = trio.Event()
+        self.done = anyio.Event()
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         if status == StatusCode.OK and isinstance(msg, CopyFragmentResponse):

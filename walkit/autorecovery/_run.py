@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
-import trio
+import anyio
+import anyio.abc
 
 from walkit.autorecovery._auditor import Auditor
 from walkit.autorecovery._copy import LocalCopies
@@ -33,7 +34,7 @@ async def run_autorecovery(
     local: LocalCopies | None = None,
     background: bool = True,
     fragment_copies: bool = True,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run an auditor candidate and a replication worker through ``client`` until cancelled.
 
@@ -52,15 +53,15 @@ async def run_autorecovery(
     if lost_bookie_delay is not None:
         await urm.init_settings(lost_bookie_delay)
     try:
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             healer: Healer | None = None
             if background:
                 auditor = Auditor(client, name=name, options=options, metrics=metrics, rng=rng)
                 worker = ReplicationWorker(
                     client, name=name, options=options, metrics=metrics, rng=rng, local=local
                 )
-                await nursery.start(auditor.run)
-                await nursery.start(worker.run)
+                await tasks.start(auditor.run)
+                await tasks.start(worker.run)
                 healer = worker.healer
             if local is not None and fragment_copies:
                 # The bookie copies fragments asked of it through this client.
@@ -73,7 +74,7 @@ async def run_autorecovery(
                     metrics=metrics,
                 )
                 local.serve_fragment_copies(copier)
-                nursery.start_soon(trio.sleep_forever)
+                tasks.start_soon(anyio.sleep_forever)
             task_status.started()
     finally:
         if local is not None and fragment_copies:

@@ -1,6 +1,6 @@
 """Autorecovery inside a bookie process: an auditor candidate and a worker, never fatal.
 
-``walkit-bookie`` starts :func:`run_bookie_autorecovery` in its nursery unless it was given
+``walkit-bookie`` starts :func:`run_bookie_autorecovery` in its task group unless it was given
 ``--no-autorecovery``. A failure here (the metadata store unreachable, say) is logged and
 retried after a pause: it must never take the bookie down.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import trio
+import anyio
 
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
@@ -87,4 +87,4 @@ async def run_bookie_autorecovery(
                 error=f"{type(exc).__name__}: {exc}",
             )
         registry = None  # the metrics stay registered from the first run
-        await trio.sleep(RESTART_DELAY)
+        await anyio.sleep(RESTART_DELAY)

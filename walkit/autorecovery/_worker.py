@@ -13,7 +13,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, final
 
-import trio
+import anyio
+import anyio.abc
 
 from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies
@@ -34,7 +35,7 @@ __all__ = ["ReplicationWorker"]
 async def _close(events: AsyncIterator[WatchEvent]) -> None:
     aclose: Any = getattr(events, "aclose", None)
     if aclose is not None:
-        with trio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
             await aclose()
 
 
@@ -59,25 +60,27 @@ class ReplicationWorker:
         self.healer = Healer(client, self.options, metrics, local=local)
         self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
         self.rng = rng or random.Random()
-        self._wake = trio.Event()
+        self._wake = anyio.Event()
         #: Outcomes so far, for tests and status.
         self.outcomes: dict[HealOutcome, int] = {}
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         await self.urm.ensure_paths()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._follow, self.urm.watch())
-            nursery.start_soon(self._follow, self.urm.watch_settings())
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._follow, self.urm.watch())
+            tasks.start_soon(self._follow, self.urm.watch_settings())
             # A bookie joining may be the replacement a marked ledger was waiting for.
-            nursery.start_soon(self._follow, watch_bookies(self.urm.store))
+            tasks.start_soon(self._follow, watch_bookies(self.urm.store))
             task_status.started()
             while True:
-                self._wake = trio.Event()
+                self._wake = anyio.Event()
                 try:
                     await self.run_once()
                 except WalkitError as exc:
                     log.warning("replication_worker_pass_failed", worker=self.name, error=str(exc))
-                with trio.move_on_after(self.options.poll_interval):
+                with anyio.move_on_after(self.options.poll_interval):
                     await self._wake.wait()
 
     async def _follow(self, events: AsyncIterator[WatchEvent]) -> None:
@@ -147,7 +150,7 @@ class ReplicationWorker:
             self.healer.metrics.outcome("failed")
             return None
         finally:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 try:
                     await self.urm.unlock(ledger_id)
                 except WalkitError as exc:  # the session ended: the lock went with it

@@ -2,7 +2,7 @@
 
 One per client. Everything here is plain: the metadata store and its LedgerManager, the bookie
 connection pool (with the failure history), the placement policy, the options, the injected
-random generator, and the nursery that runs handles' background tasks.
+random generator, the event loop, and the task group that runs handles' background tasks.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar, final
 
+import anyio
+import anyio.abc
 import attrs
-import trio
 
 from walkit._core.backoff import Backoff
 from walkit._core.digest import DigestManager, master_key
@@ -20,6 +21,7 @@ from walkit._core.ledger_metadata import LedgerMetadata, password_matches
 from walkit._core.recovery import RecoveryRules
 from walkit._core.types import BookieId
 from walkit._core.wire import Request, Response, StatusCode
+from walkit._loop import EventLoop
 from walkit._retry import retry
 from walkit.errors import (
     MetadataStoreError,
@@ -80,8 +82,10 @@ class ClientContext:
     placement: EnsemblePlacementPolicy
     options: ClientOptions
     rng: random.Random
+    #: The event loop the client runs on (its clock, its fast waits).
+    loop: EventLoop
     #: Runs handles' background tasks (explicit LAC, ensemble changes); tasks must not raise.
-    nursery: trio.Nursery
+    task_group: anyio.abc.TaskGroup
     #: What recovery applies (always both fixes; tests inject one turned off).
     recovery_rules: RecoveryRules = attrs.field(factory=RecoveryRules)
 

@@ -6,12 +6,13 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import final
 
-import trio
+import anyio
 
 from walkit._core.digest import DigestManager
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import Entry
 from walkit._logging import get_logger
+from walkit._loop import EventLoop
 from walkit.errors import (
     BookieTimeoutError,
     BookieUnavailableError,
@@ -44,8 +45,8 @@ class _MetadataWatch:
     def __init__(self) -> None:
         self.changed = False
         self.live = True
-        self.wake = trio.Event()
-        self.scope = trio.CancelScope()
+        self.wake = anyio.Event()
+        self.scope = anyio.CancelScope()
 
 
 async def _follow_metadata(watch: _MetadataWatch, events: AsyncIterator[WatchEvent]) -> None:
@@ -64,16 +65,14 @@ async def _follow_metadata(watch: _MetadataWatch, events: AsyncIterator[WatchEve
         watch.wake.set()
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await aclose()
 
 
-def _stop_watch(watch: _MetadataWatch, token: trio.lowlevel.TrioToken) -> None:
-    """Cancel a reader's watch from wherever the reader was collected."""
-    try:
-        token.run_sync_soon(watch.scope.cancel)
-    except trio.RunFinishedError:
-        pass
+def _stop_watch(watch: _MetadataWatch, loop: EventLoop) -> None:
+    """Cancel a reader's watch from wherever the reader was collected (a loop that has ended
+    cancelled it already)."""
+    loop.run_sync_soon(watch.scope.cancel)
 
 
 @final
@@ -156,7 +155,7 @@ class LedgerReader:
             if entry_id <= self._lac:
                 return (await self.read(entry_id, entry_id))[0]
         self._check_not_past_end(entry_id)
-        with trio.move_on_after(timeout):
+        with anyio.move_on_after(timeout):
             return await self._tail(entry_id, watch)
         return None
 
@@ -164,10 +163,10 @@ class LedgerReader:
         watch = _MetadataWatch()
         events = self._context.ledgers.watch(self.id)
         try:
-            self._context.nursery.start_soon(_follow_metadata, watch, events)
+            self._context.task_group.start_soon(_follow_metadata, watch, events)
         except RuntimeError:
             raise ClientClosedError("the client is closed") from None
-        weakref.finalize(self, _stop_watch, watch, trio.lowlevel.current_trio_token())
+        weakref.finalize(self, _stop_watch, watch, self._context.loop)
         self._watch = watch
         return watch
 
@@ -178,7 +177,7 @@ class LedgerReader:
             if entry_id <= self._lac:
                 return (await self.read(entry_id, entry_id))[0]
             self._check_not_past_end(entry_id)
-            watch.wake = trio.Event()
+            watch.wake = anyio.Event()
             try:
                 lac, entry = await long_poll_lac(
                     self._context, self._md, self._digest, self._lac, round_time, watch.wake
@@ -213,7 +212,7 @@ class LedgerReader:
                     backoff = 0.0
                     continue
             backoff = min(max(backoff * 2, 0.002), round_time / 10)
-            await trio.sleep(backoff)
+            await anyio.sleep(backoff)
 
     # --- internals -------------------------------------------------------------------------
 
@@ -226,7 +225,7 @@ class LedgerReader:
 
     async def _refresh_lac(self) -> None:
         if self._md.is_closed:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return
         lac = await read_lac(self._context, self._md)
         if lac > self._lac:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from typing import final
 
-import trio
+import anyio
 
 from walkit._core.digest import DigestManager
 from walkit._core.ledger_metadata import LedgerMetadata
@@ -99,7 +99,7 @@ class _BatchRead:
         self.outstanding: dict[int, _EntryRead] = {}
         self.error: WalkitError | None = None
         self.finished = False
-        self.done = trio.Event()
+        self.done = anyio.Event()
         self.window = context.options.read_window
         self.timeout = context.options.read_timeout
         self._firsts = [first_entry for first_entry, _ in metadata.fragments]
@@ -145,7 +145,7 @@ class _BatchRead:
     def fill_window(self) -> None:
         if self.error is not None:
             return
-        now = trio.current_time()
+        now = self.context.loop.time()
         while len(self.outstanding) < self.window and self.next_entry <= self.last:
             entry_id = self.next_entry
             self.next_entry = entry_id + 1
@@ -232,10 +232,10 @@ class _BatchRead:
                 if delay is None:
                     await self.done.wait()
                     break
-                next_due = self.speculate(trio.current_time(), delay)
+                next_due = self.speculate(self.context.loop.time(), delay)
                 if next_due is None:
-                    next_due = trio.current_time() + delay
-                with trio.move_on_at(next_due):
+                    next_due = self.context.loop.time() + delay
+                with anyio.CancelScope(deadline=next_due):
                     await self.done.wait()
         finally:
             self.finished = True
@@ -262,7 +262,7 @@ class _LacHandler:
 
     def __init__(self, tracker: LacRead, what: str) -> None:
         self.tracker = tracker
-        self.done = trio.Event()
+        self.done = anyio.Event()
         self.what = what
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
@@ -315,7 +315,7 @@ class _PollHandler:
     )
 
     def __init__(
-        self, previous: int, expected: int, digest: DigestManager, done: trio.Event
+        self, previous: int, expected: int, digest: DigestManager, done: anyio.Event
     ) -> None:
         self.previous = previous
         self.lac = previous
@@ -361,7 +361,7 @@ async def long_poll_lac(
     digest: DigestManager,
     previous_lac: int,
     wait: float,
-    wake: trio.Event | None = None,
+    wake: anyio.Event | None = None,
 ) -> tuple[int, Entry | None]:
     """Ask the last fragment's bookies to answer once their LAC passes ``previous_lac`` (or
     after ``wait`` seconds); returns (highest LAC heard, entry previous_lac + 1 if it came
@@ -371,7 +371,7 @@ async def long_poll_lac(
     """
     ensemble = metadata.current_ensemble
     handler = _PollHandler(
-        previous_lac, len(ensemble), digest, wake if wake is not None else trio.Event()
+        previous_lac, len(ensemble), digest, wake if wake is not None else anyio.Event()
     )
     timeout_ms = max(1, int(wait * 1000))
     flags = ReadLacFlag.LONG_POLL | ReadLacFlag.PIGGYBACK_ENTRY
@@ -398,7 +398,7 @@ class _Probe:
     def __init__(self, count: int) -> None:
         self.left = count
         self.silent: dict[int, WalkitError] = {}
-        self.done = trio.Event()
+        self.done = anyio.Event()
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         self._count()

@@ -21,7 +21,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Final
 
-import trio
+import anyio
 
 from walkit._core.digest import DigestManager, read_header
 from walkit._core.distribution import write_set
@@ -81,7 +81,7 @@ class _Inbox:
         self.items: collections.deque[tuple[int, int, Response | None, WalkitError | None]] = (
             collections.deque()
         )
-        self._event = trio.Event()
+        self._event = anyio.Event()
 
     def on_response(self, tag: int, status: int, msg: Response | None) -> None:
         self.items.append((tag, status, msg, None))
@@ -94,7 +94,7 @@ class _Inbox:
     async def drain(self) -> list[tuple[int, int, Response | None, WalkitError | None]]:
         if not self.items:
             await self._event.wait()
-        self._event = trio.Event()
+        self._event = anyio.Event()
         items = list(self.items)
         self.items.clear()
         return items

@@ -14,7 +14,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, final
 
-import trio
+import anyio
+import anyio.abc
 
 from walkit._core.add_tracker import AddTracker, PendingAdd
 from walkit._core.digest import DigestManager
@@ -62,7 +63,7 @@ def _copy(error: WalkitError) -> WalkitError:
 
 
 class EntryWaiter(Protocol):
-    """Woken (``set()``) when an entry is acknowledged or the writer fails: a trio.Event, or
+    """Woken (``set()``) when an entry is acknowledged or the writer fails: an anyio.Event, or
     the log writer's record set (which then sends the next one)."""
 
     def set(self) -> None: ...
@@ -135,6 +136,7 @@ class LedgerWriter:
         self, context: ClientContext, metadata: LedgerMetadata, version: int, password: bytes
     ) -> None:
         self._context = context
+        self._time = context.loop.time
         self._md = metadata
         self._version = version
         self.id = metadata.ledger_id
@@ -155,29 +157,29 @@ class LedgerWriter:
         self._sinks = [_SlotSink(self, s) for s in range(metadata.ensemble_size)]
         #: (entry id, what to wake when the LAC reaches it or the writer fails), in id order.
         self._waiters: deque[tuple[int, EntryWaiter]] = deque()
-        self._room = trio.Event()
-        self._admission = trio.Lock()
-        self._idle = trio.Event()
+        self._room = anyio.Event()
+        self._admission = anyio.Lock()
+        self._idle = anyio.Event()
         self._idle.set()
-        self._lac_moved = trio.Event()
+        self._lac_moved = anyio.Event()
         self._lac_on_bookies = -1
         #: When entries were last sent, and the explicit LAC's timer while it runs (each send
         #: pushes its deadline: under load it never fires, where sleeping ``interval`` at a
         #: time woke the writer 200 times a second for nothing).
         self._last_send = 0.0
-        self._lac_timer: trio.CancelScope | None = None
+        self._lac_timer: anyio.CancelScope | None = None
         self._lac_interval = context.options.explicit_lac_interval
         self._error: WalkitError | None = None
         self._closing = False
         self._closed = False
         self._changing = False
-        self._change_done = trio.Event()
+        self._change_done = anyio.Event()
         self._change_done.set()
         #: LAC when the last ensemble change committed (None: none yet), and the last pause.
         self._lac_at_last_change: int | None = None
         self._change_pause = 0.0
-        self._scope = trio.CancelScope()
-        self._nursery: trio.Nursery | None = None
+        self._scope = anyio.CancelScope()
+        self._tasks: anyio.abc.TaskGroup | None = None
         #: Custom metadata the close adds (see ``close``).
         self._close_custom: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None
         #: Bookies that refused this ledger's key (UNAUTHORIZED): never a replacement.
@@ -270,7 +272,7 @@ class LedgerWriter:
             self._check_size(len(data))
         self._check_appendable(0)
         if not datas:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return []
         first = self._tracker.next_entry_id
         if (
@@ -319,14 +321,14 @@ class LedgerWriter:
         if custom_metadata is not None:
             self._close_custom = custom_metadata
         if self._closed:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return
         self._closing = True
         try:
             # Let in-flight adds finish (acknowledged or failed) and any ensemble change end.
             while self._tracker.pending_count and self._error is None:
                 if self._idle.is_set():
-                    self._idle = trio.Event()
+                    self._idle = anyio.Event()
                 await self._idle.wait()
             await self._change_done.wait()
             await self._close_metadata()
@@ -380,7 +382,7 @@ class LedgerWriter:
         return pa.entry_id
 
     def _queue(self, per_slot: list[list[tuple[int, bytes]]]) -> None:
-        now = self._last_send = trio.current_time()
+        now = self._last_send = self._time()
         for slot, items in enumerate(per_slot):
             if items:
                 try:
@@ -390,7 +392,7 @@ class LedgerWriter:
                 except ClientClosedError as exc:
                     self._fail(exc)
                     return
-        # After the sends, not before: moving a trio deadline costs ~10 µs, off the path to
+        # After the sends, not before: moving a cancel scope's deadline costs ~10 µs, off the path to
         # the bookies this way.
         timer, interval = self._lac_timer, self._lac_interval
         if timer is not None and interval is not None:
@@ -398,17 +400,17 @@ class LedgerWriter:
 
     async def _wait_for_room(self) -> None:
         if self._room.is_set():  # several tasks may wait on the same event
-            self._room = trio.Event()
+            self._room = anyio.Event()
         await self._room.wait()
         if self._error is not None:
             raise _copy(self._error)
 
     async def _wait_acknowledged(self, entry_id: int) -> int:
         if entry_id <= self._tracker.last_add_confirmed:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return entry_id
         if self._error is None:
-            event = trio.Event()
+            event = anyio.Event()
             self._waiters.append((entry_id, event))
             await event.wait()
         if entry_id <= self._tracker.last_add_confirmed:
@@ -501,12 +503,12 @@ class LedgerWriter:
     # --- ensemble change -------------------------------------------------------------------
 
     def _start_change(self) -> None:
-        if self._nursery is None:  # pragma: no cover - background not started
+        if self._tasks is None:  # pragma: no cover - background not started
             self._fail(ClientClosedError("the writer's background tasks are not running"))
             return
         self._changing = True
-        self._change_done = trio.Event()
-        self._nursery.start_soon(self._change_ensemble)
+        self._change_done = anyio.Event()
+        self._tasks.start_soon(self._change_ensemble)
 
     async def _change_ensemble(self) -> None:
         try:
@@ -542,7 +544,7 @@ class LedgerWriter:
         if self._change_pause > 0:
             pause = self._change_pause * (0.5 + self._context.rng.random())
             log.info("ensemble_change_backoff", ledger_id=self.id, seconds=round(pause, 3))
-            await trio.sleep(pause)
+            await anyio.sleep(pause)
 
     def _choose_replacements(
         self, current: tuple[BookieId, ...], slots: frozenset[int], *, avoid_recent: bool
@@ -552,7 +554,7 @@ class LedgerWriter:
         md = self._md
         exclude = set(current) | self._refused
         if avoid_recent:
-            now = trio.current_time()
+            now = self._context.loop.time()
             exclude |= {
                 b
                 for b, t in self._context.pool.failure_history.items()
@@ -614,16 +616,16 @@ class LedgerWriter:
 
     # --- background ------------------------------------------------------------------------
 
-    async def start_background(self, *, task_status: trio.TaskStatus[None]) -> None:
+    async def start_background(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Run the writer's background tasks (explicit LAC, ensemble changes) until closed."""
         with self._scope:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
                 interval = self._lac_interval
                 if interval is not None:
-                    nursery.start_soon(self._send_lac_when_idle, interval)
+                    tasks.start_soon(self._send_lac_when_idle, interval)
                 task_status.started()
-                await trio.sleep_forever()
+                await anyio.sleep_forever()
 
     def _stop(self) -> None:
         self._scope.cancel()
@@ -634,12 +636,12 @@ class LedgerWriter:
         try:
             while True:
                 await self._lac_moved.wait()
-                self._lac_moved = trio.Event()
+                self._lac_moved = anyio.Event()
                 # Until no entry was sent for ``interval`` (``_queue`` pushes the deadline).
-                with trio.CancelScope(deadline=self._last_send + interval) as timer:
+                with anyio.CancelScope(deadline=self._last_send + interval) as timer:
                     self._lac_timer = timer
                     try:
-                        await trio.sleep_forever()
+                        await anyio.sleep_forever()
                     finally:
                         self._lac_timer = None
                 lac = self._tracker.last_add_confirmed

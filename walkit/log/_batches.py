@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Final, final
-
-import trio
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, final
 
 from walkit._core.log_position import LogPosition
 from walkit._core.record_set import Codec, ProducerTag, encode_record_set, envelope_overhead
+from walkit._loop import EventLoop, current_loop
 from walkit.errors import WalkitError
 from walkit.ledger import LedgerWriter
 
@@ -51,7 +50,7 @@ class RecordBatch:
         self.size = envelope_overhead(0)
         #: Whether the outcome is known; the tasks parked until it is.
         self._settled = False
-        self._waiters: list[trio.lowlevel.Task] = []
+        self._waiters: list[Any] = []
         self.seq = 0
         self.entry_id = -1
         self.lw: LedgerWriter | None = None
@@ -79,9 +78,9 @@ class RecordBatch:
         """Wake the waiting tasks; how many there were."""
         self._settled = True
         waiters, self._waiters = self._waiters, []
-        reschedule = trio.lowlevel.reschedule
-        for task in waiters:
-            reschedule(task)
+        wake = self.batcher.loop.wake
+        for handle in waiters:
+            wake(handle)
         return len(waiters)
 
     async def settled(self) -> None:
@@ -94,19 +93,12 @@ class RecordBatch:
 
     async def wait(self) -> None:
         """Wait for the outcome; raises the ledger's error if the entry was not acknowledged."""
-        # (a trio.Event's wait, inlined: one coroutine fewer per append)
+        # (an Event's wait, inlined: one object and coroutine fewer per append)
+        loop = self.batcher.loop
         if self._settled:
-            await trio.lowlevel.checkpoint()
+            await loop.checkpoint()
         else:
-            task = trio.lowlevel.current_task()
-            waiters = self._waiters
-            waiters.append(task)
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                waiters.remove(task)
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
+            await loop.park(self._waiters)
         if self.acked:
             return
         if self.error is not None:
@@ -127,11 +119,13 @@ class RecordBatcher:
         self,
         current: Callable[[], tuple[int, LedgerWriter]],
         *,
+        loop: EventLoop | None = None,
         batch_bytes: int,
         codec: Codec,
-        spawn: Callable[[Callable[[], Awaitable[None]]], bool] | None = None,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], bool] | None = None,
     ) -> None:
         self._current = current
+        self.loop = loop if loop is not None else current_loop()
         #: Starts a background task (False when it cannot): the releaser, which ends holds.
         self._spawn = spawn
         #: The open record set waits for the tasks an acknowledgement woke (see the module).
@@ -142,7 +136,7 @@ class RecordBatcher:
         #: The releaser: started at the first hold, parked between holds (a task started per
         #: hold cost ~1 % of the writer's time at 64 appenders); whether it was started and has
         #: not ended; whether it must end.
-        self._releaser: trio.lowlevel.Task | None = None
+        self._releaser: list[Any] = []
         self._releaser_started = False
         self._stopped = False
         self._limit = batch_bytes
@@ -243,10 +237,8 @@ class RecordBatcher:
 
     def _wake_releaser(self) -> bool:
         """Have the releaser look at the holds: False if there is none (no way to start it)."""
-        task = self._releaser
-        if task is not None:
-            self._releaser = None
-            trio.lowlevel.reschedule(task)
+        if self._releaser:
+            self.loop.wake(self._releaser.pop())
             return True
         if self._releaser_started:
             return True  # it looks at the holds before it parks again
@@ -263,7 +255,7 @@ class RecordBatcher:
             while not self._stopped:
                 hold = self._hold
                 for _ in range(rounds):
-                    await trio.lowlevel.checkpoint()
+                    await self.loop.checkpoint()
                 if self._holding and self._hold == hold:
                     self._holding = False
                     self.pump()
@@ -273,15 +265,10 @@ class RecordBatcher:
                     rounds = 2
                     continue
                 rounds = 1
-                self._releaser = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(self._unpark)
+                await self.loop.park(self._releaser)
         finally:
-            self._releaser = None
+            self._releaser.clear()
             self._releaser_started = False
             if self._holding and not self._stopped:  # (cancelled: the client is closing)
                 self._holding = False
                 self.pump()
-
-    def _unpark(self, _: object) -> trio.lowlevel.Abort:
-        self._releaser = None
-        return trio.lowlevel.Abort.SUCCEEDED

@@ -20,8 +20,8 @@ from collections.abc import AsyncIterable, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, final
 
+import anyio
 import attrs
-import trio
 
 from walkit._core.digest import DigestType
 from walkit._core.log_metadata import LedgerConfig, LogMetadata, check_log_name
@@ -423,7 +423,7 @@ class Log:
 
     async def _discard_ledger(self, lw: LedgerWriter) -> None:
         """Close and delete a ledger that never made it into the log (best effort)."""
-        with trio.CancelScope(shield=True), trio.move_on_after(10):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
             with contextlib.suppress(WalkitError):
                 await lw.close()
             with contextlib.suppress(NoSuchLedgerError, WalkitError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, final
 
-import trio
+import anyio
 
 from walkit._core.log_position import LogPosition
 from walkit._core.producers import MAX_SEQUENCE, ProducerTable
@@ -54,7 +54,7 @@ class ProducerState:
         #: Reads the recovered tail (None: nothing to learn, a fresh log).
         self._scan = scan
         self._ready = scan is None
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
         self.table = ProducerTable()
         #: Per producer: the highest sequence number sent and not yet durable, and its set.
         self._in_flight: dict[str, tuple[int, RecordBatch]] = {}

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from itertools import repeat
 from typing import TYPE_CHECKING, Final, final
 
-import trio
+import anyio
 
 from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata
@@ -182,7 +182,7 @@ class LogReader:
             return record
         if timeout is None:
             return await self._next()
-        with trio.move_on_after(timeout):
+        with anyio.move_on_after(timeout):
             return await self._next()
         return None
 
@@ -206,7 +206,7 @@ class LogReader:
         self._since_checkpoint += 1
         if self._since_checkpoint >= CHECKPOINT_EVERY:
             self._since_checkpoint = 0
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
 
     async def _next(self) -> LogRecord | None:
         failures = 0
@@ -218,7 +218,7 @@ class LogReader:
                 self._buffer.popleft()
                 return record
             if self._end is not None and self._pos >= self._end:
-                await trio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
                 return None
             try:
                 more = await self._step()
@@ -302,12 +302,12 @@ class LogReader:
         if ahead:
             first = ahead[-1].last + 1
         lac = reader.last_add_confirmed
-        nursery = self._log.client._context.nursery
+        tasks = self._log.client._context.task_group
         while len(ahead) < self._log.options.read_ahead and first <= lac:
             last = min(lac, first + self._range_entries - 1)
             read = _ReadAhead(reader, first, last)
             try:
-                nursery.start_soon(read.run)
+                tasks.start_soon(read.run)
             except RuntimeError:  # the client is closing
                 return
             ahead.append(read)
@@ -363,7 +363,7 @@ class LogReader:
     async def _check_stalled(self, ledger: LogLedger) -> None:
         log_md = await self._read_metadata()
         check = check_tail(
-            now=trio.current_time(),
+            now=anyio.current_time(),
             still_listed=log_md.ledger_with_seq(ledger.seq) == ledger,
             later_listed=log_md.ledger_at_or_after(ledger.seq + 1) is not None,
             later_seen_at=self._later_seen_at,
@@ -428,7 +428,7 @@ class LogReader:
                     raise ClientClosedError(f"log {self._log.name}: the metadata watch ended")
         finally:
             if events is not None:
-                with trio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):
                     await _close_watch(events)
 
     async def _resolve(self, md: LogMetadata) -> None:
@@ -467,7 +467,7 @@ class LogReader:
 
 @final
 class _ReadAhead:
-    """Entries ``first..last`` of a ledger, read in the background (in the client's nursery)
+    """Entries ``first..last`` of a ledger, read in the background (in the client's task group)
     while the log reader hands out earlier ones. A reader that drops it (it moved elsewhere,
     or was abandoned) leaves the read to finish and its entries to the garbage collector."""
 
@@ -477,7 +477,7 @@ class _ReadAhead:
         self.reader = reader
         self.first = first
         self.last = last
-        self.done = trio.Event()
+        self.done = anyio.Event()
         self.entries: list[Entry] | None = None
         self.error: WalkitError | None = None
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, final
 
+import anyio
 import attrs
 import crc32c
-import trio
 
 from walkit._core.log_metadata import LogMetadata, SnapshotRecord
 from walkit._core.log_position import LogPosition
@@ -94,7 +94,7 @@ async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterato
     if isinstance(data, bytes | bytearray | memoryview):
         view = memoryview(data).cast("B")
         for start in range(0, len(view), size):
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             yield bytes(view[start : start + size])
         return
     if not isinstance(data, AsyncIterable):
@@ -146,7 +146,7 @@ async def save_snapshot(
         _md, _version, dropped = await update_log(context, owner.name, change)
     except BaseException:
         # Delete the ledger unless the metadata may name it (the store did not answer).
-        with trio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
             try:
                 now = await owner.metadata()
             except WalkitError:

@@ -22,10 +22,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, final
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, final
 
-import trio
+import anyio
 
 from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
@@ -110,8 +110,8 @@ class LogWriter:
         #: Where this writer's records start: everything before it was written by earlier
         #: writers and is closed (a standby catches up to here before applying its own).
         self.first_position = LogPosition(ledger.seq, 0)
-        self._gate = trio.Lock()
-        self._old_closed = trio.Event()
+        self._gate = anyio.Lock()
+        self._old_closed = anyio.Event()
         self._old_closed.set()
         self._roll_retry_at = -math.inf
         self._error: WalkitError | None = None
@@ -122,6 +122,7 @@ class LogWriter:
         opts = owner.options
         self._batches = RecordBatcher(
             self._current,
+            loop=owner.client._context.loop,
             batch_bytes=opts.batch_bytes,
             codec=opts.compression,
             spawn=self._spawn,
@@ -214,10 +215,10 @@ class LogWriter:
         self._check()
         return not (self._broken or self._gate.locked() or self._roll_due())
 
-    def _spawn(self, fn: Callable[[], Awaitable[None]]) -> bool:
-        """Start a background task in the client's nursery (False: the client is closing)."""
+    def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        """Start a background task in the client's task group (False: the client is closing)."""
         try:
-            self._log.client._context.nursery.start_soon(fn)
+            self._log.client._context.task_group.start_soon(fn)
         except RuntimeError:
             return False
         return True
@@ -358,7 +359,7 @@ class LogWriter:
         """Wait for pending appends and close the current ledger (its last acknowledged record
         is recorded). Raises WriterFencedError if another writer took over. Idempotent."""
         if self._closed:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return
         self._closing = True
         async with self._gate:  # a roll under way finishes first
@@ -394,7 +395,7 @@ class LogWriter:
             return
         # The body failed or was cancelled: close if that can be done quickly (readers then
         # move on at once); otherwise the next writer's takeover recovers the ledger.
-        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_ON_ERROR_TIMEOUT):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_ON_ERROR_TIMEOUT):
             try:
                 await self.close()
             except WalkitError as close_error:  # the body's error is the one to report
@@ -508,7 +509,7 @@ class LogWriter:
             return
         self._housekeeping_running = True
         try:
-            self._log.client._context.nursery.start_soon(self._housekeeping, takeover)
+            self._log.client._context.task_group.start_soon(self._housekeeping, takeover)
         except RuntimeError:  # the client is closing
             self._housekeeping_running = False
 
@@ -537,7 +538,7 @@ class LogWriter:
         )
         # The clock only when a roll is due (not on every append): after a failed roll,
         # the next waits ROLL_RETRY_DELAY.
-        return due and trio.current_time() >= self._roll_retry_at
+        return due and anyio.current_time() >= self._roll_retry_at
 
     async def _through_gate(self) -> None:
         # Acquire and release explicitly: the caller must enter the ledger's append right after
@@ -586,7 +587,7 @@ class LogWriter:
         self._lw, self._ledger = new_lw, new_ledger
         self._rolling_to = None
         self._broken = False
-        self._old_closed = trio.Event()
+        self._old_closed = anyio.Event()
         self._batches.pump()  # record sets queued meanwhile go to the new ledger
         log.info(
             "log_rolled",
@@ -597,15 +598,15 @@ class LogWriter:
             seq=new_ledger.seq,
         )
         try:
-            owner.client._context.nursery.start_soon(self._close_old, old, self._old_closed)
+            owner.client._context.task_group.start_soon(self._close_old, old, self._old_closed)
         except RuntimeError:  # the client is closing: close it here
             await self._close_old(old, self._old_closed)
 
     def _roll_failed(self, exc: WalkitError) -> None:
         log.warning("log_roll_failed", log=self._log.name, error=str(exc))
-        self._roll_retry_at = trio.current_time() + ROLL_RETRY_DELAY
+        self._roll_retry_at = anyio.current_time() + ROLL_RETRY_DELAY
 
-    async def _close_old(self, old: LedgerWriter, done: trio.Event) -> None:
+    async def _close_old(self, old: LedgerWriter, done: anyio.Event) -> None:
         """Close the ledger a roll left (waits for its pending appends). Never raises."""
         try:
             for attempt in range(CLOSE_ATTEMPTS):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Final, final
 
+import anyio
 import trio
+from anyio.streams.tls import TLSStream
 
 from walkit._core.auth import MAX_CREDENTIALS_SIZE, MAX_METHOD_SIZE, AuthProvider, TokenAuth
 from walkit._core.types import BookieId
@@ -35,7 +37,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.net._tls import tls_failure
-from walkit.net._transport import Network, StreamHandler
+from walkit.net._transport import ClientStream, Network, StreamHandler
 
 log = get_logger(__name__)
 
@@ -68,12 +70,13 @@ class AuthNetwork:
         self._inner = inner
         self._provider = check_provider(provider)
 
-    async def connect(self, address: BookieId) -> trio.abc.Stream:
+    async def connect(self, address: BookieId) -> ClientStream:
         stream = await self._inner.connect(address)
         try:
             principal = await self._handshake(address, stream)
         except BaseException:
-            await trio.aclose_forcefully(stream)
+            with anyio.CancelScope(shield=True):
+                await anyio.aclose_forcefully(stream)
             raise
         log.debug("bookie_authenticated", bookie=str(address), principal=principal)
         return stream
@@ -88,7 +91,7 @@ class AuthNetwork:
     ) -> None:
         await self._inner.serve(host, port, handler, task_status=task_status)
 
-    async def _handshake(self, address: BookieId, stream: trio.abc.Stream) -> str:
+    async def _handshake(self, address: BookieId, stream: ClientStream) -> str:
         provider = self._provider
         credentials = bytes(provider.credentials())
         if len(credentials) > MAX_CREDENTIALS_SIZE:
@@ -97,11 +100,16 @@ class AuthNetwork:
             )
         request = AuthRequest(_AUTH_REQUEST_ID, provider.method, credentials)
         try:
-            await stream.send_all(encode_frame(request))
+            await stream.send(encode_frame(request))
             answer = await _receive_frame(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except (
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.EndOfStream,
+            OSError,
+        ) as exc:
             failure = tls_failure(address, exc, handshaken=True)
-            if failure is None and isinstance(stream, trio.SSLStream):
+            if failure is None and isinstance(stream, TLSStream):
                 failure = TLSError(
                     f"bookie {address} closed the TLS connection before answering ({exc!r}): "
                     "it may require a client certificate (TLSConfig.cert and key) or not "
@@ -145,7 +153,7 @@ class AuthNetwork:
         )
 
 
-async def _receive_frame(stream: trio.abc.Stream) -> bytes | None:
+async def _receive_frame(stream: ClientStream) -> bytes | None:
     """One frame's body (None at EOF before it is whole). The bookie sends nothing else
     before the answer, and the client nothing before it has it: no bytes of a later frame
     can arrive here."""
@@ -156,10 +164,10 @@ async def _receive_frame(stream: trio.abc.Stream) -> bytes | None:
             if len(buffer) > 4 + length:
                 raise RemoteProtocolError("the bookie sent more than the authentication answer")
             return bytes(buffer[4:])
-        chunk = await stream.receive_some(_MAX_ANSWER)
-        if not chunk:
+        try:
+            buffer += await stream.receive(_MAX_ANSWER)
+        except anyio.EndOfStream:
             return None
-        buffer += chunk
 
 
 def read_token_file(path: str) -> TokenAuth:

@@ -13,10 +13,13 @@ failure reconnects.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol, final
 
-import trio
+import anyio
+from anyio.streams.tls import TLSStream
 
 from walkit._core.types import BookieId
 from walkit._core.wire import (
@@ -41,6 +44,7 @@ from walkit._core.wire import (
     frame_length,
 )
 from walkit._logging import get_logger
+from walkit._loop import AsyncioLoop, EventLoop, current_loop
 from walkit.errors import (
     AuthenticationError,
     BookieTimeoutError,
@@ -53,8 +57,9 @@ from walkit.errors import (
 from walkit.net._direct import direct_fd, unwritten, write_now
 from walkit.net._inbox import Inbox
 from walkit.net._receive import Receiver
+from walkit.net._socket import SocketStream
 from walkit.net._tls import tls_failure
-from walkit.net._transport import Network
+from walkit.net._transport import ClientStream, Network
 
 log = get_logger(__name__)
 
@@ -73,7 +78,9 @@ _RESPONSES = (
 
 #: Bytes asked from the socket at a time.
 _RECEIVE_SIZE: Final = 256 * 1024
-#: Largest single ``send_all``: beyond this, queued frames go out in several writes.
+#: Largest TLS record's plaintext.
+_TLS_RECORD: Final = 16 * 1024
+#: Largest single ``send``: beyond this, queued frames go out in several writes.
 _MAX_SEND: Final = 4 * 1024 * 1024
 
 
@@ -83,7 +90,9 @@ _VECTOR_MIN: Final = 8 * 1024
 _IOV_MAX: Final = 512
 
 
-async def _send_vectored(sock: trio.socket.SocketType, parts: list[bytes | memoryview]) -> None:
+async def _send_vectored(
+    sock: socket.socket, parts: list[bytes | memoryview], loop: EventLoop
+) -> None:
     """Send every byte of ``parts`` with scatter-gather writes (partial sends resumed)."""
     index = 0
     offset = 0  # bytes of parts[index] already sent
@@ -92,7 +101,11 @@ async def _send_vectored(sock: trio.socket.SocketType, parts: list[bytes | memor
         batch: list[bytes | memoryview] = list(parts[index : index + _IOV_MAX])
         if offset:
             batch[0] = memoryview(parts[index])[offset:]
-        sent = await sock.sendmsg(batch)
+        try:
+            sent = sock.sendmsg(batch)
+        except BlockingIOError:
+            await loop.wait_writable(sock)
+            continue
         while sent > 0 and index < count:
             left = len(parts[index]) - offset
             if sent >= left:
@@ -102,6 +115,7 @@ async def _send_vectored(sock: trio.socket.SocketType, parts: list[bytes | memor
             else:
                 offset += sent
                 sent = 0
+    await loop.checkpoint()
 
 
 class ResponseHandler(Protocol):
@@ -125,7 +139,7 @@ class _Waiter:
     __slots__ = ("error", "event", "response")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self.event = anyio.Event()
         self.response: Response | None = None
         self.error: WalkitError | None = None
 
@@ -151,6 +165,7 @@ class BookieConnection:
         bookie: BookieId,
         network: Network,
         *,
+        loop: EventLoop | None = None,
         connect_timeout: float,
         on_failure: Callable[[BookieId], None] | None = None,
         on_activity: Callable[[], None] | None = None,
@@ -158,6 +173,8 @@ class BookieConnection:
     ) -> None:
         self.bookie = bookie
         self._network = network
+        self._loop = loop = loop if loop is not None else current_loop()
+        self._time = loop.time
         self._connect_timeout = connect_timeout
         self._on_failure = on_failure
         self._on_activity = on_activity
@@ -165,10 +182,10 @@ class BookieConnection:
         self._next_rid = 1
         self._pending: dict[int, _Record] = {}
         self._out: list[bytes | memoryview] = []
-        self._tx_ready = trio.Event()
+        self._tx_ready = anyio.Event()
         #: The socket to write to directly while the send task is parked, else -1.
         self._direct_fd = -1
-        self._wanted = trio.Event()
+        self._wanted = anyio.Event()
         self._connected = False
         self._connecting = False
         self._closed = False
@@ -208,11 +225,11 @@ class BookieConnection:
     ) -> None:
         """Queue one encoded request (its frame split in ``parts``); its outcome goes to
         ``handler`` with ``tag``. Never blocks; never calls the handler before returning.
-        ``now`` (trio's clock) saves reading the clock when the caller has it."""
+        ``now`` (the loop's clock) saves reading the clock when the caller has it."""
         if self._closed:
             raise ClientClosedError(f"connection to bookie {self.bookie} is closed")
         if now is None:
-            now = trio.current_time()
+            now = self._time()
         if not self._pending and self._on_activity is not None:
             self._on_activity()
         self._pending[request_id] = (handler, tag, now + timeout, now)
@@ -334,7 +351,7 @@ class BookieConnection:
         try:
             while True:
                 await self._wanted.wait()
-                self._wanted = trio.Event()
+                self._wanted = anyio.Event()
                 stream = await self._connect()
                 if stream is None:
                     continue
@@ -345,8 +362,8 @@ class BookieConnection:
                     await self._serve(stream)
                 finally:
                     self._connected = False
-                    with trio.CancelScope(shield=True):
-                        await trio.aclose_forcefully(stream)
+                    with anyio.CancelScope(shield=True):
+                        await anyio.aclose_forcefully(stream)
                 self._fail_all(
                     self._error or BookieUnavailableError(f"connection to {self.bookie} closed")
                 )
@@ -354,12 +371,12 @@ class BookieConnection:
             self._closed = True
             self._fail_all(ClientClosedError("the client is closed"))
 
-    async def _connect(self) -> trio.abc.Stream | None:
+    async def _connect(self) -> ClientStream | None:
         error: WalkitError
         try:
-            with trio.fail_after(self._connect_timeout):
+            with anyio.fail_after(self._connect_timeout):
                 return await self._network.connect(self.bookie)
-        except trio.TooSlowError:
+        except TimeoutError:
             error = BookieUnavailableError(
                 f"cannot connect to bookie {self.bookie}: no answer within "
                 f"{self._connect_timeout:.3g} s"
@@ -373,14 +390,14 @@ class BookieConnection:
         self._fail_all(error)
         return None
 
-    async def _serve(self, stream: trio.abc.Stream) -> None:
+    async def _serve(self, stream: ClientStream) -> None:
         self._error = None
         # Under TLS 1.3 a bookie checks the client's certificate after the client's side of
         # the handshake is done: a refusal can reach us as a plain reset before any answer.
-        self._tls_unconfirmed = isinstance(stream, trio.SSLStream)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._send_loop, stream, nursery.cancel_scope)
-            nursery.start_soon(self._receive_loop, stream, nursery.cancel_scope)
+        self._tls_unconfirmed = isinstance(stream, TLSStream)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._send_loop, stream, tasks.cancel_scope)
+            tasks.start_soon(self._receive_loop, stream, tasks.cancel_scope)
 
     def _lost(self, exc: BaseException) -> WalkitError:
         """The error for a broken stream: a TLSError when TLS broke it (a client certificate
@@ -396,19 +413,19 @@ class BookieConnection:
             f"lost connection to bookie {self.bookie}: {exc!r}"
         )
 
-    def _broken(self, error: WalkitError, scope: trio.CancelScope) -> None:
+    def _broken(self, error: WalkitError, scope: anyio.CancelScope) -> None:
         if self._error is None:
             self._error = error
             log.info("bookie_connection_lost", bookie=str(self.bookie), error=str(error))
         scope.cancel()
 
-    async def _send_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
-        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+    async def _send_loop(self, stream: ClientStream, scope: anyio.CancelScope) -> None:
+        sock = stream.socket if isinstance(stream, SocketStream) else None
         fd = direct_fd(stream)
         try:
             while True:
                 if not self._out:
-                    self._tx_ready = trio.Event()
+                    self._tx_ready = anyio.Event()
                     self._direct_fd = fd
                     try:
                         await self._tx_ready.wait()
@@ -419,15 +436,16 @@ class BookieConnection:
                 self._out = []
                 self.sends += 1
                 if len(out) == 1:
-                    await stream.send_all(out[0])
+                    # (memoryviews of large entries too: every stream here takes buffers)
+                    await stream.send(out[0])  # type: ignore[arg-type]
                     continue
                 total = sum(map(len, out))
                 if sock is not None and total >= _VECTOR_MIN * len(out):
                     # Big entries: hand the parts to the kernel as they are (no joined copy).
-                    await _send_vectored(sock, out)
+                    await _send_vectored(sock, out, self._loop)
                     continue
                 if total <= _MAX_SEND:
-                    await stream.send_all(b"".join(out))
+                    await stream.send(b"".join(out))
                     continue
                 # A huge backlog goes out in bounded writes (no giant joined copy).
                 start = 0
@@ -436,22 +454,32 @@ class BookieConnection:
                     while end < len(out) and (size < _MAX_SEND or end == start):
                         size += len(out[end])
                         end += 1
-                    await stream.send_all(b"".join(out[start:end]))
+                    await stream.send(b"".join(out[start:end]))
                     start = end
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except (
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.EndOfStream,
+            OSError,
+        ) as exc:
             self._broken(self._lost(exc), scope)
         except WalkitError as exc:
             self._broken(
                 BookieUnavailableError(f"lost connection to bookie {self.bookie}: {exc}"), scope
             )
 
-    async def _receive_loop(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+    async def _receive_loop(self, stream: ClientStream, scope: anyio.CancelScope) -> None:
         try:
-            if isinstance(stream, trio.SocketStream):
+            if isinstance(stream, SocketStream):
                 await self._receive_into(stream.socket)
             else:
                 await self._receive_some(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except (
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.EndOfStream,
+            OSError,
+        ) as exc:
             self._broken(self._lost(exc), scope)
         except RemoteProtocolError as exc:
             self._broken(
@@ -460,10 +488,13 @@ class BookieConnection:
         except WalkitError as exc:
             self._broken(exc, scope)
 
-    async def _receive_into(self, sock: trio.socket.SocketType) -> None:
+    async def _receive_into(self, sock: socket.socket) -> None:
         """A plain socket: it writes straight into one reused buffer (see walkit.net._inbox)."""
         inbox = Inbox(_RECEIVE_SIZE, self._max_frame_size)
-        receiver = Receiver(sock)
+        if isinstance(self._loop, AsyncioLoop):
+            await self._receive_by_callback(sock, inbox, self._loop)
+            return
+        receiver = Receiver(sock, self._loop)
         while True:
             count = await receiver.receive_into(inbox.space())
             if not count:
@@ -472,16 +503,37 @@ class BookieConnection:
             with inbox.data() as data:
                 inbox.consume(self._dispatch(data))
 
-    async def _receive_some(self, stream: trio.abc.Stream) -> None:
+    async def _receive_by_callback(
+        self, sock: socket.socket, inbox: Inbox, loop: AsyncioLoop
+    ) -> None:
+        """On asyncio, answers are read and dispatched from the loop's reader callback: one
+        loop round from the socket to the waiting append, as asyncio's transports do, where a
+        receive task would add a round and two epoll changes per wait."""
+        fd = sock.fileno()
+
+        def readable() -> None:
+            try:
+                count = os.readv(fd, (inbox.space(),))
+            except BlockingIOError:
+                return
+            if not count:
+                raise self._lost(EOFError("the bookie closed the connection"))
+            inbox.received(count)
+            with inbox.data() as data:
+                inbox.consume(self._dispatch(data))
+
+        await loop.serve_readable(sock, readable)
+
+    async def _receive_some(self, stream: ClientStream) -> None:
         """TLS (and in-memory streams): take what the stream gives."""
         buffer = bytearray()
-        # TLS: trio sizes each read to the records (<= 16 KiB); a fixed large size would
-        # allocate that much per record.
-        size = None if isinstance(stream, trio.SSLStream) else _RECEIVE_SIZE
+        # TLS: a read allocates what it asks for, and records are at most 16 KiB.
+        size = _TLS_RECORD if isinstance(stream, TLSStream) else _RECEIVE_SIZE
         while True:
-            data = await stream.receive_some(size)
-            if not data:
-                raise self._lost(EOFError("the bookie closed the connection"))
+            try:
+                data = await stream.receive(size)
+            except anyio.EndOfStream:
+                raise self._lost(EOFError("the bookie closed the connection")) from None
             self._tls_unconfirmed = False
             if buffer:
                 buffer += data

@@ -1,10 +1,10 @@
 """Writing to an idle socket from the caller, without waking its send task.
 
 A connection's send task parks while it has nothing to send. Waking it for every request (or
-every answer) costs a trio scheduling round per message, which at one request in flight is a
-good part of the latency. So when the task is parked, the code that queues bytes writes them
-itself, without blocking; whatever the socket does not take at once (or an error) is left for
-the send task, which then sends the rest and meets the error itself.
+every answer) costs a scheduling round of the event loop per message, which at one request in
+flight is a good part of the latency. So when the task is parked, the code that queues bytes
+writes them itself, without blocking; whatever the socket does not take at once (or an error)
+is left for the send task, which then sends the rest and meets the error itself.
 """
 
 from __future__ import annotations
@@ -15,21 +15,24 @@ from typing import Final
 
 import trio
 
+from walkit.net._socket import SocketStream
+
 __all__ = ["direct_fd", "unwritten", "write_now"]
 
 #: Most buffers one writev takes (POSIX guarantees at least 16; Linux takes 1024).
 _IOV_MAX: Final = 1024
 
 
-def direct_fd(stream: trio.abc.Stream) -> int:
-    """The descriptor to write to directly, or -1 (TLS and in-memory streams: never)."""
-    if type(stream) is trio.SocketStream:
+def direct_fd(stream: object) -> int:
+    """The descriptor to write to directly, or -1 (TLS and in-memory streams: never): a
+    client's :class:`~walkit.net._socket.SocketStream` or a bookie's trio socket stream."""
+    if type(stream) is SocketStream or type(stream) is trio.SocketStream:
         return stream.socket.fileno()
     return -1
 
 
 def write_now(fd: int, parts: Sequence[bytes | memoryview]) -> int:
-    """Write what the socket takes now of ``parts`` (non-blocking: trio's sockets are);
+    """Write what the socket takes now of ``parts`` (non-blocking, as every socket here is);
     return how many bytes (0 when it would block or failed)."""
     try:
         if len(parts) == 1:

@@ -1,6 +1,7 @@
-"""Receiving from a trio socket with one system call per wake-up.
+"""Receiving from a socket with one system call per wake-up.
 
-trio's ``recv_into`` tries the socket first and waits only if it would block. When the
+A plain receive tries the socket first and waits only if it would block (trio's ``recv_into``
+does). When the
 previous receive drained the socket (a lone request or answer: what one append in flight
 looks like), that first try is a wasted ``recvfrom`` returning EAGAIN, and on this machine a
 system call is several microseconds. So after a receive that did not fill its buffer we wait
@@ -11,45 +12,60 @@ we try at once, as trio does.
 from __future__ import annotations
 
 import os
-from typing import final
+from typing import Protocol, final
 
-import trio
+from walkit._loop import EventLoop, current_loop
 
 __all__ = ["Receiver"]
 
 
+class Socket(Protocol):
+    """A non-blocking socket: a stdlib one (a client's), or trio's (a bookie's)."""
+
+    def fileno(self) -> int: ...
+
+
 @final
 class Receiver:
-    """Receives from one non-blocking trio socket into the caller's buffers."""
+    """Receives from one non-blocking socket into the caller's buffers, waiting with the
+    running event loop's readiness call."""
 
-    __slots__ = ("_fd", "_more", "_sock")
+    __slots__ = ("_checkpoint", "_fd", "_more", "_sock", "_wait_readable")
 
-    def __init__(self, sock: trio.socket.SocketType) -> None:
+    def __init__(self, sock: Socket, loop: EventLoop | None = None) -> None:
+        loop = loop if loop is not None else current_loop()
         self._sock = sock
         self._fd = sock.fileno()
+        self._wait_readable = loop.wait_readable
+        self._checkpoint = loop.checkpoint
         #: Whether the last receive filled its buffer (then more is likely queued).
         self._more = False
 
     async def wait_readable(self) -> None:
         """Wait until the socket has data (or an end or error) to receive; the next receive
         then reads at once."""
-        await trio.lowlevel.wait_readable(self._sock)
+        await self._wait_readable(self._sock)
         self._more = True
 
     async def receive_into(self, buffer: bytearray | memoryview) -> int:
         """Receive into ``buffer``; the byte count (0: the peer closed). Raises OSError as
         the socket does; always a checkpoint."""
         size = len(buffer)
+        sock, fd = self._sock, self._fd
         if self._more:
-            count = await self._sock.recv_into(buffer)
+            try:
+                count = os.readv(fd, (buffer,))
+            except BlockingIOError:
+                count = -1
+            else:
+                await self._checkpoint()  # (it read without waiting: let others run)
         else:
-            sock, fd = self._sock, self._fd
-            while True:
-                await trio.lowlevel.wait_readable(sock)
-                try:
-                    count = os.readv(fd, (buffer,))
-                except BlockingIOError:  # (woken without data: wait again)
-                    continue
-                break
+            count = -1
+        while count < 0:
+            await self._wait_readable(sock)
+            try:
+                count = os.readv(fd, (buffer,))
+            except BlockingIOError:  # (woken without data: wait again)
+                continue
         self._more = count == size
         return count

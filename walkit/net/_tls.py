@@ -22,14 +22,16 @@ import ssl
 from collections.abc import Iterable
 from typing import Final, Literal, final, get_args
 
+import anyio
 import attrs
 import trio
+from anyio.streams.tls import TLSStream
 
 from walkit._core.types import BookieId
 from walkit._core.wire import ErrorResponse, StatusCode, encode_frame
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, TLSError
-from walkit.net._transport import Network, StreamHandler
+from walkit.net._transport import ClientStream, Network, StreamHandler
 
 log = get_logger(__name__)
 
@@ -132,7 +134,7 @@ def _context(purpose: ssl.Purpose, ca: str | None) -> ssl.SSLContext:
 
 
 def _reason(exc: BaseException) -> str:
-    """The ssl error under trio's wrapping, else the exception itself."""
+    """The ssl error under a stream's wrapping (trio's or AnyIO's), else the exception."""
     cause = exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else exc
     if isinstance(cause, ssl.SSLError) and cause.reason:
         return f"{cause.reason} ({cause.strerror or cause})"
@@ -245,16 +247,21 @@ class TlsNetwork:
         self.server_context = server_context
         self.handshake_timeout = handshake_timeout
 
-    async def connect(self, address: BookieId) -> trio.abc.Stream:
+    async def connect(self, address: BookieId) -> ClientStream:
         if self.client_context is None:
             raise ConfigurationError("this TlsNetwork has no client context")
         raw = await self.inner.connect(address)
-        stream = trio.SSLStream(raw, self.client_context, server_hostname=address.host)
         try:
-            await stream.do_handshake()
-        except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(raw)
+            return await TLSStream.wrap(
+                raw,
+                hostname=address.host,
+                ssl_context=self.client_context,
+                # A bookie that closes without close_notify has said all it had to say.
+                standard_compatible=False,
+            )
+        except (anyio.BrokenResourceError, anyio.EndOfStream, ssl.SSLError, OSError) as exc:
+            with anyio.CancelScope(shield=True):
+                await anyio.aclose_forcefully(raw)
             error = tls_failure(address, exc, handshaken=False)
             if error is None:  # the bookie closed the connection during the handshake
                 error = TLSError(
@@ -264,10 +271,9 @@ class TlsNetwork:
                 )
             raise error from None
         except BaseException:
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(raw)
+            with anyio.CancelScope(shield=True):
+                await anyio.aclose_forcefully(raw)
             raise
-        return stream
 
     async def serve(
         self,

@@ -1,4 +1,9 @@
-"""The Network seam and its TCP implementation."""
+"""The Network seam and its TCP implementation.
+
+Two sides, two stream types. ``connect`` is the client's: it runs on whatever event loop the
+client runs on (trio or asyncio), so it returns an AnyIO byte stream. ``serve`` is the bookie's,
+and the bookie runs on trio alone: its connections are trio streams.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,25 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Protocol, final
 
+import anyio.abc
 import trio
 
 from walkit._core.types import BookieId
 from walkit.errors import BookieUnavailableError
+from walkit.net._socket import open_tcp_socket
 
+#: What a bookie runs for each connection it accepts.
 StreamHandler = Callable[[trio.abc.Stream], Awaitable[None]]
+#: A client's connection to a bookie.
+ClientStream = anyio.abc.ByteStream
 
 
 class Network(Protocol):
     """Opens streams to bookies and serves bookies' listening sockets."""
 
-    async def connect(self, address: BookieId) -> trio.abc.Stream:
-        """Open a stream to ``address``; raise BookieUnavailableError if it cannot be reached."""
+    async def connect(self, address: BookieId) -> ClientStream:
+        """Open a stream to ``address`` (on the running event loop, trio or asyncio); raise
+        BookieUnavailableError if it cannot be reached."""
         ...
 
     async def serve(
@@ -32,7 +43,8 @@ class Network(Protocol):
         task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Listen on host:port (0 picks a free port), report the bound address through
-        ``task_status.started``, then run ``handler`` for each connection until cancelled."""
+        ``task_status.started``, then run ``handler`` for each connection until cancelled
+        (under trio: bookies run on trio)."""
         ...
 
 
@@ -40,12 +52,11 @@ class Network(Protocol):
 class TcpNetwork:
     """Real TCP (with TCP_NODELAY; small frames are coalesced by the callers instead)."""
 
-    async def connect(self, address: BookieId) -> trio.abc.Stream:
+    async def connect(self, address: BookieId) -> ClientStream:
         try:
-            stream = await trio.open_tcp_stream(address.host, address.port)
+            return await open_tcp_socket(address.host, address.port)
         except OSError as exc:
             raise BookieUnavailableError(f"cannot connect to bookie {address}: {exc}") from exc
-        return stream
 
     async def serve(
         self,

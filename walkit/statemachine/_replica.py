@@ -24,7 +24,8 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, final
 
-import trio
+import anyio
+import anyio.abc
 
 from walkit._core.log_position import LogPosition
 from walkit._logging import get_logger
@@ -92,7 +93,7 @@ class Replica:
         self._since_snapshot = 0
         self._recovered = False
         self._busy = False
-        self._progress = trio.Event()
+        self._progress = anyio.Event()
 
     def __repr__(self) -> str:
         return f"Replica(log={self.log.name!r}, applied={self.applied_position})"
@@ -139,13 +140,13 @@ class Replica:
             leader: Leader | None = None
             try:
                 await self._catch_up(end=writer.first_position, follow=True)
-                async with trio.open_nursery() as nursery:
-                    leader = Leader(self, writer, nursery)
+                async with anyio.create_task_group() as tasks:
+                    leader = Leader(self, writer, tasks)
                     try:
                         yield leader
                     except BaseException as exc:  # re-raised below, unwrapped
                         body_error = exc
-                        nursery.cancel_scope.cancel()
+                        tasks.cancel_scope.cancel()
                     finally:
                         leader._stopped = True
             except BaseException as exc:
@@ -183,7 +184,7 @@ class Replica:
             self.machine.restore(await snap.read())
             self.applied_position = snap.position
             self._progress.set()
-            self._progress = trio.Event()
+            self._progress = anyio.Event()
             log.info("replica_restored", log=self.log.name, position=str(snap.position))
         elif force:
             raise LogTruncatedError(
@@ -214,7 +215,7 @@ class Replica:
         self.applied_count += 1
         self._since_snapshot += 1
         self._progress.set()
-        self._progress = trio.Event()
+        self._progress = anyio.Event()
         return result
 
 
@@ -222,13 +223,13 @@ class Replica:
 class Leader:
     """The replica's handle while it owns the log (from :meth:`Replica.lead`)."""
 
-    def __init__(self, replica: Replica, writer: LogWriter, nursery: trio.Nursery) -> None:
+    def __init__(self, replica: Replica, writer: LogWriter, tasks: anyio.abc.TaskGroup) -> None:
         self._replica = replica
         self._writer = writer
-        self._nursery = nursery
+        self._tasks = tasks
         self._issued = 0
         self._turn = 0
-        self._waiting: dict[int, trio.Event] = {}
+        self._waiting: dict[int, anyio.Event] = {}
         self._finished: set[int] = set()
         self._error: WalkitError | None = None
         self._snapshotting = False
@@ -324,9 +325,9 @@ class Leader:
 
     async def _wait_turn(self, ticket: int) -> None:
         if self._turn == ticket:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return
-        event = self._waiting.setdefault(ticket, trio.Event())
+        event = self._waiting.setdefault(ticket, anyio.Event())
         await event.wait()
 
     def _done(self, ticket: int) -> None:
@@ -346,7 +347,7 @@ class Leader:
             return
         data = replica.machine.snapshot()  # the state exactly at applied_position
         try:
-            self._nursery.start_soon(self._save_quietly, replica.applied_position, data)
+            self._tasks.start_soon(self._save_quietly, replica.applied_position, data)
         except RuntimeError:  # the leader's block is ending
             return
         self._snapshotting = True

@@ -36,7 +36,7 @@ from walkit.testing._history import (
     StoredCopies,
 )
 from walkit.testing._linearizability import KVOperation, check_kv_linearizable
-from walkit.testing._network import LinkFaults, SimNetwork, SimNode, SimStream
+from walkit.testing._network import LinkFaults, SimClientStream, SimNetwork, SimNode, SimStream
 from walkit.testing._runner import (
     SEED_ENV,
     STALL_STEPS,
@@ -68,6 +68,7 @@ __all__ = [
     "Model",
     "ReadObserved",
     "SimBookie",
+    "SimClientStream",
     "SimCluster",
     "SimNetwork",
     "SimNode",

@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final, final
 
+import anyio
+import anyio.abc
 import attrs
 import trio
 
@@ -210,6 +212,14 @@ class SimStream(trio.abc.Stream):
         finally:
             self._receiving = False
 
+    async def send_eof(self) -> None:
+        """No more data from this end (the other end then receives b"")."""
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise trio.ClosedResourceError("stream was closed")
+        self._send.eof = True
+        self._send.notify()
+
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
@@ -220,6 +230,52 @@ class SimStream(trio.abc.Stream):
             self._receive.notify()
             self._network._maybe_forget(self._conn)
         await trio.lowlevel.checkpoint()
+
+
+@final
+class SimClientStream(anyio.abc.ByteStream):
+    """A client's end of a simulated connection, as the AnyIO byte stream clients use (the
+    bookie's end is a :class:`SimStream`, a trio stream: bookies run on trio)."""
+
+    def __init__(self, stream: SimStream) -> None:
+        self.stream = stream
+
+    @property
+    def local_node(self) -> str:
+        return self.stream.local_node
+
+    @property
+    def remote_node(self) -> str:
+        return self.stream.remote_node
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        try:
+            data = await self.stream.receive_some(max_bytes)
+        except trio.ClosedResourceError:
+            raise anyio.ClosedResourceError from None
+        except trio.BrokenResourceError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from None
+        except trio.BusyResourceError:
+            raise anyio.BusyResourceError("receiving from") from None
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes | bytearray | memoryview) -> None:
+        try:
+            await self.stream.send_all(item)
+        except trio.ClosedResourceError:
+            raise anyio.ClosedResourceError from None
+        except trio.BrokenResourceError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from None
+        except trio.BusyResourceError:
+            raise anyio.BusyResourceError("sending to") from None
+
+    async def send_eof(self) -> None:
+        await self.stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 async def _run_handler(handler: StreamHandler, stream: SimStream) -> None:
@@ -255,8 +311,8 @@ class SimNode:
     def __repr__(self) -> str:
         return f"<SimNode {self.name!r}>"
 
-    async def connect(self, address: BookieId) -> trio.abc.Stream:
-        return await self.network._connect(self.name, address)
+    async def connect(self, address: BookieId) -> SimClientStream:
+        return SimClientStream(await self.network._connect(self.name, address))
 
     async def serve(
         self,
@@ -311,8 +367,8 @@ class SimNetwork:
             raise InvalidArgumentError("a node name must be a non-empty string")
         return SimNode(self, name)
 
-    async def connect(self, address: BookieId) -> trio.abc.Stream:
-        return await self._connect(self.default_node, address)
+    async def connect(self, address: BookieId) -> SimClientStream:
+        return SimClientStream(await self._connect(self.default_node, address))
 
     async def serve(
         self,
@@ -515,7 +571,7 @@ class SimNetwork:
     def _cannot_reach(self, src: str, dst: str) -> bool:
         return self._cut(src, dst) or (src, dst) in self._stalls or (dst, src) in self._stalls
 
-    async def _connect(self, src: str, address: BookieId) -> trio.abc.Stream:
+    async def _connect(self, src: str, address: BookieId) -> SimStream:
         if not isinstance(address, BookieId):
             raise InvalidArgumentError(f"expected a BookieId, not {type(address).__name__}")
         listener = self._listeners.get(address)

@@ -1,0 +1,165 @@
+"""Orders on a walkit log, served by FastAPI under uvicorn: walkit's async API on asyncio.
+
+::
+
+    python examples/fastapi_orders.py --metadata URL --http 127.0.0.1:8101 [--log orders]
+
+Run two (or more) on one log. They elect a leader through the metadata store (a lease,
+``walkit.recipes.LeaderElection``); the leader owns the log's writer. ``POST /orders`` (a
+JSON object) appends the order to the log and answers ``201 {"id", "position"}`` once the
+record is durable and applied here; a follower answers ``307`` to the leader. A lifespan task
+tails the log into the app's state on every instance, and ``GET /orders/{id}`` reads it.
+``GET /status`` says ``{"role", "leader", "writing", "applied", "orders"}``. When the leader dies (even
+``SIGKILL``), its lease ends and another instance takes the log over, fencing the old writer:
+every order that got a 2xx is still there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from typing import Any, final
+
+import uvicorn
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, RedirectResponse
+from orders_state import Orders, check_order, encode
+
+import walkit
+from walkit.recipes import LeaderElection
+
+
+@final
+class OrderService:
+    """The walkit side of the app: the client, the log, the election and the state."""
+
+    def __init__(self, url: str, log_name: str, advertise: str, lease_timeout: float) -> None:
+        self.url = url
+        self.log_name = log_name
+        self.orders = Orders()
+        self.writer: walkit.LogWriter | None = None
+        self.election = LeaderElection(
+            url,
+            f"/services/orders/{log_name}",
+            advertise,
+            lease_timeout=lease_timeout,
+            rng=random.Random(),
+        )
+        self._applied = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with (
+            walkit.Client.connect(self.url) as client,
+            walkit.Log.open(client, self.log_name) as log,
+        ):
+            background = [
+                asyncio.create_task(self._tail(log)),
+                asyncio.create_task(self.election.run()),
+                asyncio.create_task(self._lead(log)),
+            ]
+            try:
+                yield
+            finally:
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+
+    async def _tail(self, log: walkit.Log) -> None:
+        """Apply every record of the log, in order, as it becomes readable."""
+        async for record in log.reader(walkit.LogPosition.EARLIEST):
+            self.orders.apply(record.position, record.payload)
+            async with self._applied:
+                self._applied.notify_all()
+
+    async def _lead(self, log: walkit.Log) -> None:
+        """Own the log's writer while this instance holds the lease."""
+        election = self.election
+        while True:
+            seen = election.generation
+            if not election.is_leader:
+                await election.wait_changed(seen)
+                continue
+            try:
+                async with log.writer() as writer:  # fences the previous writer
+                    self.writer = writer
+                    while election.is_leader:
+                        await election.wait_changed(election.generation)
+            except walkit.WalkitError:
+                pass  # fenced or failed: the election decides who writes next
+            finally:
+                self.writer = None
+
+    async def place(self, order: dict[str, Any]) -> tuple[str, walkit.LogPosition]:
+        writer = self.writer
+        if writer is None:  # a follower, or a leader still taking the log over
+            election = self.election
+            raise LookupError(None if election.is_leader else election.leader)
+        order_id, record = encode(order)
+        position = await writer.append(record)  # durable when it returns
+        async with self._applied:  # read-your-writes: answer once it is applied here too
+            await self._applied.wait_for(lambda: self.orders.has_applied(position))
+        return order_id, position
+
+
+def create_app(service: OrderService) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with service.running():
+            yield
+
+    app = FastAPI(title="walkit orders", lifespan=lifespan)
+
+    @app.post("/orders", status_code=201)
+    async def place_order(request: Request) -> Any:
+        try:
+            order = check_order(await request.json())
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        try:
+            order_id, position = await service.place(order)
+        except LookupError as leader:
+            if leader.args[0]:
+                return RedirectResponse(f"http://{leader.args[0]}/orders", status_code=307)
+            raise HTTPException(503, "no leader yet") from None
+        except walkit.WalkitError as exc:
+            raise HTTPException(503, f"not stored: {exc}") from None
+        return {"id": order_id, "position": str(position)}
+
+    @app.get("/orders/{order_id}")
+    async def get_order(order_id: str) -> Any:
+        order = service.orders.by_id.get(order_id)
+        if order is None:
+            raise HTTPException(404, "no such order")
+        return order
+
+    @app.get("/status")
+    async def status() -> Any:
+        election = service.election
+        return JSONResponse(
+            service.orders.status(
+                election.role.value, election.leader, writing=service.writer is not None
+            )
+        )
+
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--metadata", required=True, help="the cluster's metadata URL")
+    parser.add_argument("--http", required=True, metavar="HOST:PORT")
+    parser.add_argument("--log", default="orders", help="the log's name (default: orders)")
+    parser.add_argument("--lease-timeout", type=float, default=2.0, metavar="SECONDS")
+    args = parser.parse_args()
+    host, _, port = args.http.rpartition(":")
+    service = OrderService(args.metadata, args.log, args.http, args.lease_timeout)
+    # uvicorn says "Uvicorn running on http://HOST:PORT" once it serves.
+    uvicorn.run(create_app(service), host=host, port=int(port), access_log=False)
+
+
+if __name__ == "__main__":
+    main()
