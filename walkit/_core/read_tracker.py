@@ -1,4 +1,4 @@
-"""The reader's decisions (seeds 000 and 002): which replica of an entry to ask next after an
+"""The reader's decisions (BookKeeper's protocol document and the original BookKeeper overview): which replica of an entry to ask next after an
 error, a timeout or a bad digest; when to ask another one speculatively; and when a LAC read of
 an ensemble has heard enough.
 

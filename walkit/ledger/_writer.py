@@ -314,7 +314,7 @@ class LedgerWriter:
         custom_metadata: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
         """Wait for pending appends, then CAS the metadata to CLOSED at the last acknowledged
-        entry (seed 000), with ``custom_metadata`` merged into the ledger's (a mapping, or a
+        entry (BookKeeper's protocol document), with ``custom_metadata`` merged into the ledger's (a mapping, or a
         function called once the pending appends are done: a log writer records its record
         count there). Already closed the same way is success; closed elsewhere or being
         recovered raises (WriterFencedError / LedgerInRecoveryError). Idempotent."""

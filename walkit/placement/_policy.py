@@ -1,4 +1,4 @@
-"""The ensemble placement policy interface (seed 004), in Python form. (``BookieInfo`` lives
+"""The ensemble placement policy interface (BookKeeper's placement-policy guide), in Python form. (``BookieInfo`` lives
 in :mod:`walkit._core.types`: the metadata layer makes them too.)"""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Entry-log usage and compaction results, and how a compaction pass picks its logs.
 
-Seed 003: entries of all ledgers are interleaved in entry logs, so a log can be removed only
+BookKeeper's concepts guide: entries of all ledgers are interleaved in entry logs, so a log can be removed only
 when nothing in it is live any more. The index counts, per log, the bytes its entries still
 take (see ``_index``); a log whose live bytes are below a threshold of its size is compacted:
 its live entries are copied to the current entry log, the index is pointed at the copies, and
