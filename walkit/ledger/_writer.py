@@ -336,6 +336,15 @@ class LedgerWriter:
         finally:
             self._stop()
 
+    async def aclose(
+        self,
+        *,
+        custom_metadata: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
+    ) -> None:
+        """:meth:`close` under the name every async handle closes with (``close`` stays:
+        it is BookKeeper's name for sealing a ledger)."""
+        await self.close(custom_metadata=custom_metadata)
+
     async def __aenter__(self) -> LedgerWriter:
         return self
 
