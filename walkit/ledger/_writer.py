@@ -313,10 +313,10 @@ class LedgerWriter:
         *,
         custom_metadata: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
-        """Wait for pending appends, then CAS the metadata to CLOSED at the last acknowledged
-        entry (BookKeeper's protocol document), with ``custom_metadata`` merged into the ledger's (a mapping, or a
-        function called once the pending appends are done: a log writer records its record
-        count there). Already closed the same way is success; closed elsewhere or being
+        """Wait for pending appends, then CAS the metadata to CLOSED at the last acknowledged entry
+        (BookKeeper's protocol document), with ``custom_metadata`` merged into the ledger's (a
+        mapping, or a function called once the pending appends are done: a log writer records its
+        record count there). Already closed the same way is success; closed elsewhere or being
         recovered raises (WriterFencedError / LedgerInRecoveryError). Idempotent."""
         if custom_metadata is not None:
             self._close_custom = custom_metadata
