@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -70,7 +71,7 @@ async def test_a_slow_bookie_gets_speculative_reads_and_is_replaced_on_writes(
         try:
             for bookie in [slow, *fast]:
                 await trio.to_thread.run_sync(bookie.start)
-            options = {
+            options: dict[str, Any] = {
                 "add_timeout": ADD_TIMEOUT,
                 "read_timeout": 3 * SLOW,  # only speculation can answer before the slow one
                 "speculative_read_timeout": SPECULATIVE_READ_TIMEOUT,
