@@ -25,7 +25,11 @@ from tests._cluster import BookieProcess, ChildProcess, free_port
 
 
 class AdminBookie(BookieProcess):
-    """A ``walkit-bookie`` process serving its admin endpoint on a port of its own."""
+    """A ``walkit-bookie`` process serving its admin endpoint on a free port (taken by the
+    bookie itself and read from its output: a port chosen ahead could be taken meanwhile by
+    another process's outgoing connection)."""
+
+    ready_text = "walkit-bookie admin on "
 
     def __init__(
         self,
@@ -35,11 +39,17 @@ class AdminBookie(BookieProcess):
         data_dirs: list[Path] | None = None,
         extra_args: list[str] | None = None,
     ) -> None:
-        self.admin_port = free_port()
-        args = ["--admin-port", str(self.admin_port), *(extra_args or [])]
+        self.admin_port = 0
+        args = ["--admin-port", "0", *(extra_args or [])]
         for extra_dir in data_dirs or []:
             args += ["--data-dir", str(extra_dir)]
         super().__init__(metadata_url, data_dir, free_port(), extra_args=args)
+
+    def start(self, timeout: float = 30.0) -> None:
+        mark = len(self.output)
+        super().start(timeout)
+        line = next(line for line in self.output[mark:] if self.ready_text in line)
+        self.admin_port = int(line.rsplit(":", 1)[1].split("/")[0])
 
     @property
     def admin(self) -> tuple[str, int]:
@@ -136,7 +146,7 @@ def freezable_disk(path: Path, size_mib: int = 64) -> Iterator[Path]:
     """An ext4 file system in a file, loop-mounted at ``path`` (put data dirs below it: ext4
     has ``lost+found``), that ``frozen`` can stop (``fsfreeze``: writes block until thawed,
     as on a disk that stopped answering)."""
-    for tool in ("mount", "mkfs.ext4", "fsfreeze"):
+    for tool in ("mount", "losetup", "mkfs.ext4", "fsfreeze"):
         problem = _root_problem(tool)
         if problem:
             pytest.skip(problem)
@@ -144,10 +154,19 @@ def freezable_disk(path: Path, size_mib: int = 64) -> Iterator[Path]:
     with open(image, "wb") as f:
         f.truncate(size_mib << 20)
     path.mkdir()
+    device = ""
     try:
         _run("mkfs.ext4", "-q", "-F", str(image))
-        _run("mount", "-o", "loop", str(image), str(path))
+        found = subprocess.run(
+            ["losetup", "--find", "--show", str(image)], capture_output=True, text=True
+        )
+        if found.returncode != 0:
+            raise RuntimeError(f"losetup failed: {found.stderr.strip()}")
+        device = found.stdout.strip()
+        _run("mount", device, str(path))
     except RuntimeError as exc:
+        if device:
+            subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
         image.unlink(missing_ok=True)
         pytest.skip(f"cannot loop-mount an ext4 image here: {exc}")
     try:
@@ -155,6 +174,7 @@ def freezable_disk(path: Path, size_mib: int = 64) -> Iterator[Path]:
     finally:
         thaw(path)  # a frozen file system cannot be unmounted
         subprocess.run(["umount", str(path)], check=False, capture_output=True)
+        subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
         image.unlink(missing_ok=True)
 
 
