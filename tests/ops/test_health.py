@@ -159,7 +159,7 @@ async def test_a_stalled_journal_makes_the_bookie_not_ready_then_not_live(tmp_pa
                             c.add_request(1, e, payload_for(1, e, 16 << 10))
                             for e in range(first, first + 8)
                         ]
-                        answers.extend(await c.call_many(adds))  # type: ignore[arg-type]
+                        answers.extend(await c.call_many(adds))  # type: ignore[arg-type]  # adds get AddResponses
 
                 with frozen(ledgers):
                     nursery.start_soon(flood)

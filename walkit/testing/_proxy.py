@@ -17,10 +17,12 @@ Toxiproxy's: ``upstream`` is what the client sends, ``downstream`` what it recei
 The proxy runs ``trio.run`` in a thread of its own, so it forwards while the test's own event
 loop is busy or blocked (a test that starts a process and waits for its output, say), and it
 serves trio, asyncio and plain threaded tests alike. Its methods may be called from any thread
-while traffic flows; each takes effect for the next chunk of every connection, open or new.
+while traffic flows; when one returns, its faults apply to every byte the proxy has not yet
+handed to a socket, on every connection, open or new.
 
-- Delay: each chunk read is held ``delay + U(0, jitter)`` seconds (the jitter drawn from the
-  injected ``random.Random``, as in :class:`~walkit.testing.SimNetwork`), never overtaking the
+- Delay: each chunk read is held until ``delay + U(0, jitter)`` seconds after it was read (the
+  jitter drawn from the injected ``random.Random`` when it is read, as in
+  :class:`~walkit.testing.SimNetwork`; the delay the one in force), never overtaking the
   chunk before it: TCP is a byte stream.
 - Bandwidth: each direction of each connection sends at most that many bytes per second.
 - Stall: bytes are read (the sender sees its writes succeed) and dropped, EOF included: a
@@ -37,11 +39,11 @@ from __future__ import annotations
 import functools
 import random
 import socket
-import struct
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Final, Literal, final
+from typing import Any, Final, Literal, final
 
 import attrs
 import trio
@@ -56,6 +58,8 @@ __all__ = ["Direction", "FaultProxy"]
 Direction = Literal["upstream", "downstream", "both"]
 _DIRECTIONS: Final = ("upstream", "downstream")
 _CHUNK: Final = 65536
+#: ``struct linger {int l_onoff = 1; int l_linger = 0;}``: close with a RST at once.
+_LINGER_NOW: Final = (1).to_bytes(4, sys.byteorder) + (0).to_bytes(4, sys.byteorder)
 #: How long a method called from another thread waits for the proxy's loop to act.
 _CONTROL_TIMEOUT: Final = 10.0
 
@@ -88,9 +92,7 @@ class _Connection:
         for stream in (self.client, self.server):
             if stream is not None:
                 try:
-                    stream.socket.setsockopt(
-                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-                    )
+                    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_NOW)
                 except OSError:
                     pass  # already closed
         self.scope.cancel()
@@ -143,6 +145,7 @@ class FaultProxy:
         self._thread: threading.Thread | None = None
         self._bound: tuple[str, int] | None = None
         self._failure: BaseException | None = None
+        self._changed: trio.Event  # (made in the proxy's loop)
         #: Connections accepted so far; bytes delivered and dropped (stalled), per direction.
         self.accepted = 0
         self.delivered = dict.fromkeys(_DIRECTIONS, 0)
@@ -225,13 +228,15 @@ class FaultProxy:
         """Remove every fault; reset the connections that lost bytes to a stall."""
         with self._lock:
             self._faults = {d: _Faults() for d in _DIRECTIONS}
+        self._in_loop(self._faults_changed)
         self._in_loop(self._reset_damaged)
         log.info("proxy_healed", proxy=self.name)
 
-    def _set(self, direction: Direction, **changes: object) -> None:
+    def _set(self, direction: Direction, **changes: Any) -> None:
         with self._lock:
             for d in _directions(direction):
-                self._faults[d] = attrs.evolve(self._faults[d], **changes)  # type: ignore[arg-type]
+                self._faults[d] = attrs.evolve(self._faults[d], **changes)
+        self._in_loop(self._faults_changed)
         log.info("proxy_fault", proxy=self.name, direction=direction, **changes)
 
     def _in_loop(self, fn: Callable[[], None]) -> None:
@@ -252,6 +257,11 @@ class FaultProxy:
         except trio.RunFinishedError:
             return
         done.wait(_CONTROL_TIMEOUT)
+
+    def _faults_changed(self) -> None:
+        """Wake the chunks waiting to be due: their due time may have changed."""
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
 
     def _reset_all(self) -> None:
         for conn in list(self._connections):
@@ -280,6 +290,7 @@ class FaultProxy:
         listeners = await trio.open_tcp_listeners(self._listen[1], host=self._listen[0])
         host, port = listeners[0].socket.getsockname()[:2]
         self._bound = (str(host), int(port))
+        self._changed = trio.Event()
         self._token = trio.lowlevel.current_trio_token()
         with trio.CancelScope() as self._stop:
             async with trio.open_nursery() as nursery:
@@ -319,13 +330,13 @@ class FaultProxy:
     ) -> None:
         """Move ``direction``'s bytes: a reader stamps each chunk with when it is due, a
         sender delivers it then, at the allowed rate."""
-        queue: deque[tuple[float, bytes]] = deque()
+        queue: deque[_Chunk] = deque()
         state = _PipeState()
         broken = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read, conn, source, direction, queue, state)
-                nursery.start_soon(self._send, sink, direction, queue, state)
+                nursery.start_soon(self._send, conn, sink, direction, queue, state)
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             broken = True
         if broken:
@@ -340,59 +351,91 @@ class FaultProxy:
         conn: _Connection,
         source: trio.SocketStream,
         direction: str,
-        queue: deque[tuple[float, bytes]],
+        queue: deque[_Chunk],
         state: _PipeState,
     ) -> None:
-        last_due = 0.0
         while True:
             while state.buffered >= self._max_buffered:
                 await state.wait_room()
             data = await source.receive_some(_CHUNK)
             faults = self._faults[direction]
             if faults.stalled:  # accepted, never delivered (an EOF neither)
-                self.dropped[direction] += len(data)
-                conn.damaged = True
+                self._drop(conn, direction, len(data))
                 if not data:
                     await trio.sleep_forever()
                 continue
-            due = trio.current_time() + faults.delay
-            if faults.jitter:
-                due += self._rng.uniform(0.0, faults.jitter)
-            last_due = max(due, last_due)  # never overtake the chunk before
-            queue.append((last_due, bytes(data)))
+            jitter = self._rng.uniform(0.0, faults.jitter) if faults.jitter else 0.0
+            queue.append(_Chunk(trio.current_time(), jitter, bytes(data)))
             state.buffered += len(data)
             state.wake_sender()
             if not data:
                 return
 
+    def _drop(self, conn: _Connection, direction: str, size: int) -> None:
+        self.dropped[direction] += size
+        conn.damaged = True
+
     async def _send(
         self,
+        conn: _Connection,
         sink: trio.SocketStream,
         direction: str,
-        queue: deque[tuple[float, bytes]],
+        queue: deque[_Chunk],
         state: _PipeState,
     ) -> None:
         while True:
             while not queue:
                 await state.wait_data()
-            due, data = queue[0]
-            await trio.sleep_until(due)
-            if not data:
+            chunk = queue[0]
+            # Due by the faults of the moment: a fault set while a chunk waits here applies
+            # to it too (chunks go out in order whatever their jitter).
+            while True:
+                faults = self._faults[direction]
+                due = chunk.read_at + faults.delay + chunk.jitter
+                if faults.stalled or trio.current_time() >= due:
+                    break
+                changed = self._changed
+                with trio.move_on_at(due):
+                    await changed.wait()
+            if faults.stalled:
+                queue.popleft()
+                state.buffered -= len(chunk.data)
+                state.wake_reader()
+                self._drop(conn, direction, len(chunk.data))
+                if not chunk.data:
+                    await trio.sleep_forever()
+                continue
+            if not chunk.data:
                 queue.popleft()
                 await sink.send_eof()
                 return
-            rate = self._faults[direction].bandwidth
+            rate = faults.bandwidth
+            data = chunk.data
             piece = data if rate is None else data[: max(1, int(rate / 20))]  # 50 ms at a time
-            await sink.send_all(piece)
+            # Counted when handed to the socket: once a fault method has returned, no byte
+            # the proxy still held is delivered but by the new faults.
             self.delivered[direction] += len(piece)
+            await sink.send_all(piece)
             if len(piece) == len(data):
                 queue.popleft()
             else:
-                queue[0] = (due, data[len(piece) :])
+                chunk.data = data[len(piece) :]
             state.buffered -= len(piece)
             state.wake_reader()
             if rate is not None:
                 await trio.sleep(len(piece) / rate)
+
+
+@final
+class _Chunk:
+    """Bytes read from one side: when, and the jitter drawn for them."""
+
+    __slots__ = ("data", "jitter", "read_at")
+
+    def __init__(self, read_at: float, jitter: float, data: bytes) -> None:
+        self.read_at = read_at
+        self.jitter = jitter
+        self.data = data
 
 
 @final
