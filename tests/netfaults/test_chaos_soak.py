@@ -208,7 +208,13 @@ class Soak:
             self.lab.heal(target.node)
         else:
             assert isinstance(target, BookieProcess)
-            target.start(timeout=60)
+            for attempt in range(3):  # as a supervisor would
+                try:
+                    target.start(timeout=60)
+                    return
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
 
 
 def _wait_progress(soak: Soak, records: int, timeout: float, *, restart: bool = True) -> bool:
@@ -363,7 +369,8 @@ def _cycle(soak: Soak, cycle: int) -> None:
     # The faults last ``hold`` seconds (a schedule, as in the network-fault soak), while the
     # writer goes on if it can; a writer that exits is replaced after healing.
     _wait_progress(soak, sys.maxsize, hold, restart=False)
-    for kind, target in reversed(applied):
+    # ZooKeeper first: a bookie or a writer cannot start without it.
+    for kind, target in sorted(applied, key=lambda a: a[0] != "kill-zookeeper"):
         soak.heal(kind, target)
     if not _wait_progress(soak, PROGRESS, 180):
         raise AssertionError(
