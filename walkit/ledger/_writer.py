@@ -4,7 +4,7 @@ The decisions are :class:`walkit._core.add_tracker.AddTracker`'s and
 :mod:`walkit._core.ensemble_change`'s; this module moves bytes and waits. An append encodes its
 packet once, queues one frame per bookie of its write set on the shared connections (no task
 per entry), and waits until the tracker says its entry is acknowledged. Answers come back as
-calls on per-slot handlers.
+calls on per-slot handlers. Ensemble changes run in :mod:`walkit.ledger._ensemble_changes`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from walkit._core.add_tracker import AddTracker, PendingAdd
 from walkit._core.digest import DigestManager
 from walkit._core.ensemble_change import (
     AddFailure,
-    change_backoff,
     decide_close,
     new_fragment,
     on_add_failure,
@@ -41,6 +40,7 @@ from walkit.errors import (
     WriterFencedError,
 )
 from walkit.ledger._context import ClientContext, status_error
+from walkit.ledger._ensemble_changes import EnsembleChanges
 from walkit.ledger._explicit_lac import ExplicitLac
 from walkit.ledger._reads import read_entries
 from walkit.ledger._replacements import choose_replacements
@@ -174,12 +174,16 @@ class LedgerWriter:
         self._error: WalkitError | None = None
         self._closing = False
         self._closed = False
-        self._changing = False
-        self._change_done = anyio.Event()
-        self._change_done.set()
-        #: LAC when the last ensemble change committed (None: none yet), and the last pause.
-        self._lac_at_last_change: int | None = None
-        self._change_pause = 0.0
+        self._changes = EnsembleChanges(
+            self.id,
+            self._tracker,
+            context.rng,
+            slots=metadata.ensemble_size,
+            commit=self._commit_new_fragment,
+            resend=self._queue,
+            fail=self._fail,
+            failed=lambda: self._error is not None,
+        )
         self._scope = anyio.CancelScope()
         self._tasks: anyio.abc.TaskGroup | None = None
         #: Custom metadata the close adds (see ``close``).
@@ -332,7 +336,7 @@ class LedgerWriter:
                 if self._idle.is_set():
                     self._idle = anyio.Event()
                 await self._idle.wait()
-            await self._change_done.wait()
+            await self._changes.done.wait()
             await self._close_metadata()
             self._closed = True
         finally:
@@ -486,8 +490,8 @@ class LedgerWriter:
             error=str(error),
             timeout=isinstance(error, BookieTimeoutError),
         )
-        if self._tracker.on_bookie_failure(slot) and not self._changing:
-            self._start_change()
+        if self._tracker.on_bookie_failure(slot):
+            self._changes.start(self._tasks)
 
     def _fail(self, error: WalkitError) -> None:
         """The writer cannot go on: fail every pending append with ``error``."""
@@ -512,52 +516,6 @@ class LedgerWriter:
         self._idle.set()
 
     # --- ensemble change -------------------------------------------------------------------
-
-    def _start_change(self) -> None:
-        if self._tasks is None:  # pragma: no cover - background not started
-            self._fail(ClientClosedError("the writer's background tasks are not running"))
-            return
-        self._changing = True
-        self._change_done = anyio.Event()
-        self._tasks.start_soon(self._change_ensemble)
-
-    async def _change_ensemble(self) -> None:
-        try:
-            while self._error is None and self._tracker.needs_change():
-                await self._pause_before_change()
-                if self._error is not None or not self._tracker.needs_change():
-                    break
-                first_entry, slots = self._tracker.start_ensemble_change()
-                try:
-                    await self._commit_new_fragment(first_entry, slots)
-                except WalkitError as exc:
-                    self._tracker.abort_ensemble_change()
-                    self._fail(exc)
-                    return
-                per_slot: list[list[tuple[int, bytes]]] = [[] for _ in self._conns]
-                carried = -1
-                for pa, targets in self._tracker.finish_ensemble_change():
-                    carried = max(carried, pa.lac)
-                    for slot in targets:
-                        per_slot[slot].append((pa.entry_id, pa.packet))
-                self._queue(per_slot, carried)
-                self._lac_at_last_change = self.last_add_confirmed
-        except Exception as exc:  # a bug must not take the client down
-            log.exception("ensemble_change_crashed", ledger_id=self.id)
-            self._fail(WalkitError(f"ledger {self.id}: ensemble change failed: {exc!r}"))
-        finally:
-            self._changing = False
-            self._change_done.set()
-
-    async def _pause_before_change(self) -> None:
-        """Back off when changes follow each other without an entry acknowledged in between."""
-        last = self._lac_at_last_change
-        progressed = last is None or self.last_add_confirmed > last
-        self._change_pause = change_backoff(self._change_pause, progressed)
-        if self._change_pause > 0:
-            pause = self._change_pause * (0.5 + self._context.rng.random())
-            log.info("ensemble_change_backoff", ledger_id=self.id, seconds=round(pause, 3))
-            await anyio.sleep(pause)
 
     async def _read_metadata(self) -> tuple[LedgerMetadata, int]:
         context = self._context
