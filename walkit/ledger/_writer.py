@@ -9,7 +9,6 @@ calls on per-slot handlers. Ensemble changes run in :mod:`walkit.ledger._ensembl
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, final
@@ -21,8 +20,6 @@ from walkit._core.add_tracker import AddTracker, PendingAdd
 from walkit._core.digest import DigestManager
 from walkit._core.ensemble_change import (
     AddFailure,
-    decide_close,
-    new_fragment,
     on_add_failure,
 )
 from walkit._core.ledger_metadata import LedgerMetadata
@@ -44,7 +41,7 @@ from walkit.ledger._ensemble_changes import EnsembleChanges
 from walkit.ledger._explicit_lac import ExplicitLac
 from walkit.ledger._reads import read_entries
 from walkit.ledger._replacements import choose_replacements
-from walkit.metadata import Decision, cas_update
+from walkit.ledger._writer_metadata import WriterMetadata
 from walkit.net._connection import BookieConnection
 
 log = get_logger(__name__)
@@ -136,8 +133,7 @@ class LedgerWriter:
     ) -> None:
         self._context = context
         self._time = context.loop.time
-        self._md = metadata
-        self._version = version
+        self._md = WriterMetadata(context, metadata, version)
         self.id = metadata.ledger_id
         self._digest: DigestManager = context.digest_manager(metadata, password)
         self._key = context.master_key(password)
@@ -207,7 +203,7 @@ class LedgerWriter:
     @property
     def metadata(self) -> LedgerMetadata:
         """The ledger's metadata as this writer last wrote or read it."""
-        return self._md
+        return self._md.current
 
     @property
     def is_closed(self) -> bool:
@@ -312,7 +308,7 @@ class LedgerWriter:
                 f"ledger {self.id}: entry {last} is past the last add confirmed "
                 f"{self.last_add_confirmed}"
             )
-        return await read_entries(self._context, self._md, self._digest, first, last)
+        return await read_entries(self._context, self._md.current, self._digest, first, last)
 
     async def close(
         self,
@@ -517,27 +513,11 @@ class LedgerWriter:
 
     # --- ensemble change -------------------------------------------------------------------
 
-    async def _read_metadata(self) -> tuple[LedgerMetadata, int]:
-        context = self._context
-        return await context.retry_metadata(functools.partial(context.ledgers.read, self.id))
-
-    async def _write_metadata(self, md: LedgerMetadata, version: int) -> int:
-        context = self._context
-        return await context.retry_metadata(functools.partial(context.ledgers.write, md, version))
-
     async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
         context = self._context
-        md = self._md
         current = tuple(self._ensemble)
-        replacements = choose_replacements(context, md, current, slots, self._refused)
-        self._md, self._version, _ = await cas_update(
-            f"ledger {self.id}: ensemble change",
-            read=self._read_metadata,
-            write=self._write_metadata,
-            decide=lambda md: Decision(None, new_fragment(md, current, first_entry, replacements)),
-            rng=context.rng,
-            current=(md, self._version),
-        )
+        replacements = choose_replacements(context, self._md.current, current, slots, self._refused)
+        await self._md.add_fragment(current, first_entry, replacements)
         for slot, bookie in replacements.items():
             self._ensemble[slot] = bookie
             self._conns[slot] = context.pool.get(bookie)
@@ -578,25 +558,8 @@ class LedgerWriter:
     # --- close -----------------------------------------------------------------------------
 
     async def _close_metadata(self) -> None:
-        context = self._context
-        lac = self._tracker.last_add_confirmed
         custom = self._close_custom() if callable(self._close_custom) else self._close_custom
-
-        def decide(md: LedgerMetadata) -> Decision[LedgerMetadata, None]:
-            decision = decide_close(md, lac, self._tracker.acked_length, custom)
-            if decision.error is not None:
-                raise decision.error
-            return Decision(None, None if decision.done else decision.write)
-
-        self._md, self._version, _ = await cas_update(
-            f"ledger {self.id}: close",
-            read=self._read_metadata,
-            write=self._write_metadata,
-            decide=decide,
-            rng=context.rng,
-            current=(self._md, self._version),
-        )
-        log.debug("ledger_closed", ledger_id=self.id, last_entry_id=lac)
+        await self._md.close(self._tracker.last_add_confirmed, self._tracker.acked_length, custom)
 
 
 def _check_range(first: Any, last: Any) -> None:
