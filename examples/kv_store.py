@@ -35,6 +35,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import final
 
+import anyio
 import trio
 from kv_state import KVState
 from kv_state import command as kv_command
@@ -264,7 +265,10 @@ def serve_main(argv: list[str]) -> None:
     if not args.metadata:
         parser.error("give --metadata URL (or set WALKIT_METADATA)")
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr)
-    from kv_service import KVService, Options
+    try:
+        from kv_service import KVService, Options
+    except ImportError as exc:  # httptools: the service's HTTP parser
+        parser.error(f"{exc}; the service needs the kv extra: pip install 'walkit[kv]'")
 
     host, port = args.http
     options = Options(
@@ -291,19 +295,20 @@ def serve_main(argv: list[str]) -> None:
                 ack_quorum=int(args.ack_quorum),
             )
             service = KVService(client, kv_log, options)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with trio.open_nursery() as nursery:
-                    address = await nursery.start(service.run)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async with anyio.create_task_group() as tasks:
+                    address = await tasks.start(service.run)
                     print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
                     async for _signum in signals:
                         # A clean stop: the lease is given up on the way out, so another
                         # replica takes over at once instead of after the lease timeout.
                         print("kv: stopping", flush=True)
-                        nursery.cancel_scope.cancel()
+                        tasks.cancel_scope.cancel()
                         break
 
     try:
-        trio.run(run)
+        # asyncio, on uvloop when it is installed: the HTTP server is asyncio protocols.
+        anyio.run(run, backend="asyncio", backend_options={"use_uvloop": _has_uvloop()})
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (walkit.errors.WalkitError, OSError, BaseExceptionGroup) as exc:
@@ -312,6 +317,12 @@ def serve_main(argv: list[str]) -> None:
             raise
         print(f"kv_store: error: {type(cause).__name__}: {cause}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _has_uvloop() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
