@@ -13,6 +13,7 @@ check completes; neither starts a task per request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -60,6 +61,8 @@ class Options:
 
 #: What a write's answer is, given what the state machine's apply returned.
 Finish = Callable[[Any], Response]
+#: Connects a client and opens the service's log on it (again after a session expiry).
+Connect = Callable[[], contextlib.AbstractAsyncContextManager[walkit.Log]]
 
 
 @final
@@ -92,11 +95,11 @@ _LOST_LEAD = error(503, "this replica just lost the lead", [("retry-after", "1")
 
 @final
 class KVService:
-    def __init__(self, client: walkit.Client, log: walkit.Log, options: Options) -> None:
+    def __init__(self, connect: Connect, options: Options) -> None:
         self.options = options
-        self.client = client
+        self._connect = connect
         self.state = KVState()
-        self.replica = Replica(log, self.state, snapshot_every=options.snapshot_every)
+        self._replica: Replica | None = None
         self.metrics = Metrics(self.state, options.quota_bytes)
         #: Growth of the PUTs admitted under the quota and not applied yet.
         self._reserved = 0
@@ -137,11 +140,36 @@ class KVService:
             await tasks.start(self.election.run)
             task_status.started(self.address)
             while True:
-                generation = self.election.generation
-                if self.election.is_leader:
-                    await self._lead()
-                else:
-                    await self._follow_until(generation)
+                try:
+                    async with self._connect() as log:
+                        if self._replica is None:
+                            self._replica = Replica(
+                                log, self.state, snapshot_every=opts.snapshot_every
+                            )
+                        else:  # what was applied stays: the new handle reads on from there
+                            self._replica.log = log
+                        await self._serve_log(self.election)
+                except BaseException as exc:
+                    if not _session_expired(exc):
+                        raise
+                    # The client's metadata session expired (a long stall, an overloaded
+                    # machine): nothing the client holds works any more; connect again.
+                    print(f"kv: metadata session expired ({exc}); connecting again", flush=True)
+                    await anyio.sleep(0.1)
+
+    @property
+    def replica(self) -> Replica:
+        assert self._replica is not None, "the service is not connected yet"
+        return self._replica
+
+    async def _serve_log(self, election: LeaderElection) -> None:
+        """Lead or follow, as the election says, until the client's session expires."""
+        while True:
+            generation = election.generation
+            if election.is_leader:
+                await self._lead()
+            else:
+                await self._follow_until(generation)
 
     async def _serve_http(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
         await serve(
@@ -176,6 +204,8 @@ class KVService:
         while True:
             try:
                 await self.replica.follow()
+            except walkit.errors.SessionExpiredError:
+                raise
             except walkit.errors.WalkitError as exc:
                 print(f"kv: follow failed ({type(exc).__name__}: {exc}); retrying", flush=True)
                 await anyio.sleep(0.5)
@@ -185,6 +215,7 @@ class KVService:
         assert election is not None
         self._lead_failed = anyio.Event()
         led = False
+        expired: BaseException | None = None
         try:
             async with self.replica.lead() as leader:
                 led = True
@@ -202,6 +233,7 @@ class KVService:
                     tasks.cancel_scope.cancel()
         except walkit.errors.WalkitError as exc:
             print(f"kv: stopped leading ({type(exc).__name__}: {exc})", flush=True)
+            expired = exc
         finally:
             self._leader = None
             self.metrics.leader.set(0)
@@ -214,6 +246,8 @@ class KVService:
             # (or this one, later) starts afresh.
             await election.resign()
             await anyio.sleep(self.options.lease_timeout / 2)
+        if expired is not None and _session_expired(expired):
+            raise expired
         print("kv: following", flush=True)
 
     # --- group commit ---------------------------------------------------------------------------
@@ -344,7 +378,7 @@ class KVService:
         if path == "/v1/status" and request.method in ("GET", "HEAD"):
             return json_response(200, self.status())
         if path == "/metrics" and request.method in ("GET", "HEAD"):
-            self.metrics.applied.set(self.replica.applied_count)
+            self.metrics.applied.set(self._replica.applied_count if self._replica else 0)
             return Response(
                 200,
                 generate_latest(self.metrics.registry),
@@ -358,7 +392,7 @@ class KVService:
         return {
             "role": "leader" if leading else "follower",
             "leader": election.leader if election is not None else None,
-            "applied": str(self.replica.applied_position),
+            "applied": self._applied(),
             "address": self.address,
             "size_bytes": self.state.size,
             "quota_bytes": self.options.quota_bytes,
@@ -389,7 +423,12 @@ class KVService:
             "yes",
         ):
             return self._not_leader(request)
-        return self._value(key, [("x-applied-position", str(self.replica.applied_position))])
+        return self._value(key, [("x-applied-position", self._applied())])
+
+    def _applied(self) -> str:
+        """The position of the last command applied here (before the first connect: none)."""
+        replica = self._replica
+        return str(replica.applied_position if replica else walkit.LogPosition.EARLIEST)
 
     def _value(self, key: str, headers: list[tuple[str, str]]) -> Response:
         found = self.state.get(key)
@@ -474,6 +513,13 @@ def _producer(request: Request) -> tuple[str, int] | Response | None:
     if len(producer.encode()) > 255 or int(sequence) >= 2**64:
         return error(400, "Walkit-Producer is at most 255 bytes, Walkit-Sequence below 2^64")
     return producer, int(sequence)
+
+
+def _session_expired(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or a group holding only) a metadata session's expiry."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_session_expired(e) for e in exc.exceptions)
+    return isinstance(exc, walkit.errors.SessionExpiredError)
 
 
 def _lease_store_options(opts: Options) -> dict[str, Any]:

@@ -285,26 +285,29 @@ def serve_main(argv: list[str]) -> None:
         quota_bytes=int(args.quota_bytes),
     )
 
-    async def run() -> None:
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[walkit.Log]:
         async with walkit.Client.connect(args.metadata) as client:
-            kv_log = await walkit.Log.open(
+            yield await walkit.Log.open(
                 client,
                 args.log,
                 ensemble_size=int(args.ensemble),
                 write_quorum=int(args.write_quorum),
                 ack_quorum=int(args.ack_quorum),
             )
-            service = KVService(client, kv_log, options)
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with anyio.create_task_group() as tasks:
-                    address = await tasks.start(service.run)
-                    print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
-                    async for _signum in signals:
-                        # A clean stop: the lease is given up on the way out, so another
-                        # replica takes over at once instead of after the lease timeout.
-                        print("kv: stopping", flush=True)
-                        tasks.cancel_scope.cancel()
-                        break
+
+    async def run() -> None:
+        service = KVService(connect, options)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tasks:
+                address = await tasks.start(service.run)
+                print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
+                async for _signum in signals:
+                    # A clean stop: the lease is given up on the way out, so another
+                    # replica takes over at once instead of after the lease timeout.
+                    print("kv: stopping", flush=True)
+                    tasks.cancel_scope.cancel()
+                    break
 
     try:
         # asyncio, on uvloop when it is installed: the HTTP server is asyncio protocols.
