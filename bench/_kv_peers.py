@@ -114,9 +114,14 @@ def kv_service(
 def failover_once(reps: list[ReplicaProcess]) -> float:
     """SIGKILL the leader; seconds until a PUT on another replica gets a 200 (the killed one
     is restarted afterwards, as a follower)."""
-    old = leader_of(reps)
+    deadline = time.monotonic() + 60
+    while True:  # a leader that answers (a loaded machine may have moved the lead)
+        old = leader_of(reps)
+        if http("PUT", f"{old.base}/v1/kv/before", b"x", timeout=5.0)[0] == 200:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("no leader acknowledges a PUT")
     others = [r for r in reps if r is not old]
-    assert http("PUT", f"{old.base}/v1/kv/before", b"x")[0] == 200
     killed = time.perf_counter()
     old.kill()
     n = 0

@@ -45,8 +45,13 @@ class Options:
     lease_timeout: float = 1.0
     snapshot_every: int = 10_000
     max_body: int = 64 * 1024
+    #: Commands per group commit, at most.
     max_batch: int = 512
-    batches_in_flight: int = 4
+    #: Group commits in flight at once (pipelined: each is its own log entry); one starts
+    #: beside others only once it has ``group_commit_min`` commands, else it waits for them
+    #: and takes the commands that arrive meanwhile.
+    group_commits: int = 3
+    group_commit_min: int = 16
     #: HTTP connections at once (None: half the open-file limit, at most 1,024), and the
     #: seconds a keep-alive connection may idle and a request may take to arrive.
     max_connections: int | None = None
@@ -107,7 +112,8 @@ class KVService:
         self.address = ""
         self._leader: Leader | None = None  # set while leading and caught up
         self._pending: list[_Pending] = []
-        self._has_pending = anyio.Event()
+        self._kick = anyio.Event()
+        self._in_flight = 0
         #: Batches handed to the log and not answered yet, by number (answered 503 if the
         #: lead ends before their task could).
         self._committing: dict[int, list[_Pending]] = {}
@@ -154,6 +160,8 @@ class KVService:
                         raise
                     # The client's metadata session expired (a long stall, an overloaded
                     # machine): nothing the client holds works any more; connect again.
+                    while isinstance(exc, BaseExceptionGroup):
+                        exc = exc.exceptions[0]
                     print(f"kv: metadata session expired ({exc}); connecting again", flush=True)
                     await anyio.sleep(0.1)
 
@@ -214,6 +222,7 @@ class KVService:
         election = self.election
         assert election is not None
         self._lead_failed = anyio.Event()
+        self._in_flight = 0
         led = False
         expired: BaseException | None = None
         try:
@@ -253,28 +262,31 @@ class KVService:
     # --- group commit ---------------------------------------------------------------------------
 
     async def _committer(self, leader: Leader) -> None:
-        limiter = anyio.Semaphore(self.options.batches_in_flight)
+        opts = self.options
         async with anyio.create_task_group() as tasks:
             while True:
-                await self._has_pending.wait()
-                await limiter.acquire()
-                batch = self._pending[: self.options.max_batch]
-                del self._pending[: len(batch)]
-                if not self._pending:
-                    self._has_pending = anyio.Event()
-                if batch:
+                await self._kick.wait()
+                self._kick = anyio.Event()
+                while self._pending and (
+                    self._in_flight == 0
+                    or (
+                        self._in_flight < opts.group_commits
+                        and len(self._pending) >= opts.group_commit_min
+                    )
+                ):
+                    batch = self._pending[: opts.max_batch]
+                    del self._pending[: len(batch)]
+                    self._in_flight += 1
                     self._batches += 1
                     self._committing[self._batches] = batch
-                    tasks.start_soon(self._commit, leader, self._batches, limiter)
-                else:
-                    limiter.release()
+                    tasks.start_soon(self._commit, leader, self._batches)
 
-    async def _commit(self, leader: Leader, number: int, limiter: anyio.Semaphore) -> None:
+    async def _commit(self, leader: Leader, number: int) -> None:
         batch = self._committing.pop(number)
         answers: list[Response] | None = None
         try:
             self.metrics.batch.observe(len(batch))
-            results = await leader.submit_batch([p.cmd for p in batch])
+            results = await leader.submit_batch([p.cmd for p in batch], flush=True)
             answers = [p.finish(result) for p, result in zip(batch, results, strict=True)]
         except BaseException as exc:
             failed = _write_failed(exc)
@@ -287,7 +299,8 @@ class KVService:
                 self._reserved -= p.growth
                 if not p.future.done():
                     p.future.set_result(answer)
-            limiter.release()
+            self._in_flight -= 1
+            self._kick.set()
             self.metrics.applied.set(self.replica.applied_count)
 
     def _fail_pending(self, exc: BaseException) -> None:
@@ -312,8 +325,10 @@ class KVService:
         assert self._loop is not None
         future: asyncio.Future[Response] = self._loop.create_future()
         self._reserved += growth
-        self._pending.append(_Pending(cmd, finish, future, growth))
-        self._has_pending.set()
+        pending = self._pending
+        pending.append(_Pending(cmd, finish, future, growth))
+        if self._in_flight == 0 or len(pending) >= self.options.group_commit_min:
+            self._kick.set()
         return future
 
     async def _write_tagged(

@@ -233,6 +233,25 @@ def serve_main(argv: list[str]) -> None:
     parser.add_argument("--write-quorum", type=_positive(int), default=3, help="Qw")
     parser.add_argument("--ack-quorum", type=_positive(int), default=2, help="Qa")
     parser.add_argument(
+        "--group-commits",
+        type=_positive(int),
+        default=3,
+        help="group commits in flight at once (each its own log entry, pipelined)",
+    )
+    parser.add_argument(
+        "--group-commit-min",
+        type=_positive(int),
+        default=16,
+        help="commands a group commit needs to start while another is in flight",
+    )
+    parser.add_argument(
+        "--batch-bytes",
+        type=_positive(int),
+        default=64 * 1024,
+        help="largest log entry the leader writes: a full one goes at once, while others are "
+        "in flight",
+    )
+    parser.add_argument(
         "--max-connections",
         type=_positive(int),
         default=None,
@@ -283,6 +302,8 @@ def serve_main(argv: list[str]) -> None:
         idle_timeout=float(args.idle_timeout),
         request_timeout=float(args.request_timeout),
         quota_bytes=int(args.quota_bytes),
+        group_commits=int(args.group_commits),
+        group_commit_min=int(args.group_commit_min),
     )
 
     @contextlib.asynccontextmanager
@@ -294,6 +315,7 @@ def serve_main(argv: list[str]) -> None:
                 ensemble_size=int(args.ensemble),
                 write_quorum=int(args.write_quorum),
                 ack_quorum=int(args.ack_quorum),
+                batch_bytes=int(args.batch_bytes),
             )
 
     async def run() -> None:
