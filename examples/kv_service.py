@@ -22,6 +22,7 @@ from typing import Any, final
 import anyio
 import anyio.abc
 import attrs
+import kv_health
 from kv_http import Limits, Request, Response, error, json_response, serve
 from kv_metrics import Metrics
 from kv_state import KVState, command, decode_value, encode_value
@@ -68,6 +69,16 @@ class Options:
 Finish = Callable[[Any], Response]
 #: Connects a client and opens the service's log on it (again after a session expiry).
 Connect = Callable[[], contextlib.AbstractAsyncContextManager[walkit.Log]]
+
+
+@final
+@attrs.define
+class _FollowFailure:
+    """The follow loop's failures since it last applied a record (``kv_health``)."""
+
+    since: float
+    error: str
+    applied: int
 
 
 @final
@@ -124,6 +135,21 @@ class KVService:
         self._has_reads = anyio.Event()
         self._lead_failed = anyio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._follow_failure: _FollowFailure | None = None
+
+    @property
+    def connected(self) -> bool:
+        """The log is open (``replica`` is there)."""
+        return self._replica is not None
+
+    @property
+    def leading(self) -> bool:
+        """Leading, with the log taken over and caught up."""
+        return self._leader is not None
+
+    @property
+    def follow_failure(self) -> _FollowFailure | None:
+        return self._follow_failure
 
     # --- the replica's life ---------------------------------------------------------------------
 
@@ -216,6 +242,13 @@ class KVService:
                 raise
             except walkit.errors.WalkitError as exc:
                 print(f"kv: follow failed ({type(exc).__name__}: {exc}); retrying", flush=True)
+                failure = self._follow_failure
+                applied = self.replica.applied_count
+                if failure is None or failure.applied != applied:  # it made progress since
+                    failure = self._follow_failure = _FollowFailure(
+                        anyio.current_time(), "", applied
+                    )
+                failure.error = f"{type(exc).__name__}: {exc}"
                 await anyio.sleep(0.5)
 
     async def _lead(self) -> None:
@@ -392,6 +425,10 @@ class KVService:
             return error(405, f"method {method} not allowed on keys")
         if path == "/v1/status" and request.method in ("GET", "HEAD"):
             return json_response(200, self.status())
+        if path == "/livez" and request.method in ("GET", "HEAD"):
+            return json_response(*kv_health.liveness(self))
+        if path == "/readyz" and request.method in ("GET", "HEAD"):
+            return self._readiness()
         if path == "/metrics" and request.method in ("GET", "HEAD"):
             self.metrics.applied.set(self._replica.applied_count if self._replica else 0)
             return Response(
@@ -400,6 +437,10 @@ class KVService:
                 content_type="text/plain; version=0.0.4; charset=utf-8",
             )
         return error(404, f"no such endpoint: {request.method} {path}")
+
+    async def _readiness(self) -> Response:
+        # A coroutine only here: the probe awaits a lease check or a read of the log.
+        return json_response(*await kv_health.readiness(self))
 
     def status(self) -> dict[str, Any]:
         election = self.election

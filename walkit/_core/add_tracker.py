@@ -1,5 +1,5 @@
-"""The writer's state machine (BookKeeper's protocol document, "Writing to the ledger"): pending adds, ordered
-acknowledgement, the LAC, and which bookie failures call for an ensemble change.
+"""The writer's state machine (BookKeeper's protocol document, "Writing to the ledger"): pending
+adds, ordered acknowledgement, the LAC, and which bookie failures call for an ensemble change.
 
 Pure and synchronous. The trio writer feeds it events (an add, an ack, a bookie failure, an
 ensemble change that committed) and acts on its answers (where to send, which entries are now

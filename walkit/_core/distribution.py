@@ -1,5 +1,5 @@
-"""Round-robin striping (BookKeeper's protocol document): which bookies of an ensemble store which entry, and the
-response counts the protocol reasons with (the TLA+ protocol guide)."""
+"""Round-robin striping (BookKeeper's protocol document): which bookies of an ensemble store which
+entry, and the response counts the protocol reasons with (the TLA+ protocol guide)."""
 
 from __future__ import annotations
 

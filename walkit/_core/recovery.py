@@ -1,4 +1,5 @@
-"""Ledger recovery decisions (BookKeeper's protocol document "Opening as reader with recovery", the TLA+ protocol guide step 1 and 2).
+"""Ledger recovery decisions (BookKeeper's protocol document "Opening as reader with recovery", the
+TLA+ protocol guide step 1 and 2).
 
 Recovery has three phases, each a small state machine fed with bookie answers:
 
@@ -62,12 +63,13 @@ FAILED: frozenset[Answer] = frozenset({Answer.ERROR, Answer.REFUSED})
 def refused_answer(password_verified: bool) -> Answer:
     """What an UNAUTHORIZED answer to a fence or recovery read counts as.
 
-    A bookie keeps the master key of the first request it saw for a ledger id and refuses
-    every other key. When the recovering client's password matched the hash in the ledger's
-    metadata, its key is the writer's key, so a bookie that refuses it never accepted one of
-    the writer's adds, and never will: the id was claimed there first with a junk key (a stranger
-    can claim any ledger id on a bookie before its writer does). For the quorum rules such a bookie is a fenced bookie that holds nothing:
-    fenced with LAC -1, and "no such entry" for every entry (:attr:`Answer.MISSING`).
+    A bookie keeps the master key of the first request it saw for a ledger id and refuses every
+    other key. When the recovering client's password matched the hash in the ledger's metadata, its
+    key is the writer's key, so a bookie that refuses it never accepted one of the writer's adds,
+    and never will: the id was claimed there first with a junk key (a stranger can claim any ledger
+    id on a bookie before its writer does). For the quorum rules such a bookie is a fenced bookie
+    that holds nothing: fenced with LAC -1, and "no such entry" for every entry
+    (:attr:`Answer.MISSING`).
 
     Without a verified password (a ledger whose metadata has no password hash) the refusal
     may mean that the password is wrong: the bookie counts as failed (:attr:`Answer.REFUSED`),

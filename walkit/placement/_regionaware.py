@@ -27,8 +27,9 @@ _MAX_SHARE_SPLITS = 64
 
 
 class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
-    """Takes an equal share of the ensemble from each region (BookKeeper's placement-policy guide: 15 bookies over three
-    regions is 5 from each), and inside each region spreads its share over racks.
+    """Takes an equal share of the ensemble from each region (BookKeeper's placement-policy guide:
+    15 bookies over three regions is 5 from each), and inside each region spreads its share over
+    racks.
 
     Shares differ by at most one; a region with fewer writable bookies than its share gives all
     it has and the other regions share the rest equally. Bookies of different regions are
