@@ -4,6 +4,8 @@
 # load generator in C). It starts no service: the benchmark starts its own etcd members.
 # Runs as root or through sudo.
 set -euo pipefail
+# shellcheck source=scripts/_apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
 
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
@@ -14,23 +16,8 @@ if [ "${#need[@]}" -eq 0 ]; then
   exit 0
 fi
 
-if [ "$(id -u)" -eq 0 ]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1; then
-  sudo=(sudo)
-else
-  echo "install-bench-peers.sh: need root or sudo to install: ${need[*]}" >&2
-  exit 1
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-bench-peers.sh: no apt-get here; install etcd 3.4 and wrk 4 by hand: ${need[*]}" >&2
-  exit 1
-fi
-
-echo "installing: ${need[*]}"
-${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
-${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -q --no-install-recommends "${need[@]}"
+apt_prepare install-bench-peers.sh "install etcd 3.4 and wrk 4 by hand" "${need[@]}"
+apt_install "${need[@]}"
 # Debian's etcd-server package may start a system etcd on 2379/2380; the benchmark uses its
 # own ports, so leave it to the administrator.
 for tool in etcd wrk; do
