@@ -41,8 +41,10 @@ class FollowFailure(Protocol):
 class Service(Protocol):
     """What the probes read of a replica (a ``KVService``)."""
 
-    replica: Replica
     election: LeaderElection | None
+
+    @property
+    def replica(self) -> Replica: ...
 
     @property
     def connected(self) -> bool: ...
