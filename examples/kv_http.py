@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import http
 import json
+import os
 import resource
 import time
 import urllib.parse
@@ -530,9 +531,14 @@ async def serve(
     except RuntimeError:
         raise RuntimeError("kv_http serves on asyncio (or uvloop), not on this loop") from None
     server = _Server(handler, max_body, limits or Limits(), stats or Stats(), observe)
-    listener = await server.loop.create_server(
-        lambda: _Connection(server), host, port, backlog=1024
-    )
+    try:
+        listener = await server.loop.create_server(
+            lambda: _Connection(server), host, port, backlog=1024
+        )
+    except OSError as exc:
+        # In the OS's words, whichever loop: uvloop words a bind error its own way.
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot serve HTTP on {host}:{port}: {reason}") from exc
     try:
         task_status.started(listener.sockets[0].getsockname()[1])
         await server.sweep()
