@@ -42,8 +42,6 @@ def stored_bytes(text: str) -> int:
 
 #: A str as ``json.dumps`` writes it (quoted, escaped to ASCII), in C.
 _json_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
-#: ``json.loads`` of a str, without its checks of the argument's type and encoding.
-_json_decode = json.JSONDecoder().decode
 
 
 def command(op: str, key: str, value: str | None = None, expect: str | None = None) -> bytes:
@@ -79,7 +77,7 @@ class KVState:
         return self.data.get(key)
 
     def apply(self, cmd: bytes, position: walkit.LogPosition) -> Any:
-        op = _json_decode(cmd.decode("utf-8"))
+        op = json.loads(cmd)
         kind = op["op"]
         key = op["key"]
         data = self.data
