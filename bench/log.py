@@ -209,20 +209,22 @@ def measure_sync(
 
 
 def measure_etcd(root: Path, seconds: float) -> dict[str, dict[str, float]]:
-    from bench.kv import _cpu, etcd_cluster, etcd_put, load
+    from bench import _kv_load
+    from bench._kv_peers import cpu_seconds, etcd_cluster
 
     out: dict[str, dict[str, float]] = {}
-    with etcd_cluster(root) as (addresses, pids):
+    with etcd_cluster(root) as (urls, pids):
         for mode, clients in (("1 in flight", 1), (f"{TASKS} tasks", TASKS)):
-            cpu0, members0 = time.process_time(), _cpu(pids)
-            m = trio.run(load, addresses[0], etcd_put, 1.0, seconds, clients)
-            done = max(1.0, m["all_ok"])
+            _kv_load.run(urls[0], "etcd-put", seconds=1.0, connections=clients, tag="warm")
+            members0 = cpu_seconds(pids)
+            m = _kv_load.run(urls[0], "etcd-put", seconds=seconds, connections=clients)
+            done = max(1.0, m["ok"])
             out[mode] = {
-                "records_per_s": m["puts_per_s"],
+                "records_per_s": m["per_s"],
                 "p50_ms": m["p50_ms"],
                 "p99_ms": m["p99_ms"],
-                "client_us": (time.process_time() - cpu0) / done * 1e6,
-                "bookies_us": (_cpu(pids) - members0) / done * 1e6,
+                "client_us": m["client_cpu_s"] / done * 1e6,
+                "bookies_us": (cpu_seconds(pids) - members0) / done * 1e6,
             }
     return out
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Protocol
 
-import trio
+import anyio
 
 import walkit
 from walkit.recipes import LeaderElection
@@ -41,8 +41,13 @@ class FollowFailure(Protocol):
 class Service(Protocol):
     """What the probes read of a replica (a ``KVService``)."""
 
-    replica: Replica
     election: LeaderElection | None
+
+    @property
+    def replica(self) -> Replica: ...
+
+    @property
+    def connected(self) -> bool: ...
 
     @property
     def leading(self) -> bool: ...
@@ -76,7 +81,7 @@ def _role(service: Service) -> str:
 def _follow_failing(service: Service, limit: float) -> Check:
     failure = service.follow_failure
     if failure is not None and failure.applied == service.replica.applied_count:
-        failing = trio.current_time() - failure.since
+        failing = anyio.current_time() - failure.since
         if failing > limit:
             return (
                 "follow",
@@ -94,7 +99,7 @@ def liveness(service: Service) -> tuple[int, dict[str, Any]]:
 
 async def _lease(election: LeaderElection) -> Check:
     confirmed = False
-    with trio.move_on_after(election.lease_timeout):
+    with anyio.move_on_after(election.lease_timeout):
         confirmed = await election.confirm()
     if confirmed:
         return ("lease", True, "held: confirmed by a read of the election node just now")
@@ -109,7 +114,7 @@ async def _lease(election: LeaderElection) -> Check:
 async def _applied(replica: Replica) -> Check:
     applied = replica.applied_position
     record: walkit.LogRecord | None = None
-    with trio.move_on_after(READ_TIMEOUT) as reading:
+    with anyio.move_on_after(READ_TIMEOUT) as reading:
         try:
             reader = replica.log.reader(replica.next_position, follow=False, skip_truncated=False)
             record = await reader.next()
@@ -123,7 +128,7 @@ async def _applied(replica: Replica) -> Check:
         )
     if record is None or record.position <= applied:
         return ("applied", True, f"applied the whole log (up to {applied})")
-    with trio.move_on_after(CATCH_UP):
+    with anyio.move_on_after(CATCH_UP):
         await replica.wait_applied(record.position)
         return ("applied", True, f"applied the log up to {record.position} within {CATCH_UP:g} s")
     return (
@@ -139,6 +144,8 @@ async def readiness(service: Service) -> tuple[int, dict[str, Any]]:
     role = _role(service)
     if election is None:
         return _answer([("role", False, "starting: the election has not begun")], role)
+    if not service.connected:
+        return _answer([("role", False, "starting: the log is not open yet")], role)
     if election.is_leader and not service.leading:
         return _answer([("role", False, "won the lease; taking the log over")], role)
     if service.leading:

@@ -3,29 +3,36 @@
 Three replicas started on one log form a service: the one that holds the lease
 (``walkit.recipes.LeaderElection``) takes the log over (fencing the previous leader), catches
 up and serves writes; the others follow the log and redirect writes to it. See docs/kv.md.
+
+It runs on asyncio (uvloop when installed; walkit's async API runs on the loop that awaits
+it), and the hot paths cost per batch rather than per request: a PUT waits in a future that
+its group commit completes, and the leader's linearizable reads wait in futures that one lease
+check completes; neither starts a task per request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
-import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Any, final
 
+import anyio
+import anyio.abc
 import attrs
 import kv_health
-import trio
-from kv_http import Limits, Request, Response, Stats, error, json_response, serve
+from kv_http import Limits, Request, Response, error, json_response, serve
+from kv_metrics import Metrics
 from kv_state import KVState, command, decode_value, encode_value
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import generate_latest
 
 import walkit
 from walkit.recipes import LeaderElection
 from walkit.statemachine import Leader, Replica
 
 MAX_KEY = 1024
-_METHODS = frozenset({"GET", "PUT", "DELETE", "POST", "HEAD"})
 KV_PREFIX = "/v1/kv/"
 
 
@@ -39,8 +46,13 @@ class Options:
     lease_timeout: float = 1.0
     snapshot_every: int = 10_000
     max_body: int = 64 * 1024
+    #: Commands per group commit, at most.
     max_batch: int = 512
-    batches_in_flight: int = 4
+    #: Group commits in flight at once (pipelined: each is its own log entry); one starts
+    #: beside others only once it has ``group_commit_min`` commands, else it waits for them
+    #: and takes the commands that arrive meanwhile.
+    group_commits: int = 3
+    group_commit_min: int = 16
     #: HTTP connections at once (None: half the open-file limit, at most 1,024), and the
     #: seconds a keep-alive connection may idle and a request may take to arrive.
     max_connections: int | None = None
@@ -51,6 +63,12 @@ class Options:
     #: the whole map in memory and replays it from the log, so without a bound a stranger's
     #: PUTs could grow it until every replica runs out of memory, again at each restart.
     quota_bytes: int = 1 << 30
+
+
+#: What a write's answer is, given what the state machine's apply returned.
+Finish = Callable[[Any], Response]
+#: Connects a client and opens the service's log on it (again after a session expiry).
+Connect = Callable[[], contextlib.AbstractAsyncContextManager[walkit.Log]]
 
 
 @final
@@ -65,111 +83,64 @@ class _FollowFailure:
 
 @final
 class _Pending:
-    """One write waiting for its batch."""
+    """One write waiting for its group commit; ``future`` gets its answer."""
 
-    __slots__ = ("cmd", "done", "duplicate", "error", "position", "result")
+    __slots__ = ("cmd", "finish", "future", "growth")
 
-    def __init__(self, cmd: bytes) -> None:
+    def __init__(
+        self, cmd: bytes, finish: Finish, future: asyncio.Future[Response], growth: int
+    ) -> None:
         self.cmd = cmd
-        self.duplicate = False
-        self.done = trio.Event()
-        self.result: Any = None
-        self.position: str | None = None
-        self.error: BaseException | None = None
+        self.finish = finish
+        self.future = future
+        #: Quota bytes reserved for it until it is applied (or fails).
+        self.growth = growth
 
 
-@final
-class _Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "kv_requests", "HTTP requests answered", ["method", "code"], registry=r
-        )
-        self.latency = Histogram(
-            "kv_request_seconds", "HTTP request latency", ["method"], registry=r
-        )
-        self.batch = Histogram(
-            "kv_commit_batch_size",
-            "commands per append_batch",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-            registry=r,
-        )
-        self.leader = Gauge("kv_is_leader", "1 on the leader", registry=r)
-        self.applied = Gauge("kv_applied_records", "records applied by this replica", registry=r)
-        self.step_downs = Counter("kv_step_downs", "times this replica stopped leading", registry=r)
-        self.quota_refused = Counter(
-            "kv_quota_refused", "PUTs refused with 507: the store would pass its quota", registry=r
-        )
-        self.http = Stats()
-        r.register(_HttpCollector(self.http))
+def _write_failed(exc: BaseException) -> Response:
+    # The command may or may not be in the log: the client must not assume either.
+    return error(
+        503,
+        f"write outcome unknown, leader stepped down ({type(exc).__name__})",
+        [("retry-after", "1")],
+    )
 
 
-@final
-class _HttpCollector:
-    """The HTTP server's connection counts (kept by kv_http, read at scrape time)."""
-
-    def __init__(self, stats: Stats) -> None:
-        self._stats = stats
-
-    def collect(self) -> Any:
-        s = self._stats
-        yield GaugeMetricFamily("kv_http_connections", "HTTP connections open", value=s.open)
-        for name, doc, value in (
-            ("kv_http_connections_refused", "connections answered 503: too many open", s.refused),
-            (
-                "kv_http_idle_closed",
-                "keep-alive connections closed after idle_timeout",
-                s.idle_closed,
-            ),
-            (
-                "kv_http_evicted",
-                "connections closed to make room for a newcomer at max_connections",
-                s.evicted,
-            ),
-            (
-                "kv_http_timed_out",
-                "connections closed: a request or its answer took over request_timeout",
-                s.timed_out,
-            ),
-        ):
-            yield CounterMetricFamily(name, doc, value=value)
-
-
-@final
-class _StateCollector:
-    """The store's size against its quota, read at scrape time."""
-
-    def __init__(self, state: KVState, quota: int) -> None:
-        self._state = state
-        self._quota = quota
-
-    def collect(self) -> Any:
-        yield GaugeMetricFamily(
-            "kv_state_bytes", "bytes of keys and values this replica holds", value=self._state.size
-        )
-        yield GaugeMetricFamily("kv_quota_bytes", "the quota (--quota-bytes)", value=self._quota)
+_LOST_LEAD = error(503, "this replica just lost the lead", [("retry-after", "1")])
 
 
 @final
 class KVService:
-    def __init__(self, client: walkit.Client, log: walkit.Log, options: Options) -> None:
+    def __init__(self, connect: Connect, options: Options) -> None:
         self.options = options
-        self.client = client
+        self._connect = connect
         self.state = KVState()
-        self.replica = Replica(log, self.state, snapshot_every=options.snapshot_every)
-        self.metrics = _Metrics()
-        self.metrics.registry.register(_StateCollector(self.state, options.quota_bytes))
+        self._replica: Replica | None = None
+        self.metrics = Metrics(self.state, options.quota_bytes)
         #: Growth of the PUTs admitted under the quota and not applied yet.
         self._reserved = 0
         self.election: LeaderElection | None = None
         self.address = ""
         self._leader: Leader | None = None  # set while leading and caught up
         self._pending: list[_Pending] = []
-        self._has_pending = trio.Event()
-        self._lead_failed = trio.Event()
-        self._metric_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._kick = anyio.Event()
+        self._in_flight = 0
+        #: Batches handed to the log and not answered yet, by number (answered 503 if the
+        #: lead ends before their task could).
+        self._committing: dict[int, list[_Pending]] = {}
+        self._batches = 0
+        #: Linearizable reads waiting for the next lease check: (key, future of the answer).
+        self._reads: list[tuple[str, asyncio.Future[Response]]] = []
+        self._confirming: list[tuple[str, asyncio.Future[Response]]] = []
+        self._has_reads = anyio.Event()
+        self._lead_failed = anyio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._follow_failure: _FollowFailure | None = None
+
+    @property
+    def connected(self) -> bool:
+        """The log is open (``replica`` is there)."""
+        return self._replica is not None
 
     @property
     def leading(self) -> bool:
@@ -182,10 +153,13 @@ class KVService:
 
     # --- the replica's life ---------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         opts = self.options
-        async with trio.open_nursery() as nursery:
-            port = await nursery.start(self._serve_http)
+        self._loop = asyncio.get_running_loop()
+        async with anyio.create_task_group() as tasks:
+            port = await tasks.start(self._serve_http)
             self.address = f"{opts.host}:{port}"
             self.election = LeaderElection(
                 opts.url,
@@ -195,16 +169,43 @@ class KVService:
                 rng=random.Random(),
                 store_options=_lease_store_options(opts),
             )
-            await nursery.start(self.election.run)
+            await tasks.start(self.election.run)
             task_status.started(self.address)
             while True:
-                generation = self.election.generation
-                if self.election.is_leader:
-                    await self._lead()
-                else:
-                    await self._follow_until(generation)
+                try:
+                    async with self._connect() as log:
+                        if self._replica is None:
+                            self._replica = Replica(
+                                log, self.state, snapshot_every=opts.snapshot_every
+                            )
+                        else:  # what was applied stays: the new handle reads on from there
+                            self._replica.log = log
+                        await self._serve_log(self.election)
+                except BaseException as exc:
+                    if not _session_expired(exc):
+                        raise
+                    # The client's metadata session expired (a long stall, an overloaded
+                    # machine): nothing the client holds works any more; connect again.
+                    while isinstance(exc, BaseExceptionGroup):
+                        exc = exc.exceptions[0]
+                    print(f"kv: metadata session expired ({exc}); connecting again", flush=True)
+                    await anyio.sleep(0.1)
 
-    async def _serve_http(self, task_status: trio.TaskStatus[int]) -> None:
+    @property
+    def replica(self) -> Replica:
+        assert self._replica is not None, "the service is not connected yet"
+        return self._replica
+
+    async def _serve_log(self, election: LeaderElection) -> None:
+        """Lead or follow, as the election says, until the client's session expires."""
+        while True:
+            generation = election.generation
+            if election.is_leader:
+                await self._lead()
+            else:
+                await self._follow_until(generation)
+
+    async def _serve_http(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
         await serve(
             self.handle,
             self.options.host,
@@ -216,174 +217,220 @@ class KVService:
                 request_timeout=self.options.request_timeout,
             ),
             stats=self.metrics.http,
+            observe=self._observe,
             task_status=task_status,
         )
+
+    def _observe(self, request: Request, response: Response, now: float) -> None:
+        self.metrics.requests.observe(request.method, response.status, now - request.received)
 
     async def _follow_until(self, generation: int) -> None:
         election = self.election
         assert election is not None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._follow)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._follow)
             while not election.is_leader:
                 await election.wait_changed(generation)
                 generation = election.generation
-            nursery.cancel_scope.cancel()
+            tasks.cancel_scope.cancel()
 
     async def _follow(self) -> None:
         while True:
             try:
                 await self.replica.follow()
+            except walkit.errors.SessionExpiredError:
+                raise
             except walkit.errors.WalkitError as exc:
                 print(f"kv: follow failed ({type(exc).__name__}: {exc}); retrying", flush=True)
                 failure = self._follow_failure
                 applied = self.replica.applied_count
                 if failure is None or failure.applied != applied:  # it made progress since
                     failure = self._follow_failure = _FollowFailure(
-                        trio.current_time(), "", applied
+                        anyio.current_time(), "", applied
                     )
                 failure.error = f"{type(exc).__name__}: {exc}"
-                await trio.sleep(0.5)
+                await anyio.sleep(0.5)
 
     async def _lead(self) -> None:
         election = self.election
         assert election is not None
-        self._lead_failed = trio.Event()
+        self._lead_failed = anyio.Event()
+        self._in_flight = 0
         led = False
+        expired: BaseException | None = None
         try:
             async with self.replica.lead() as leader:
                 led = True
                 self._leader = leader
                 self.metrics.leader.set(1)
                 print(f"kv: leading log {self.options.log!r} at {self.address}", flush=True)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._committer, leader)
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._committer, leader)
+                    tasks.start_soon(self._confirmer, election)
                     generation = election.generation
                     while election.is_leader and not self._lead_failed.is_set():
-                        with trio.move_on_after(0.2):
+                        with anyio.move_on_after(0.2):
                             await election.wait_changed(generation)
                         generation = election.generation
-                    nursery.cancel_scope.cancel()
+                    tasks.cancel_scope.cancel()
         except walkit.errors.WalkitError as exc:
             print(f"kv: stopped leading ({type(exc).__name__}: {exc})", flush=True)
+            expired = exc
         finally:
             self._leader = None
             self.metrics.leader.set(0)
             if led:
                 self.metrics.step_downs.inc()
             self._fail_pending(walkit.errors.WriterFencedError("this replica stopped leading"))
+            self._fail_reads()
         if election.is_leader:
             # Fenced or failed while holding the lease: give it up so that another replica
             # (or this one, later) starts afresh.
             await election.resign()
-            await trio.sleep(self.options.lease_timeout / 2)
+            await anyio.sleep(self.options.lease_timeout / 2)
+        if expired is not None and _session_expired(expired):
+            raise expired
         print("kv: following", flush=True)
 
     # --- group commit ---------------------------------------------------------------------------
 
     async def _committer(self, leader: Leader) -> None:
-        limiter = trio.Semaphore(self.options.batches_in_flight)
-        async with trio.open_nursery() as nursery:
+        opts = self.options
+        async with anyio.create_task_group() as tasks:
             while True:
-                await self._has_pending.wait()
-                await limiter.acquire()
-                batch = self._pending[: self.options.max_batch]
-                del self._pending[: len(batch)]
-                if not self._pending:
-                    self._has_pending = trio.Event()
-                if batch:
-                    nursery.start_soon(self._commit, leader, batch, limiter)
-                else:
-                    limiter.release()
+                await self._kick.wait()
+                self._kick = anyio.Event()
+                while self._pending and (
+                    self._in_flight == 0
+                    or (
+                        self._in_flight < opts.group_commits
+                        and len(self._pending) >= opts.group_commit_min
+                    )
+                ):
+                    batch = self._pending[: opts.max_batch]
+                    del self._pending[: len(batch)]
+                    self._in_flight += 1
+                    self._batches += 1
+                    self._committing[self._batches] = batch
+                    tasks.start_soon(self._commit, leader, self._batches)
 
-    async def _commit(self, leader: Leader, batch: list[_Pending], limiter: trio.Semaphore) -> None:
+    async def _commit(self, leader: Leader, number: int) -> None:
+        batch = self._committing.pop(number)
+        answers: list[Response] | None = None
         try:
             self.metrics.batch.observe(len(batch))
-            results = await leader.submit_batch([p.cmd for p in batch])
-            for p, result in zip(batch, results, strict=True):
-                p.result = result
-                p.position = result[2]
+            results = await leader.submit_batch([p.cmd for p in batch], flush=True)
+            answers = [p.finish(result) for p, result in zip(batch, results, strict=True)]
         except BaseException as exc:
-            for p in batch:
-                p.error = exc
+            failed = _write_failed(exc)
+            answers = [failed] * len(batch)
             self._lead_failed.set()
             if not isinstance(exc, walkit.errors.WalkitError):
                 raise
         finally:
-            for p in batch:
-                p.done.set()
-            limiter.release()
+            for p, answer in zip(batch, answers or [], strict=False):
+                self._reserved -= p.growth
+                if not p.future.done():
+                    p.future.set_result(answer)
+            self._in_flight -= 1
+            self._kick.set()
             self.metrics.applied.set(self.replica.applied_count)
 
     def _fail_pending(self, exc: BaseException) -> None:
         pending, self._pending = self._pending, []
+        for batch in self._committing.values():
+            pending.extend(batch)
+        self._committing.clear()
+        failed = _write_failed(exc)
         for p in pending:
-            p.error = exc
-            p.done.set()
+            self._reserved -= p.growth
+            if not p.future.done():
+                p.future.set_result(failed)
 
-    async def _write(self, cmd: bytes, tag: tuple[str, int] | None = None) -> _Pending:
-        p = _Pending(cmd)
+    def _write(
+        self, cmd: bytes, finish: Finish, tag: tuple[str, int] | None, growth: int = 0
+    ) -> Awaitable[Response]:
+        """Queue ``cmd`` for the next group commit; its answer is ``finish`` of what applying
+        it returned. An idempotent write (``tag``) is appended on its own, so that a duplicate
+        fails only itself."""
         if tag is not None:
-            # Idempotent: appended on its own, so that a duplicate fails only itself.
-            leader = self._leader
-            assert leader is not None
-            try:
-                p.result = await leader.submit(cmd, producer_id=tag[0], sequence=tag[1])
-                p.position = p.result[2]
-            except walkit.errors.DuplicateRecordError as exc:
-                p.duplicate = True
-                p.position = None if exc.position is None else str(exc.position)
-            except walkit.errors.WalkitError as exc:
-                p.error = exc
-                self._lead_failed.set()
-            return p
-        self._pending.append(p)
-        self._has_pending.set()
-        await p.done.wait()
-        return p
+            return self._write_tagged(cmd, finish, tag, growth)
+        assert self._loop is not None
+        future: asyncio.Future[Response] = self._loop.create_future()
+        self._reserved += growth
+        pending = self._pending
+        pending.append(_Pending(cmd, finish, future, growth))
+        if self._in_flight == 0 or len(pending) >= self.options.group_commit_min:
+            self._kick.set()
+        return future
+
+    async def _write_tagged(
+        self, cmd: bytes, finish: Finish, tag: tuple[str, int], growth: int
+    ) -> Response:
+        leader = self._leader
+        assert leader is not None
+        self._reserved += growth
+        try:
+            result = await leader.submit(cmd, producer_id=tag[0], sequence=tag[1])
+        except walkit.errors.DuplicateRecordError as exc:
+            # A retried write that the log already holds: applied once, at that position.
+            position = None if exc.position is None else str(exc.position)
+            return json_response(200, {"position": position, "duplicate": True})
+        except walkit.errors.WalkitError as exc:
+            self._lead_failed.set()
+            return _write_failed(exc)
+        finally:
+            self._reserved -= growth
+        return finish(result)
+
+    # --- linearizable reads ---------------------------------------------------------------------
+
+    async def _confirmer(self, election: LeaderElection) -> None:
+        """Answer the leader's reads: one lease check for all the reads that arrived before
+        it started (a read that arrives during a check waits for the next one)."""
+        while True:
+            await self._has_reads.wait()
+            self._confirming, self._reads = self._reads, []
+            self._has_reads = anyio.Event()
+            confirmed = await election.confirm()
+            reads, self._confirming = self._confirming, []
+            for key, future in reads:
+                if not future.done():
+                    future.set_result(self._value(key, []) if confirmed else _LOST_LEAD)
+
+    def _fail_reads(self) -> None:
+        reads = self._reads + self._confirming
+        self._reads, self._confirming = [], []
+        for _key, future in reads:
+            if not future.done():
+                future.set_result(_LOST_LEAD)
 
     # --- HTTP ------------------------------------------------------------------------------------
 
-    async def handle(self, request: Request) -> Response:
-        started = time.perf_counter()
-        response = await self._route(request)
-        method = request.method if request.method in _METHODS else "OTHER"  # bounded labels
-        key = (method, response.status)
-        children = self._metric_children.get(key)
-        if children is None:
-            children = (
-                self.metrics.requests.labels(method, str(response.status)),
-                self.metrics.latency.labels(method),
-            )
-            self._metric_children[key] = children
-        children[0].inc()
-        children[1].observe(time.perf_counter() - started)
-        return response
-
-    async def _route(self, request: Request) -> Response:
+    def handle(self, request: Request) -> Response | Awaitable[Response]:
         path = request.path
         if path.startswith(KV_PREFIX):
             key = path[len(KV_PREFIX) :]
             if not key or "\x00" in key:
                 return error(400, "missing or malformed key")
-            if len(key.encode("utf-8", "surrogateescape")) > MAX_KEY:
+            if len(key) > MAX_KEY // 4 and len(key.encode("utf-8", "surrogateescape")) > MAX_KEY:
                 return error(400, f"key is longer than {MAX_KEY} bytes")
-            if request.method in ("GET", "HEAD"):  # HEAD: the same answer, sent without body
-                return await self._get(request, key)
-            if request.method == "PUT":
-                return await self._put(request, key)
-            if request.method == "DELETE":
-                return await self._delete(request, key)
-            return error(405, f"method {request.method} not allowed on keys")
+            method = request.method
+            if method == "GET" or method == "HEAD":  # HEAD: the same answer, without body
+                return self._get(request, key)
+            if method == "PUT":
+                return self._put(request, key)
+            if method == "DELETE":
+                return self._delete(request, key)
+            return error(405, f"method {method} not allowed on keys")
         if path == "/v1/status" and request.method in ("GET", "HEAD"):
             return json_response(200, self.status())
-        if path in ("/livez", "/readyz") and request.method in ("GET", "HEAD"):
-            if path == "/livez":
-                code, doc = kv_health.liveness(self)
-            else:
-                code, doc = await kv_health.readiness(self)
-            return json_response(code, doc)
+        if path == "/livez" and request.method in ("GET", "HEAD"):
+            return json_response(*kv_health.liveness(self))
+        if path == "/readyz" and request.method in ("GET", "HEAD"):
+            return self._readiness()
         if path == "/metrics" and request.method in ("GET", "HEAD"):
-            self.metrics.applied.set(self.replica.applied_count)
+            self.metrics.applied.set(self._replica.applied_count if self._replica else 0)
             return Response(
                 200,
                 generate_latest(self.metrics.registry),
@@ -391,13 +438,17 @@ class KVService:
             )
         return error(404, f"no such endpoint: {request.method} {path}")
 
+    async def _readiness(self) -> Response:
+        # A coroutine only here: the probe awaits a lease check or a read of the log.
+        return json_response(*await kv_health.readiness(self))
+
     def status(self) -> dict[str, Any]:
         election = self.election
         leading = self._leader is not None
         return {
             "role": "leader" if leading else "follower",
             "leader": election.leader if election is not None else None,
-            "applied": str(self.replica.applied_position),
+            "applied": self._applied(),
             "address": self.address,
             "size_bytes": self.state.size,
             "quota_bytes": self.options.quota_bytes,
@@ -414,16 +465,26 @@ class KVService:
         location = f"http://{target}{_quote(request.path)}" + (f"?{query}" if query else "")
         return error(307, f"not the leader: try {target}", [("location", location)])
 
-    async def _get(self, request: Request, key: str) -> Response:
+    def _get(self, request: Request, key: str) -> Response | Awaitable[Response]:
         if self._leader is not None:
-            election = self.election
-            assert election is not None
-            if not await election.confirm():
-                return error(503, "this replica just lost the lead", [("retry-after", "1")])
-            return self._value(key, [])
-        if request.query.get("consistent", "false").lower() in ("true", "1", "yes"):
+            # Linearizable: answered after a lease check that started after it arrived.
+            assert self._loop is not None
+            future: asyncio.Future[Response] = self._loop.create_future()
+            self._reads.append((key, future))
+            self._has_reads.set()
+            return future
+        if request.query and request.query.get("consistent", "false").lower() in (
+            "true",
+            "1",
+            "yes",
+        ):
             return self._not_leader(request)
-        return self._value(key, [("x-applied-position", str(self.replica.applied_position))])
+        return self._value(key, [("x-applied-position", self._applied())])
+
+    def _applied(self) -> str:
+        """The position of the last command applied here (before the first connect: none)."""
+        replica = self._replica
+        return str(replica.applied_position if replica else walkit.LogPosition.EARLIEST)
 
     def _value(self, key: str, headers: list[tuple[str, str]]) -> Response:
         found = self.state.get(key)
@@ -437,8 +498,9 @@ class KVService:
             content_type="application/octet-stream",
         )
 
-    async def _put(self, request: Request, key: str) -> Response:
-        expect = request.headers.get("if-match")
+    def _put(self, request: Request, key: str) -> Response | Awaitable[Response]:
+        headers = request.headers
+        expect = headers.get("if-match")
         if expect is not None:
             expect = expect.strip().strip('"')
             try:
@@ -467,48 +529,32 @@ class KVService:
                     "quota_bytes": quota,
                 },
             )
-        self._reserved += growth
-        try:
-            p = await self._write(command("set", key, value, expect), tag)
-        finally:
-            self._reserved -= growth
-        if p.duplicate:
-            return _duplicate(p)
-        if p.error is not None:
-            return self._write_failed(p.error)
-        outcome, detail, _position = p.result
-        if outcome == "mismatch":
-            return json_response(
-                412, {"error": "If-Match does not match the key's last write", "position": detail}
-            )
-        assert p.position is not None  # set with the result
-        # The position is a plain ASCII str ("2:17"): no need for the JSON encoder.
-        return Response(200, b'{"position": "%s"}\n' % p.position.encode())
+        return self._write(command("set", key, value, expect), _put_answer, tag, growth)
 
-    async def _delete(self, request: Request, key: str) -> Response:
+    def _delete(self, request: Request, key: str) -> Response | Awaitable[Response]:
         tag = _producer(request)
         if isinstance(tag, Response):
             return tag
         if self._leader is None:
             return self._not_leader(request)
-        p = await self._write(command("delete", key), tag)
-        if p.duplicate:
-            return _duplicate(p)
-        if p.error is not None:
-            return self._write_failed(p.error)
-        outcome, _detail, _position = p.result
-        if outcome == "absent":
-            return json_response(404, {"error": f"no such key: {key}", "position": p.position})
-        return json_response(200, {"position": p.position})
 
-    @staticmethod
-    def _write_failed(exc: BaseException) -> Response:
-        # The command may or may not be in the log: the client must not assume either.
-        return error(
-            503,
-            f"write outcome unknown, leader stepped down ({type(exc).__name__})",
-            [("retry-after", "1")],
+        def answer(result: Any) -> Response:
+            outcome, _detail, position = result
+            if outcome == "absent":
+                return json_response(404, {"error": f"no such key: {key}", "position": position})
+            return json_response(200, {"position": position})
+
+        return self._write(command("delete", key), answer, tag)
+
+
+def _put_answer(result: Any) -> Response:
+    outcome, detail, position = result
+    if outcome == "mismatch":
+        return json_response(
+            412, {"error": "If-Match does not match the key's last write", "position": detail}
         )
+    # The position is a plain ASCII str ("2:17"): no need for the JSON encoder.
+    return Response(200, b'{"position": "%s"}\n' % position.encode())
 
 
 def _producer(request: Request) -> tuple[str, int] | Response | None:
@@ -525,9 +571,11 @@ def _producer(request: Request) -> tuple[str, int] | Response | None:
     return producer, int(sequence)
 
 
-def _duplicate(p: _Pending) -> Response:
-    """A retried write that the log already holds: it was applied once, at ``position``."""
-    return json_response(200, {"position": p.position, "duplicate": True})
+def _session_expired(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or a group holding only) a metadata session's expiry."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_session_expired(e) for e in exc.exceptions)
+    return isinstance(exc, walkit.errors.SessionExpiredError)
 
 
 def _lease_store_options(opts: Options) -> dict[str, Any]:
@@ -539,6 +587,4 @@ def _lease_store_options(opts: Options) -> dict[str, Any]:
 
 
 def _quote(path: str) -> str:
-    import urllib.parse
-
     return urllib.parse.quote(path, safe="/", errors="surrogateescape")

@@ -8,6 +8,8 @@ position of the key's last write, so concurrent writers cannot both win.
 from __future__ import annotations
 
 import json
+import json.encoder
+from collections.abc import Callable
 from typing import Any, final
 
 import walkit
@@ -30,19 +32,29 @@ KEY_OVERHEAD = 200
 
 def stored_bytes(text: str) -> int:
     """The bytes a key or value stands for (exact for what :func:`encode_value` made)."""
+    if text.isascii():  # (most values: no encoding needed to count them)
+        return len(text)
     try:
         return len(text.encode("utf-8", "surrogateescape"))
     except UnicodeEncodeError:  # a lone surrogate that no request body can make
         return len(text.encode("utf-8", "surrogatepass"))
 
 
+#: A str as ``json.dumps`` writes it (quoted, escaped to ASCII), in C.
+_json_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
 def command(op: str, key: str, value: str | None = None, expect: str | None = None) -> bytes:
-    obj: dict[str, str] = {"op": op, "key": key}
+    """The command, as JSON: the bytes of ``json.dumps({"op": op, "key": key, ...})``, put
+    together directly (one command per write: the encoder's generality costs more than the
+    rest of a small write's handling)."""
+    parts = ['{"op": ', _json_str(op), ', "key": ', _json_str(key)]
     if value is not None:
-        obj["value"] = value
+        parts += [', "value": ', _json_str(value)]
     if expect is not None:
-        obj["expect"] = expect
-    return json.dumps(obj).encode()
+        parts += [', "expect": ', _json_str(expect)]
+    parts.append("}")
+    return "".join(parts).encode()
 
 
 @final
@@ -68,23 +80,26 @@ class KVState:
         op = json.loads(cmd)
         kind = op["op"]
         key = op["key"]
-        current = self.data.get(key)
+        data = self.data
+        current = data.get(key)
+        at = str(position)
         if kind == "set":
             expect = op.get("expect")
             if expect is not None and (current is None or not _same_version(current[1], expect)):
-                return ("mismatch", None if current is None else current[1], str(position))
+                return ("mismatch", None if current is None else current[1], at)
             value = op["value"]
-            self.data[key] = (value, str(position))
-            self.size += stored_bytes(value) - (
-                stored_bytes(current[0]) if current is not None else -_key_cost(key)
-            )
-            return ("ok", None if current is None else current[0], str(position))
+            data[key] = (value, at)
+            if current is None:
+                self.size += _key_cost(key) + stored_bytes(value)
+                return ("ok", None, at)
+            self.size += stored_bytes(value) - stored_bytes(current[0])
+            return ("ok", current[0], at)
         if kind == "delete":
             if current is None:
-                return ("absent", None, str(position))
-            del self.data[key]
+                return ("absent", None, at)
+            del data[key]
             self.size -= _key_cost(key) + stored_bytes(current[0])
-            return ("ok", current[0], str(position))
+            return ("ok", current[0], at)
         raise ValueError(f"unknown operation at {position}: {op!r}")
 
     def snapshot(self) -> bytes:

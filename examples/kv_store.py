@@ -37,6 +37,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import final
 
+import anyio
 import trio
 from kv_state import KVState
 from kv_state import command as kv_command
@@ -234,6 +235,25 @@ def serve_main(argv: list[str]) -> None:
     parser.add_argument("--write-quorum", type=_positive(int), default=3, help="Qw")
     parser.add_argument("--ack-quorum", type=_positive(int), default=2, help="Qa")
     parser.add_argument(
+        "--group-commits",
+        type=_positive(int),
+        default=3,
+        help="group commits in flight at once (each its own log entry, pipelined)",
+    )
+    parser.add_argument(
+        "--group-commit-min",
+        type=_positive(int),
+        default=16,
+        help="commands a group commit needs to start while another is in flight",
+    )
+    parser.add_argument(
+        "--batch-bytes",
+        type=_positive(int),
+        default=64 * 1024,
+        help="largest log entry the leader writes: a full one goes at once, while others are "
+        "in flight",
+    )
+    parser.add_argument(
         "--max-connections",
         type=_positive(int),
         default=None,
@@ -266,7 +286,10 @@ def serve_main(argv: list[str]) -> None:
     if not args.metadata:
         parser.error("give --metadata URL (or set WALKIT_METADATA)")
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr)
-    from kv_service import KVService, Options
+    try:
+        from kv_service import KVService, Options
+    except ImportError as exc:  # httptools: the service's HTTP parser
+        parser.error(f"{exc}; the service needs the kv extra: pip install 'walkit[kv]'")
 
     host, port = args.http
     options = Options(
@@ -281,31 +304,38 @@ def serve_main(argv: list[str]) -> None:
         idle_timeout=float(args.idle_timeout),
         request_timeout=float(args.request_timeout),
         quota_bytes=int(args.quota_bytes),
+        group_commits=int(args.group_commits),
+        group_commit_min=int(args.group_commit_min),
     )
 
-    async def run() -> None:
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[walkit.Log]:
         async with walkit.Client.connect(args.metadata) as client:
-            kv_log = await walkit.Log.open(
+            yield await walkit.Log.open(
                 client,
                 args.log,
                 ensemble_size=int(args.ensemble),
                 write_quorum=int(args.write_quorum),
                 ack_quorum=int(args.ack_quorum),
+                batch_bytes=int(args.batch_bytes),
             )
-            service = KVService(client, kv_log, options)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with trio.open_nursery() as nursery:
-                    address = await nursery.start(service.run)
-                    print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
-                    async for _signum in signals:
-                        # A clean stop: the lease is given up on the way out, so another
-                        # replica takes over at once instead of after the lease timeout.
-                        print("kv: stopping", flush=True)
-                        nursery.cancel_scope.cancel()
-                        break
+
+    async def run() -> None:
+        service = KVService(connect, options)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tasks:
+                address = await tasks.start(service.run)
+                print(f"kv: serving http://{address} (log {args.log!r})", flush=True)
+                async for _signum in signals:
+                    # A clean stop: the lease is given up on the way out, so another
+                    # replica takes over at once instead of after the lease timeout.
+                    print("kv: stopping", flush=True)
+                    tasks.cancel_scope.cancel()
+                    break
 
     try:
-        trio.run(run)
+        # asyncio, on uvloop when it is installed: the HTTP server is asyncio protocols.
+        anyio.run(run, backend="asyncio", backend_options={"use_uvloop": _has_uvloop()})
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (walkit.errors.WalkitError, OSError, BaseExceptionGroup) as exc:
@@ -314,6 +344,12 @@ def serve_main(argv: list[str]) -> None:
             raise
         print(f"kv_store: error: {type(cause).__name__}: {cause}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _has_uvloop() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

@@ -6,25 +6,16 @@
 # Prometheus itself.)
 # Runs as root (CI) or through sudo.
 set -euo pipefail
+# shellcheck source=scripts/_apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
 
 if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
   echo "prometheus and promtool are installed ($(prometheus --version 2>&1 | head -n1))"
   exit 0
 fi
 
-if [ "$(id -u)" -eq 0 ]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1; then
-  sudo=(sudo)
-else
-  echo "install-prometheus.sh: need root or sudo to install prometheus (promtool)" >&2
-  exit 1
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-prometheus.sh: no apt-get here; install Prometheus 2.x (prometheus and" \
-       "promtool on PATH) by hand" >&2
-  exit 1
-fi
+apt_prepare install-prometheus.sh "install Prometheus 2.x (prometheus and promtool on PATH) by \
+hand" prometheus
 
 # The package's maintainer scripts start the service through invoke-rc.d unless a
 # policy-rc.d says no: a server on :9090 that nobody asked for. Say no for this install only.
@@ -40,10 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "installing: prometheus"
-${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
-${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -q --no-install-recommends prometheus
+apt_install prometheus
 
 for tool in prometheus promtool; do
   command -v "$tool" >/dev/null 2>&1 || { echo "install-prometheus.sh: $tool is still missing" >&2; exit 1; }

@@ -5,6 +5,8 @@
 # service: the tests start their own server.
 # Runs as root (CI) or through sudo.
 set -euo pipefail
+# shellcheck source=scripts/_apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
 
 # The major version of the `java` on PATH (0 when there is none): Spark 4 needs 17 or newer.
 java_major() {
@@ -25,24 +27,9 @@ if [ "${#need[@]}" -eq 0 ]; then
   exit 0
 fi
 
-if [ "$(id -u)" -eq 0 ]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1; then
-  sudo=(sudo)
-else
-  echo "install-zookeeper.sh: need root or sudo to install: ${need[*]}" >&2
-  exit 1
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-zookeeper.sh: no apt-get here; install ZooKeeper 3.8 (zookeeper.jar and" \
-       "slf4j-simple.jar in /usr/share/java) and Java 17 by hand: ${need[*]}" >&2
-  exit 1
-fi
-
-echo "installing: ${need[*]}"
-${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
-${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -q --no-install-recommends "${need[@]}"
+apt_prepare install-zookeeper.sh "install ZooKeeper 3.8 (zookeeper.jar and slf4j-simple.jar in \
+/usr/share/java) and Java 17 by hand" "${need[@]}"
+apt_install "${need[@]}"
 
 for file in /usr/share/java/zookeeper.jar /usr/share/java/slf4j-simple.jar; do
   [ -f "$file" ] || { echo "install-zookeeper.sh: $file is still missing" >&2; exit 1; }

@@ -1,16 +1,23 @@
 """The KV service's HTTP server (examples/kv_http.py) against peers that hold it without using
 it: a connection cap answered 503, keep-alive connections closed after their idle timeout, and
 slow requests cut off with 408. Found by an attack from outside: ~20k idle connections hit the
-open-file limit, printed tracebacks and cost the leader its session."""
+open-file limit, printed tracebacks and cost the leader its session. Also the edges that h11
+used to guard: heads and bodies over their limits, bytes that are not HTTP, pipelining.
+
+The server runs on asyncio's own loop and on uvloop (each test runs on both)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import trio
+import anyio
+import anyio.abc
+import pytest
+
+from tests._event_loops import ASYNCIO_LOOPS, run_on
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
@@ -20,16 +27,25 @@ from kv_http import Limits, Request, Response, Stats, default_max_connections, s
 #: keeps the server sending.
 _BIG = 32 << 20
 
+Stream = anyio.abc.SocketStream
+
 
 class _Echo:
-    """Echoes the body; ``/hold`` waits for ``release`` first (a busy handler), and ``/big``
-    answers ``_BIG`` bytes."""
+    """Echoes the body; ``/hold`` waits for ``release`` first (a busy handler), ``/big``
+    answers ``_BIG`` bytes, ``/now`` answers at once (no coroutine), ``/boom`` raises."""
 
     def __init__(self) -> None:
-        self.release = trio.Event()
+        self.release = anyio.Event()
         self.running = 0
 
-    async def __call__(self, request: Request) -> Response:
+    def __call__(self, request: Request) -> Response | Awaitable[Response]:
+        if request.path == "/now":
+            return Response(200, b"now")
+        if request.path == "/boom":
+            raise RuntimeError("boom")
+        return self._answer(request)
+
+    async def _answer(self, request: Request) -> Response:
         if request.path == "/big":
             return Response(200, b"x" * _BIG)
         if request.path == "/hold":
@@ -42,50 +58,64 @@ class _Echo:
 
 
 @asynccontextmanager
-async def _server(limits: Limits, handler: _Echo | None = None) -> AsyncIterator[tuple[int, Stats]]:
+async def _server(
+    limits: Limits, handler: _Echo | None = None, max_body: int = 1024
+) -> AsyncIterator[tuple[int, Stats]]:
     stats = Stats()
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(
-            lambda task_status: serve(
+    async with anyio.create_task_group() as tasks:
+
+        async def run(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            await serve(
                 handler or _Echo(),
                 "127.0.0.1",
                 0,
-                max_body=1024,
+                max_body=max_body,
                 limits=limits,
                 stats=stats,
                 task_status=task_status,
             )
-        )
+
+        port = await tasks.start(run)
         try:
             yield port, stats
         finally:
-            nursery.cancel_scope.cancel()
+            tasks.cancel_scope.cancel()
 
 
-async def _read_all(stream: trio.SocketStream, timeout: float = 10) -> bytes:
+async def _connect(port: int) -> Stream:
+    return await anyio.connect_tcp("127.0.0.1", port)
+
+
+async def _read_all(stream: Stream, timeout: float = 10) -> bytes:
     """Everything the server sends until it closes."""
     out = b""
-    with trio.fail_after(timeout):
-        while chunk := await stream.receive_some(65536):
-            out += chunk
-    return out
+    with anyio.fail_after(timeout):
+        while True:
+            try:
+                out += await stream.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return out
 
 
-async def _ask(stream: trio.SocketStream) -> bytes:
-    """Send a GET on ``stream`` and return its whole answer (the connection stays open)."""
-    await stream.send_all(_get())
+async def _read_until(stream: Stream, end: bytes, timeout: float = 10) -> bytes:
     got = b""
-    with trio.fail_after(10):
-        while not got.endswith(b"ok"):
-            got += await stream.receive_some(65536)
+    with anyio.fail_after(timeout):
+        while not got.endswith(end):
+            got += await stream.receive(65536)
     return got
+
+
+async def _ask(stream: Stream) -> bytes:
+    """Send a GET on ``stream`` and return its whole answer (the connection stays open)."""
+    await stream.send(_get())
+    return await _read_until(stream, b"ok")
 
 
 async def _until(predicate: Callable[[], bool]) -> None:
     """Poll the server's counters (they change just after the events the test causes)."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         while not predicate():  # noqa: ASYNC110 (polls counters)
-            await trio.sleep(0.01)
+            await anyio.sleep(0.01)
 
 
 def _reading(stats: Stats) -> int:
@@ -93,15 +123,16 @@ def _reading(stats: Stats) -> int:
     return sum(slot.reading for slot in stats.slots)
 
 
-def _get(body: bytes = b"") -> bytes:
+def _get(body: bytes = b"", path: bytes = b"/x") -> bytes:
     method = b"PUT" if body else b"GET"
-    return method + b" /x HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    head = method + b" " + path + b" HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n"
+    return head % len(body) + body
 
 
-async def test_an_idle_keep_alive_connection_is_closed() -> None:
+async def idle_keep_alive_connection_is_closed() -> None:
     async with _server(Limits(idle_timeout=0.5)) as (port, stats):
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        await stream.send_all(_get())
+        stream = await _connect(port)
+        await stream.send(_get())
         answer = await _read_all(stream)  # the answer, then the close after 0.5 s idle
         assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
         await _until(lambda: not stats.open)
@@ -109,18 +140,22 @@ async def test_an_idle_keep_alive_connection_is_closed() -> None:
         await stream.aclose()
 
 
-async def test_a_request_sent_too_slowly_is_answered_408() -> None:
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_an_idle_keep_alive_connection_is_closed(loop: str) -> None:
+    run_on(loop, idle_keep_alive_connection_is_closed)
+
+
+async def request_sent_too_slowly() -> None:
     async with _server(Limits(request_timeout=0.5)) as (port, stats):
-        slow = await trio.open_tcp_stream("127.0.0.1", port)
-        await slow.send_all(b"GET /x HTTP/1.1\r\n")
-        answer = b""
-        with trio.fail_after(10):
+        slow = await _connect(port)
+        await slow.send(b"GET /x HTTP/1.1\r\n")
+        with anyio.fail_after(10):
             for _ in range(100):  # one header byte every 0.1 s: never done in time
                 try:
-                    await slow.send_all(b"x")
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await slow.send(b"x")
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     break
-                await trio.sleep(0.1)
+                await anyio.sleep(0.1)
                 if stats.timed_out:
                     break
         answer = await _read_all(slow)
@@ -129,27 +164,28 @@ async def test_a_request_sent_too_slowly_is_answered_408() -> None:
         assert stats.timed_out == 1
         await slow.aclose()
         # A request sent in pieces within the timeout is served.
-        steady = await trio.open_tcp_stream("127.0.0.1", port)
+        steady = await _connect(port)
         request = _get(b"hello")
         for at in range(0, len(request), 20):
-            await steady.send_all(request[at : at + 20])
-            await trio.sleep(0.05)
-        with trio.fail_after(10):
-            got = b""
-            while not got.endswith(b"hello"):
-                got += await steady.receive_some(65536)
-        assert got.startswith(b"HTTP/1.1 200")
+            await steady.send(request[at : at + 20])
+            await anyio.sleep(0.05)
+        assert (await _read_until(steady, b"hello")).startswith(b"HTTP/1.1 200")
         await steady.aclose()
 
 
-async def test_connections_over_the_cap_get_503_when_all_are_busy() -> None:
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_a_request_sent_too_slowly_is_answered_408(loop: str) -> None:
+    run_on(loop, request_sent_too_slowly)
+
+
+async def over_the_cap_when_all_are_busy() -> None:
     handler = _Echo()
     async with _server(Limits(max_connections=3, idle_timeout=30), handler) as (port, stats):
-        held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
+        held = [await _connect(port) for _ in range(3)]
         for stream in held:  # each with its handler running: busy, so never closed for room
-            await stream.send_all(b"GET /hold HTTP/1.1\r\nhost: t\r\n\r\n")
+            await stream.send(b"GET /hold HTTP/1.1\r\nhost: t\r\n\r\n")
         await _until(lambda: handler.running == 3)
-        extra = await trio.open_tcp_stream("127.0.0.1", port)
+        extra = await _connect(port)
         answer = await _read_all(extra)
         assert answer.startswith(b"HTTP/1.1 503"), answer
         assert b"retry-after: 1" in answer and b"too many connections (limit 3)" in answer
@@ -157,16 +193,17 @@ async def test_connections_over_the_cap_get_503_when_all_are_busy() -> None:
         await extra.aclose()
         handler.release.set()
         for stream in held:  # each still gets its answer
-            got = b""
-            with trio.fail_after(10):
-                while not got.endswith(b"ok"):
-                    got += await stream.receive_some(65536)
-            assert got.startswith(b"HTTP/1.1 200")
-        again = await trio.open_tcp_stream("127.0.0.1", port)
+            assert (await _read_until(stream, b"ok")).startswith(b"HTTP/1.1 200")
+        again = await _connect(port)
         got = await _ask(again)  # closes one of the now idle ones
         assert got.startswith(b"HTTP/1.1 200") and stats.evicted == 1
         for s in [*held, again]:
             await s.aclose()
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_connections_over_the_cap_get_503_when_all_are_busy(loop: str) -> None:
+    run_on(loop, over_the_cap_when_all_are_busy)
 
 
 def test_the_default_cap_leaves_file_descriptors_for_the_rest() -> None:
@@ -179,19 +216,15 @@ def test_the_default_cap_leaves_file_descriptors_for_the_rest() -> None:
         assert cap <= max(16, soft // 2)
 
 
-async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> None:
-    """The re-attack held all 1,024 slots with keep-alive connections sending a request every
-    25 s (never idle 30 s), and clients got 503s. A newcomer now closes the one idle longest
-    between requests, else the one whose request has been arriving longest (a slowloris),
-    whatever its age: one that reconnects at once keeps its connections young."""
+async def newcomer_closes_the_idle_longest() -> None:
     async with _server(Limits(max_connections=2, idle_timeout=30)) as (port, stats):
-        oldest = await trio.open_tcp_stream("127.0.0.1", port)
-        await oldest.send_all(_get())
-        await trio.sleep(0.2)
-        slow = await trio.open_tcp_stream("127.0.0.1", port)
-        await slow.send_all(b"GET /x HTTP/1.1\r\n")  # and no more
+        oldest = await _connect(port)
+        await oldest.send(_get())
+        await anyio.sleep(0.2)
+        slow = await _connect(port)
+        await slow.send(b"GET /x HTTP/1.1\r\n")  # and no more
         await _until(lambda: _reading(stats) >= 1 and stats.open >= 2)
-        newcomer = await trio.open_tcp_stream("127.0.0.1", port)
+        newcomer = await _connect(port)
         got = await _ask(newcomer)
         assert got.startswith(b"HTTP/1.1 200")
         answer = await _read_all(oldest)  # its answer, then closed for the newcomer
@@ -200,43 +233,166 @@ async def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest() -> Non
         await newcomer.aclose()
         await oldest.aclose()
         await _until(lambda: stats.open <= 1)
-        recent = await trio.open_tcp_stream("127.0.0.1", port)
-        await recent.send_all(b"GET /x HTTP/1.1\r\n")
+        recent = await _connect(port)
+        await recent.send(b"GET /x HTTP/1.1\r\n")
         await _until(lambda: _reading(stats) >= 2)
-        fresh = await trio.open_tcp_stream("127.0.0.1", port)
-        got = await _ask(fresh)
+        fresh = await _connect(port)
+        await _ask(fresh)
         assert await _read_all(slow) == b"" and stats.evicted == 2 and stats.refused == 0
-        await recent.send_all(b"host: t\r\n\r\n")  # still there: it finishes its request
-        with trio.fail_after(10):
-            assert (await recent.receive_some(65536)).startswith(b"HTTP/1.1 200")
+        await recent.send(b"host: t\r\n\r\n")  # still there: it finishes its request
+        assert (await _read_until(recent, b"ok")).startswith(b"HTTP/1.1 200")
         for s in (slow, recent, fresh):
             await s.aclose()
 
 
-async def test_at_the_cap_a_peer_that_does_not_take_its_answer_is_closed() -> None:
-    """After idle and arriving ones, a connection whose peer leaves its answer untaken is the
-    next to go; one whose handler is running never is."""
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_at_the_cap_a_newcomer_closes_the_connection_idle_longest(loop: str) -> None:
+    """The re-attack held all 1,024 slots with keep-alive connections sending a request every
+    25 s (never idle 30 s), and clients got 503s. A newcomer now closes the one idle longest
+    between requests, else the one whose request has been arriving longest (a slowloris),
+    whatever its age: one that reconnects at once keeps its connections young."""
+    run_on(loop, newcomer_closes_the_idle_longest)
+
+
+async def peer_that_does_not_take_its_answer() -> None:
     handler = _Echo()
     async with _server(Limits(max_connections=2, idle_timeout=30), handler) as (port, stats):
-        busy = await trio.open_tcp_stream("127.0.0.1", port)
-        await busy.send_all(b"GET /hold HTTP/1.1\r\nhost: t\r\n\r\n")
+        busy = await _connect(port)
+        await busy.send(b"GET /hold HTTP/1.1\r\nhost: t\r\n\r\n")
         await _until(lambda: handler.running == 1)
-        stuck = await trio.open_tcp_stream("127.0.0.1", port)
-        await stuck.send_all(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")  # and reads nothing
+        stuck = await _connect(port)
+        await stuck.send(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")  # and reads nothing
         await _until(lambda: any(slot.state == "sending" for slot in stats.slots))
-        newcomer = await trio.open_tcp_stream("127.0.0.1", port)
+        newcomer = await _connect(port)
         assert (await _ask(newcomer)).startswith(b"HTTP/1.1 200")
         assert stats.evicted == 1 and stats.refused == 0 and stats.timed_out == 0
-        taken = 0
-        with trio.fail_after(10):
-            try:
-                while chunk := await stuck.receive_some(1 << 20):
-                    taken += len(chunk)
-            except trio.BrokenResourceError:  # closed with data unread: a reset
-                pass
+        taken = len(await _read_all(stuck))  # closed with data unread: a reset, or the end
         assert taken < _BIG  # cut off, not served whole
         handler.release.set()
-        with trio.fail_after(10):
-            assert (await busy.receive_some(65536)).startswith(b"HTTP/1.1 200")
+        assert (await _read_until(busy, b"ok")).startswith(b"HTTP/1.1 200")
         for s in (busy, stuck, newcomer):
             await s.aclose()
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_at_the_cap_a_peer_that_does_not_take_its_answer_is_closed(loop: str) -> None:
+    """After idle and arriving ones, a connection whose peer leaves its answer untaken is the
+    next to go; one whose handler is running never is."""
+    run_on(loop, peer_that_does_not_take_its_answer)
+
+
+async def answer_not_taken_in_time() -> None:
+    async with _server(Limits(request_timeout=0.5)) as (port, stats):
+        stuck = await _connect(port)
+        await stuck.send(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")  # and reads nothing
+        await _until(lambda: stats.timed_out == 1)
+        assert len(await _read_all(stuck)) < _BIG
+        await _until(lambda: not stats.open)
+        await stuck.aclose()
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_an_answer_not_taken_within_the_request_timeout_is_cut_off(loop: str) -> None:
+    run_on(loop, answer_not_taken_in_time)
+
+
+async def bad_input_at_the_edges() -> None:
+    async with _server(Limits(), max_body=1024) as (port, stats):
+
+        async def answer(data: bytes) -> bytes:
+            stream = await _connect(port)
+            await stream.send(data)
+            got = await _read_all(stream)
+            await stream.aclose()
+            return got
+
+        # Not HTTP: 400 with what the parser found, and closed.
+        got = await answer(b"NOT HTTP AT ALL\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 400") and b"bad request" in got, got
+        # A head over 16 KiB: 431, from the head's size whatever its shape.
+        got = await answer(b"GET /x HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 17000 + b"\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 431") and b"16384" in got, got
+        got = await answer(b"GET /" + b"p" * 17000 + b" HTTP/1.1\r\nhost: t\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 431"), got
+        # A body over max_body: 413 from its Content-Length, before it is sent...
+        got = await answer(b"PUT /x HTTP/1.1\r\nhost: t\r\ncontent-length: 1025\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 413") and b"1024" in got, got
+        # ... and from its size as it arrives, when chunked.
+        chunk = b"%x\r\n%s\r\n" % (600, b"c" * 600)
+        got = await answer(
+            b"PUT /x HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n" + chunk * 2
+        )
+        assert got.startswith(b"HTTP/1.1 413"), got
+        # A chunked body within the limit is served; so is a conflicting length: refused.
+        stream = await _connect(port)
+        await stream.send(
+            b"PUT /x HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+            + chunk
+            + b"0\r\n\r\n"
+        )
+        assert (await _read_until(stream, b"c" * 600)).startswith(b"HTTP/1.1 200")
+        await stream.aclose()
+        got = await answer(
+            b"PUT /x HTTP/1.1\r\nhost: t\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabcd"
+        )
+        assert got.startswith(b"HTTP/1.1 400"), got
+        # An upgrade is not served.
+        got = await answer(
+            b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n"
+        )
+        assert got.startswith(b"HTTP/1.1 400"), got
+        # A handler that raises: 500 with its error, and the connection serves on.
+        stream = await _connect(port)
+        await stream.send(_get(path=b"/boom") + _get())
+        got = await _read_until(stream, b"ok")
+        assert got.startswith(b"HTTP/1.1 500") and b"RuntimeError: boom" in got, got
+        await stream.aclose()
+        await _until(lambda: not stats.open)
+        assert stats.timed_out == stats.refused == stats.evicted == 0
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_bad_input_at_the_edges_gets_a_clear_answer(loop: str) -> None:
+    run_on(loop, bad_input_at_the_edges)
+
+
+async def pipelined_and_closing() -> None:
+    async with _server(Limits()) as (port, _stats):
+        # Pipelined requests, answered at once or later, come back in order.
+        stream = await _connect(port)
+        await stream.send(
+            _get(b"one") + _get(path=b"/now") + _get(b"two") + b"HEAD /now HTTP/1.1\r\n\r\n"
+        )
+        got = await _read_until(stream, b"content-length: 3\r\n\r\n")
+        bodies = [part.rpartition(b"\r\n\r\n")[2] for part in got.split(b"HTTP/1.1 ")[1:]]
+        assert bodies == [b"one", b"now", b"two", b""], got
+        await stream.aclose()
+        # Connection: close, and HTTP/1.0 without keep-alive: answered, then closed.
+        for request in (
+            b"GET /now HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+            b"GET /now HTTP/1.0\r\n\r\n",
+        ):
+            stream = await _connect(port)
+            await stream.send(request)
+            got = await _read_all(stream)
+            assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"now"), got
+            await stream.aclose()
+        # A peer that sends its request and shuts its side still gets the answer.
+        stream = await _connect(port)
+        await stream.send(b"GET /hold-not HTTP/1.1\r\nhost: t\r\n\r\n")
+        await stream.send_eof()
+        assert (await _read_all(stream)).startswith(b"HTTP/1.1 200")
+        await stream.aclose()
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_pipelined_requests_are_answered_in_order(loop: str) -> None:
+    run_on(loop, pipelined_and_closing)
+
+
+def test_serving_needs_asyncio() -> None:
+    async def main() -> None:
+        await serve(_Echo(), "127.0.0.1", 0, max_body=10)
+
+    with pytest.raises(RuntimeError, match="asyncio"):
+        anyio.run(main, backend="trio")

@@ -3,10 +3,13 @@ position of a key's last write, snapshots that round-trip (no I/O)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from walkit import LogPosition
 
@@ -75,6 +78,25 @@ def test_any_bytes_round_trip_through_a_command() -> None:
     s.apply(command("set", "b", encode_value(value)), pos(1, 0))
     found = s.get("b")
     assert found is not None and decode_value(found[0]) == value
+
+
+@given(
+    key=st.text(min_size=1),
+    value=st.one_of(st.none(), st.text(), st.binary().map(encode_value)),
+    expect=st.one_of(st.none(), st.text()),
+)
+def test_commands_are_the_bytes_json_dumps_gives(
+    key: str, value: str | None, expect: str | None
+) -> None:
+    """Commands are put together by hand, for speed: they stay byte for byte what the log
+    has always held (json.dumps of the command), lone surrogates and all."""
+    obj = {"op": "set", "key": key}
+    if value is not None:
+        obj["value"] = value
+    if expect is not None:
+        obj["expect"] = expect
+    assert command("set", key, value, expect) == json.dumps(obj).encode()
+    assert command("delete", key) == json.dumps({"op": "delete", "key": key}).encode()
 
 
 def test_unknown_operation() -> None:

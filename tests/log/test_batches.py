@@ -139,3 +139,28 @@ async def _three_holds(lw: _Ledger) -> None:
             await trio.testing.wait_all_tasks_blocked()
         assert started == 1  # one releaser for every hold, parked between them
         batcher.stop()  # the writer closes: the releaser ends (else the nursery would wait)
+
+
+async def test_a_flushed_group_goes_beside_the_entry_in_flight() -> None:
+    """``added(flush=True)`` (append_batch's ``flush``): a caller's complete group is sent at
+    once, pipelined, instead of waiting for the entry in flight and taking more records."""
+    lw = _Ledger()
+    batcher = _batcher(lw, [])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_append, batcher, b"a")  # alone: nothing was in flight
+        await trio.testing.wait_all_tasks_blocked()
+        waiting, _slot = batcher.add(b"b")  # not flushed: waits behind "a"
+        batcher.added()
+        assert lw.entries() == [[b"a"]]
+        group = [batcher.add(record)[0] for record in (b"c", b"d")]
+        batcher.added(flush=True)  # goes now, with what was waiting before it
+        assert lw.entries() == [[b"a"], [b"b", b"c", b"d"]]
+        assert group[0] is group[1] is waiting
+        batcher.add(b"e")  # a new record set, held behind the two in flight
+        batcher.added()
+        assert len(lw.sent) == 2
+        lw.ack(0)
+        lw.ack(1)
+        assert lw.entries() == [[b"a"], [b"b", b"c", b"d"], [b"e"]]
+        lw.ack(2)
+        await trio.testing.wait_all_tasks_blocked()

@@ -86,13 +86,18 @@ async def test_concurrent_submits_apply_in_log_order(memory_url: str, tmp_path: 
                     if n % 3 == 0:
                         await trio.lowlevel.checkpoint()
 
+            async def group_commits(t: int) -> None:  # pipelined: each group its own entry
+                for _ in range(4):
+                    await leader.submit_batch([b"g%d+1" % t] * 3, flush=True)
+
             async with trio.open_nursery() as nursery:
                 for t in range(10):
                     nursery.start_soon(task, t)
+                    nursery.start_soon(group_commits, t)
         assert machine.positions == sorted(machine.positions)
         on_log = [r.position async for r in log.reader(follow=False)]
         assert machine.positions == on_log
-        assert machine.values == {f"t{t}": 12 for t in range(10)}
+        assert machine.values == {f"{k}{t}": 12 for t in range(10) for k in "tg"}
 
 
 async def test_standby_follows_then_takes_over(memory_url: str, tmp_path: Path) -> None:

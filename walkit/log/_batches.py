@@ -205,13 +205,17 @@ class RecordBatcher:
         if self.on_done is not None:
             self.on_done(batch, False)
 
-    def added(self) -> None:
+    def added(self, *, flush: bool = False) -> None:
         """One caller's records are queued (an append or a batch): send what is due. The
-        caller that was the last of the tasks a hold waits for ends the hold."""
+        caller that was the last of the tasks a hold waits for ends the hold. ``flush``: the
+        caller's group is complete; its record set goes now, beside the entries in flight
+        (a group commit pipelined), instead of waiting for them."""
         if self._holding:
             self._awaited -= 1
             if self._awaited <= 0:
                 self._holding = False
+        if flush:
+            self._open = None
         self.pump()
 
     def _entry_done(self, batch: RecordBatch, woken: int) -> None:

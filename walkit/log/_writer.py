@@ -254,9 +254,14 @@ class LogWriter:
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
+        flush: bool = False,
     ) -> list[LogPosition]:
         """Append several records, in order, packed into as few entries as ``batch_bytes``
         allows and pipelined; returns their positions once all are durable.
+
+        ``flush=True`` sends the last of those entries at once, beside the entries in flight,
+        where it would otherwise wait for them and take more records: for a caller that makes
+        its own groups (a group commit) and wants them pipelined.
 
         With ``producer_id`` and ``sequence``, record ``i`` carries sequence number
         ``sequence + i`` and the batch is idempotent: retried after an unknown outcome, the
@@ -286,7 +291,7 @@ class LogWriter:
                 batch, slot = batcher.add(record, tag)
                 self._producers.sent(tag, batch)
                 added.append((batch, slot))
-        batcher.added()
+        batcher.added(flush=flush)
         for batch in dict.fromkeys(b for b, _slot in added):
             await self._outcome(batch)
         return known + [batch.position(slot) for batch, slot in added]

@@ -93,7 +93,10 @@ class Replica:
         self._since_snapshot = 0
         self._recovered = False
         self._busy = False
+        #: Set (and replaced) when a record is applied while someone waits in wait_applied:
+        #: an Event per applied record would cost more than the apply of a small command.
         self._progress = anyio.Event()
+        self._waited = False
 
     def __repr__(self) -> str:
         return f"Replica(log={self.log.name!r}, applied={self.applied_position})"
@@ -109,6 +112,7 @@ class Replica:
         """Return once this replica has applied the record at ``position`` (or a later one):
         read-your-writes on a follower, given the position a leader's write got."""
         while self.applied_position < position:
+            self._waited = True
             await self._progress.wait()
 
     # --- catching up -----------------------------------------------------------------------
@@ -210,12 +214,15 @@ class Replica:
             self._apply(record)
 
     def _apply(self, record: LogRecord) -> Any:
-        result = self.machine.apply(record.payload, record.position)
-        self.applied_position = record.position
+        position = record.position
+        result = self.machine.apply(record.payload, position)
+        self.applied_position = position
         self.applied_count += 1
         self._since_snapshot += 1
-        self._progress.set()
-        self._progress = anyio.Event()
+        if self._waited:
+            self._waited = False
+            self._progress.set()
+            self._progress = anyio.Event()
         return result
 
 
@@ -251,9 +258,11 @@ class Leader:
         """
         return (await self._submit([command], batch=False, tag=(producer_id, sequence)))[0]
 
-    async def submit_batch(self, commands: Sequence[bytes]) -> list[Any]:
-        """Several commands, appended together (pipelined) and applied in order."""
-        return await self._submit(list(commands), batch=True)
+    async def submit_batch(self, commands: Sequence[bytes], *, flush: bool = False) -> list[Any]:
+        """Several commands, appended together (pipelined) and applied in order. ``flush``:
+        their entry goes at once, beside those in flight (see ``LogWriter.append_batch``): a
+        group commit that does not wait for the one before it."""
+        return await self._submit(list(commands), batch=True, flush=flush)
 
     async def snapshot(self) -> None:
         """Save a snapshot of the current state now (and truncate, if the replica does)."""
@@ -275,6 +284,7 @@ class Leader:
         *,
         batch: bool,
         tag: tuple[str | None, int | None] = (None, None),
+        flush: bool = False,
     ) -> list[Any]:
         self._check()
         ticket = self._issued
@@ -283,7 +293,7 @@ class Leader:
         # positions.
         try:
             if batch:
-                positions = await self._writer.append_batch(commands)
+                positions = await self._writer.append_batch(commands, flush=flush)
             else:
                 positions = [
                     await self._writer.append(commands[0], producer_id=tag[0], sequence=tag[1])
