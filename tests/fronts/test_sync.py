@@ -81,11 +81,26 @@ def test_keyboard_interrupt_cancels_the_call_and_the_client_goes_on(
     done = _python(
         """
         import os, signal, sys, threading, time, walkit, walkit.sync
+
+        def interrupt_when_waiting(main):
+            # SIGINT once the main thread waits for the loop (walkit.sync's wait(), inside
+            # reader.next()), not at a moment a loaded machine may reach before that.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                frame = sys._current_frames().get(main)
+                while frame is not None:
+                    code = frame.f_code
+                    if code.co_name == "wait" and code.co_filename.endswith("_thread.py"):
+                        os.kill(os.getpid(), signal.SIGINT)
+                        return
+                    frame = frame.f_back
+                time.sleep(0.01)
+
         with walkit.sync.Client.connect(sys.argv[1]) as client:
             with walkit.sync.Log.open(client, "interrupted") as log:
                 reader = log.reader()  # follows: waits for records that never come
                 threading.Thread(
-                    target=lambda: (time.sleep(0.5), os.kill(os.getpid(), signal.SIGINT))
+                    target=interrupt_when_waiting, args=(threading.get_ident(),)
                 ).start()
                 try:
                     reader.next()
