@@ -99,6 +99,67 @@ def test_concurrent_appends_keep_each_callers_order(cluster: ProcessCluster, fro
     front.run(scenario)
 
 
+def test_records_with_keys_headers_and_timestamps(cluster: ProcessCluster, front: Front) -> None:
+    """Keys, headers and timestamps from concurrent callers (threads share entries through
+    the sync writer's groups), read back on every front; position_at finds them by time."""
+
+    async def scenario(front: Front) -> None:
+        clock = _Clock()
+        async with (
+            front.connect(cluster.metadata_url, wall_clock=clock) as client,
+            front.open_log(client, _log_name(front)) as log,
+        ):
+            async with log.writer() as writer:
+                got: dict[int, list[LogPosition]] = {}
+
+                async def appender(n: int) -> None:
+                    got[n] = [
+                        await writer.append(
+                            b"%d:%d" % (n, i),
+                            key=b"caller-%d" % n,
+                            headers=[("i", b"%d" % i)],
+                            timestamp=None if i % 2 else T0 + 1000 * n + i,
+                        )
+                        for i in range(10)
+                    ]
+
+                async with anyio.create_task_group() as tasks:
+                    for n in range(8):
+                        tasks.start_soon(appender, n)
+                clock.ms += 60_000
+                batch = await writer.append_batch(
+                    [b"plain", walkit.Record(b"keyed", key=b"k", headers={"h": b"v"})]
+                )
+            records = {r.position: r for r in await _read_all(log)}
+            for n, positions in got.items():
+                for i, pos in enumerate(positions):
+                    record = records[pos]
+                    assert record.payload == b"%d:%d" % (n, i)
+                    assert record.key == b"caller-%d" % n
+                    assert record.headers == (("i", b"%d" % i),)
+                    # Given, or the writer's clock when the entry went out.
+                    assert record.timestamp == (T0 if i % 2 else T0 + 1000 * n + i)
+            plain, keyed = records[batch[0]], records[batch[1]]
+            assert (plain.key, plain.headers, plain.timestamp) == (None, None, T0 + 60_000)
+            assert (keyed.key, keyed.headers) == (b"k", (("h", b"v"),))
+            assert await log.position_at(T0 + 60_000) == batch[0]
+
+    front.run(scenario)
+
+
+T0 = 1_700_000_000_000
+
+
+class _Clock:
+    """A wall clock the scenario moves (read from the writer's event loop thread)."""
+
+    def __init__(self) -> None:
+        self.ms = T0
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+
 def test_a_tailing_reader_sees_records_appended_later(
     cluster: ProcessCluster, front: Front
 ) -> None:

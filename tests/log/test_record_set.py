@@ -253,6 +253,6 @@ def test_bad_keys_headers_and_timestamps_are_refused() -> None:
         with pytest.raises(InvalidArgumentError):
             Record(b"p", **bad)
     with pytest.raises(InvalidArgumentError, match="must be bytes"):
-        Record("text")  # type: ignore[arg-type]
+        Record("text")
     with pytest.raises(ValueError):
         encode_record_set([b"a"], timestamp=-1)

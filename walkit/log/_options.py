@@ -12,7 +12,15 @@ from typing import Any, ClassVar, TypedDict, final
 
 import attrs
 
-from walkit._core.options import SECONDS, Kind, count, number, optional, options_from_kwargs
+from walkit._core.options import (
+    SECONDS,
+    SWITCH,
+    Kind,
+    count,
+    number,
+    optional,
+    options_from_kwargs,
+)
 from walkit._core.record_set import MAX_BODY_BYTES, Codec, check_codec_available
 from walkit.errors import ConfigurationError
 
@@ -33,7 +41,17 @@ def _password(value: Any) -> bytes:
     return bytes(value)
 
 
+def _trace_context(value: Any) -> bool:
+    SWITCH.check(value, "log option trace_context")
+    if value:
+        from walkit.otel import check_available
+
+        check_available()
+    return bool(value)
+
+
 COMPRESSION = Kind(convert=_codec, choices=tuple(c.value for c in Codec), metavar="CODEC")
+TRACE_CONTEXT = attrs.evolve(SWITCH, convert=_trace_context)
 PASSWORD = Kind(convert=_password, secret=True)
 BATCH_BYTES = number(
     f"an int from 1 to {MAX_BODY_BYTES}", at_least=1, at_most=MAX_BODY_BYTES, integer=True
@@ -90,6 +108,14 @@ class LogOptions:
             "extra). Each entry records its codec, so readers need no setting"
         ),
     )
+    trace_context: bool = attrs.field(
+        default=False,
+        converter=_trace_context,
+        **TRACE_CONTEXT.option(
+            "put the current OpenTelemetry trace context (W3C traceparent) in the headers of "
+            "each record appended (the otel extra; see walkit.otel)"
+        ),
+    )
     takeover_attempts: int = count(1).field(
         10,
         "rounds of a writer takeover (each re-reads the log after losing a race to another "
@@ -142,6 +168,7 @@ class LogOptionsDict(TypedDict, total=False):
     read_ahead: int
     batch_bytes: int
     compression: Codec | str
+    trace_context: bool
     takeover_attempts: int
     retain_records: int | None
     retain_bytes: int | None
