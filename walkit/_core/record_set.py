@@ -61,6 +61,7 @@ __all__ = [
     "entry_records",
     "envelope_overhead",
     "pack_lengths",
+    "plain_layout",
     "read_header",
     "uses_record_sets",
 ]
@@ -166,6 +167,32 @@ def read_header(entry: bytes | memoryview) -> tuple[int, int, int, int]:
     """(version, flags, count, body_length) of an envelope at least HEADER_SIZE long."""
     version, flags, count, body_length = _HEAD.unpack_from(entry)
     return version, flags, count, body_length
+
+
+def plain_layout(entry: bytes | memoryview) -> tuple[int, int, int | None] | None:
+    """(count, body start, entry timestamp) of an entry laid out plainly: uncompressed, with no
+    producers, keys, headers or records' own timestamps (version 1, or 2 with its entry
+    timestamp only), whose length table (``count`` u32 at HEADER_SIZE) and body (to the end)
+    can be used as they are. None for any other entry, which :func:`decode_record_set` reads
+    (and refuses if it is not well formed)."""
+    size = len(entry)
+    if size < _HEAD.size:
+        return None
+    version, flags, count, body_length = _HEAD.unpack_from(entry)
+    start = _HEAD.size + 4 * count
+    timestamp = None
+    if (version, flags) == (VERSION_EXTRAS, _HAS_TIMESTAMP):
+        if size < start + 8:
+            return None
+        (timestamp,) = _I64.unpack_from(entry, start)
+        start += 8
+        if timestamp < 0:
+            return None
+    elif (version, flags) != (VERSION, 0):
+        return None
+    if count == 0 or size - start != body_length:
+        return None
+    return count, start, timestamp
 
 
 def pack_lengths(lengths: Sequence[int]) -> bytes:

@@ -15,7 +15,6 @@ timestamp).
 from __future__ import annotations
 
 import itertools
-import struct
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -29,7 +28,7 @@ from walkit._core.record_set import (
     RecordSet,
     decode_record_set,
     pack_lengths,
-    read_header,
+    plain_layout,
 )
 from walkit._core.types import Entry
 from walkit.errors import CorruptEntryError
@@ -38,11 +37,7 @@ from walkit.spark._read_schema import HEADERS_ARROW, LOG_ARROW, TIMESTAMP_ARROW
 
 __all__ = ["EntryExtras", "log_batch", "record_set_payloads"]
 
-#: Envelope versions and flags that the fast path takes: no codec, no producers, no keys,
-#: headers or records' own timestamps (version 2 with its entry timestamp only).
-_PLAIN: Final = (1, 0)
-_STAMPED: Final = (2, 0x10)
-_I64: Final = struct.Struct("<q")
+#: The fast path hands the envelope's little-endian length table to Arrow as it is.
 _LITTLE: Final = sys.byteorder == "little"
 
 
@@ -79,16 +74,10 @@ def record_set_payloads(
                 f"entry {entry.entry_id} of ledger {entry.ledger_id}: {size} bytes is shorter "
                 "than a record set's header"
             )
-        version, flags, count, body_length = read_header(payload)
-        start = head + 4 * count
-        fast = _LITTLE and count and (version, flags) in (_PLAIN, _STAMPED)
-        stamp = None
-        if fast and version == 2:
-            if size >= start + 8:
-                (stamp,) = _I64.unpack_from(payload, start)
-            start += 8
-            fast = stamp is not None and stamp >= 0
-        if fast and size - start == body_length:
+        layout = plain_layout(payload) if _LITTLE else None
+        if layout is not None:
+            count, start, stamp = layout
+            body_length = size - start
             view = memoryview(payload)
             tables.append(view[head : head + 4 * count])
             bodies.append(view[start:])
