@@ -93,11 +93,14 @@ def check_headers(headers: object) -> Headers | None:
             raise InvalidArgumentError(f"header name {name!r} is not valid Unicode") from None
         if size > MAX_HEADER_NAME:
             raise InvalidArgumentError(f"header name {name[:40]!r}... is over 65535 bytes")
-        if isinstance(value, str):
-            raise InvalidArgumentError(
-                f"header {name!r}: a value must be bytes, not str (encode it)"
-            )
-        pairs.append((name, check_key(value) if type(value) is not bytes else value))
+        if type(value) is not bytes:
+            if not isinstance(value, bytes | bytearray | memoryview):
+                hint = " (encode it)" if isinstance(value, str) else ""
+                raise InvalidArgumentError(
+                    f"header {name!r}: a value must be bytes, not {type(value).__name__}{hint}"
+                )
+            value = bytes(value)
+        pairs.append((name, value))
     if len(pairs) > MAX_HEADERS:
         raise InvalidArgumentError(f"{len(pairs)} headers: at most {MAX_HEADERS} per record")
     return tuple(pairs) or None
