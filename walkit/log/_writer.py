@@ -32,7 +32,7 @@ from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncati
 from walkit._core.log_position import LogPosition, position
 from walkit._core.log_tail import CloseOutcome, close_outcome
 from walkit._core.producers import MAX_SEQUENCE
-from walkit._core.record import MAX_TIMESTAMP, Extras, Record, extras_of
+from walkit._core.record import MAX_TIMESTAMP, Extras, Headers, Record, extras_of
 from walkit._core.record_set import TIMESTAMP_BYTES, ProducerTag, envelope_overhead, extras_size
 from walkit._core.retention import RECORDS_KEY
 from walkit._core.time_search import time_range_tag
@@ -385,7 +385,7 @@ class LogWriter:
             extras.append(ex)
         return records, extras if any(ex is not None for ex in extras) else None
 
-    def _trace_headers(self) -> Any:
+    def _trace_headers(self) -> Headers | None:
         """The current trace context as headers, when the log carries it (else None)."""
         if not self._trace:
             return None
@@ -393,7 +393,9 @@ class LogWriter:
 
         return current_headers()
 
-    def _extras(self, record: bytes, extras: Extras | None, context: Any) -> Extras | None:
+    def _extras(
+        self, record: bytes, extras: Extras | None, context: Headers | None
+    ) -> Extras | None:
         """A record's extras with the trace ``context`` headers merged in; InvalidArgumentError
         if the record with its key and headers is too big for an entry."""
         if context is not None:
