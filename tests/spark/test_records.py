@@ -177,3 +177,12 @@ def test_write_takes_key_headers_and_timestamp_columns(spark: Any, spark_metadat
         spark.createDataFrame([("x", 1)], "payload string, key int").write.format("walkit").option(
             "metadata", url
         ).mode("append").save(name)
+    # A header without a value fails its task, naming the row; the job writes nothing.
+    before = read_back(url, name)
+    bad = spark.createDataFrame(
+        [("ok", [("h", b"v")]), ("bad", [("h", None)])],
+        "payload string, headers array<struct<key: string, value: binary>>",
+    ).coalesce(1)
+    with pytest.raises(Exception, match="row 1 of partition 0: header 'h': a value must be bytes"):
+        bad.write.format("walkit").option("metadata", url).mode("append").save(name)
+    assert read_back(url, name) == before
