@@ -142,9 +142,46 @@ def test_records_with_keys_headers_and_timestamps(cluster: ProcessCluster, front
             plain, keyed = records[batch[0]], records[batch[1]]
             assert (plain.key, plain.headers, plain.timestamp) == (None, None, T0 + 60_000)
             assert (keyed.key, keyed.headers) == (b"k", (("h", b"v"),))
-            assert await log.position_at(T0 + 60_000) == batch[0]
+            at = await log.position_at(T0 + 60_000)
+            assert at == batch[0]
+            assert [r.payload for r in await _read_all(log, at)] == [b"plain", b"keyed"]
 
     front.run(scenario)
+
+
+def test_trace_context_travels_in_headers(cluster: ProcessCluster, front: Front) -> None:
+    """With trace_context=True the span current at append (in the caller's task, or its
+    thread through walkit.sync) travels in the record's headers; walkit.otel.extract gives it
+    back to the reader."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import walkit.otel
+
+    provider = TracerProvider()
+    tracer = provider.get_tracer("walkit-fronts")
+
+    async def scenario(front: Front) -> None:
+        async with (
+            front.connect(cluster.metadata_url) as client,
+            front.open_log(client, _log_name(front), trace_context=True) as log,
+        ):
+            async with log.writer() as writer:
+                with tracer.start_as_current_span("produce") as span:
+                    traced = await writer.append(b"traced", key=b"k")
+                    batch = await writer.append_batch([walkit.Record(b"batched", key=b"b")])
+                untraced = await writer.append(b"untraced")
+            records = {r.position: r for r in await _read_all(log)}
+            want = span.get_span_context().trace_id
+            for pos in (traced, *batch):
+                context = walkit.otel.extract(records[pos])
+                assert trace.get_current_span(context).get_span_context().trace_id == want
+            assert records[untraced].headers is None
+
+    try:
+        front.run(scenario)
+    finally:
+        provider.shutdown()
 
 
 T0 = 1_700_000_000_000
