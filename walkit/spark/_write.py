@@ -39,7 +39,7 @@ import attrs
 import trio
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from walkit._core.record import MAX_TIMESTAMP, Extras, check_headers, check_key
+from walkit._core.record import Extras, check_headers, check_key, check_timestamp
 from walkit._core.record_set import (
     EXTRAS_PER_RECORD,
     TIMESTAMP_BYTES,
@@ -511,8 +511,8 @@ def _extras_rows(
                         for p in pairs
                     ]
                 )
-            if ts is not None and not 0 <= ts <= MAX_TIMESTAMP:
-                raise InvalidArgumentError(f"timestamp {ts} ms is before 1970")
+            if ts is not None:
+                check_timestamp(ts)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(
                 f"walkit: row {done + n} of partition {part}: {exc}"
