@@ -1,4 +1,4 @@
-"""The writer's pure state machine: write sets (seed 000's table), ordered acks, LAC, failures."""
+"""The writer's pure state machine: write sets (the protocol document's table), ordered acks, LAC, failures."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from walkit.errors import (
 
 B1, B2, B3, B4, B5 = (BookieId("10.0.0.1", 3181 + i) for i in range(5))
 
-# Seed 000, "Write Quorums": E=4, Qw=3, Qa=2 with ensemble B1..B4.
+# BookKeeper's protocol document, "Write Quorums": E=4, Qw=3, Qa=2 with ensemble B1..B4.
 SEED_000_TABLE = {
     0: (B1, B2, B3),
     1: (B2, B3, B4),
@@ -237,7 +237,10 @@ def _md(**kw: object) -> LedgerMetadata:
 def test_new_fragment_replaces_slot_from_first_unacked_entry() -> None:
     md = _md()
     updated = new_fragment(md, (B1, B2, B3), 12, {0: B4})
-    assert updated.ensembles == {0: [B1, B2, B3], 12: [B4, B2, B3]}  # seed 000's example
+    assert updated.ensembles == {
+        0: [B1, B2, B3],
+        12: [B4, B2, B3],
+    }  # the protocol document's example
 
 
 def test_new_fragment_refused_once_ledger_is_not_ours() -> None:

@@ -1,4 +1,4 @@
-"""The pure recovery decisions against seeds 000 and 001."""
+"""The pure recovery decisions against BookKeeper's protocol document and the TLA+ protocol guide."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from walkit._core.recovery import (
     recovery_start_lac,
 )
 
-# Seed 000, "Write Quorums": E=4, Qw=3, Qa=2, ensemble B1..B4.
+# BookKeeper's protocol document, "Write Quorums": E=4, Qw=3, Qa=2, ensemble B1..B4.
 SEED_000_TABLE = {
     0: ["B1", "B2", "B3"],
     1: ["B2", "B3", "B4"],

@@ -64,7 +64,7 @@ def test_fragment_ranges_and_gaps() -> None:
 
 
 def test_entries_follow_the_write_sets() -> None:
-    # Seed 000's table, E=4 Qw=3: bookie index 0 stores entries 0, 2, 3, 4, 6, 7, ...
+    # the protocol document's table, E=4 Qw=3: bookie index 0 stores entries 0, 2, 3, 4, 6, 7, ...
     gap = FragmentGap(0, 7, 0, b(1), (b(1), b(2), b(3), b(4)))
     assert list(gap.entries(4, 3)) == [0, 2, 3, 4, 6, 7]
     assert gap.entry_count(4, 3) == 6

@@ -459,7 +459,7 @@ async def test_bad_input_and_options(memory_url: str, tmp_path: Path) -> None:
         with pytest.raises(LedgerClosedError):
             await w.append(b"after close")
         await w.close()  # twice is fine
-        log.close()
+        await log.aclose()
         with pytest.raises(walkit.errors.ClientClosedError):
             log.writer()
 

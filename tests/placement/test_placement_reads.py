@@ -1,4 +1,4 @@
-"""Read ordering (seed 004): writable without failures, writable with failures (oldest first),
+"""Read ordering (BookKeeper's placement-policy guide): writable without failures, writable with failures (oldest first),
 read-only, departed but still in the topology, then gone."""
 
 from __future__ import annotations

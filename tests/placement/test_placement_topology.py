@@ -1,4 +1,4 @@
-"""The network topology, seed 004's two examples, locations and the default rack."""
+"""The network topology, the placement-policy guide's two examples, locations and the default rack."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from walkit.placement import (
     normalize_location,
 )
 
-# Seed 004, first example: three bookies in region A, two racks.
+# BookKeeper's placement-policy guide, first example: three bookies in region A, two racks.
 SEED_ONE = {"/region-a/rack-1": ["bk1", "bk2"], "/region-a/rack-2": ["bk3"]}
-# Seed 004, second example: four bookies in two regions, one rack each.
+# BookKeeper's placement-policy guide, second example: four bookies in two regions, one rack each.
 SEED_TWO = {"/region-a/rack-1": ["bk1", "bk2"], "/region-b/rack-2": ["bk3", "bk4"]}
 
 

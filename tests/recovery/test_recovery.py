@@ -65,7 +65,7 @@ async def test_recovery_closes_at_the_last_acknowledged_entry(
         # The old writer is fenced: its next append and its close fail, and nothing is lost.
         with pytest.raises(WriterFencedError):
             await lw.append(b"after the fence")
-        # Seed 000: CLOSED at the entry the writer was last acknowledged is a successful close.
+        # BookKeeper's protocol document: CLOSED at the entry the writer was last acknowledged is a successful close.
         await lw.close()
         assert lw.last_add_confirmed == 499
         again = await reader_client.open_ledger(lw.id, password=PW, recovery=True)

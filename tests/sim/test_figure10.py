@@ -1,4 +1,4 @@
-"""Seed 001, Figure 10: recovery finds entry 3 unconfirmed and closes the ledger at entry 2.
+"""The TLA+ protocol guide, Figure 10: recovery finds entry 3 unconfirmed and closes the ledger at entry 2.
 
 E=3, Qw=3, Qa=2 on bookies B1, B2, B3. Entries 0 and 1 reach every bookie. Entry 2 reaches B1
 and B2 only (acknowledged: Qa=2). Entry 3 reaches B1 only (never acknowledged). The writer dies.

@@ -1,5 +1,5 @@
-"""The writer's state machine (seed 000, "Writing to the ledger"): pending adds, ordered
-acknowledgement, the LAC, and which bookie failures call for an ensemble change.
+"""The writer's state machine (BookKeeper's protocol document, "Writing to the ledger"): pending
+adds, ordered acknowledgement, the LAC, and which bookie failures call for an ensemble change.
 
 Pure and synchronous. The trio writer feeds it events (an add, an ack, a bookie failure, an
 ensemble change that committed) and acts on its answers (where to send, which entries are now
@@ -103,7 +103,7 @@ class AddTracker:
         self.write_quorum: Final = write_quorum
         self.ack_quorum: Final = ack_quorum
         self._mode = mode
-        # Only E distinct write sets exist (seed 000); compute them once.
+        # Only E distinct write sets exist (BookKeeper's protocol document); compute them once.
         self._write_sets = [
             tuple(write_set(i, ensemble_size, write_quorum)) for i in range(ensemble_size)
         ]

@@ -1,5 +1,5 @@
-"""Round-robin striping (seed 000): which bookies of an ensemble store which entry, and the
-response counts the protocol reasons with (seed 001)."""
+"""Round-robin striping (BookKeeper's protocol document): which bookies of an ensemble store which
+entry, and the response counts the protocol reasons with (the TLA+ protocol guide)."""
 
 from __future__ import annotations
 

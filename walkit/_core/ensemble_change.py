@@ -1,5 +1,5 @@
-"""Writer-side metadata decisions (seed 000): the new fragment of an ensemble change, what a
-lost compare-and-set means, and closing as the writer.
+"""Writer-side metadata decisions (BookKeeper's protocol document): the new fragment of an ensemble
+change, what a lost compare-and-set means, and closing as the writer.
 
 Pure functions over :class:`LedgerMetadata`; the trio writer reads, CASes and retries.
 """
@@ -134,9 +134,9 @@ def decide_close(
     length: int,
     custom: Mapping[str, bytes] | None = None,
 ) -> CloseDecision:
-    """Seed 000, "Closing a ledger as a writer": CAS to CLOSED with the last acknowledged entry
-    (and ``custom`` merged into the custom metadata, e.g. a log's record count); already CLOSED
-    at the same entry is success; IN_RECOVERY or CLOSED elsewhere is an error."""
+    """BookKeeper's protocol document, "Closing a ledger as a writer": CAS to CLOSED with the last
+    acknowledged entry (and ``custom`` merged into the custom metadata, e.g. a log's record count);
+    already CLOSED at the same entry is success; IN_RECOVERY or CLOSED elsewhere is an error."""
     if current.state is LedgerState.OPEN:
         closed = current.closed(last_entry_id, length)
         if custom:

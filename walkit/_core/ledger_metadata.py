@@ -1,4 +1,5 @@
-"""Ledger metadata (seed 000): the model, its state transitions and its serialization.
+"""Ledger metadata (BookKeeper's protocol document): the model, its state transitions and its
+serialization.
 
 Serialized as readable JSON with a format version, so operators can read it with any ZooKeeper
 or sqlite tool::

@@ -1,6 +1,6 @@
-"""The reader's decisions (seeds 000 and 002): which replica of an entry to ask next after an
-error, a timeout or a bad digest; when to ask another one speculatively; and when a LAC read of
-an ensemble has heard enough.
+"""The reader's decisions (BookKeeper's protocol document and the original BookKeeper overview):
+which replica of an entry to ask next after an error, a timeout or a bad digest; when to ask another
+one speculatively; and when a LAC read of an ensemble has heard enough.
 
 Pure and synchronous; slots are indexes into the ensemble of the entry's fragment.
 """

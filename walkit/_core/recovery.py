@@ -1,4 +1,5 @@
-"""Ledger recovery decisions (seed 000 "Opening as reader with recovery", seed 001 step 1 and 2).
+"""Ledger recovery decisions (BookKeeper's protocol document "Opening as reader with recovery", the
+TLA+ protocol guide step 1 and 2).
 
 Recovery has three phases, each a small state machine fed with bookie answers:
 
@@ -62,12 +63,13 @@ FAILED: frozenset[Answer] = frozenset({Answer.ERROR, Answer.REFUSED})
 def refused_answer(password_verified: bool) -> Answer:
     """What an UNAUTHORIZED answer to a fence or recovery read counts as.
 
-    A bookie keeps the master key of the first request it saw for a ledger id and refuses
-    every other key. When the recovering client's password matched the hash in the ledger's
-    metadata, its key is the writer's key, so a bookie that refuses it never accepted one of
-    the writer's adds, and never will: the id was claimed there first with a junk key (issue
-    11, finding 3). For the quorum rules such a bookie is a fenced bookie that holds nothing:
-    fenced with LAC -1, and "no such entry" for every entry (:attr:`Answer.MISSING`).
+    A bookie keeps the master key of the first request it saw for a ledger id and refuses every
+    other key. When the recovering client's password matched the hash in the ledger's metadata, its
+    key is the writer's key, so a bookie that refuses it never accepted one of the writer's adds,
+    and never will: the id was claimed there first with a junk key (a stranger can claim any ledger
+    id on a bookie before its writer does). For the quorum rules such a bookie is a fenced bookie
+    that holds nothing: fenced with LAC -1, and "no such entry" for every entry
+    (:attr:`Answer.MISSING`).
 
     Without a verified password (a ledger whose metadata has no password hash) the refusal
     may mean that the password is wrong: the bookie counts as failed (:attr:`Answer.REFUSED`),
@@ -88,8 +90,9 @@ class EntryDecision(enum.Enum):
 class FenceTracker:
     """Counts fencing answers from the last fragment's ensemble.
 
-    Fencing is complete when either ensemble coverage EC = (E - Qa) + 1 bookies answered (seed
-    001), or every write quorum of the ensemble has QC = (Qw - Qa) + 1 answers (seed 000). Both
+    Fencing is complete when either ensemble coverage EC = (E - Qa) + 1 bookies answered (the
+    TLA+ protocol guide), or every write quorum of the ensemble has QC = (Qw - Qa) + 1 answers
+    (BookKeeper's protocol document). Both
     leave no write quorum with Qa unfenced bookies; the second can need fewer answers when
     entries are striped (E > Qw), which keeps recovery possible with more bookies down.
     """

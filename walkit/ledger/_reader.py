@@ -159,6 +159,20 @@ class LedgerReader:
             return await self._tail(entry_id, watch)
         return None
 
+    async def aclose(self) -> None:
+        """Stop following the ledger's metadata (a tailing reader's watch); the reader can
+        still read what it knows. Idempotent; ``async with reader:`` calls it at the end."""
+        if self._watch is not None:
+            self._watch.scope.cancel()
+            self._watch = None
+        await anyio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> LedgerReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     def _start_watch(self) -> _MetadataWatch:
         watch = _MetadataWatch()
         events = self._context.ledgers.watch(self.id)

@@ -36,13 +36,14 @@ from walkit.errors import (
     InvalidArgumentError,
     LedgerClosedError,
     NoSuchEntryError,
-    NotEnoughBookiesError,
     UnauthorizedAccessError,
     WalkitError,
     WriterFencedError,
 )
 from walkit.ledger._context import ClientContext, status_error
+from walkit.ledger._explicit_lac import ExplicitLac
 from walkit.ledger._reads import read_entries
+from walkit.ledger._replacements import choose_replacements
 from walkit.metadata import Decision, cas_update
 from walkit.net._connection import BookieConnection
 
@@ -51,8 +52,6 @@ log = get_logger(__name__)
 __all__ = ["LedgerWriter"]
 
 _OK = int(StatusCode.OK)
-#: Seconds during which a bookie that failed is not chosen as a replacement, if others can be.
-_AVOID_RECENTLY_FAILED = 10.0
 
 
 def _copy(error: WalkitError) -> WalkitError:
@@ -161,14 +160,17 @@ class LedgerWriter:
         self._admission = anyio.Lock()
         self._idle = anyio.Event()
         self._idle.set()
-        self._lac_moved = anyio.Event()
-        self._lac_on_bookies = -1
-        #: When entries were last sent, and the explicit LAC's timer while it runs (each send
-        #: pushes its deadline: under load it never fires, where sleeping ``interval`` at a
-        #: time woke the writer 200 times a second for nothing).
-        self._last_send = 0.0
-        self._lac_timer: anyio.CancelScope | None = None
-        self._lac_interval = context.options.explicit_lac_interval
+        interval = context.options.explicit_lac_interval
+        self._explicit_lac = (
+            None
+            if interval is None
+            else ExplicitLac(
+                interval,
+                lambda: self._tracker.last_add_confirmed,
+                self._write_lac,
+                lambda: self._error is not None,
+            )
+        )
         self._error: WalkitError | None = None
         self._closing = False
         self._closed = False
@@ -313,10 +315,10 @@ class LedgerWriter:
         *,
         custom_metadata: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
-        """Wait for pending appends, then CAS the metadata to CLOSED at the last acknowledged
-        entry (seed 000), with ``custom_metadata`` merged into the ledger's (a mapping, or a
-        function called once the pending appends are done: a log writer records its record
-        count there). Already closed the same way is success; closed elsewhere or being
+        """Wait for pending appends, then CAS the metadata to CLOSED at the last acknowledged entry
+        (BookKeeper's protocol document), with ``custom_metadata`` merged into the ledger's (a
+        mapping, or a function called once the pending appends are done: a log writer records its
+        record count there). Already closed the same way is success; closed elsewhere or being
         recovered raises (WriterFencedError / LedgerInRecoveryError). Idempotent."""
         if custom_metadata is not None:
             self._close_custom = custom_metadata
@@ -335,6 +337,15 @@ class LedgerWriter:
             self._closed = True
         finally:
             self._stop()
+
+    async def aclose(
+        self,
+        *,
+        custom_metadata: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
+    ) -> None:
+        """:meth:`close` under the name every async handle closes with (``close`` stays:
+        it is BookKeeper's name for sealing a ledger)."""
+        await self.close(custom_metadata=custom_metadata)
 
     async def __aenter__(self) -> LedgerWriter:
         return self
@@ -377,12 +388,12 @@ class LedgerWriter:
             for slot in tracker.targets(pa):
                 per_slot[slot].append(item)
         assert pa is not None
-        self._lac_on_bookies = pa.lac
-        self._queue(per_slot)
+        self._queue(per_slot, pa.lac)
         return pa.entry_id
 
-    def _queue(self, per_slot: list[list[tuple[int, bytes]]]) -> None:
-        now = self._last_send = self._time()
+    def _queue(self, per_slot: list[list[tuple[int, bytes]]], lac: int) -> None:
+        """Send each slot's entries (which carry ``lac``) to its bookie."""
+        now = self._time()
         for slot, items in enumerate(per_slot):
             if items:
                 try:
@@ -392,11 +403,9 @@ class LedgerWriter:
                 except ClientClosedError as exc:
                     self._fail(exc)
                     return
-        # After the sends, not before: moving a cancel scope's deadline costs ~10 µs, off the path to
-        # the bookies this way.
-        timer, interval = self._lac_timer, self._lac_interval
-        if timer is not None and interval is not None:
-            timer.deadline = now + interval
+        explicit = self._explicit_lac
+        if explicit is not None:  # (after the sends: off the path to the bookies)
+            explicit.sent(now, lac)
 
     async def _wait_for_room(self) -> None:
         if self._room.is_set():  # several tasks may wait on the same event
@@ -424,7 +433,9 @@ class LedgerWriter:
         waiters = self._waiters
         while waiters and waiters[0][0] <= lac:
             waiters.popleft()[1].set()
-        self._lac_moved.set()
+        explicit = self._explicit_lac
+        if explicit is not None:
+            explicit.moved()
         pending = self._tracker.pending_count
         if pending < self._max_pending:
             self._room.set()
@@ -524,10 +535,12 @@ class LedgerWriter:
                     self._fail(exc)
                     return
                 per_slot: list[list[tuple[int, bytes]]] = [[] for _ in self._conns]
+                carried = -1
                 for pa, targets in self._tracker.finish_ensemble_change():
+                    carried = max(carried, pa.lac)
                     for slot in targets:
                         per_slot[slot].append((pa.entry_id, pa.packet))
-                self._queue(per_slot)
+                self._queue(per_slot, carried)
                 self._lac_at_last_change = self.last_add_confirmed
         except Exception as exc:  # a bug must not take the client down
             log.exception("ensemble_change_crashed", ledger_id=self.id)
@@ -546,42 +559,6 @@ class LedgerWriter:
             log.info("ensemble_change_backoff", ledger_id=self.id, seconds=round(pause, 3))
             await anyio.sleep(pause)
 
-    def _choose_replacements(
-        self, current: tuple[BookieId, ...], slots: frozenset[int], *, avoid_recent: bool
-    ) -> dict[int, BookieId]:
-        """A new bookie for each slot, from the placement policy. Bookies that failed in the
-        last seconds are avoided while others are available."""
-        md = self._md
-        exclude = set(current) | self._refused
-        if avoid_recent:
-            now = self._context.loop.time()
-            exclude |= {
-                b
-                for b, t in self._context.pool.failure_history.items()
-                if now - t < _AVOID_RECENTLY_FAILED
-            }
-        replacements: dict[int, BookieId] = {}
-        for slot in sorted(slots):
-            try:
-                chosen = self._context.placement.replace_bookie(
-                    md.ensemble_size,
-                    md.write_quorum,
-                    md.ack_quorum,
-                    current,
-                    current[slot],
-                    frozenset(exclude),
-                    md.custom_metadata,
-                )
-            except NotEnoughBookiesError as exc:
-                if avoid_recent:
-                    return self._choose_replacements(current, slots, avoid_recent=False)
-                raise NotEnoughBookiesError(
-                    f"ledger {self.id}: no bookie to replace {current[slot]}: {exc}"
-                ) from None
-            replacements[slot] = chosen
-            exclude.add(chosen)
-        return replacements
-
     async def _read_metadata(self) -> tuple[LedgerMetadata, int]:
         context = self._context
         return await context.retry_metadata(functools.partial(context.ledgers.read, self.id))
@@ -594,7 +571,7 @@ class LedgerWriter:
         context = self._context
         md = self._md
         current = tuple(self._ensemble)
-        replacements = self._choose_replacements(current, slots, avoid_recent=True)
+        replacements = choose_replacements(context, md, current, slots, self._refused)
         self._md, self._version, _ = await cas_update(
             f"ledger {self.id}: ensemble change",
             read=self._read_metadata,
@@ -621,35 +598,13 @@ class LedgerWriter:
         with self._scope:
             async with anyio.create_task_group() as tasks:
                 self._tasks = tasks
-                interval = self._lac_interval
-                if interval is not None:
-                    tasks.start_soon(self._send_lac_when_idle, interval)
+                if self._explicit_lac is not None:
+                    tasks.start_soon(self._explicit_lac.run)
                 task_status.started()
                 await anyio.sleep_forever()
 
     def _stop(self) -> None:
         self._scope.cancel()
-
-    async def _send_lac_when_idle(self, interval: float) -> None:
-        """Entries carry the LAC known when sent, so the bookies learn the last ones only
-        with the next entry: when none follows within ``interval``, send the LAC itself."""
-        try:
-            while True:
-                await self._lac_moved.wait()
-                self._lac_moved = anyio.Event()
-                # Until no entry was sent for ``interval`` (``_queue`` pushes the deadline).
-                with anyio.CancelScope(deadline=self._last_send + interval) as timer:
-                    self._lac_timer = timer
-                    try:
-                        await anyio.sleep_forever()
-                    finally:
-                        self._lac_timer = None
-                lac = self._tracker.last_add_confirmed
-                if lac > self._lac_on_bookies and self._error is None:
-                    self._lac_on_bookies = lac
-                    self._write_lac(lac)
-        except Exception:  # pragma: no cover - a bug must not take the client down
-            log.exception("explicit_lac_crashed", ledger_id=self.id)
 
     def _write_lac(self, lac: int) -> None:
         for slot, conn in enumerate(self._conns):

@@ -16,6 +16,7 @@ when they need it, and change it only by compare-and-set.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import AsyncIterable, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, final
@@ -98,7 +99,7 @@ class _Opener:
         tb: TracebackType | None,
     ) -> None:
         if self._log is not None:
-            self._log.close()
+            await self._log.aclose()
 
 
 @final
@@ -389,7 +390,11 @@ class Log:
         """Delete the log ``name``, its ledgers and its snapshots; returns the deleted ledger
         ids. Its readers and writers get NoSuchLogError from then on. ``password``: the
         ledgers' password if the log was created with one (default: the stored one). Raises
-        NoSuchLogError if there is no such log."""
+        NoSuchLogError if there is no such log.
+
+        Log operations live on ``Log`` and ledger operations on the client, as DistributedLog's
+        namespace sits above BookKeeper's client: ``Log.open``/``Log.delete`` pair as
+        ``client.open_ledger``/``client.delete_ledger`` do, and the client knows no logs."""
         return await delete_log(client, name, password=password)
 
     @staticmethod
@@ -408,8 +413,19 @@ class Log:
 
     # --- internals -------------------------------------------------------------------------
 
+    async def aclose(self) -> None:
+        """Forget the handle (writers and readers made from it keep working); what leaving
+        ``async with Log.open(...)`` does. Idempotent."""
+        self._closed = True
+        await anyio.lowlevel.checkpoint()
+
     def close(self) -> None:
-        """Forget the handle (writers and readers made from it keep working)."""
+        """Deprecated: ``await log.aclose()`` (every async handle closes with ``aclose``)."""
+        warnings.warn(
+            "Log.close() is deprecated: use `await log.aclose()` or `async with Log.open(...)`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         self._closed = True
 
     def _check_open(self) -> None:

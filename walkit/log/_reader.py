@@ -208,6 +208,25 @@ class LogReader:
     def __aiter__(self) -> LogReader:
         return self
 
+    async def aclose(self) -> None:
+        """Stop reading: drop the ledger being read and its reads ahead (the iterator then
+        ends). Idempotent; ``async with log.reader(...) as reader:`` calls it at the end."""
+        reader = self._reader
+        self._drop_ledger()
+        pos = self._pos
+        self._end, self._end_key = pos, (pos.ledger_seq, pos.entry_id, pos.slot)
+        self._buffer.clear()
+        if reader is not None:
+            await reader.aclose()
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> LogReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     async def __anext__(self) -> LogRecord:
         record = self._buffered()
         if record is None:

@@ -496,6 +496,10 @@ class LogWriter:
         self._mark_closed()
         log.debug("log_writer_closed", log=self._log.name, ledger_id=self._lw.id)
 
+    async def aclose(self) -> None:
+        """:meth:`close` under the name every async handle closes with."""
+        await self.close()
+
     async def __aenter__(self) -> LogWriter:
         return self
 

@@ -1,4 +1,5 @@
-"""Ledger metadata in the hierarchical layout of BookKeeper's ledger managers (seed 003).
+"""Ledger metadata in the hierarchical layout of BookKeeper's ledger managers (BookKeeper's concepts
+guide).
 
 An id below 10^10 is written as 10 digits and split 2/4/4 (HierarchicalLedgerManager)::
 

@@ -123,6 +123,12 @@ class AuthNetwork:
                 f"bookie {address} broke the protocol while authenticating: {exc}"
             ) from exc
         if answer is None:
+            if isinstance(stream, TLSStream):  # (TLS 1.3: a refused certificate shows so)
+                raise TLSError(
+                    f"bookie {address} closed the TLS connection before answering: it may "
+                    "require a client certificate (TLSConfig.cert and key) or not trust this "
+                    "one (its --tls-ca)"
+                )
             raise BookieUnavailableError(
                 f"bookie {address} closed the connection while authenticating"
             )

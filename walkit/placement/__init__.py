@@ -1,4 +1,5 @@
-"""Ensemble placement policies (seed 004): where a ledger's copies go and how to read them.
+"""Ensemble placement policies (BookKeeper's placement-policy guide): where a ledger's copies go and
+how to read them.
 
 See docs/placement.md. Choose a policy with :func:`load_policy`, then call ``initialize`` with
 the configuration and :class:`PlacementResources`, and ``on_cluster_changed`` whenever the

@@ -34,7 +34,7 @@ from walkit.placement._topology import NetworkTopology, normalize_location, regi
 
 log = get_logger(__name__)
 
-#: Read-order classes, best first (seed 004).
+#: Read-order classes, best first (BookKeeper's placement-policy guide).
 WRITABLE, READ_ONLY, DEPARTING, GONE = 0, 1, 2, 3
 _REMEMBERED_LOCATIONS = 10_000
 _STATE_NAMES = {WRITABLE: "writable", READ_ONLY: "readonly", DEPARTING: "departing", GONE: "gone"}
@@ -66,7 +66,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
     It keeps the writable and read-only bookies, their locations in a :class:`NetworkTopology`
     (resolved from the registered location, the resources' resolver, the ``locations`` /
     ``locations_file`` / ``location_script`` options, else the default rack), keeps departed
-    bookies in the topology for ``stabilize_period`` seconds, and orders reads as seed 004
+    bookies in the topology for ``stabilize_period`` seconds, and orders reads as BookKeeper's placement-policy guide
     says. It is thread-safe: ``on_cluster_changed`` resolves locations outside its lock.
     """
 

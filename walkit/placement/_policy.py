@@ -1,5 +1,5 @@
-"""The ensemble placement policy interface (seed 004), in Python form. (``BookieInfo`` lives
-in :mod:`walkit._core.types`: the metadata layer makes them too.)"""
+"""The ensemble placement policy interface (BookKeeper's placement-policy guide), in Python form.
+(``BookieInfo`` lives in :mod:`walkit._core.types`: the metadata layer makes them too.)"""
 
 from __future__ import annotations
 

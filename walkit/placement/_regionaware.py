@@ -20,15 +20,16 @@ from walkit.placement._arrange import (
 from walkit.placement._rackaware import RackawareEnsemblePlacementPolicy
 from walkit.placement._topology import region_of
 
-#: Reads try this many local bookies before one remote (seed 004).
+#: Reads try this many local bookies before one remote (BookKeeper's placement-policy guide).
 LOCAL_READS_PER_REMOTE = 2
 #: How many ways of handing out the shares' remainder to try at most.
 _MAX_SHARE_SPLITS = 64
 
 
 class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
-    """Takes an equal share of the ensemble from each region (seed 004: 15 bookies over three
-    regions is 5 from each), and inside each region spreads its share over racks.
+    """Takes an equal share of the ensemble from each region (BookKeeper's placement-policy guide:
+    15 bookies over three regions is 5 from each), and inside each region spreads its share over
+    racks.
 
     Shares differ by at most one; a region with fewer writable bookies than its share gives all
     it has and the other regions share the rest equally. Bookies of different regions are

@@ -1,4 +1,5 @@
-"""Location resolvers: host names -> ``/region/rack`` (seed 004's DNSToSwitchMapping).
+"""Location resolvers: host names -> ``/region/rack`` (the placement-policy guide's
+DNSToSwitchMapping).
 
 A resolver answers one entry per name, in order; ``None`` means "unknown here" and the policy
 then tries the next source and finally the default rack. Resolvers never raise for a name they

@@ -1,4 +1,4 @@
-"""The network topology: a tree of ``/region/rack/bookie`` (seed 004).
+"""The network topology: a tree of ``/region/rack/bookie`` (BookKeeper's placement-policy guide).
 
 Locations are strings ``/region/rack``. A one-level location ``/rack`` is read as a rack of the
 default region, so a cluster that only knows racks still works with the region-aware policy.

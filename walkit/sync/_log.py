@@ -470,7 +470,7 @@ class Log:
         if cm is not None:
             cm.__exit__(None, None, None)
         else:
-            self._log.close()
+            self._thread.call(self._log.aclose)
 
     def __enter__(self) -> Log:
         return self

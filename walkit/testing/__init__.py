@@ -9,6 +9,8 @@
   protocol's invariants held.
 - :func:`check_kv_linearizable`: whether a key-value store's history (:class:`KVOperation`) is
   linearizable; :func:`check_linearizable` does the same for any :class:`Model`.
+- :class:`FaultProxy`: a TCP proxy between real processes that adds delay and jitter per
+  direction, caps bandwidth, stalls connections half-open and resets them (Toxiproxy's model).
 """
 
 from walkit.testing._checkers import (
@@ -37,6 +39,7 @@ from walkit.testing._history import (
 )
 from walkit.testing._linearizability import KVOperation, check_kv_linearizable
 from walkit.testing._network import LinkFaults, SimClientStream, SimNetwork, SimNode, SimStream
+from walkit.testing._proxy import Direction, FaultProxy
 from walkit.testing._runner import (
     SEED_ENV,
     STALL_STEPS,
@@ -58,7 +61,9 @@ __all__ = [
     "AddInvoked",
     "CheckResult",
     "CloseAcked",
+    "Direction",
     "Event",
+    "FaultProxy",
     "FenceCompleted",
     "History",
     "KVOperation",

@@ -1,9 +1,9 @@
 """Rate-limited warnings about bad input (malformed frames and messages from clients).
 
-Every bad frame used to write a warning line, so 1 MiB of garbage became ~12 MB of log
-(issue 11, finding 6). Now each kind of bad input is counted (the metric
-``walkit_bookie_bad_input_total{kind=...}``), at most ``burst`` warnings are logged per
-``interval`` seconds, and the first warning after a quiet spell says how many were dropped.
+A warning per bad frame would let a peer turn 1 MiB of garbage into ~12 MB of log. So each
+kind of bad input is counted (the metric ``walkit_bookie_bad_input_total{kind=...}``), at most
+``burst`` warnings are logged per ``interval`` seconds, and the first warning after a quiet
+spell says how many were dropped.
 """
 
 from __future__ import annotations

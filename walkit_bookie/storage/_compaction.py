@@ -1,10 +1,10 @@
 """Entry-log usage and compaction results, and how a compaction pass picks its logs.
 
-Seed 003: entries of all ledgers are interleaved in entry logs, so a log can be removed only
-when nothing in it is live any more. The index counts, per log, the bytes its entries still
-take (see ``_index``); a log whose live bytes are below a threshold of its size is compacted:
-its live entries are copied to the current entry log, the index is pointed at the copies, and
-the log is removed. The order keeps every live entry readable across a crash at any point:
+BookKeeper's concepts guide: entries of all ledgers are interleaved in entry logs, so a log can be
+removed only when nothing in it is live any more. The index counts, per log, the bytes its entries
+still take (see ``_index``); a log whose live bytes are below a threshold of its size is compacted:
+its live entries are copied to the current entry log, the index is pointed at the copies, and the
+log is removed. The order keeps every live entry readable across a crash at any point:
 
 1. append the copies to the current entry log and ``fdatasync`` it;
 2. point the index at them in one synced LMDB transaction (only where it still points at the
