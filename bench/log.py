@@ -149,8 +149,12 @@ def _client_options(records: str) -> dict[str, Any]:
     return {} if records == "plain" else {"wall_clock": time.time}
 
 
-def _extras(records: str) -> dict[str, Any]:
-    return {"key": KEY, "headers": HEADERS} if records == "keyed" else {}
+def _workload(size: int, records: str) -> tuple[bytes, dict[str, Any], list[Any]]:
+    """A payload of ``size`` random bytes, what each append adds (``records``: keyed gets a
+    key and headers), and one append_batch's items."""
+    data = os.urandom(size)
+    extras: dict[str, Any] = {"key": KEY, "headers": HEADERS} if records == "keyed" else {}
+    return data, extras, [Record(data, **extras) if extras else data] * BATCH
 
 
 async def measure_log(
@@ -162,10 +166,8 @@ async def measure_log(
     records: str = "plain",
     **options: Any,
 ) -> dict[str, dict[str, float]]:
-    data = os.urandom(size)
+    data, extras, batch_items = _workload(size, records)
     out: dict[str, dict[str, float]] = {}
-    extras = _extras(records)
-    batch_items: list[Any] = [Record(data, **extras) if extras else data] * BATCH
     async with Client.connect(url, **_client_options(records)) as client:
         log = await Log.open(client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options)
         async with log.writer() as w:
@@ -206,10 +208,8 @@ def measure_sync(
     **options: Any,
 ) -> dict[str, dict[str, float]]:
     """The same modes through walkit.sync: threads in place of tasks."""
-    data = os.urandom(size)
+    data, extras, batch_items = _workload(size, records)
     out: dict[str, dict[str, float]] = {}
-    extras = _extras(records)
-    batch_items: list[Any] = [Record(data, **extras) if extras else data] * BATCH
     with walkit.sync.Client.connect(url, **_client_options(records)) as client:
         log = walkit.sync.Log.open(
             client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options
