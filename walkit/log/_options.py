@@ -41,17 +41,7 @@ def _password(value: Any) -> bytes:
     return bytes(value)
 
 
-def _trace_context(value: Any) -> bool:
-    SWITCH.check(value, "log option trace_context")
-    if value:
-        from walkit.otel import check_available
-
-        check_available()
-    return bool(value)
-
-
 COMPRESSION = Kind(convert=_codec, choices=tuple(c.value for c in Codec), metavar="CODEC")
-TRACE_CONTEXT = attrs.evolve(SWITCH, convert=_trace_context)
 PASSWORD = Kind(convert=_password, secret=True)
 BATCH_BYTES = number(
     f"an int from 1 to {MAX_BODY_BYTES}", at_least=1, at_most=MAX_BODY_BYTES, integer=True
@@ -108,13 +98,10 @@ class LogOptions:
             "extra). Each entry records its codec, so readers need no setting"
         ),
     )
-    trace_context: bool = attrs.field(
-        default=False,
-        converter=_trace_context,
-        **TRACE_CONTEXT.option(
-            "put the current OpenTelemetry trace context (W3C traceparent) in the headers of "
-            "each record appended (the otel extra; see walkit.otel)"
-        ),
+    trace_context: bool = SWITCH.field(
+        False,
+        "put the current OpenTelemetry trace context (W3C traceparent) in the headers of "
+        "each record appended (the otel extra; see walkit.otel)",
     )
     takeover_attempts: int = count(1).field(
         10,
@@ -148,6 +135,15 @@ class LogOptions:
         "log's name that the log does not list and that were created over this many "
         "seconds ago (None: never; needs a client with a wall_clock)",
     )
+
+    @trace_context.validator
+    def _otel_installed(self, _attribute: attrs.Attribute[bool], value: bool) -> None:
+        """A log that carries trace context needs opentelemetry-api: say so when opened, not
+        at the first append."""
+        if value:
+            from walkit.otel import check_available
+
+            check_available()
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], base: LogOptions | None = None) -> LogOptions:
