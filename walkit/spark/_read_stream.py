@@ -41,7 +41,7 @@ from walkit._logging import get_logger
 from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._options import ReadOptions
 from walkit.spark._read_io import LogState, log_state, record_counts, run
-from walkit.spark._read_log import LogPartition, read_log_ranges
+from walkit.spark._read_log import LogPartition, read_log_ranges, starting_position
 from walkit.spark._read_plan import cut_at_records, pack, plan_log, resolve_latest
 
 log = get_logger(__name__)
@@ -106,7 +106,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return truncated
 
     def initialOffset(self) -> dict[str, Any]:
-        asked = self.options.starting
+        asked = starting_position(self.options, self.name)
         state = self._state(asked.ledger_seq)
         if asked == LogPosition.LATEST:
             start = resolve_latest(state.ledgers, state.metadata.next_seq)
