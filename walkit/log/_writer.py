@@ -308,7 +308,9 @@ class LogWriter:
         DuplicateRecordError only when such a record is older than the positions the writer
         remembers (see ``docs/log.md``). Raises as :meth:`append`.
         """
-        return await self._append_batch(payloads, producer_id, sequence, trace=self._trace)
+        return await self._append_batch(
+            payloads, producer_id, sequence, trace=self._trace, flush=flush
+        )
 
     async def _append_batch(
         self,
@@ -317,6 +319,7 @@ class LogWriter:
         sequence: int | None,
         *,
         trace: bool,
+        flush: bool = False,
     ) -> list[LogPosition]:
         """:meth:`append_batch`; ``trace``: add the current trace context to the records'
         headers (walkit.sync adds its callers' in their own threads)."""
