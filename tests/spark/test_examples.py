@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from pathlib import Path
@@ -46,7 +47,9 @@ def test_replication_audit_finds_the_copies_a_dead_bookie_missed(
                     await lw.append(b"while down %d" % i)
                 await lw.close()  # before the bookie is back: nothing is sent to it again
             finally:
-                await trio.to_thread.run_sync(bookie.start)
+                # A killed bookie's registration lives out its metadata session (30 s) before
+                # the restarted one may register: wait well past it.
+                await trio.to_thread.run_sync(functools.partial(bookie.start, timeout=90))
             with trio.fail_after(60):  # until the client sees the bookie registered again
                 while True:
                     try:
