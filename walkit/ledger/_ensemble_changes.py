@@ -23,7 +23,9 @@ from walkit._core.ensemble_change import change_backoff
 from walkit._logging import get_logger
 from walkit.errors import ClientClosedError, WalkitError
 
-log = get_logger(__name__)
+#: The writer's events (ledger_closed, ensemble_change_backoff...) keep the writer's logger name,
+#: which applications filter on.
+log = get_logger("walkit.ledger._writer")
 
 __all__ = ["EnsembleChanges"]
 

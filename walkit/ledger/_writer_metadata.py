@@ -19,7 +19,9 @@ from walkit._logging import get_logger
 from walkit.ledger._context import ClientContext
 from walkit.metadata import Decision, cas_update
 
-log = get_logger(__name__)
+#: The writer's events (ledger_closed, ensemble_change_backoff...) keep the writer's logger name,
+#: which applications filter on.
+log = get_logger("walkit.ledger._writer")
 
 __all__ = ["WriterMetadata"]
 
