@@ -16,7 +16,7 @@ from walkit.errors import LogTruncatedError, NoSuchLogError
 from walkit.log._gc import Orphan
 from walkit.log._link import LinkResult, StagedLedger
 from walkit.log._log import Log
-from walkit.log._options import LogOptions, LogOptionsDict
+from walkit.log._options import DEFAULT_ROLL_INTERVAL, LogOptions, LogOptionsDict
 from walkit.log._passwords import ledger_password, log_password
 from walkit.log._reader import LogReader, LogRecord
 from walkit.log._retention import RetentionResult
@@ -25,6 +25,7 @@ from walkit.log._store import list_logs, log_path, read_log
 from walkit.log._writer import LogWriter
 
 __all__ = [
+    "DEFAULT_ROLL_INTERVAL",
     "LedgerConfig",
     "LinkResult",
     "Log",

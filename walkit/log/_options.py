@@ -8,7 +8,7 @@ step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypedDict, final
+from typing import Any, ClassVar, Final, TypedDict, final
 
 import attrs
 
@@ -39,6 +39,11 @@ BATCH_BYTES = number(
     f"an int from 1 to {MAX_BODY_BYTES}", at_least=1, at_most=MAX_BODY_BYTES, integer=True
 )
 POSITIVE_SECONDS = number("a number of seconds > 0", above=0, finite=True, metavar="SECONDS")
+#: ``roll_interval``'s default, Pulsar's (``managedLedgerMaxLedgerRolloverTimeMinutes=240``):
+#: a quiet log's records reach a closed ledger, where ``retain_age`` can drop them, within four
+#: hours of their append, and a log that gets a record now and then costs at most six more
+#: ledgers a day (one compare-and-set of its metadata each); busy logs roll by size long before.
+DEFAULT_ROLL_INTERVAL: Final = 4 * 3600.0
 
 
 @final
@@ -56,6 +61,12 @@ class LogOptions:
     roll_bytes: int | None = optional(count(1)).field(
         64 * 1024 * 1024,
         "roll once the current ledger holds this many acknowledged payload bytes (None: never)",
+    )
+    roll_interval: float | None = optional(POSITIVE_SECONDS).field(
+        DEFAULT_ROLL_INTERVAL,
+        "roll once the current ledger is this many seconds old and holds a record, even "
+        "without appends, so that retain_age reaches quiet logs too (None: never by time; "
+        "an empty ledger waits for its first record)",
     )
     password: bytes = attrs.field(
         default=b"",
@@ -135,6 +146,7 @@ class LogOptionsDict(TypedDict, total=False):
 
     roll_entries: int | None
     roll_bytes: int | None
+    roll_interval: float | None
     password: bytes | bytearray
     keep_snapshots: int
     snapshot_chunk_size: int

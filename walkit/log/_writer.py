@@ -51,6 +51,7 @@ from walkit.ledger import LedgerWriter
 from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._producers import ProducerState, producer_tag, tail_start
 from walkit.log._retention import housekeeping
+from walkit.log._roll_timer import roll_by_time
 from walkit.log._store import fetch_log, update_log, write_log
 from walkit.metadata import Decision, cas_update
 
@@ -119,6 +120,11 @@ class LogWriter:
         self._broken = False
         self._closing = False
         self._closed = False
+        #: A roll by time is due (walkit.log._roll_timer); the loop time the current ledger's
+        #: age counts from; the scope of the timer task.
+        self._roll_aged = False
+        self.roll_clock_from = anyio.current_time()
+        self._timer_scope = anyio.CancelScope()
         opts = owner.options
         self._batches = RecordBatcher(
             self._current,
@@ -412,6 +418,7 @@ class LogWriter:
     def _mark_closed(self) -> None:
         self._closed = True
         self._batches.stop()  # (its releaser task ends)
+        self._timer_scope.cancel()
 
     def _check(self) -> None:
         if self._error is not None:
@@ -507,6 +514,33 @@ class LogWriter:
         else:
             await self._gone_or(self._was_fenced(why))
 
+    # --- rolls by time (walkit.log._roll_timer) -----------------------------------------------
+
+    def _start_roll_timer(self) -> None:
+        interval = self._log.options.roll_interval
+        if interval is not None:
+            self._spawn(functools.partial(self._roll_timer, interval))
+
+    async def _roll_timer(self, interval: float) -> None:
+        with self._timer_scope:
+            await roll_by_time(self, interval, ROLL_RETRY_DELAY)
+
+    @property
+    def stopped(self) -> bool:
+        return self._closing or self._closed or self._error is not None
+
+    @property
+    def holds_records(self) -> bool:
+        return self._lw.last_add_confirmed >= 0
+
+    async def roll_aged(self) -> None:
+        self._roll_aged = True
+        await self._through_gate()
+
+    def quiet(self) -> None:
+        if self._log.options.retain_age is not None:
+            self._start_housekeeping(takeover=False)
+
     def _start_housekeeping(self, *, takeover: bool) -> None:
         """Retention (and after a takeover, orphan collection) in the background."""
         if self._housekeeping_running:
@@ -534,7 +568,7 @@ class LogWriter:
             return False
         opts = self._log.options
         lw = self._lw
-        due = self._broken or should_roll(
+        due = self._broken or self._roll_aged or should_roll(
             lw.last_add_confirmed + 1,
             lw.length,
             roll_entries=opts.roll_entries,
@@ -590,7 +624,8 @@ class LogWriter:
         old = self._lw
         self._lw, self._ledger = new_lw, new_ledger
         self._rolling_to = None
-        self._broken = False
+        self._broken = self._roll_aged = False
+        self.roll_clock_from = anyio.current_time()
         self._old_closed = anyio.Event()
         self._batches.pump()  # record sets queued meanwhile go to the new ledger
         log.info(
@@ -741,6 +776,7 @@ async def take_over(owner: LogHandle) -> LogWriter:
         # Producers are learned from the recovered tail, at the first tagged append.
         writer = LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
         writer._start_housekeeping(takeover=True)
+        writer._start_roll_timer()
         return writer
     raise WriterFencedError(
         f"log {name}: could not take over: other writers kept taking it over "
