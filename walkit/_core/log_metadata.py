@@ -503,11 +503,16 @@ class LogMetadata:
 def check_log_name(name: object) -> str:
     """Return ``name`` if it is a valid log name: 1-200 of ``A-Z a-z 0-9 . _ -``, not starting
     with ``.`` or ``-``. InvalidArgumentError otherwise."""
+    return check_name(name, "log")
+
+
+def check_name(name: object, what: str) -> str:
+    """:func:`check_log_name` for other names kept as metadata nodes (``what``: "consumer")."""
     if not isinstance(name, str):
-        raise InvalidArgumentError(f"a log name must be a string, not {type(name).__name__}")
+        raise InvalidArgumentError(f"a {what} name must be a string, not {type(name).__name__}")
     if not _NAME.fullmatch(name):
         raise InvalidArgumentError(
-            f"bad log name {name!r}: use 1-200 of A-Z a-z 0-9 . _ - (not starting with . or -)"
+            f"bad {what} name {name!r}: use 1-200 of A-Z a-z 0-9 . _ - (not starting with . or -)"
         )
     return name
 

@@ -121,6 +121,15 @@ class LogOptions:
         "(needs a client with a wall_clock). Never the current ledger, nor the latest "
         "snapshot's or later ones",
     )
+    max_backlog_records: int | None = optional(count(0)).field(
+        None,
+        "retention keeps what a consumer has not committed unless its backlog (in closed "
+        "ledgers) passes this many records: then retention goes on without it, and it is "
+        "behind once that deletes records it had not committed (None: no limit)",
+    )
+    max_backlog_bytes: int | None = optional(count(0)).field(
+        None, "... or this many bytes (None: no limit)"
+    )
     stalled_ledger_timeout: float | None = optional(POSITIVE_SECONDS).field(
         3.0,
         "a reader tailing an open ledger while a later one is listed (its writer died in "
@@ -158,5 +167,7 @@ class LogOptionsDict(TypedDict, total=False):
     retain_records: int | None
     retain_bytes: int | None
     retain_age: float | None
+    max_backlog_records: int | None
+    max_backlog_bytes: int | None
     stalled_ledger_timeout: float | None
     orphan_gc_grace: float | None

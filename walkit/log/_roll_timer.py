@@ -26,7 +26,6 @@ __all__ = ["TimedWriter", "roll_by_time"]
 class TimedWriter(Protocol):
     """What :func:`roll_by_time` needs of a log writer."""
 
-    @property
     def stopped(self) -> bool:
         """Closing, closed, fenced or failed: no more rolls."""
         ...
@@ -51,10 +50,10 @@ class TimedWriter(Protocol):
 async def roll_by_time(writer: TimedWriter, interval: float, retry_delay: float) -> None:
     """Roll ``writer``'s ledgers every ``interval`` seconds of age until it stops (cancel to
     end it sooner). Never raises a walkit error: appends report what went wrong."""
-    while not writer.stopped:
+    while not writer.stopped():
         started = writer.roll_clock_from
         await anyio.sleep_until(started + interval)
-        if writer.stopped:
+        if writer.stopped():
             return
         if writer.roll_clock_from != started:
             continue  # rolled meanwhile (by size): the new ledger's clock runs
@@ -66,5 +65,5 @@ async def roll_by_time(writer: TimedWriter, interval: float, retry_delay: float)
             await writer.roll_aged()
         except WalkitError:
             return  # fenced, or the log was deleted: the writer's appends say so
-        if writer.roll_clock_from == started and not writer.stopped:
+        if writer.roll_clock_from == started and not writer.stopped():
             await anyio.sleep(retry_delay)  # the roll failed; the writer tries it again

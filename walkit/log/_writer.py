@@ -143,6 +143,10 @@ class LogWriter:
         self._producers = ProducerState(owner.name, scan)
         self._batches.on_done = self._producers.done
         self._housekeeping_running = False
+        #: This log's append figures when the client keeps metrics (walkit.ledger._metrics).
+        metrics = owner.client._context.metrics
+        self._appends = None if metrics is None else metrics.appends(owner.name)
+        self._clock = owner.client._context.loop.time
 
     def _record_count(self, lw: LedgerWriter) -> Callable[[], dict[str, bytes]]:
         """The ``walkit.records`` tag a close gives ``lw`` (read when its appends are done):
@@ -193,6 +197,8 @@ class LogWriter:
         """
         # (The common case, a bytes record without a producer, is checked inline: this runs
         # once per record.)
+        stats = self._appends
+        t0 = self._clock() if stats is not None else 0.0
         if type(payload) is bytes and len(payload) <= self._max_record:
             record = payload
         else:
@@ -213,6 +219,8 @@ class LogWriter:
             await batch.wait()
         except WalkitError as exc:
             raise await self._append_error(batch.lw, exc) from exc
+        if stats is not None:
+            stats.observe(self._clock() - t0, 1, len(record))
         return LogPosition._of(batch.seq, batch.entry_id, slot)
 
     def _ledger_ready(self) -> bool:
@@ -273,6 +281,8 @@ class LogWriter:
         """
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
+        stats = self._appends
+        t0 = self._clock() if stats is not None else 0.0
         records = [self._record(p) for p in payloads]
         first = producer_tag(producer_id, sequence)
         batcher = self._batches
@@ -295,6 +305,9 @@ class LogWriter:
         batcher.added()
         for batch in dict.fromkeys(b for b, _slot in added):
             await self._outcome(batch)
+        if stats is not None and added:
+            size = sum(map(len, records[len(known) :]))
+            stats.observe(self._clock() - t0, len(added), size)
         return known + [batch.position(slot) for batch, slot in added]
 
     async def _admit_batch(self, tags: list[ProducerTag]) -> list[LogPosition]:
@@ -525,7 +538,6 @@ class LogWriter:
         with self._timer_scope:
             await roll_by_time(self, interval, ROLL_RETRY_DELAY)
 
-    @property
     def stopped(self) -> bool:
         return self._closing or self._closed or self._error is not None
 
@@ -568,11 +580,15 @@ class LogWriter:
             return False
         opts = self._log.options
         lw = self._lw
-        due = self._broken or self._roll_aged or should_roll(
-            lw.last_add_confirmed + 1,
-            lw.length,
-            roll_entries=opts.roll_entries,
-            roll_bytes=opts.roll_bytes,
+        due = (
+            self._broken
+            or self._roll_aged
+            or should_roll(
+                lw.last_add_confirmed + 1,
+                lw.length,
+                roll_entries=opts.roll_entries,
+                roll_bytes=opts.roll_bytes,
+            )
         )
         # The clock only when a roll is due (not on every append): after a failed roll,
         # the next waits ROLL_RETRY_DELAY.

@@ -39,6 +39,7 @@ def _copy(error: BaseException) -> BaseException:
     threads (their tracebacks would mix)."""
     if isinstance(error, WalkitError):
         new = type(error)(*error.args)
+        new.__dict__.update(error.__dict__)  # (what some carry: a position, ...)
         new.__cause__ = error.__cause__
         return new
     return error
