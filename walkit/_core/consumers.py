@@ -237,8 +237,8 @@ class LedgerCounts:
 @attrs.frozen
 class Lag:
     """How far a position is behind a log's end: entries, records, and bytes as stored (an
-    entry partly committed counts whole in bytes). ``exact`` is False when part of it was
-    estimated from average entry sizes (entries not read, to bound the cost)."""
+    entry partly committed counts its bytes pro rata by records). ``exact`` is False when part
+    of it was estimated from average entry sizes (entries not read, to bound the cost)."""
 
     entries: int = 0
     records: int = 0
@@ -270,8 +270,13 @@ def lag(position: LogPosition, ledgers: Sequence[LedgerCounts]) -> Lag:
         for entry in range(max(first, lg.scan_from), min(lg.entries, scan_end)):
             index = entry - lg.scan_from
             n = lg.scanned_records[index]
-            records += max(0, n - slot) if entry == first else n
-            size += lg.scanned_sizes[index]
+            if entry == first and slot:
+                left_here = max(0, n - slot)
+                records += left_here
+                size += lg.scanned_sizes[index] * left_here // max(n, 1)
+            else:
+                records += n
+                size += lg.scanned_sizes[index]
             counted += 1
         missing = left - counted
         if missing > 0:

@@ -13,7 +13,9 @@ from walkit._core.log_metadata import (
 from walkit._core.log_position import LogPosition
 from walkit._core.record_set import ProducerTag, encode_record_set
 from walkit.errors import LogTruncatedError, NoSuchLogError
+from walkit.log._consumer import LogConsumer
 from walkit.log._gc import Orphan
+from walkit.log._lag import ConsumerInfo
 from walkit.log._link import LinkResult, StagedLedger
 from walkit.log._log import Log
 from walkit.log._options import DEFAULT_ROLL_INTERVAL, LogOptions, LogOptionsDict
@@ -26,9 +28,11 @@ from walkit.log._writer import LogWriter
 
 __all__ = [
     "DEFAULT_ROLL_INTERVAL",
+    "ConsumerInfo",
     "LedgerConfig",
     "LinkResult",
     "Log",
+    "LogConsumer",
     "LogLedger",
     "LogMetadata",
     "LogOptions",

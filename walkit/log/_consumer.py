@@ -141,6 +141,14 @@ class LogConsumer:
             self._count.handed_out(record[0], record[1], record[2])
         return record
 
+    def _buffered(self) -> LogRecord | None:
+        """The next record if its reader has it at hand (no wait; for walkit.sync's chunks)."""
+        reader = self._reader
+        record = None if reader is None else reader._buffered()
+        if record is not None and self._count is not None:
+            self._count.handed_out(record[0], record[1], record[2])
+        return record
+
     async def _open_reader(self) -> LogReader:
         await self.register()
         assert self._state is not None

@@ -24,11 +24,11 @@ import anyio.abc
 import walkit
 from walkit._core.log_position import LogPosition
 from walkit.errors import ClientClosedError, InvalidArgumentError, WalkitError
-from walkit.log import LogMetadata, LogRecord
+from walkit.log import ConsumerInfo, LogMetadata, LogRecord
 from walkit.sync._client import Client
 from walkit.sync._thread import LoopThread
 
-__all__ = ["Log", "LogReader", "LogWriter", "Snapshot"]
+__all__ = ["Log", "LogConsumer", "LogReader", "LogWriter", "Snapshot"]
 
 #: Records one reader call hands from the loop to its thread at most.
 _READ_CHUNK = 1024
@@ -304,6 +304,81 @@ class LogReader:
 
 
 @final
+class LogConsumer:
+    """:class:`walkit.LogConsumer`, blocking: a plain iterator of the records after the
+    consumer's committed position (from :meth:`Log.consumer`), with :meth:`commit`.
+    ``timeout`` bounds each wait as for :class:`LogReader`; records come from the loop a chunk
+    at a time."""
+
+    def __init__(
+        self, thread: LoopThread, consumer: walkit.LogConsumer, timeout: float | None
+    ) -> None:
+        self._thread = thread
+        self._consumer = consumer
+        self._timeout = timeout
+        self._buffer: collections.deque[LogRecord] = collections.deque()
+        self.name = consumer.name
+
+    def __repr__(self) -> str:
+        return f"walkit.sync.{self._consumer!r}"
+
+    @property
+    def async_consumer(self) -> walkit.LogConsumer:
+        return self._consumer
+
+    @property
+    def committed(self) -> LogPosition | None:
+        """Where the consumer resumes, as last stored or read (None before registration)."""
+        return self._consumer.committed
+
+    @property
+    def position(self) -> LogPosition | None:
+        """Where the next record will be looked for."""
+        return self._buffer[0].position if self._buffer else self._consumer.position
+
+    def register(self) -> LogPosition:
+        """Create the consumer unless it exists; where it resumes."""
+        return self._thread.call(self._consumer.register)
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        return self
+
+    def __next__(self) -> LogRecord:
+        record = self.next(timeout=self._timeout)
+        if record is None:
+            raise StopIteration
+        return record
+
+    def next(self, *, timeout: float | None = None) -> LogRecord | None:
+        """The next record; None when not following and nothing more is readable now, or after
+        ``timeout`` seconds without one. Raises ConsumerBackloggedError as the async one."""
+        if not self._buffer:
+            self._buffer.extend(self._thread.call(self._fill, timeout))
+            if not self._buffer:
+                return None
+        return self._buffer.popleft()
+
+    async def _fill(self, timeout: float | None) -> list[LogRecord]:
+        first = await self._consumer.next(timeout=timeout)
+        if first is None:
+            return []
+        records = [first]
+        take = self._consumer._buffered
+        while len(records) < _READ_CHUNK and (record := take()) is not None:
+            records.append(record)
+        return records
+
+    def commit(self, pos: LogPosition | str) -> None:
+        """Commit every record up to ``pos`` (inclusive), as :meth:`walkit.LogConsumer.commit`."""
+        self._thread.call(self._consumer.commit, pos)
+
+    def skip_lost(self) -> LogPosition:
+        """After ConsumerBackloggedError: go on at the log's truncation point."""
+        self._buffer.clear()
+        return self._thread.call(self._consumer.skip_lost)
+
+
+@final
 class Snapshot:
     """:class:`walkit.Snapshot`, blocking."""
 
@@ -397,6 +472,31 @@ class Log:
             return self._log.reader(start, end=end, follow=follow, skip_truncated=skip_truncated)
 
         return LogReader(self._thread, self._thread.run_sync(make), timeout)
+
+    def consumer(
+        self,
+        name: str,
+        *,
+        start: LogPosition | str = LogPosition.EARLIEST,
+        follow: bool = True,
+        timeout: float | None = None,
+    ) -> LogConsumer:
+        """The durable consumer ``name`` as a plain iterator with ``commit()`` (see
+        :class:`LogReader` for ``timeout``); the other arguments are
+        :meth:`walkit.Log.consumer`'s."""
+
+        def make() -> walkit.LogConsumer:
+            return self._log.consumer(name, start=start, follow=follow)
+
+        return LogConsumer(self._thread, self._thread.run_sync(make), timeout)
+
+    def consumers(self) -> list[ConsumerInfo]:
+        """:meth:`walkit.Log.consumers`, blocking."""
+        return self._thread.call(self._log.consumers)
+
+    def delete_consumer(self, name: str) -> None:
+        """:meth:`walkit.Log.delete_consumer`, blocking."""
+        self._thread.call(self._log.delete_consumer, name)
 
     def metadata(self) -> LogMetadata:
         return self._thread.call(self._log.metadata)
