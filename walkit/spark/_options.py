@@ -17,6 +17,7 @@ from typing import Final, final
 
 import attrs
 
+from walkit._core.consumers import check_consumer_name
 from walkit._core.log_metadata import check_log_name
 from walkit._core.log_position import LogPosition
 from walkit.errors import ConfigurationError, InvalidArgumentError
@@ -43,6 +44,7 @@ READ_OPTIONS: Final = (
     "splitEntries",
     "maxRecordsPerTrigger",
     "failOnDataLoss",
+    "consumer",
 )
 
 #: Entries one Spark partition reads at most, unless ``splitEntries`` says otherwise.
@@ -69,6 +71,8 @@ class ReadOptions:
     fail_on_data_loss: bool
     #: Entries of record-set ledgers one partition reads at most (``splitEntries`` if given).
     split_record_sets: int = DEFAULT_SPLIT_RECORD_SETS
+    #: The durable consumer a streaming query commits its progress to (None: none).
+    consumer: str | None = None
 
 
 def check_options(options: Mapping[str, str], known: Collection[str], what: str) -> dict[str, str]:
@@ -174,7 +178,7 @@ def read_options(
                 "walkit: option 'ledgers' is for batch reads; a streaming read reads a log"
             )
         ledgers = _ledgers(ledgers_text)
-        log_only = ("startingPosition", "endingPosition", "maxRecordsPerTrigger")
+        log_only = ("startingPosition", "endingPosition", "maxRecordsPerTrigger", "consumer")
         for option in log_only:
             if option in options:
                 raise ConfigurationError(
@@ -202,6 +206,7 @@ def read_options(
         raise ConfigurationError(
             "walkit: option 'maxRecordsPerTrigger' is for streaming reads (spark.readStream)"
         )
+    consumer = _consumer(options, streaming)
     return ReadOptions(
         connection=conn,
         log=name,
@@ -212,4 +217,20 @@ def read_options(
         max_records_per_trigger=max_records,
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         split_record_sets=split or DEFAULT_SPLIT_RECORD_SETS,
+        consumer=consumer,
     )
+
+
+def _consumer(options: Mapping[str, str], streaming: bool) -> str | None:
+    name = options.get("consumer")
+    if name is None:
+        return None
+    if not streaming:
+        raise ConfigurationError(
+            "walkit: option 'consumer' is for streaming reads (spark.readStream): it commits "
+            "each micro-batch's progress"
+        )
+    try:
+        return check_consumer_name(name.strip())
+    except InvalidArgumentError as exc:
+        raise ConfigurationError(f"walkit: option 'consumer': {exc}") from None
