@@ -5,8 +5,9 @@ exported, imported and deleted with their log. The model and its decisions are
 
 Registration and retention race: retention reads the log's node, then its consumers, then
 compare-and-sets the log's node at the version it read. A registration creates the consumer's
-node, then rewrites the log's node as it is (a compare-and-set that only moves its version),
-then reads the truncation point. So a retention pass either sees the new consumer, or loses
+node, then rewrites the log's node (a compare-and-set that moves its version, and marks it as
+a log with consumers: format 3, which clients that predate consumers refuse), then reads the
+truncation point. So a retention pass either sees the new consumer, or loses
 its compare-and-set and decides again, or truncated before the registration read the
 truncation point (and the consumer starts after it): records are never deleted under a
 consumer that registration reported done.
@@ -102,12 +103,13 @@ async def read_consumers(context: ClientContext, log_name: str) -> list[Consumer
 
 
 async def touch_log(context: ClientContext, log_name: str) -> LogMetadata:
-    """Rewrite the log's node unchanged: only its version moves, so that a retention pass that
-    read it before fails its compare-and-set and reads the consumers again (module docs).
-    Returns the log's metadata as written."""
+    """Rewrite the log's node, marked as a log with consumers: its version moves, so that a
+    retention pass that read it before fails its compare-and-set and reads the consumers again
+    (module docs). Returns the log's metadata as written."""
 
     def decide(md: LogMetadata) -> Decision[LogMetadata, LogMetadata]:
-        return Decision(md, md)
+        new = md.with_consumers()  # (format 3: clients that predate consumers refuse it)
+        return Decision(new, new)
 
     _md, _version, written = await cas_update(
         f"log {log_name}: consumer registration",
