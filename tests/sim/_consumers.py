@@ -10,7 +10,7 @@ links to bookies are cut for a while (appends fail, the writer takes the log ove
 At the end everything heals and each consumer drains the log; ``check_consumers`` then checks
 that nothing committed was delivered again and nothing uncommitted was lost.
 
-A :class:`ConsumerScenario` is one integer seed (mixed radix, as ``tests/sim/_scenario.py``),
+A :class:`ConsumerScenario` is one integer seed (``tests/sim/_seeds.py``),
 so ``WALKIT_SIM_SEED=<seed>`` replays a schedule and Hypothesis draws (and shrinks) each field.
 """
 
@@ -24,6 +24,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from tests.sim._seeds import pack, unpack
 from walkit import Log, LogConsumer, LogPosition
 from walkit.errors import ConsumerBackloggedError, WalkitError
 from walkit.log import log_path
@@ -75,23 +76,12 @@ class ConsumerScenario:
 
     @property
     def seed(self) -> int:
-        value = self.rng_seed
-        for name, radix in reversed(_FIELDS):
-            digit = getattr(self, name) - _OFFSET.get(name, 0)
-            if not 0 <= digit < radix:
-                raise ValueError(f"{name}={getattr(self, name)} out of range")
-            value = value * radix + digit
-        return value
+        return pack(attrs.asdict(self), self.rng_seed, _FIELDS, _OFFSET, 0)
 
     @classmethod
     def from_seed(cls, seed: int) -> ConsumerScenario:
-        if seed < 0:
-            raise ValueError("a scenario seed is >= 0")
-        values: dict[str, int] = {}
-        for name, radix in _FIELDS:
-            seed, digit = divmod(seed, radix)
-            values[name] = digit + _OFFSET.get(name, 0)
-        return cls(rng_seed=seed, **values)
+        values, rng_seed = unpack(seed, _FIELDS, _OFFSET, 0)
+        return cls(rng_seed=rng_seed, **values)
 
     def describe(self) -> str:
         return (

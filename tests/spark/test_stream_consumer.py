@@ -17,7 +17,7 @@ from tests.spark._spark import require_spark
 require_spark(java=False)  # before importing walkit.spark
 
 import walkit  # noqa: E402
-from tests.spark.test_read_stream import batch_sink, stream, sunk  # noqa: E402
+from tests.spark.test_read_stream import run_available_now, sunk  # noqa: E402
 from walkit.errors import ConfigurationError  # noqa: E402
 from walkit.spark._options import read_options  # noqa: E402
 
@@ -25,16 +25,7 @@ _names = itertools.count()
 
 
 def run_query(spark: Any, url: str, name: str, checkpoint: Path, out: Path) -> None:
-    query = (
-        stream(spark, url, name, consumer="spark-etl", maxRecordsPerTrigger=20)
-        .writeStream.foreachBatch(batch_sink(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert not query.isActive
-    assert query.exception() is None
+    run_available_now(spark, url, name, checkpoint, out, consumer="spark-etl")
 
 
 async def test_a_query_commits_its_progress_to_a_consumer(

@@ -30,7 +30,7 @@ from walkit.errors import (
     NoSuchLogError,
     NoSuchNodeError,
 )
-from walkit.log._store import fetch_log, log_path, write_log
+from walkit.log._store import cas_log, log_path
 from walkit.metadata import Decision, cas_update
 
 if TYPE_CHECKING:
@@ -111,13 +111,7 @@ async def touch_log(context: ClientContext, log_name: str) -> LogMetadata:
         new = md.with_consumers()  # (format 3: clients that predate consumers refuse it)
         return Decision(new, new)
 
-    _md, _version, written = await cas_update(
-        f"log {log_name}: consumer registration",
-        read=functools.partial(fetch_log, context, log_name),
-        write=functools.partial(write_log, context),
-        decide=decide,
-        rng=context.rng,
-    )
+    _md, _version, written = await cas_log(context, log_name, "consumer registration", decide)
     return written
 
 

@@ -11,7 +11,6 @@ takeover and while its log is quiet (in the background), and by ``walkit log ret
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -23,8 +22,8 @@ from walkit._core.retention import LedgerStats, RetentionLimits, ledger_records,
 from walkit._logging import get_logger
 from walkit.errors import NoSuchLedgerError, WalkitError
 from walkit.log._consumers import read_consumers
-from walkit.log._store import fetch_log, write_log
-from walkit.metadata import Decision, cas_update
+from walkit.log._store import cas_log, fetch_log
+from walkit.metadata import Decision
 
 if TYPE_CHECKING:
     from walkit.log._context import LogContext
@@ -140,13 +139,7 @@ async def apply_retention(
         current, _version = await fetch_log(context, owner.name)
         plan = (await decide(current)).result
     else:
-        _md, _version, plan = await cas_update(
-            f"log {owner.name}: retention",
-            read=functools.partial(fetch_log, context, owner.name),
-            write=functools.partial(write_log, context),
-            decide=decide,
-            rng=context.rng,
-        )
+        _md, _version, plan = await cas_log(context, owner.name, "retention", decide)
     dropped = plan.truncation.dropped
     if not dropped or plan.point is None:
         return RetentionResult(None)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import anyio
 import anyio.abc
@@ -249,30 +249,25 @@ class LogWriter:
             self._queue.stop()
 
 
-@final
-class LogReader:
-    """A plain iterator over a log's records (from :meth:`Log.reader`).
+class _RecordSource(Protocol):
+    """What :class:`_Records` reads: an async LogReader or LogConsumer."""
 
-    With ``follow`` it waits for new records at the end of the log; ``timeout`` bounds each
-    wait: when no record comes within it, iteration stops (a ``for`` loop ends), and the
-    reader can be iterated again later from where it stopped. :meth:`next` is the one-record
-    form. Records come from the loop a chunk at a time, so a reader catching up costs one
-    call into the loop per chunk, not per record.
-    """
+    async def next(self, *, timeout: float | None = None) -> LogRecord | None: ...
 
-    def __init__(self, thread: LoopThread, reader: walkit.LogReader, timeout: float | None) -> None:
+    def _buffered(self) -> LogRecord | None: ...
+
+
+class _Records:
+    """A plain iterator over the records of an async reader or consumer. Records come from
+    the loop a chunk at a time, so catching up costs one call into the loop per chunk, not per
+    record; ``timeout`` bounds each wait (iteration stops when nothing comes within it, and may
+    start again later from where it stopped)."""
+
+    def __init__(self, thread: LoopThread, source: _RecordSource, timeout: float | None) -> None:
         self._thread = thread
-        self._reader = reader
+        self._source = source
         self._timeout = timeout
         self._buffer: collections.deque[LogRecord] = collections.deque()
-
-    def __repr__(self) -> str:
-        return f"walkit.sync.{self._reader!r}"
-
-    @property
-    def position(self) -> LogPosition:
-        """Where the next record will be looked for."""
-        return self._buffer[0].position if self._buffer else self._reader.position
 
     def __iter__(self) -> Iterator[LogRecord]:
         return self
@@ -293,30 +288,52 @@ class LogReader:
         return self._buffer.popleft()
 
     async def _fill(self, timeout: float | None) -> list[LogRecord]:
-        first = await self._reader.next(timeout=timeout)
+        first = await self._source.next(timeout=timeout)
         if first is None:
             return []
         records = [first]
-        take = self._reader._buffered
+        take = self._source._buffered
         while len(records) < _READ_CHUNK and (record := take()) is not None:
             records.append(record)
         return records
 
 
 @final
-class LogConsumer:
+class LogReader(_Records):
+    """A plain iterator over a log's records (from :meth:`Log.reader`).
+
+    With ``follow`` it waits for new records at the end of the log; ``timeout`` bounds each
+    wait: when no record comes within it, iteration stops (a ``for`` loop ends), and the
+    reader can be iterated again later from where it stopped. :meth:`next` is the one-record
+    form. Records come from the loop a chunk at a time, so a reader catching up costs one
+    call into the loop per chunk, not per record.
+    """
+
+    def __init__(self, thread: LoopThread, reader: walkit.LogReader, timeout: float | None) -> None:
+        super().__init__(thread, reader, timeout)
+        self._reader = reader
+
+    def __repr__(self) -> str:
+        return f"walkit.sync.{self._reader!r}"
+
+    @property
+    def position(self) -> LogPosition:
+        """Where the next record will be looked for."""
+        return self._buffer[0].position if self._buffer else self._reader.position
+
+
+@final
+class LogConsumer(_Records):
     """:class:`walkit.LogConsumer`, blocking: a plain iterator of the records after the
     consumer's committed position (from :meth:`Log.consumer`), with :meth:`commit`.
     ``timeout`` bounds each wait as for :class:`LogReader`; records come from the loop a chunk
-    at a time."""
+    at a time. ``next()`` raises ConsumerBackloggedError as the async one."""
 
     def __init__(
         self, thread: LoopThread, consumer: walkit.LogConsumer, timeout: float | None
     ) -> None:
-        self._thread = thread
+        super().__init__(thread, consumer, timeout)
         self._consumer = consumer
-        self._timeout = timeout
-        self._buffer: collections.deque[LogRecord] = collections.deque()
         self.name = consumer.name
 
     def __repr__(self) -> str:
@@ -339,34 +356,6 @@ class LogConsumer:
     def register(self) -> LogPosition:
         """Create the consumer unless it exists; where it resumes."""
         return self._thread.call(self._consumer.register)
-
-    def __iter__(self) -> Iterator[LogRecord]:
-        return self
-
-    def __next__(self) -> LogRecord:
-        record = self.next(timeout=self._timeout)
-        if record is None:
-            raise StopIteration
-        return record
-
-    def next(self, *, timeout: float | None = None) -> LogRecord | None:
-        """The next record; None when not following and nothing more is readable now, or after
-        ``timeout`` seconds without one. Raises ConsumerBackloggedError as the async one."""
-        if not self._buffer:
-            self._buffer.extend(self._thread.call(self._fill, timeout))
-            if not self._buffer:
-                return None
-        return self._buffer.popleft()
-
-    async def _fill(self, timeout: float | None) -> list[LogRecord]:
-        first = await self._consumer.next(timeout=timeout)
-        if first is None:
-            return []
-        records = [first]
-        take = self._consumer._buffered
-        while len(records) < _READ_CHUNK and (record := take()) is not None:
-            records.append(record)
-        return records
 
     def commit(self, pos: LogPosition | str) -> None:
         """Commit every record up to ``pos`` (inclusive), as :meth:`walkit.LogConsumer.commit`."""
