@@ -161,8 +161,12 @@ async def test_lag_in_records_and_bytes(memory_url: str, tmp_path: Path) -> None
         assert full.size == sum(lmd.length for lmd in lmds)
 
 
-async def test_delete_a_consumer_and_a_log_with_consumers(memory_url: str, tmp_path: Path) -> None:
-    async with bookies_and_client(memory_url, tmp_path) as client:
+async def test_delete_a_consumer_and_a_log_with_consumers(
+    metadata_url: str, tmp_path: Path
+) -> None:
+    """On every metadata driver: consumers are children of the log's node, exported with it,
+    deleted with it."""
+    async with bookies_and_client(metadata_url, tmp_path) as client:
         log = await Log.open(client, "gone")
         acked = await fill(log, 3)
         keeper = log.consumer("keeper", follow=False)
