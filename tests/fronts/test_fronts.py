@@ -16,11 +16,13 @@ from typing import Any
 
 import anyio
 import pytest
+from prometheus_client import CollectorRegistry
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
 from tests.fronts._fronts import FRONTS, Front
 from walkit import LogPosition
+from walkit.log import log_path, read_log
 
 pytestmark = pytest.mark.processes
 
@@ -196,6 +198,38 @@ def test_a_consumer_resumes_after_its_commit_and_holds_retention(
                 assert [r.position for r in await _drain(stuck)] == [
                     p for p in acked if p >= result.truncated
                 ]
+
+    front.run(scenario)
+
+
+def test_time_rolls_and_client_metrics(cluster: ProcessCluster, front: Front) -> None:
+    """A quiet log's ledger rolls by time (``roll_interval``) on the front's own clock, and the
+    client records its metrics in the registry it was given."""
+
+    async def scenario(front: Front) -> None:
+        name = _log_name(front)
+        registry = CollectorRegistry()
+        async with (
+            front.connect(cluster.metadata_url, metrics_registry=registry) as client,
+            walkit.Client.connect(cluster.metadata_url) as inspector,
+        ):
+            events = inspector.metadata_store.watch(log_path(name))
+            try:
+                async with (
+                    front.open_log(client, name, roll_interval=0.2) as log,
+                    log.writer() as writer,
+                ):
+                    await writer.append_batch([b"quiet"] * 3)
+                    with anyio.fail_after(30):  # the roll lists a second ledger
+                        async for _event in events:
+                            md, _version = await read_log(inspector.metadata_store, name)
+                            if len(md.ledgers) == 2:
+                                break
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]  # the drivers' watches are WatchStreams
+        labels = {"log": name}
+        assert registry.get_sample_value("walkit_log_appended_records_total", labels) == 3
+        assert registry.get_sample_value("walkit_log_append_seconds_count", labels) == 3
 
     front.run(scenario)
 

@@ -27,7 +27,7 @@ from walkit.errors import (
     NoSuchLogError,
 )
 from walkit.log import log_path
-from walkit.metadata import export_metadata
+from walkit.metadata import export_metadata, import_metadata, open_metadata_store
 
 
 @asynccontextmanager
@@ -176,6 +176,12 @@ async def test_delete_a_consumer_and_a_log_with_consumers(
         paths = dict(dump.dump.nodes)
         node = json.loads(paths[f"{log_path('gone')}/consumers/keeper"])
         assert node["position"] == str(acked[0].next()) and node["format"] == 1
+        # ... and come back with an import.
+        copy = tmp_path / "copy.db"
+        async with await open_metadata_store(f"sqlite:///{copy}") as destination:
+            await import_metadata(destination, dump.dump)
+            got = await destination.get(f"{log_path('gone')}/consumers/keeper")
+            assert json.loads(got.value) == node
         await log.delete_consumer("other")
         with pytest.raises(NoSuchConsumerError):
             await log.delete_consumer("other")
