@@ -19,7 +19,7 @@ from walkit._core.consumers import ConsumerState, DeliveryCount, check_consumer_
 from walkit._core.log_position import LogPosition, position
 from walkit._logging import get_logger
 from walkit.errors import ConsumerBackloggedError, InvalidArgumentError, LogTruncatedError
-from walkit.log._consumers import commit_consumer, create_consumer, touch_log
+from walkit.log._consumers import commit_consumer, create_consumer, touch_log, wall_ms
 from walkit.log._reader import LogReader, LogRecord, latest_position
 from walkit.log._store import fetch_log
 
@@ -105,8 +105,7 @@ class LogConsumer:
             start = await latest_position(owner, md)
         else:
             md.check_not_future(start, "start a consumer at")
-        clock = context.options.wall_clock
-        now_ms = int(clock() * 1000) if clock is not None else 0
+        now_ms = wall_ms(context)
         fresh = ConsumerState(self.name, max(start, md.truncated), now_ms, now_ms)
         state, created = await create_consumer(context, owner.name, fresh)
         # The log's version moves, then the truncation point is read: see _consumers.

@@ -48,6 +48,7 @@ __all__ = [
     "read_consumer",
     "read_consumers",
     "touch_log",
+    "wall_ms",
 ]
 
 #: The child of a log's node that holds its consumers.
@@ -62,7 +63,8 @@ def consumer_path(log_name: str, name: str) -> str:
     return f"{consumers_path(log_name)}/{check_consumer_name(name)}"
 
 
-def _now_ms(context: ClientContext) -> int:
+def wall_ms(context: ClientContext) -> int:
+    """The client's wall clock in ms (0 without one): consumers' creation and commit times."""
     clock = context.options.wall_clock
     return int(clock() * 1000) if clock is not None else 0
 
@@ -149,7 +151,7 @@ async def commit_consumer(
     """Move the consumer's position forward to ``position`` (a resume position: everything
     before it is committed); a position at or before the stored one changes nothing. Returns
     the stored state. NoSuchConsumerError when the consumer was deleted."""
-    now_ms = _now_ms(context)
+    now_ms = wall_ms(context)
     path = consumer_path(log_name, name)
 
     async def write(state: ConsumerState, version: int) -> int:
