@@ -13,6 +13,7 @@ import urllib.parse
 from typing import Any, final
 
 import attrs
+import kv_health
 import trio
 from kv_http import Limits, Request, Response, Stats, error, json_response, serve
 from kv_state import KVState, command, decode_value, encode_value
@@ -50,6 +51,16 @@ class Options:
     #: the whole map in memory and replays it from the log, so without a bound a stranger's
     #: PUTs could grow it until every replica runs out of memory, again at each restart.
     quota_bytes: int = 1 << 30
+
+
+@final
+@attrs.define
+class _FollowFailure:
+    """The follow loop's failures since it last applied a record (``kv_health``)."""
+
+    since: float
+    error: str
+    applied: int
 
 
 @final
@@ -158,6 +169,16 @@ class KVService:
         self._has_pending = trio.Event()
         self._lead_failed = trio.Event()
         self._metric_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._follow_failure: _FollowFailure | None = None
+
+    @property
+    def leading(self) -> bool:
+        """Leading, with the log taken over and caught up."""
+        return self._leader is not None
+
+    @property
+    def follow_failure(self) -> _FollowFailure | None:
+        return self._follow_failure
 
     # --- the replica's life ---------------------------------------------------------------------
 
@@ -214,6 +235,13 @@ class KVService:
                 await self.replica.follow()
             except walkit.errors.WalkitError as exc:
                 print(f"kv: follow failed ({type(exc).__name__}: {exc}); retrying", flush=True)
+                failure = self._follow_failure
+                applied = self.replica.applied_count
+                if failure is None or failure.applied != applied:  # it made progress since
+                    failure = self._follow_failure = _FollowFailure(
+                        trio.current_time(), "", applied
+                    )
+                failure.error = f"{type(exc).__name__}: {exc}"
                 await trio.sleep(0.5)
 
     async def _lead(self) -> None:
@@ -348,6 +376,12 @@ class KVService:
             return error(405, f"method {request.method} not allowed on keys")
         if path == "/v1/status" and request.method in ("GET", "HEAD"):
             return json_response(200, self.status())
+        if path in ("/livez", "/readyz") and request.method in ("GET", "HEAD"):
+            if path == "/livez":
+                code, doc = kv_health.liveness(self)
+            else:
+                code, doc = await kv_health.readiness(self)
+            return json_response(code, doc)
         if path == "/metrics" and request.method in ("GET", "HEAD"):
             self.metrics.applied.set(self.replica.applied_count)
             return Response(

@@ -5,6 +5,8 @@ metadata store and owns the log), the others follow and take over when it dies::
 
     python examples/kv_store.py serve --metadata URL --http 127.0.0.1:8001 [--log NAME]
 
+Each replica answers ``GET /livez`` and ``GET /readyz`` for orchestrators (``kv_health``).
+
 The rest is the original command-line toy, kept for the demo:
 
 Every change is a JSON command appended to the log before it is applied; a snapshot of the

@@ -12,6 +12,7 @@
     walkit underreplicated | recover BOOKIE | bookie decommission BOOKIE
     walkit autorecovery status | enable | disable | delay SECONDS
     walkit metadata export URL FILE | import FILE URL | migrate --from URL --to URL [--force]
+    walkit cluster check [--timeout SECONDS]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
 Logs go to stderr: WARNING and above by default; ``--log-level`` and ``--log-format`` (before or
@@ -206,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     from walkit._cli import metadata as metadata_cli
 
     metadata_cli.add_parsers(sub, _add_log_options)
+
+    from walkit._cli import cluster as cluster_cli
+
+    cluster_cli.add_parsers(sub, with_metadata)
     return parser
 
 
@@ -288,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             from walkit._cli import log as log_cli
 
             handler = log_cli.handler(args)
+        elif args.command == "cluster":
+            from walkit._cli import cluster as cluster_cli
+
+            handler = cluster_cli.check
         elif args.command in ("underreplicated", "recover", "bookie", "autorecovery"):
             from walkit._cli import autorecovery as autorecovery_cli
 

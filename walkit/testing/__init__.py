@@ -10,6 +10,8 @@
   consumers (nothing committed is delivered again, nothing uncommitted is lost to retention).
 - :func:`check_kv_linearizable`: whether a key-value store's history (:class:`KVOperation`) is
   linearizable; :func:`check_linearizable` does the same for any :class:`Model`.
+- :class:`FaultProxy`: a TCP proxy between real processes that adds delay and jitter per
+  direction, caps bandwidth, stalls connections half-open and resets them (Toxiproxy's model).
 """
 
 from walkit.testing._checkers import (
@@ -39,6 +41,7 @@ from walkit.testing._history import (
 )
 from walkit.testing._linearizability import KVOperation, check_kv_linearizable
 from walkit.testing._network import LinkFaults, SimClientStream, SimNetwork, SimNode, SimStream
+from walkit.testing._proxy import Direction, FaultProxy
 from walkit.testing._runner import (
     SEED_ENV,
     STALL_STEPS,
@@ -62,7 +65,9 @@ __all__ = [
     "CloseAcked",
     "ConsumerEvent",
     "ConsumerHistory",
+    "Direction",
     "Event",
+    "FaultProxy",
     "FenceCompleted",
     "History",
     "KVOperation",

@@ -50,7 +50,8 @@ class Bookie:
     through a new store (``reopen_metadata()``, default ``open_metadata_store(metadata.url)``)
     when the session is lost, and garbage-collects the ledgers deleted there. With
     ``config.http_port`` set it serves ``/metrics`` (from ``registry``, a fresh
-    ``CollectorRegistry`` by default), ``/health`` and ``/admin/gc`` over HTTP.
+    ``CollectorRegistry`` by default), ``/health``, ``/livez``, ``/readyz`` and ``/admin/gc``
+    over HTTP.
     """
 
     def __init__(
@@ -121,6 +122,12 @@ class Bookie:
     @property
     def read_only(self) -> bool:
         return bool(self._read_only_reasons)
+
+    @property
+    def read_only_reasons(self) -> list[str]:
+        """Why the bookie refuses writes (``disk_full``, ``disk_usage``,
+        ``checkpoint_failed``); empty while it is writable."""
+        return sorted(self._read_only_reasons)
 
     @property
     def group_commit(self) -> GroupCommit:

@@ -1,5 +1,6 @@
-"""The bookie's HTTP admin endpoint: ``/metrics`` (prometheus text format), ``/health`` and
-``/admin/gc`` (status; POST runs a garbage collection round), on h11.
+"""The bookie's HTTP admin endpoint: ``/metrics`` (prometheus text format), ``/health``,
+``/livez`` and ``/readyz`` (``_health``: 200, or 503 with the reasons) and ``/admin/gc``
+(status; POST runs a garbage collection round), on h11.
 
 Over HTTPS when the bookie has TLS (its certificate, CA and ``--tls-client-auth``; a failed
 handshake ends that connection only). A POST is allowed with the admin token, or for a
@@ -35,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from walkit._logging import get_logger
 from walkit.errors import AuthenticationError, BookieIOError
 from walkit.net import principal_of
+from walkit_bookie.server import _health as health
 from walkit_bookie.server._metrics import AdminTarget
 
 log = get_logger(__name__)
@@ -73,8 +75,8 @@ class _HttpError(Exception):
         return _Answer(self.status, f"{self}\n".encode(), headers=self.headers)
 
 
-def _json(doc: Any) -> _Answer:
-    return _Answer(200, json.dumps(doc).encode() + b"\n", "application/json")
+def _json(doc: Any, status: int = 200) -> _Answer:
+    return _Answer(status, json.dumps(doc).encode() + b"\n", "application/json")
 
 
 @final
@@ -270,13 +272,46 @@ def gc_status(bookie: AdminTarget) -> dict[str, Any]:
     }
 
 
+def _journal_stall(request: _Request, default: float) -> float:
+    """The ``journal_stall`` parameter of a probe (seconds), else ``default``."""
+    unknown = sorted(set(request.query) - {"journal_stall"})
+    if unknown:
+        raise _HttpError(400, f"unknown parameter {unknown[0]!r}: only journal_stall=SECONDS")
+    values = request.query.get("journal_stall")
+    if values is None:
+        return default
+    try:
+        seconds = float(values[-1])
+    except ValueError:
+        seconds = -1.0
+    if len(values) != 1 or not 0 < seconds < 86400:
+        raise _HttpError(400, "journal_stall must be one number of seconds, above 0")
+    return seconds
+
+
+async def _probe(bookie: AdminTarget, probe: health.MetadataProbe, request: _Request) -> _Answer:
+    if request.path == "/livez":
+        verdict = health.liveness(
+            bookie, journal_stall=_journal_stall(request, health.LIVENESS_JOURNAL_STALL)
+        )
+    else:
+        verdict = await health.readiness(
+            bookie, probe, journal_stall=_journal_stall(request, health.JOURNAL_STALL)
+        )
+    return _json(verdict.to_dict(bookie.bookie_id), 200 if verdict.ok else 503)
+
+
 async def _route(
     bookie: AdminTarget,
     registry: CollectorRegistry,
     request: _Request,
     tls_principal: str | None = None,
+    probe: health.MetadataProbe | None = None,
 ) -> _Answer:
     path = request.path
+    if path in ("/livez", "/readyz"):
+        _allow(request, "GET")
+        return await _probe(bookie, probe or health.MetadataProbe(), request)
     if path == "/metrics":
         _allow(request, "GET")
         body = await trio.to_thread.run_sync(generate_latest, registry)
@@ -302,10 +337,15 @@ async def _route(
             raise _HttpError(400, "compact must be none, minor or major")
         report = await bookie.collect_garbage(None if compaction[0] == "none" else compaction[0])
         return _json(report.to_dict())
-    raise _HttpError(404, "try /metrics, /health or /admin/gc")
+    raise _HttpError(404, "try /metrics, /health, /livez, /readyz or /admin/gc")
 
 
-async def _answer(bookie: AdminTarget, registry: CollectorRegistry, exchange: _Exchange) -> None:
+async def _answer(
+    bookie: AdminTarget,
+    registry: CollectorRegistry,
+    probe: health.MetadataProbe,
+    exchange: _Exchange,
+) -> None:
     try:
         with trio.move_on_after(_REQUEST_TIMEOUT) as timer:
             request = await _read_request(exchange)
@@ -314,7 +354,7 @@ async def _answer(bookie: AdminTarget, registry: CollectorRegistry, exchange: _E
         if request is None:
             return
         exchange.evictable = False  # its answer is being made: not closed for a newcomer
-        answer = await _route(bookie, registry, request, principal_of(exchange.stream))
+        answer = await _route(bookie, registry, request, principal_of(exchange.stream), probe)
     except _HttpError as exc:
         answer = exc.answer()
     except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -345,6 +385,7 @@ async def _refuse(exchange: _Exchange) -> None:
 async def _handle(
     bookie: AdminTarget,
     registry: CollectorRegistry,
+    probe: health.MetadataProbe,
     open_: set[_Exchange],
     stream: trio.abc.Stream,
 ) -> None:
@@ -361,7 +402,7 @@ async def _handle(
         open_.add(exchange)
         try:
             with exchange.scope:
-                await _answer(bookie, registry, exchange)
+                await _answer(bookie, registry, probe, exchange)
         finally:
             open_.discard(exchange)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -410,7 +451,7 @@ async def serve_admin(
         ]
     async with trio.open_nursery() as nursery:
         open_: set[_Exchange] = set()
-        handler = functools.partial(_handle, bookie, registry, open_)
+        handler = functools.partial(_handle, bookie, registry, health.MetadataProbe(), open_)
         await nursery.start(functools.partial(trio.serve_listeners, handler, listeners))
         log.info("admin_listening", host=bound[0], port=bound[1], tls=ssl_context is not None)
         task_status.started((str(bound[0]), int(bound[1])))

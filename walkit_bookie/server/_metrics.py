@@ -9,9 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol, final
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from walkit.metadata import MetadataStore
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._requests import RequestHandler
 from walkit_bookie.storage import BookieStorage, GarbageCollector, GcReport
@@ -19,6 +25,11 @@ from walkit_bookie.storage import BookieStorage, GarbageCollector, GcReport
 
 class MetadataSession(Protocol):
     """What the admin endpoint reads of the bookie's metadata registration."""
+
+    @property
+    def store(self) -> MetadataStore:
+        """The store the current session is with."""
+        ...
 
     @property
     def registered(self) -> bool: ...
@@ -40,6 +51,12 @@ class AdminTarget(Protocol):
 
     @property
     def read_only(self) -> bool: ...
+
+    @property
+    def read_only_reasons(self) -> list[str]:
+        """Why the bookie refuses writes (``disk_full``, ``disk_usage``...); empty if it
+        does not."""
+        ...
 
     @property
     def ledger_count(self) -> int: ...
@@ -177,6 +194,11 @@ class BookieCollector(Collector):
                 s.compaction_bytes_reclaimed,
             ),
             (
+                "journal_write_failures",
+                "Journal writes that failed (ENOSPC, EIO, EROFS...): their adds were refused",
+                b.group_commit.failed_groups,
+            ),
+            (
                 "metadata_reregistrations",
                 "Registrations redone after the metadata session was lost",
                 0 if bookie.registration is None else bookie.registration.reregistrations,
@@ -268,3 +290,10 @@ class BookieCollector(Collector):
         ]
         for gauge, text, level in gauges:
             yield GaugeMetricFamily(f"walkit_bookie_{gauge}", text, value=float(level))
+        writes = s.journal_write_seconds
+        yield HistogramMetricFamily(
+            "walkit_bookie_journal_write_seconds",
+            "Seconds per journal write, its sync included (one per group commit)",
+            buckets=writes.buckets(),
+            sum_value=writes.sum,
+        )

@@ -347,12 +347,27 @@ class GroupCommit:
         self._deferring = False
         self.groups = 0
         self.records = 0
+        #: When the oldest record waiting to be taken was submitted, and when the oldest of
+        #: the group being written was (trio's clock; None: none): what a stall is measured by.
+        self._waiting_since: float | None = None
+        self._writing_since: float | None = None
+        #: The error of the last group written, None if it was written (health checks).
+        self.last_error: OSError | None = None
+        self.failed_groups = 0
 
     @property
     def pending(self) -> int:
         return len(self._bodies)
 
+    def stalled_for(self, now: float) -> float:
+        """Seconds the oldest record not yet durable (waiting, or in the group being written)
+        has waited; 0 when none waits."""
+        since = [t for t in (self._writing_since, self._waiting_since) if t is not None]
+        return max(0.0, now - min(since)) if since else 0.0
+
     def submit(self, body: bytes, request: Request, sink: Sink) -> None:
+        if not self._bodies:  # the clock once per group, not per record
+            self._waiting_since = trio.current_time()
         self._bodies.append(body)
         self._requests.append(request)
         self._sinks.append(sink)
@@ -388,15 +403,18 @@ class GroupCommit:
                 done, error = True, exc  # (failed: nothing of it is durable; answered so)
             if done:
                 self._bodies, self._requests, self._sinks, self._bytes = [], [], [], 0
+                self._waiting_since = None
                 self._finish(bodies, requests, sinks, error)
                 return
         self._wake.set()
 
     def _take(self) -> tuple[list[bytes], list[Request], list[Sink]]:
         bodies, requests, sinks = self._bodies, self._requests, self._sinks
+        self._writing_since = self._waiting_since
         if self._bytes <= self._max_bytes:
             self._bodies, self._requests, self._sinks = [], [], []
             self._bytes = 0
+            self._waiting_since = None
             return bodies, requests, sinks
         size = 0
         n = 0
@@ -454,12 +472,15 @@ class GroupCommit:
         error: OSError | None,
     ) -> None:
         if error is not None:
+            self.failed_groups += 1
             log.error(
                 "journal_commit_failed",
                 records=len(bodies),
                 error=str(error),
                 enospc=error.errno in (errno.ENOSPC, errno.EDQUOT),
             )
+        self.last_error = error
+        self._writing_since = None
         self.groups += 1
         self.records += len(bodies)
         # Answer at once, from this task: a hand-off to another task costs a scheduling

@@ -38,6 +38,7 @@ from walkit_bookie.storage._cookie import check_or_create, recorded_cookie
 from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
 from walkit_bookie.storage._index import INDEX_DIR, Index, entry_key, location_bytes
 from walkit_bookie.storage._journal import JournalWriter, LogMark, journal_files, replay
+from walkit_bookie.storage._latency import LatencyHistogram
 from walkit_bookie.storage._ledger import LedgerInfo, apply_request
 
 log = get_logger(__name__)
@@ -68,6 +69,8 @@ class StorageStats:
     compaction_entries_moved: int = 0
     compaction_bytes_moved: int = 0
     compaction_bytes_reclaimed: int = 0
+    #: Seconds each journal write took, its sync included (one per group commit).
+    journal_write_seconds: LatencyHistogram = attrs.field(factory=LatencyHistogram)
 
     def add(self, result: CompactionResult) -> None:
         self.entry_logs_compacted += result.logs_compacted
@@ -334,10 +337,12 @@ class DiskStorage(BookieStorage):
         while self._cache_full():
             self._due.set()
             await self._room.wait()
+        started = trio.current_time()
         if sum(map(len, bodies)) >= self._config.journal_thread_min_bytes:
             mark = await trio.to_thread.run_sync(journal.write, bodies)
         else:  # no scheduling round here: the group commit gives those it wants
             mark = journal.write(bodies)
+        self.stats.journal_write_seconds.observe(trio.current_time() - started)
         self._committed(journal, bodies, requests, mark)
 
     def commit_now(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> bool:
@@ -348,7 +353,10 @@ class DiskStorage(BookieStorage):
             or sum(map(len, bodies)) >= self._config.journal_thread_min_bytes
         ):
             return False
-        self._committed(journal, bodies, requests, journal.write(bodies))
+        started = trio.current_time()
+        mark = journal.write(bodies)
+        self.stats.journal_write_seconds.observe(trio.current_time() - started)
+        self._committed(journal, bodies, requests, mark)
         return True
 
     def _cache_full(self) -> bool:
