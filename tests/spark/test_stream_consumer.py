@@ -58,6 +58,37 @@ async def test_a_query_commits_its_progress_to_a_consumer(
         assert info.lag.records == 0 and info.position is not None and info.position > second[-1]
 
 
+async def test_a_query_with_a_checkpoint_creates_a_missing_consumer(
+    spark: Any, spark_metadata: str, tmp_path: Path
+) -> None:
+    """A restarted query never asks for its initial offset: the option added to a query that
+    has a checkpoint, or a consumer deleted between runs, is created at the query's progress."""
+    url, name = spark_metadata, f"consumed-{next(_names)}"
+    checkpoint = tmp_path / "checkpoint"
+    async with walkit.Client.connect(url) as client:
+        log = await walkit.Log.open(client, name, roll_entries=10)
+        async with log.writer() as w:
+            first = [await w.append(b"a%d" % i) for i in range(20)]
+        await trio.to_thread.run_sync(
+            run_available_now, spark, url, name, checkpoint, tmp_path / "out-1"
+        )
+        assert await log.consumers() == []
+        for n, prefix in enumerate((b"b", b"c")):
+            async with log.writer() as w:
+                added = [await w.append(prefix + b"%d" % i) for i in range(15)]
+            out = tmp_path / f"out-{n + 2}"
+            await trio.to_thread.run_sync(run_query, spark, url, name, checkpoint, out)
+            # Only the new records, once: the checkpoint decides where the query goes on.
+            assert [row["position"] for batch in sunk(out) for row in batch] == [
+                str(p) for p in added
+            ]
+            [info] = await log.consumers()
+            assert info.lag.records == 0 and info.position is not None
+            assert info.position > added[-1]
+            await log.delete_consumer("spark-etl")
+        assert first[-1] < added[0]
+
+
 def test_the_option_is_checked() -> None:
     url = "sqlite:///tmp/m.db"
     parsed = read_options({"metadata": url, "path": "orders", "consumer": "etl"}, streaming=True)

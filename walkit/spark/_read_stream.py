@@ -203,10 +203,10 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         consumer = self.options.consumer
         if consumer is None or (self.committed is not None and position <= self.committed):
             return
-        run(commit_progress, self.options.connection, self.name, consumer, position)
+        created = run(commit_progress, self.options.connection, self.name, consumer, position)
         self.committed = position
         log.info(
-            "spark_stream_consumer_committed",
+            "spark_stream_consumer_created" if created else "spark_stream_consumer_committed",
             log=self.name,
             consumer=consumer,
             position=str(position),
