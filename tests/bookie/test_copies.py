@@ -154,20 +154,23 @@ async def test_large_read_answers_reach_a_slow_reader_whole(tmp_path: Path) -> N
         stream = await trio.open_tcp_stream(bid.host, bid.port)
         async with stream:
             await stream.send_all(b"".join(encode_read_request(100 + e, 4, e) for e in range(40)))
-            # ~8 MB of answers, more than the socket buffers hold: wait until the bookie has
-            # answered all 40 and some wait in its queue for the writer task (its own counts;
-            # no event marks an answer queued).
+            answers: list[ReadResponse] = []
+            # A hang guard: answers queued but never sent, or bytes lost, block the reads below.
             with trio.fail_after(20):
+                # ~8 MB of answers, more than the socket buffers hold: wait until the bookie has
+                # answered all 40 and some wait in its queue for the writer task (its own counts;
+                # no event marks an answer queued).
                 while not (stats.reads_answered - answered == 40 and stats.unsent_bytes):  # noqa: ASYNC110
                     await trio.sleep(0.01)
-            decoder = FrameDecoder(64 * 1024 * 1024)
-            answers: list[ReadResponse] = []
-            while len(answers) < 40:
-                decoder.feed(await stream.receive_some(1 << 20))
-                while (body := decoder.next_frame()) is not None:
-                    message = decode_message(body)
-                    assert isinstance(message, ReadResponse)
-                    answers.append(message)
+                decoder = FrameDecoder(64 * 1024 * 1024)
+                while len(answers) < 40:
+                    chunk = await stream.receive_some(1 << 20)
+                    assert chunk, f"the bookie closed the connection after {len(answers)} answers"
+                    decoder.feed(chunk)
+                    while (body := decoder.next_frame()) is not None:
+                        message = decode_message(body)
+                        assert isinstance(message, ReadResponse)
+                        answers.append(message)
         assert [a.request_id for a in answers] == [100 + e for e in range(40)]
         for e, answer in enumerate(answers):
             assert answer.status is StatusCode.OK

@@ -33,7 +33,8 @@ async def main(url: str) -> None:
                 ids = await writer.append_batch([payload(next_id + i) for i in range(8)])
                 for eid in ids:
                     assert eid == next_id, (eid, next_id)
-                    print(f"ACK {eid}", flush=True)
+                    # One write, newline included: stderr shares the pipe.
+                    print(f"ACK {eid}\n", end="", flush=True)
                     next_id += 1
         except walkit.WriterFencedError as exc:
             print(f"FENCED {type(exc).__name__}", flush=True)

@@ -34,7 +34,8 @@ async def main(url: str, name: str, tag: str, count: int | None) -> None:
                     if not batch:
                         break
                     for pos, payload in zip(await w.append_batch(batch), batch, strict=True):
-                        print(f"ACK {pos} {payload.decode()}", flush=True)
+                        # One write, newline included: stderr shares the pipe.
+                        print(f"ACK {pos} {payload.decode()}\n", end="", flush=True)
             print("DONE", flush=True)
         except walkit.errors.WriterFencedError as exc:
             print(f"FENCED {exc}", flush=True)

@@ -29,7 +29,8 @@ async def main(url: str, name: str, count: int) -> None:
         for n in range(count):
             payload = f"r-{n}".encode()
             pos = await w.append(payload)
-            print(f"ACK {pos} {payload.decode()}", flush=True)
+            # One write, newline included: stderr shares the pipe.
+            print(f"ACK {pos} {payload.decode()}\n", end="", flush=True)
         current = LogLedger(w.ledger_seq, w.ledger_id)
         new_lw = await log._create_ledger("data")
 

@@ -40,7 +40,8 @@ async def main(url: str, name: str, producer: str, start: int, count: int | None
                 payloads = [b"p-%d" % n for n in numbers]
                 positions = await w.append_batch(payloads, producer_id=producer, sequence=first)
                 for pos, n in zip(positions, numbers, strict=True):
-                    print(f"ACK {pos} {n}", flush=True)
+                    # One write, newline included: stderr shares the pipe.
+                    print(f"ACK {pos} {n}\n", end="", flush=True)
         print("DONE", flush=True)
 
 

@@ -11,6 +11,7 @@ it, which errs the safe way). Exits 3 when fenced out, 4 on another error.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import trio
@@ -18,6 +19,15 @@ import trio
 import walkit
 
 PASSWORD = b"soak"
+
+
+def say(line: str) -> None:
+    """One line to stdout in one write: the parent reads stderr from the same pipe, and a log
+    line from another thread (kazoo's) must not land inside this one, as print() allows by
+    writing the text and its newline apart."""
+    os.write(1, f"{line}\n".encode())
+
+
 #: Short timeouts: a bookie that is cut off, stalled or slow is replaced in seconds.
 TIMEOUT = 2.0
 
@@ -37,18 +47,18 @@ async def main(url: str, log_name: str, name: str) -> None:
         )
         try:
             async with log.writer() as writer:
-                print(f"WRITER {name}", flush=True)
+                say(f"WRITER {name}")
                 n = 0
                 while True:
                     payload = f"{name}-{n}".encode()
                     position = await writer.append(payload)
-                    print(f"ACK {position} {payload.decode()}", flush=True)
+                    say(f"ACK {position} {payload.decode()}")
                     n += 1
         except walkit.WriterFencedError as exc:
-            print(f"FENCED {type(exc).__name__}", flush=True)
+            say(f"FENCED {type(exc).__name__}")
             sys.exit(3)
         except walkit.WalkitError as exc:
-            print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
+            say(f"ERROR {type(exc).__name__}: {exc}")
             sys.exit(4)
 
 

@@ -44,7 +44,17 @@ from tests.ops._ops import small_tmpfs
 from walkit import LogPosition, LogRecord
 from walkit.testing import FaultProxy
 
-pytestmark = [pytest.mark.processes, pytest.mark.zookeeper, pytest.mark.slow, pytest.mark.chaos]
+#: Cycles of faults (a few by default; the soak runs a thousand and more).
+CYCLES = int(os.environ.get("WALKIT_CHAOS_CYCLES", "3"))
+
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.zookeeper,
+    pytest.mark.slow,
+    pytest.mark.chaos,
+    # A cycle takes 6-8 s on two idle cores: a minute each leaves room for a loaded machine.
+    pytest.mark.timeout(300 + 60 * CYCLES),
+]
 
 WRITER = Path(__file__).with_name("_soak_writer.py")
 LOG = "soak"
@@ -329,7 +339,7 @@ async def _final_reads(url: str) -> list[list[LogRecord]]:
 
 
 async def test_chaos_soak(tmp_path: Path) -> None:
-    cycles = int(os.environ.get("WALKIT_CHAOS_CYCLES", "3"))
+    cycles = CYCLES
     with _cluster(tmp_path) as soak:
         started = time.monotonic()
         await trio.to_thread.run_sync(soak.start_writer)  # it creates the log

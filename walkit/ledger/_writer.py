@@ -4,12 +4,11 @@ The decisions are :class:`walkit._core.add_tracker.AddTracker`'s and
 :mod:`walkit._core.ensemble_change`'s; this module moves bytes and waits. An append encodes its
 packet once, queues one frame per bookie of its write set on the shared connections (no task
 per entry), and waits until the tracker says its entry is acknowledged. Answers come back as
-calls on per-slot handlers.
+calls on per-slot handlers. Ensemble changes run in :mod:`walkit.ledger._ensemble_changes`.
 """
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, final
@@ -21,9 +20,6 @@ from walkit._core.add_tracker import AddTracker, PendingAdd
 from walkit._core.digest import DigestManager
 from walkit._core.ensemble_change import (
     AddFailure,
-    change_backoff,
-    decide_close,
-    new_fragment,
     on_add_failure,
 )
 from walkit._core.ledger_metadata import LedgerMetadata
@@ -41,10 +37,11 @@ from walkit.errors import (
     WriterFencedError,
 )
 from walkit.ledger._context import ClientContext, status_error
+from walkit.ledger._ensemble_changes import EnsembleChanges
 from walkit.ledger._explicit_lac import ExplicitLac
 from walkit.ledger._reads import read_entries
 from walkit.ledger._replacements import choose_replacements
-from walkit.metadata import Decision, cas_update
+from walkit.ledger._writer_metadata import WriterMetadata
 from walkit.net._connection import BookieConnection
 
 log = get_logger(__name__)
@@ -136,8 +133,7 @@ class LedgerWriter:
     ) -> None:
         self._context = context
         self._time = context.loop.time
-        self._md = metadata
-        self._version = version
+        self._md = WriterMetadata(context, metadata, version)
         self.id = metadata.ledger_id
         self._digest: DigestManager = context.digest_manager(metadata, password)
         self._key = context.master_key(password)
@@ -174,12 +170,16 @@ class LedgerWriter:
         self._error: WalkitError | None = None
         self._closing = False
         self._closed = False
-        self._changing = False
-        self._change_done = anyio.Event()
-        self._change_done.set()
-        #: LAC when the last ensemble change committed (None: none yet), and the last pause.
-        self._lac_at_last_change: int | None = None
-        self._change_pause = 0.0
+        self._changes = EnsembleChanges(
+            self.id,
+            self._tracker,
+            context.rng,
+            slots=metadata.ensemble_size,
+            commit=self._commit_new_fragment,
+            resend=self._queue,
+            fail=self._fail,
+            failed=lambda: self._error is not None,
+        )
         self._scope = anyio.CancelScope()
         self._tasks: anyio.abc.TaskGroup | None = None
         #: Custom metadata the close adds (see ``close``).
@@ -203,7 +203,7 @@ class LedgerWriter:
     @property
     def metadata(self) -> LedgerMetadata:
         """The ledger's metadata as this writer last wrote or read it."""
-        return self._md
+        return self._md.current
 
     @property
     def is_closed(self) -> bool:
@@ -308,7 +308,7 @@ class LedgerWriter:
                 f"ledger {self.id}: entry {last} is past the last add confirmed "
                 f"{self.last_add_confirmed}"
             )
-        return await read_entries(self._context, self._md, self._digest, first, last)
+        return await read_entries(self._context, self._md.current, self._digest, first, last)
 
     async def close(
         self,
@@ -332,7 +332,7 @@ class LedgerWriter:
                 if self._idle.is_set():
                     self._idle = anyio.Event()
                 await self._idle.wait()
-            await self._change_done.wait()
+            await self._changes.done.wait()
             await self._close_metadata()
             self._closed = True
         finally:
@@ -486,8 +486,8 @@ class LedgerWriter:
             error=str(error),
             timeout=isinstance(error, BookieTimeoutError),
         )
-        if self._tracker.on_bookie_failure(slot) and not self._changing:
-            self._start_change()
+        if self._tracker.on_bookie_failure(slot):
+            self._changes.start(self._tasks)
 
     def _fail(self, error: WalkitError) -> None:
         """The writer cannot go on: fail every pending append with ``error``."""
@@ -513,73 +513,11 @@ class LedgerWriter:
 
     # --- ensemble change -------------------------------------------------------------------
 
-    def _start_change(self) -> None:
-        if self._tasks is None:  # pragma: no cover - background not started
-            self._fail(ClientClosedError("the writer's background tasks are not running"))
-            return
-        self._changing = True
-        self._change_done = anyio.Event()
-        self._tasks.start_soon(self._change_ensemble)
-
-    async def _change_ensemble(self) -> None:
-        try:
-            while self._error is None and self._tracker.needs_change():
-                await self._pause_before_change()
-                if self._error is not None or not self._tracker.needs_change():
-                    break
-                first_entry, slots = self._tracker.start_ensemble_change()
-                try:
-                    await self._commit_new_fragment(first_entry, slots)
-                except WalkitError as exc:
-                    self._tracker.abort_ensemble_change()
-                    self._fail(exc)
-                    return
-                per_slot: list[list[tuple[int, bytes]]] = [[] for _ in self._conns]
-                carried = -1
-                for pa, targets in self._tracker.finish_ensemble_change():
-                    carried = max(carried, pa.lac)
-                    for slot in targets:
-                        per_slot[slot].append((pa.entry_id, pa.packet))
-                self._queue(per_slot, carried)
-                self._lac_at_last_change = self.last_add_confirmed
-        except Exception as exc:  # a bug must not take the client down
-            log.exception("ensemble_change_crashed", ledger_id=self.id)
-            self._fail(WalkitError(f"ledger {self.id}: ensemble change failed: {exc!r}"))
-        finally:
-            self._changing = False
-            self._change_done.set()
-
-    async def _pause_before_change(self) -> None:
-        """Back off when changes follow each other without an entry acknowledged in between."""
-        last = self._lac_at_last_change
-        progressed = last is None or self.last_add_confirmed > last
-        self._change_pause = change_backoff(self._change_pause, progressed)
-        if self._change_pause > 0:
-            pause = self._change_pause * (0.5 + self._context.rng.random())
-            log.info("ensemble_change_backoff", ledger_id=self.id, seconds=round(pause, 3))
-            await anyio.sleep(pause)
-
-    async def _read_metadata(self) -> tuple[LedgerMetadata, int]:
-        context = self._context
-        return await context.retry_metadata(functools.partial(context.ledgers.read, self.id))
-
-    async def _write_metadata(self, md: LedgerMetadata, version: int) -> int:
-        context = self._context
-        return await context.retry_metadata(functools.partial(context.ledgers.write, md, version))
-
     async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
         context = self._context
-        md = self._md
         current = tuple(self._ensemble)
-        replacements = choose_replacements(context, md, current, slots, self._refused)
-        self._md, self._version, _ = await cas_update(
-            f"ledger {self.id}: ensemble change",
-            read=self._read_metadata,
-            write=self._write_metadata,
-            decide=lambda md: Decision(None, new_fragment(md, current, first_entry, replacements)),
-            rng=context.rng,
-            current=(md, self._version),
-        )
+        replacements = choose_replacements(context, self._md.current, current, slots, self._refused)
+        await self._md.add_fragment(current, first_entry, replacements)
         for slot, bookie in replacements.items():
             self._ensemble[slot] = bookie
             self._conns[slot] = context.pool.get(bookie)
@@ -622,25 +560,8 @@ class LedgerWriter:
     # --- close -----------------------------------------------------------------------------
 
     async def _close_metadata(self) -> None:
-        context = self._context
-        lac = self._tracker.last_add_confirmed
         custom = self._close_custom() if callable(self._close_custom) else self._close_custom
-
-        def decide(md: LedgerMetadata) -> Decision[LedgerMetadata, None]:
-            decision = decide_close(md, lac, self._tracker.acked_length, custom)
-            if decision.error is not None:
-                raise decision.error
-            return Decision(None, None if decision.done else decision.write)
-
-        self._md, self._version, _ = await cas_update(
-            f"ledger {self.id}: close",
-            read=self._read_metadata,
-            write=self._write_metadata,
-            decide=decide,
-            rng=context.rng,
-            current=(self._md, self._version),
-        )
-        log.debug("ledger_closed", ledger_id=self.id, last_entry_id=lac)
+        await self._md.close(self._tracker.last_add_confirmed, self._tracker.acked_length, custom)
 
 
 def _check_range(first: Any, last: Any) -> None:

@@ -1,9 +1,9 @@
 """One connection to one bookie, shared by every ledger of a client.
 
 Requests are enqueued synchronously (:meth:`BookieConnection.send`) with a request id, a
-handler and a tag; a writer task sends everything queued with one ``send_all`` (coalescing is
-worth ~10x for small frames), a reader task decodes responses and calls the handler of each
-request id. No task per request: the writer's acks and the reader's entries arrive as calls.
+handler and a tag; the outbox's task (:mod:`walkit.net._outbox`) writes everything queued at
+once (coalescing is worth ~10x for small frames), a reader task decodes responses and calls the
+handler of each request id. No task per request: the writer's acks and the reader's entries arrive as calls.
 
 Failures are answers too: a request that gets no answer before its deadline gets a
 :class:`~walkit.errors.BookieTimeoutError`; when the connection cannot be made or breaks, every
@@ -54,8 +54,8 @@ from walkit.errors import (
     TLSError,
     WalkitError,
 )
-from walkit.net._direct import direct_fd, unwritten, write_now
 from walkit.net._inbox import Inbox
+from walkit.net._outbox import Outbox
 from walkit.net._receive import Receiver
 from walkit.net._socket import SocketStream
 from walkit.net._tls import tls_failure
@@ -80,42 +80,6 @@ _RESPONSES = (
 _RECEIVE_SIZE: Final = 256 * 1024
 #: Largest TLS record's plaintext.
 _TLS_RECORD: Final = 16 * 1024
-#: Largest single ``send``: beyond this, queued frames go out in several writes.
-_MAX_SEND: Final = 4 * 1024 * 1024
-
-
-#: Average bytes per queued part above which parts are sent with one sendmsg, not joined.
-_VECTOR_MIN: Final = 8 * 1024
-#: Buffers per sendmsg call (Linux's IOV_MAX is 1024).
-_IOV_MAX: Final = 512
-
-
-async def _send_vectored(
-    sock: socket.socket, parts: list[bytes | memoryview], loop: EventLoop
-) -> None:
-    """Send every byte of ``parts`` with scatter-gather writes (partial sends resumed)."""
-    index = 0
-    offset = 0  # bytes of parts[index] already sent
-    count = len(parts)
-    while index < count:
-        batch: list[bytes | memoryview] = list(parts[index : index + _IOV_MAX])
-        if offset:
-            batch[0] = memoryview(parts[index])[offset:]
-        try:
-            sent = sock.sendmsg(batch)
-        except BlockingIOError:
-            await loop.wait_writable(sock)
-            continue
-        while sent > 0 and index < count:
-            left = len(parts[index]) - offset
-            if sent >= left:
-                sent -= left
-                index += 1
-                offset = 0
-            else:
-                offset += sent
-                sent = 0
-    await loop.checkpoint()
 
 
 class ResponseHandler(Protocol):
@@ -181,10 +145,7 @@ class BookieConnection:
         self._max_frame_size = max_frame_size
         self._next_rid = 1
         self._pending: dict[int, _Record] = {}
-        self._out: list[bytes | memoryview] = []
-        self._tx_ready = anyio.Event()
-        #: The socket to write to directly while the send task is parked, else -1.
-        self._direct_fd = -1
+        self._outbox = Outbox(loop)
         self._wanted = anyio.Event()
         self._connected = False
         self._connecting = False
@@ -194,7 +155,6 @@ class BookieConnection:
         self._min_timeout = float("inf")
         #: Statistics (for tests and benchmarks).
         self.connects = 0
-        self.sends = 0
 
     def __repr__(self) -> str:
         return f"BookieConnection({self.bookie}, pending={len(self._pending)})"
@@ -206,6 +166,11 @@ class BookieConnection:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    @property
+    def sends(self) -> int:
+        """Writes made to the socket (for tests and benchmarks)."""
+        return self._outbox.sends
 
     # --- sending ---------------------------------------------------------------------------
 
@@ -235,10 +200,11 @@ class BookieConnection:
         self._pending[request_id] = (handler, tag, now + timeout, now)
         if timeout < self._min_timeout:
             self._min_timeout = timeout
-        idle = not self._out
-        self._out.extend(parts)
+        out = self._outbox.parts
+        idle = not out
+        out.extend(parts)
         if idle:
-            self._kick()
+            self._outbox.kick()
         if not self._connected and not self._connecting:
             self._connecting = True
             self._wanted.set()
@@ -262,7 +228,7 @@ class BookieConnection:
         pending = self._pending
         if not pending and self._on_activity is not None:
             self._on_activity()
-        out = self._out
+        out = self._outbox.parts
         idle = not out
         if timeout < self._min_timeout:
             self._min_timeout = timeout
@@ -275,26 +241,10 @@ class BookieConnection:
             out, self._next_rid, ledger_id, master_key, entries, flags
         )
         if idle:
-            self._kick()
+            self._outbox.kick()
         if not self._connected and not self._connecting:
             self._connecting = True
             self._wanted.set()
-
-    def _kick(self) -> None:
-        """Bytes were queued on an empty queue: write them now if the send task is parked
-        (:mod:`walkit.net._direct`), else (or for what the socket did not take) wake it."""
-        fd = self._direct_fd
-        if fd >= 0:
-            out = self._out
-            written = write_now(fd, out)
-            if written:
-                self.sends += 1
-                rest = unwritten(out, written)
-                out.clear()
-                if not rest:
-                    return
-                out.extend(rest)
-        self._tx_ready.set()
 
     async def call(self, build: Callable[[int], Request], timeout: float) -> Response:
         """Send the request ``build(request_id)`` and wait for its answer (any status).
@@ -420,42 +370,8 @@ class BookieConnection:
         scope.cancel()
 
     async def _send_loop(self, stream: ClientStream, scope: anyio.CancelScope) -> None:
-        sock = stream.socket if isinstance(stream, SocketStream) else None
-        fd = direct_fd(stream)
         try:
-            while True:
-                if not self._out:
-                    self._tx_ready = anyio.Event()
-                    self._direct_fd = fd
-                    try:
-                        await self._tx_ready.wait()
-                    finally:
-                        self._direct_fd = -1
-                    continue
-                out = self._out
-                self._out = []
-                self.sends += 1
-                if len(out) == 1:
-                    # (memoryviews of large entries too: every stream here takes buffers)
-                    await stream.send(out[0])  # type: ignore[arg-type]
-                    continue
-                total = sum(map(len, out))
-                if sock is not None and total >= _VECTOR_MIN * len(out):
-                    # Big entries: hand the parts to the kernel as they are (no joined copy).
-                    await _send_vectored(sock, out, self._loop)
-                    continue
-                if total <= _MAX_SEND:
-                    await stream.send(b"".join(out))
-                    continue
-                # A huge backlog goes out in bounded writes (no giant joined copy).
-                start = 0
-                while start < len(out):
-                    end, size = start, 0
-                    while end < len(out) and (size < _MAX_SEND or end == start):
-                        size += len(out[end])
-                        end += 1
-                    await stream.send(b"".join(out[start:end]))
-                    start = end
+            await self._outbox.run(stream)
         except (
             anyio.BrokenResourceError,
             anyio.ClosedResourceError,
@@ -614,7 +530,7 @@ class BookieConnection:
             log.exception("response_handler_failed", bookie=str(self.bookie))
 
     def _fail_all(self, error: WalkitError) -> None:
-        self._out = []
+        self._outbox.clear()
         if not self._pending:
             return
         if not isinstance(error, ClientClosedError):

@@ -64,9 +64,11 @@ class ConnectionPool:
             on_activity=self._kick,
             max_frame_size=self._max_frame_size,
         )
+        run = conn.run()
         try:
-            self._tasks.start_soon(conn.run)
+            self._tasks.start_soon(lambda: run)
         except RuntimeError:  # the task group is shutting down
+            run.close()  # (never started: no "never awaited" warning)
             self._closed = True
             raise ClientClosedError("the client is closed") from None
         self._connections[bookie] = conn
