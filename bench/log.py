@@ -16,7 +16,12 @@ the same 1 and 64 in-flight load when ``etcd`` is installed. The disk's 4 KiB fd
 is measured in the same run.
 
     python bench/log.py [--seconds 3] [--sizes 100,1024] [--fronts trio,asyncio,uvloop,sync]
-                        [--no-append] [--no-etcd] [--plot] [--metrics ROUNDS]
+                        [--records plain,stamped,keyed] [--no-append] [--no-etcd] [--plot]
+                        [--metrics ROUNDS]
+
+``--records`` says what the records carry: ``plain`` (the default: no key, headers or
+timestamp, a client without a wall clock), ``stamped`` (the client's wall clock stamps each
+entry) or ``keyed`` (stamped, and each record has a 16-byte key and one header).
 
 ``--metrics ROUNDS`` also measures what the client's metrics cost (``metrics_registry``): the
 trio front, alternating rounds without and with a registry in the same run (after the others).
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import itertools
 import os
 import platform
 import shutil
@@ -53,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 import walkit.sync  # noqa: E402
 from bench._limits import fdatasync_4k  # noqa: E402
 from bench.ledger import _cpu_seconds, _percentile, start_bookies  # noqa: E402
-from walkit import Client, Log  # noqa: E402
+from walkit import Client, Log, Record  # noqa: E402
 
 DOCS = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "log-throughput.svg"
@@ -140,28 +146,46 @@ class _Meter:
         )
 
 
+KEY = b"user-0123456789ab"
+HEADERS = (("trace", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
+
+
+def _client_options(records: str) -> dict[str, Any]:
+    return {} if records == "plain" else {"wall_clock": time.time}
+
+
+def _workload(size: int, records: str) -> tuple[bytes, dict[str, Any], list[Any]]:
+    """A payload of ``size`` random bytes, what each append adds (``records``: keyed gets a
+    key and headers), and one append_batch's items."""
+    data = os.urandom(size)
+    extras: dict[str, Any] = {"key": KEY, "headers": HEADERS} if records == "keyed" else {}
+    return data, extras, [Record(data, **extras) if extras else data] * BATCH
+
+
 async def measure_log(
     url: str,
     name: str,
     size: int,
     seconds: float,
     bookies: list[int],
+    records: str = "plain",
     client_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> dict[str, dict[str, float]]:
-    data = os.urandom(size)
+    data, extras, batch_items = _workload(size, records)
     out: dict[str, dict[str, float]] = {}
-    async with Client.connect(url, **(client_options or {})) as client:
+    connect_options = {**_client_options(records), **(client_options or {})}
+    async with Client.connect(url, **connect_options) as client:
         log = await Log.open(client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options)
         async with log.writer() as w:
             await w.append_batch([data] * 64)  # warm up connections
 
             async def single() -> int:
-                await w.append(data)
+                await w.append(data, **extras)
                 return 1
 
             async def batch() -> int:
-                await w.append_batch([data] * BATCH)
+                await w.append_batch(batch_items)
                 return BATCH
 
             for mode, tasks, one in (
@@ -182,12 +206,18 @@ async def measure_log(
 
 
 def measure_sync(
-    url: str, name: str, size: int, seconds: float, bookies: list[int], **options: Any
+    url: str,
+    name: str,
+    size: int,
+    seconds: float,
+    bookies: list[int],
+    records: str = "plain",
+    **options: Any,
 ) -> dict[str, dict[str, float]]:
     """The same modes through walkit.sync: threads in place of tasks."""
-    data = os.urandom(size)
+    data, extras, batch_items = _workload(size, records)
     out: dict[str, dict[str, float]] = {}
-    with walkit.sync.Client.connect(url) as client:
+    with walkit.sync.Client.connect(url, **_client_options(records)) as client:
         log = walkit.sync.Log.open(
             client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options
         )
@@ -195,11 +225,11 @@ def measure_sync(
             w.append_batch([data] * 64)
 
             def single() -> int:
-                w.append(data)
+                w.append(data, **extras)
                 return 1
 
             def batch() -> int:
-                w.append_batch([data] * BATCH)
+                w.append_batch(batch_items)
                 return BATCH
 
             for mode, threads, one in (
@@ -255,16 +285,19 @@ def run(args: argparse.Namespace) -> Results:
         try:
             pids = [p.pid for p in procs]
             for size in args.sizes:
-                for front in args.fronts:
-                    name = f"bench-{size}-{front}"
+                for front, records in itertools.product(args.fronts, args.records):
+                    name = f"bench-{size}-{front}-{records}"
+                    label = front if records == "plain" else f"{front}, {records}"
                     if front == "sync":
-                        results.runs[(front, size)] = measure_sync(
-                            url, name, size, args.seconds, pids
+                        results.runs[(label, size)] = measure_sync(
+                            url, name, size, args.seconds, pids, records
                         )
                         continue
                     backend, backend_options = ASYNC_FRONTS[front]
-                    results.runs[(front, size)] = anyio.run(
-                        functools.partial(measure_log, url, name, size, args.seconds, pids),
+                    results.runs[(label, size)] = anyio.run(
+                        functools.partial(
+                            measure_log, url, name, size, args.seconds, pids, records
+                        ),
                         backend=backend,
                         backend_options=backend_options,
                     )
@@ -293,7 +326,7 @@ def run(args: argparse.Namespace) -> Results:
                                 args.sizes[0],
                                 args.seconds,
                                 pids,
-                                {"metrics_registry": registry},
+                                client_options={"metrics_registry": registry},
                             )
                         )
                     )
@@ -397,6 +430,14 @@ def plot(results: Results) -> None:
     fig.savefig(SVG)
 
 
+def _record_kinds(text: str) -> list[str]:
+    kinds = text.split(",")
+    for kind in kinds:
+        if kind not in ("plain", "stamped", "keyed"):
+            raise argparse.ArgumentTypeError(f"{kind!r}: expected plain, stamped or keyed")
+    return kinds
+
+
 def _available_fronts() -> list[str]:
     fronts = ["trio", "asyncio"]
     try:
@@ -420,6 +461,13 @@ def main() -> None:
         type=lambda s: s.split(","),
         default=_available_fronts(),
         help="trio, asyncio, uvloop (if installed), sync; default: all available",
+    )
+    parser.add_argument(
+        "--records",
+        type=_record_kinds,
+        default=["plain"],
+        help="what records carry: plain (default), stamped (a wall clock), keyed (and a key "
+        "and a header); several separated by commas",
     )
     parser.add_argument("--no-append", dest="append", action="store_false")
     parser.add_argument("--no-etcd", dest="etcd", action="store_false")

@@ -10,6 +10,7 @@ from walkit import errors
 from walkit._core.auth import AuthProvider, TokenAuth
 from walkit._core.digest import DigestType
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
+from walkit._core.record import Headers, Record
 from walkit._core.types import BookieId, Entry
 from walkit._version import __version__ as __version__
 from walkit.errors import *  # noqa: F403  (the error hierarchy is part of the top-level API)
@@ -73,6 +74,7 @@ __all__ = [
     "ClientOptions",
     "DigestType",
     "Entry",
+    "Headers",
     "LedgerMetadata",
     "LedgerReader",
     "LedgerState",
@@ -86,6 +88,7 @@ __all__ = [
     "LogRecord",
     "LogWriter",
     "ProducerTag",
+    "Record",
     "Snapshot",
     "TLSConfig",
     "TokenAuth",

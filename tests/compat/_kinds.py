@@ -37,6 +37,7 @@ from walkit._core.log_metadata import (
 )
 from walkit._core.log_position import LogPosition
 from walkit._core.metadata_dump import MetadataDump, decode_dump, encode_dump
+from walkit._core.record import Extras
 from walkit._core.record_set import (
     Codec,
     ProducerTag,
@@ -170,10 +171,41 @@ def _record_set_description(records: list[bytes], producers: Any, codec: str) ->
     }
 
 
+def _extras(description: Description) -> list[Extras | None] | None:
+    """The keys, headers and own timestamps of a description's records (version 2; absent
+    from what 0.1.0 described): per record None or [key, [[name, value]...], timestamp]."""
+    given = description.get("extras")
+    if given is None:
+        return None
+    out: list[Extras | None] = []
+    for item in given:
+        if item is None:
+            out.append(None)
+            continue
+        key, headers, timestamp = item
+        out.append(
+            (
+                None if key is None else unb64(key),
+                None if headers is None else tuple((n, unb64(v)) for n, v in headers),
+                timestamp,
+            )
+        )
+    return out
+
+
 def _read_record_set(data: bytes, description: Description) -> None:
     decoded = decode_record_set(data)
     codec = _CODECS[read_header(data)[1] & 0x07]
-    assert _record_set_description(decoded.records, decoded.producers, codec) == description
+    assert _record_set_description(decoded.records, decoded.producers, codec) == {
+        k: description[k] for k in ("records", "producers", "codec")
+    }
+    entry_time = description.get("timestamp")
+    extras = _extras(description) or [None] * len(decoded.records)
+    for slot, given in enumerate(extras):
+        key, headers, own = given or (None, None, None)
+        assert decoded.key(slot) == key
+        assert decoded.record_headers(slot) == headers
+        assert decoded.record_timestamp(slot) == (entry_time if own is None else own)
 
 
 def _write_record_set(description: Description) -> bytes:
@@ -184,6 +216,8 @@ def _write_record_set(description: Description) -> bytes:
         if producers is None
         else [None if p is None else ProducerTag(p[0], p[1]) for p in producers],
         codec=Codec(description["codec"]),
+        timestamp=description.get("timestamp"),
+        extras=_extras(description),
     )
 
 

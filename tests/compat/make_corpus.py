@@ -109,6 +109,21 @@ def _record_sets() -> dict[str, Description]:
         "producers": case([b"p1", b"x", b"p2"], [["producer-é", 5], None, ["other", 2**40]]),
         "zstd": case(many, codec="zstd"),
         "lz4": case(many, codec="lz4"),
+        # Record-set version 2: keys, headers and timestamps.
+        "stamped": {**case([b"a", b"bb"]), "timestamp": 1_700_000_000_000},
+        "keys_headers_timestamps": {
+            **case([b"k1", b"plain", b"k3"], [["producer-1", 9], None, None]),
+            "timestamp": 1_700_000_000_000,
+            "extras": [
+                [b64(b"user-7"), [["trace", b64(b"00-ab")], ["trace", b64(b"")]], None],
+                None,
+                [b64(b""), None, 1_600_000_000_000],
+            ],
+        },
+        "extras_zstd": {
+            **case(many, codec="zstd"),
+            "extras": [[b64(b"key-%d" % i), None, i] for i in range(len(many))],
+        },
     }
 
 
@@ -277,6 +292,15 @@ async def _phase_a(url: str, expected: dict[str, Any]) -> None:
                     payload = f"idempotent {seq}".encode()
                     pos = await writer.append(payload, producer_id="golden", sequence=seq)
                     records.append([str(pos), b64(payload)])
+                # Record-set version 2: a key, headers and a timestamp (records read as
+                # [position, payload, key, timestamp]).
+                for i, key in enumerate((b"user-7", None)):
+                    payload = f"keyed {i}".encode()
+                    when = 1_700_000_000_000 + i
+                    pos = await writer.append(payload, key=key, headers={"h": b"v"}, timestamp=when)
+                    records.append(
+                        [str(pos), b64(payload), None if key is None else b64(key), when]
+                    )
                 state = bytes(range(256)) * 12  # 3 KiB: three chunks
                 snap = await log.save_snapshot(pos, state)
                 snapshot = {"position": str(snap.position), "data": b64(state)}

@@ -148,15 +148,19 @@ async def test_the_bookie_data_dir_reads(cluster: Path, tmp_path: Path) -> None:
         for log_name, spec in expected["logs"].items():
             md = LogMetadata.from_bytes(log_name, nodes[f"/logs/{log_name}"])
             password = _log_password(spec, md)
-            records: list[list[str]] = []
+            records: list[list[Any]] = []
             for ledger in md.ledgers:
                 ledger_md = _ledger(nodes, ledger.ledger_id)
                 payloads = await _entries(storage, ledger_md, password, states)
                 for entry_id, payload in enumerate(payloads):
                     sets = uses_record_sets(ledger_md.custom_metadata)
-                    for slot, record in enumerate(entry_records(payload, sets).records):
+                    decoded = entry_records(payload, sets)
+                    for slot, record in enumerate(decoded.records):
                         pos = LogPosition(ledger.seq, entry_id, slot)
                         records.append([str(pos), _b64(record)])
+                        key, when = decoded.key(slot), decoded.record_timestamp(slot)
+                        if key is not None or when is not None:  # (corpora after 0.1.0)
+                            records[-1] += [None if key is None else _b64(key), when]
                 cached = storage.cached_entry(ledger.ledger_id, 0)
                 from_journal += cached is not None
                 from_disk += cached is None and bool(payloads)

@@ -112,8 +112,8 @@ def test_a_frame_of_an_unknown_protocol_version_is_refused() -> None:
 def test_a_record_set_of_an_unknown_version_is_refused() -> None:
     entry = encode_record_set([b"a", b"b"])
     assert decode_record_set(entry).records == [b"a", b"b"]
-    with pytest.raises(CorruptEntryError, match=r"unknown version 2 \(this walkit reads 1"):
-        decode_record_set(b"\x02" + entry[1:])
+    with pytest.raises(CorruptEntryError, match=r"unknown version 3 \(this walkit reads 1, 2"):
+        decode_record_set(b"\x03" + entry[1:])
 
 
 def test_a_snapshot_says_its_format_only_past_the_first() -> None:

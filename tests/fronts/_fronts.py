@@ -28,8 +28,10 @@ async def _in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class Writer(Protocol):
-    async def append(self, payload: bytes) -> LogPosition: ...
-    async def append_batch(self, payloads: Sequence[bytes]) -> list[LogPosition]: ...
+    async def append(self, payload: bytes, **extras: Any) -> LogPosition: ...
+    async def append_batch(
+        self, payloads: Sequence[bytes | walkit.Record]
+    ) -> list[LogPosition]: ...
     async def truncate(self, pos: LogPosition) -> None: ...
 
 
@@ -44,16 +46,17 @@ class Log(Protocol):
     ) -> Any: ...
     async def save_snapshot(self, pos: LogPosition, data: bytes) -> Any: ...
     async def latest_snapshot(self) -> Any: ...
+    async def position_at(self, timestamp: int) -> LogPosition: ...
 
 
 class _SyncWriter:
     def __init__(self, writer: walkit.sync.LogWriter) -> None:
         self.sync = writer
 
-    async def append(self, payload: bytes) -> LogPosition:
-        return await _in_thread(self.sync.append, payload)  # type: ignore[no-any-return]
+    async def append(self, payload: bytes, **extras: Any) -> LogPosition:
+        return await _in_thread(self.sync.append, payload, **extras)  # type: ignore[no-any-return]
 
-    async def append_batch(self, payloads: Sequence[bytes]) -> list[LogPosition]:
+    async def append_batch(self, payloads: Sequence[bytes | walkit.Record]) -> list[LogPosition]:
         return await _in_thread(self.sync.append_batch, payloads)  # type: ignore[no-any-return]
 
     async def truncate(self, pos: LogPosition) -> None:
@@ -135,6 +138,9 @@ class _SyncLog:
     async def latest_snapshot(self) -> _SyncSnapshot | None:
         found = await _in_thread(self.sync.latest_snapshot)
         return None if found is None else _SyncSnapshot(found)
+
+    async def position_at(self, timestamp: int) -> LogPosition:
+        return await _in_thread(self.sync.position_at, timestamp)  # type: ignore[no-any-return]
 
 
 class _SyncLedgerWriter:

@@ -101,6 +101,104 @@ def test_concurrent_appends_keep_each_callers_order(cluster: ProcessCluster, fro
     front.run(scenario)
 
 
+def test_records_with_keys_headers_and_timestamps(cluster: ProcessCluster, front: Front) -> None:
+    """Keys, headers and timestamps from concurrent callers (threads share entries through
+    the sync writer's groups), read back on every front; position_at finds them by time."""
+
+    async def scenario(front: Front) -> None:
+        clock = _Clock()
+        async with (
+            front.connect(cluster.metadata_url, wall_clock=clock) as client,
+            front.open_log(client, _log_name(front)) as log,
+        ):
+            async with log.writer() as writer:
+                got: dict[int, list[LogPosition]] = {}
+
+                async def appender(n: int) -> None:
+                    got[n] = [
+                        await writer.append(
+                            b"%d:%d" % (n, i),
+                            key=b"caller-%d" % n,
+                            headers=[("i", b"%d" % i)],
+                            timestamp=None if i % 2 else T0 + 1000 * n + i,
+                        )
+                        for i in range(10)
+                    ]
+
+                async with anyio.create_task_group() as tasks:
+                    for n in range(8):
+                        tasks.start_soon(appender, n)
+                clock.ms += 60_000
+                batch = await writer.append_batch(
+                    [b"plain", walkit.Record(b"keyed", key=b"k", headers={"h": b"v"})]
+                )
+            records = {r.position: r for r in await _read_all(log)}
+            for n, positions in got.items():
+                for i, pos in enumerate(positions):
+                    record = records[pos]
+                    assert record.payload == b"%d:%d" % (n, i)
+                    assert record.key == b"caller-%d" % n
+                    assert record.headers == (("i", b"%d" % i),)
+                    # Given, or the writer's clock when the entry went out.
+                    assert record.timestamp == (T0 if i % 2 else T0 + 1000 * n + i)
+            plain, keyed = records[batch[0]], records[batch[1]]
+            assert (plain.key, plain.headers, plain.timestamp) == (None, None, T0 + 60_000)
+            assert (keyed.key, keyed.headers) == (b"k", (("h", b"v"),))
+            at = await log.position_at(T0 + 60_000)
+            assert at == batch[0]
+            assert [r.payload for r in await _read_all(log, at)] == [b"plain", b"keyed"]
+
+    front.run(scenario)
+
+
+def test_trace_context_travels_in_headers(cluster: ProcessCluster, front: Front) -> None:
+    """With trace_context=True the span current at append (in the caller's task, or its
+    thread through walkit.sync) travels in the record's headers; walkit.otel.extract gives it
+    back to the reader."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import walkit.otel
+
+    provider = TracerProvider()
+    tracer = provider.get_tracer("walkit-fronts")
+
+    async def scenario(front: Front) -> None:
+        async with (
+            front.connect(cluster.metadata_url) as client,
+            front.open_log(client, _log_name(front), trace_context=True) as log,
+        ):
+            async with log.writer() as writer:
+                with tracer.start_as_current_span("produce") as span:
+                    traced = await writer.append(b"traced", key=b"k")
+                    batch = await writer.append_batch([walkit.Record(b"batched", key=b"b")])
+                untraced = await writer.append(b"untraced")
+            records = {r.position: r for r in await _read_all(log)}
+            want = span.get_span_context().trace_id
+            for pos in (traced, *batch):
+                context = walkit.otel.extract(records[pos])
+                assert trace.get_current_span(context).get_span_context().trace_id == want
+            assert records[untraced].headers is None
+
+    try:
+        front.run(scenario)
+    finally:
+        provider.shutdown()
+
+
+T0 = 1_700_000_000_000
+
+
+class _Clock:
+    """A wall clock the scenario moves (read from the writer's event loop thread)."""
+
+    def __init__(self) -> None:
+        self.ms = T0
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+
 def test_a_tailing_reader_sees_records_appended_later(
     cluster: ProcessCluster, front: Front
 ) -> None:

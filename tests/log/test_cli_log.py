@@ -74,8 +74,8 @@ async def test_log_commands(tmp_path: Path) -> None:
         )
         assert start.returncode == 0
         lines = start.stdout.decode().splitlines()
-        assert lines[0].split() == ["POSITION", "SIZE", "PAYLOAD"]
-        assert lines[1].split() == [str(positions[8]), "7", "order-8"]
+        assert lines[0].split() == ["POSITION", "TIME", "KEY", "SIZE", "PAYLOAD"]
+        assert lines[1].split() == [str(positions[8]), "-", "-", "7", "order-8"]  # no clock
 
         # Errors: a clear message, a non-zero status.
         missing = await walkit(url, "log", "show", "nope")
@@ -91,6 +91,57 @@ async def test_log_commands(tmp_path: Path) -> None:
         assert "unsupported metadata format" in broken["error"]
         shown = await walkit(url, "log", "show", "broken")
         assert shown.returncode == 1 and b"InvalidMetadataError" in shown.stderr
+
+
+async def test_log_tail_shows_timestamps_keys_and_headers(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'metadata.db'}"
+    t0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+    now = [t0 / 1000]
+    async with cluster(url, tmp_path, 3), connect(url, wall_clock=lambda: now[0]) as client:
+        log = await Log.open(client, "events", roll_entries=3)
+        async with log.writer() as w:
+            first = await w.append(b"created", key=b"user-7", headers={"kind": b"signup"})
+            now[0] += 60
+            later = [await w.append(b"e%d" % i, key=b"\xff\x00") for i in range(5)]
+            dated = await w.append(b"dated", timestamp=t0 + 3_600_000)
+
+        table = await walkit(url, "log", "tail", "events")
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.decode().splitlines()
+        assert lines[0].split() == ["POSITION", "TIME", "KEY", "SIZE", "PAYLOAD"]
+        assert lines[1].split() == [
+            str(first),
+            "2023-11-14T22:13:20.000Z",
+            "user-7",
+            "7",
+            "created",
+        ]
+        assert lines[2].split()[1:3] == ["2023-11-14T22:14:20.000Z", "base64:/wA="]
+        assert lines[-1].split()[:2] == [str(dated), "2023-11-14T23:13:20.000Z"]
+
+        doc = await walkit(url, "log", "tail", "events", "--json")
+        records = [json.loads(line) for line in doc.stdout.splitlines()]
+        assert records[0] == {
+            "position": str(first),
+            "timestamp": t0,
+            "time": "2023-11-14T22:13:20.000Z",
+            "key": "user-7",
+            "headers": [["kind", "signup"]],
+            "size": 7,
+            "payload": "created",
+        }
+        assert records[1]["headers"] is None and records[1]["timestamp"] == t0 + 60_000
+
+        # --since: the first record at or after a time (ISO 8601 or milliseconds).
+        for since in ("2023-11-14T22:14:00Z", "2023-11-14T22:14:00", str(t0 + 40_000)):
+            found = await walkit(url, "log", "tail", "events", "--json", "--since", since)
+            assert found.returncode == 0, found.stderr
+            got = [json.loads(line)["position"] for line in found.stdout.splitlines()]
+            assert got == [str(p) for p in [*later, dated]]
+        bad = await walkit(url, "log", "tail", "events", "--since", "yesterday")
+        assert bad.returncode == 2 and b"bad time" in bad.stderr
+        both = await walkit(url, "log", "tail", "events", "--since", "1", "--from", "1:0")
+        assert both.returncode == 2
 
 
 async def test_log_tail_follow(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_empty_set_and_bad_codec_names_are_refused() -> None:
     ("entry", "match"),
     [
         (b"", "shorter than its header"),
-        (b"\x02\x00" + struct.pack("<II", 1, 1) + struct.pack("<I", 1) + b"x", "version"),
+        (b"\x03\x00" + struct.pack("<II", 1, 1) + struct.pack("<I", 1) + b"x", "version"),
         (b"\x01\x40" + struct.pack("<II", 1, 1) + struct.pack("<I", 1) + b"x", "flags"),
         (b"\x01\x07" + struct.pack("<II", 1, 1) + struct.pack("<I", 1) + b"x", "flags"),
         (b"\x01\x00" + struct.pack("<II", 0, 0), "count 0"),
@@ -142,3 +142,117 @@ def test_flipped_byte_in_the_header_is_caught_or_harmless(
     except CorruptEntryError:
         return
     assert len(got.records) >= 1
+
+
+# --- version 2: keys, headers and timestamps ---------------------------------------------------
+
+timestamps = st.one_of(st.none(), st.integers(0, 2**63 - 1))
+keys = st.one_of(st.none(), st.binary(max_size=40))
+header_lists = st.one_of(
+    st.none(),
+    st.lists(st.tuples(st.text(max_size=10), st.binary(max_size=20)), min_size=1, max_size=4).map(
+        tuple
+    ),
+)
+extras_items = st.one_of(st.none(), st.tuples(keys, header_lists, timestamps))
+
+
+@given(st.data(), st.sampled_from(list(Codec)), timestamps)
+def test_round_trip_with_keys_headers_and_timestamps(
+    data: st.DataObject, codec: Codec, entry_time: int | None
+) -> None:
+    items = data.draw(records)
+    extras = data.draw(st.lists(extras_items, min_size=len(items), max_size=len(items)))
+    producers = data.draw(st.lists(tags, min_size=len(items), max_size=len(items)))
+    entry = encode_record_set(
+        items, producers=producers, codec=codec, timestamp=entry_time, extras=extras
+    )
+    got = decode_record_set(entry)
+    assert got.records == items
+    given = [e if e is not None else (None, None, None) for e in extras]
+    assert [got.key(i) for i in range(len(items))] == [k for k, _h, _t in given]
+    assert [got.record_headers(i) for i in range(len(items))] == [h for _k, h, _t in given]
+    assert [got.record_timestamp(i) for i in range(len(items))] == [
+        entry_time if t is None else t for _k, _h, t in given
+    ]
+    needs_v2 = entry_time is not None or any(e is not None and e != (None,) * 3 for e in extras)
+    assert entry[0] == (2 if needs_v2 else 1)
+
+
+def test_records_without_extras_cost_what_they_did() -> None:
+    """No key, headers or timestamp: version 1, byte for byte what encode wrote before; the
+    writer's clock adds one timestamp per entry (8 bytes), not per record."""
+    items = [b"a" * 100] * 50
+    plain = encode_record_set(items)
+    assert plain[0] == 1
+    assert encode_record_set(items, extras=[None] * 50) == plain
+    assert encode_record_set(items, extras=[(None, None, None)] * 50) == plain
+    stamped = encode_record_set(items, timestamp=1_700_000_000_000)
+    assert stamped[0] == 2 and len(stamped) == len(plain) + 8
+    got = decode_record_set(stamped)
+    assert got.timestamp == 1_700_000_000_000 and got.timestamps is None
+    assert got.keys is None and got.headers is None
+
+
+def test_old_format_entries_read_with_none() -> None:
+    """A version 1 entry, as 0.1.0 wrote it (the golden corpus has more), has no key, headers
+    or timestamp."""
+    entry = b"\x01\x00" + struct.pack("<II", 2, 3) + struct.pack("<II", 1, 2) + b"abc"
+    got = decode_record_set(entry)
+    assert got.records == [b"a", b"bc"]
+    assert (got.timestamp, got.timestamps, got.keys, got.headers) == (None, None, None, None)
+    assert got.key(1) is None and got.record_headers(1) is None
+    assert got.record_timestamp(0) is None
+
+
+def _v2(flags: int, count: int, lengths: list[int], tables: bytes, body: bytes) -> bytes:
+    head = struct.pack("<BBII", 2, flags, count, len(body))
+    return head + struct.pack(f"<{count}I", *lengths) + tables + body
+
+
+@pytest.mark.parametrize(
+    ("entry", "match"),
+    [
+        (_v2(0x10, 1, [1], b"\x00" * 4, b"x"), "run past|body of"),  # a cut timestamp
+        (_v2(0x10, 1, [1], struct.pack("<q", -5), b"x"), "entry timestamp -5"),
+        (_v2(0x20, 1, [1], struct.pack("<q", -2), b"x"), "record timestamp -2"),
+        (_v2(0x40, 1, [1], struct.pack("<i", -3), b"x"), "key length -3"),
+        (_v2(0x40, 1, [1], struct.pack("<i", 5), b"xk"), "add up"),  # key past the body
+        (_v2(0x80, 1, [1], struct.pack("<I", 3), b"x\x01\x00\x05"), "headers"),
+        (_v2(0x80, 1, [1], struct.pack("<I", 5), b"x\x00\x00zzz"), "left over"),
+        (_v2(0x80, 1, [1], struct.pack("<I", 9), b"x\x01\x00\x01\x00\xff\x00\x00\x00\x00"), "bad"),
+        (_v2(0x40, 3, [1, 1, 1], b"\x00", b"xyz"), "run past"),
+    ],
+)
+def test_malformed_version_2_entries(entry: bytes, match: str) -> None:
+    with pytest.raises(CorruptEntryError, match=match):
+        decode_record_set(entry)
+
+
+def test_bad_keys_headers_and_timestamps_are_refused() -> None:
+    from walkit import Record
+    from walkit.errors import InvalidArgumentError
+
+    assert Record(b"p", headers={"a": b"1"}).headers == (("a", b"1"),)
+    assert Record(b"p", headers=[]).headers is None
+    assert Record(bytearray(b"p"), key=memoryview(b"k")).key == b"k"
+    for bad in (
+        {"key": "text"},
+        {"key": 7},
+        {"timestamp": -1},
+        {"timestamp": 2**63},
+        {"timestamp": 1.5},
+        {"timestamp": True},
+        {"headers": "a=1"},
+        {"headers": [("a",)]},
+        {"headers": [(1, b"x")]},
+        {"headers": [("a", "text")]},
+        {"headers": [("\udc00", b"x")]},
+        {"headers": [("n" * 70_000, b"x")]},
+    ):
+        with pytest.raises(InvalidArgumentError):
+            Record(b"p", **bad)
+    with pytest.raises(InvalidArgumentError, match="must be bytes"):
+        Record("text")
+    with pytest.raises(ValueError):
+        encode_record_set([b"a"], timestamp=-1)

@@ -68,7 +68,7 @@ def test_a_damaged_record_set_is_an_error_naming_the_entry() -> None:
     wrong_lengths = good[:10] + struct.pack("<2I", 2, 2) + good[18:]
     damaged = [
         (b"\x01\x00", "shorter than a record set's header"),
-        (b"\x02" + good[1:], "unknown version 2"),
+        (b"\x03" + good[1:], "unknown version 3"),
         (good[:-1], "body of 2 bytes, header says 3"),
         (wrong_lengths, "do not add up"),
     ]
@@ -77,3 +77,34 @@ def test_a_damaged_record_set_is_an_error_naming_the_entry() -> None:
         with pytest.raises(CorruptEntryError, match=text) as info:
             log_batch("orders", Chunk(Range(3, 9, 0, 1, True), entries))
         assert "ledger 9" in str(info.value)
+
+
+def test_keys_headers_and_timestamps_become_columns() -> None:
+    """Entries stamped only (the fast path), entries with their records' own keys, headers and
+    timestamps (decoded), and unstamped ones, in one chunk."""
+    entries = [
+        Entry(9, 0, encode_record_set([b"a", b"b"], timestamp=1_000)),
+        Entry(
+            9,
+            1,
+            encode_record_set(
+                [b"c", b"d"],
+                timestamp=2_000,
+                extras=[(b"k", (("h", b"v"),), 5), None],
+            ),
+        ),
+        Entry(9, 2, encode_record_set([b"e"])),
+    ]
+    batch = log_batch("orders", Chunk(Range(3, 9, 0, 2, True), entries)).to_pydict()
+    assert batch["payload"] == [b"a", b"b", b"c", b"d", b"e"]
+    assert batch["key"] == [None, None, b"k", None, None]
+    assert batch["headers"] == [None, None, [{"key": "h", "value": b"v"}], None, None]
+    ms = [None if t is None else int(t.timestamp() * 1000) for t in batch["timestamp"]]
+    assert ms == [1_000, 1_000, 5, 2_000, None]
+    # Stamped entries only: no Python per record, the same columns.
+    fast = log_batch("orders", Chunk(Range(3, 9, 0, 0, True), entries[:1])).to_pydict()
+    assert fast["key"] == [None, None] and fast["headers"] == [None, None]
+    assert [int(t.timestamp() * 1000) for t in fast["timestamp"]] == [1_000, 1_000]
+    # An older ledger's entries: all null.
+    old = log_batch("orders", Chunk(Range(1, 9, 0, 0), [Entry(9, 0, b"x")])).to_pydict()
+    assert (old["key"], old["headers"], old["timestamp"]) == ([None], [None], [None])

@@ -42,6 +42,9 @@ def test_option_parsing_is_case_insensitive_and_names_the_option() -> None:
         "option 'failOnDataLoss' is 'maybe'": {"failOnDataLoss": "maybe"},
         "option 'maxRecordsPerTrigger' is for streaming reads": {"maxRecordsPerTrigger": "5"},
         "option 'ledgers' reads raw ledgers and takes no path": {"ledgers": "all"},
+        "option 'startingTimestamp' is 'yesterday'": {"startingTimestamp": "yesterday"},
+        "option 'startingTimestamp' is '-5'": {"startingTimestamp": "-5"},
+        "both say where to start": {"startingTimestamp": "5", "startingPosition": "1:0"},
     }
     for text, extra in cases.items():
         with pytest.raises(ConfigurationError, match=text):

@@ -1,10 +1,11 @@
-"""``walkit log list | show NAME | tail NAME [--from POS] [--follow] | retain NAME ... |
-delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run] | consumers NAME |
-consumer delete NAME CONSUMER``."""
+"""``walkit log list | show NAME | tail NAME [--from POS | --since TIME] [--follow] |
+retain NAME ... | delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run] |
+consumers NAME | consumer delete NAME CONSUMER``."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from typing import Any, TextIO
@@ -27,6 +28,38 @@ def position_arg(text: str) -> LogPosition:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def time_arg(text: str) -> int:
+    """argparse type for ``--since``: milliseconds since the epoch, or an ISO 8601 time (UTC
+    unless it names its offset)."""
+    stripped = text.strip()
+    if stripped.isdigit():
+        return int(stripped)
+    try:
+        moment = datetime.datetime.fromisoformat(stripped)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad time {text!r}: expected milliseconds since the epoch or an ISO 8601 time "
+            "such as 2024-05-01T09:00:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    ms = int(moment.timestamp() * 1000)
+    if ms < 0:
+        raise argparse.ArgumentTypeError(f"bad time {text!r}: before 1970")
+    return ms
+
+
+def time_text(ms: int | None) -> str | None:
+    """A record timestamp as ISO 8601 UTC with milliseconds (None: none)."""
+    if ms is None:
+        return None
+    try:
+        moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):  # past year 9999
+        return str(ms)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def add_parsers(sub: Any, with_metadata: Any) -> None:
     """Register ``log list|show|tail`` under the ``walkit`` command's subparsers."""
     log = sub.add_parser(
@@ -39,13 +72,22 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     show.add_argument("name")
     tail = with_metadata(log_sub.add_parser("tail", help="print a log's records"))
     tail.add_argument("name")
-    tail.add_argument(
+    first = tail.add_mutually_exclusive_group()
+    first.add_argument(
         "--from",
         dest="start",
         metavar="POS",
         type=position_arg,
         default=LogPosition.EARLIEST,
         help="first position: SEQ:ENTRY, earliest (default) or latest",
+    )
+    first.add_argument(
+        "--since",
+        metavar="TIME",
+        type=time_arg,
+        default=None,
+        help="start at the first record timestamped TIME or later: ISO 8601 (UTC unless it "
+        "says otherwise, e.g. 2024-05-01T09:00:00Z) or milliseconds since the epoch",
     )
     tail.add_argument(
         "--follow", "-f", action="store_true", help="keep printing new records (Ctrl-C stops)"
@@ -234,22 +276,33 @@ async def log_tail(url: str, args: argparse.Namespace, out: TextIO) -> int:
     async with Client.connect(url, **connect_options(args)) as client:
         secret = {} if args.password is None else {"password": args.password.encode()}
         log = await Log.open(client, args.name, create=False, **secret)
+        start = args.start if args.since is None else await log.position_at(args.since)
         if not args.json:
-            out.write(f"{'POSITION':<14}  {'SIZE':>8}  PAYLOAD\n")
+            out.write(f"{'POSITION':<14}  {'TIME':<24}  {'KEY':<12}  {'SIZE':>8}  PAYLOAD\n")
             out.flush()
-        async for rec in log.reader(args.start, follow=args.follow):
+        async for rec in log.reader(start, follow=args.follow):
+            key = None if rec.key is None else _printable(rec.key)
             if args.json:  # one JSON object per line: the stream may not end
+                headers = rec.headers
                 line = json.dumps(
                     {
                         "position": str(rec.position),
+                        "timestamp": rec.timestamp,
+                        "time": time_text(rec.timestamp),
+                        "key": key,
+                        "headers": None
+                        if headers is None
+                        else [[name, _printable(value)] for name, value in headers],
                         "size": len(rec.payload),
                         "payload": _printable(rec.payload),
                     }
                 )
                 out.write(line + "\n")
             else:
+                when = time_text(rec.timestamp) or "-"
                 out.write(
-                    f"{rec.position!s:<14}  {len(rec.payload):>8}  {_printable(rec.payload)}\n"
+                    f"{rec.position!s:<14}  {when:<24}  {key or '-':<12}  {len(rec.payload):>8}  "
+                    f"{_printable(rec.payload)}\n"
                 )
             out.flush()
     return 0

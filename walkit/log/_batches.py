@@ -22,7 +22,16 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, final
 
 from walkit._core.log_position import LogPosition
-from walkit._core.record_set import Codec, ProducerTag, encode_record_set, envelope_overhead
+from walkit._core.record import Extras
+from walkit._core.record_set import (
+    EXTRAS_PER_RECORD,
+    Codec,
+    ProducerTag,
+    encode_record_set,
+    envelope_overhead,
+    extras_size,
+)
+from walkit._core.time_search import TimeRange, entry_time_range, widen
 from walkit._loop import EventLoop, current_loop
 from walkit.errors import WalkitError
 from walkit.ledger import LedgerWriter
@@ -39,15 +48,19 @@ class RecordBatch:
     acknowledged or failed."""
 
     __slots__ = (
-        "_settled", "_waiters", "acked", "batcher", "entry_id", "error", "lw", "records", "seq",
-        "size", "tags",
+        "_settled", "_waiters", "acked", "batcher", "entry_id", "error", "extras", "lw",
+        "records", "seq", "size", "tags", "time_range",
     )  # fmt: skip
 
     def __init__(self, batcher: RecordBatcher) -> None:
         self.batcher = batcher
         self.records: list[bytes] = []
         self.tags: list[ProducerTag | None] | None = None
-        self.size = envelope_overhead(0)
+        #: Each record's (key, headers, timestamp), or None: only once a record has one.
+        self.extras: list[Extras | None] | None = None
+        #: The timestamps of its records, once sent (None: none has one).
+        self.time_range: TimeRange | None = None
+        self.size = batcher.empty_size
         #: Whether the outcome is known; the tasks parked until it is.
         self._settled = False
         self._waiters: list[Any] = []
@@ -58,7 +71,7 @@ class RecordBatch:
         #: The entry was acknowledged (known when the waiters wake).
         self.acked = False
 
-    def add(self, record: bytes, tag: ProducerTag | None) -> int:
+    def add(self, record: bytes, tag: ProducerTag | None, extras: Extras | None = None) -> int:
         slot = len(self.records)
         self.records.append(record)
         self.size += len(record) + _PER_RECORD
@@ -68,6 +81,13 @@ class RecordBatch:
             self.tags.append(tag)
         elif self.tags is not None:
             self.tags.append(None)
+        if extras is not None:
+            if self.extras is None:
+                self.extras = [None] * slot
+            self.extras.append(extras)
+            self.size += extras_size(extras) + EXTRAS_PER_RECORD
+        elif self.extras is not None:
+            self.extras.append(None)
         return slot
 
     def set(self) -> None:
@@ -112,7 +132,9 @@ class RecordBatcher:
     """The queue of record sets of one log writer (see the module docs).
 
     ``current`` gives the ledger to send to and its sequence number at the moment a record set
-    is sent (a roll switches it; record sets not sent yet go to the new ledger).
+    is sent (a roll switches it; record sets not sent yet go to the new ledger). ``clock_ms``
+    (None: no clock) stamps each record set when it is sent: the timestamp of its records that
+    were given none; never earlier than the one before.
     """
 
     def __init__(
@@ -123,8 +145,14 @@ class RecordBatcher:
         batch_bytes: int,
         codec: Codec,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], bool] | None = None,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self._current = current
+        self._clock_ms = clock_ms
+        #: The timestamp of the last record set sent (they never go back).
+        self._last_stamp = 0
+        #: What an empty record set counts against ``batch_bytes``.
+        self.empty_size = envelope_overhead(0) + (8 if clock_ms is not None else 0)
         self.loop = loop if loop is not None else current_loop()
         #: Starts a background task (False when it cannot): the releaser, which ends holds.
         self._spawn = spawn
@@ -150,18 +178,24 @@ class RecordBatcher:
         self.on_done: Callable[[RecordBatch, bool], None] | None = None
         #: Acknowledged records per ledger id (what a close records as ``walkit.records``).
         self.records_acked: dict[int, int] = {}
+        #: The timestamps of the acknowledged records per ledger id (``walkit.timestamps``).
+        self.time_ranges: dict[int, TimeRange] = {}
 
-    def add(self, record: bytes, tag: ProducerTag | None = None) -> tuple[RecordBatch, int]:
+    def add(
+        self, record: bytes, tag: ProducerTag | None = None, extras: Extras | None = None
+    ) -> tuple[RecordBatch, int]:
         """Queue one record (call order is position order); returns its record set and slot.
         Call :meth:`pump` after adding."""
         batch = self._open
         size = len(record) + _PER_RECORD
+        if extras is not None:
+            size += extras_size(extras) + EXTRAS_PER_RECORD
         if batch is not None and batch.size + size > self._limit:
             self._open = batch = None  # full: it goes as it is
         if batch is None:
             batch = self._open = RecordBatch(self)
             self._queue.append(batch)
-        slot = batch.add(record, tag)
+        slot = batch.add(record, tag, extras)
         if batch.size >= self._limit:
             self._open = None
         return batch, slot
@@ -189,10 +223,29 @@ class RecordBatcher:
                 self._open = None
             self._send(batch, seq, lw)
 
+    def _stamp(self) -> int | None:
+        """The timestamp of a record set sent now (None: no clock)."""
+        if self._clock_ms is None:
+            return None
+        stamp = self._clock_ms()
+        if stamp < self._last_stamp:
+            stamp = self._last_stamp  # a clock stepped back: never before the last one
+        self._last_stamp = stamp
+        return stamp
+
     def _send(self, batch: RecordBatch, seq: int, lw: LedgerWriter) -> None:
         batch.seq, batch.lw = seq, lw
+        stamp = self._stamp()
+        if stamp is not None or batch.extras is not None:
+            batch.time_range = entry_time_range(stamp, batch.extras)
         try:
-            entry = encode_record_set(batch.records, producers=batch.tags, codec=self._codec)
+            entry = encode_record_set(
+                batch.records,
+                producers=batch.tags,
+                codec=self._codec,
+                timestamp=stamp,
+                extras=batch.extras,
+            )
             batch.entry_id = lw.submit(entry, batch)
         except WalkitError as exc:
             self._failed(batch, exc)
@@ -222,6 +275,10 @@ class RecordBatcher:
             batch.acked = True  # (before its waiters run: set() wakes them, they run later)
             assert lw is not None
             self.records_acked[lw.id] = self.records_acked.get(lw.id, 0) + len(batch.records)
+            if batch.time_range is not None:
+                known = widen(self.time_ranges.get(lw.id), batch.time_range)
+                if known is not None:
+                    self.time_ranges[lw.id] = known
         if self.on_done is not None:
             self.on_done(batch, acknowledged)
         if acknowledged and woken > 1 and not self._holding and self._wake_releaser():

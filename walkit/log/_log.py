@@ -54,6 +54,7 @@ from walkit.log._link import (
 )
 from walkit.log._options import LogOptions, LogOptionsDict
 from walkit.log._passwords import LOG_KEY
+from walkit.log._position_at import position_at
 from walkit.log._reader import LogReader
 from walkit.log._retention import RetentionResult, apply_retention, limits_of
 from walkit.log._snapshot import Snapshot, save_snapshot
@@ -306,6 +307,15 @@ class Log:
         read on; their commits raise NoSuchConsumerError). Raises NoSuchConsumerError."""
         self._check_open()
         await delete_consumer(self._client._context, self.name, name)
+
+    async def position_at(self, timestamp: int) -> LogPosition:
+        """The position of the first record whose timestamp is ``timestamp`` or later (ms
+        since the epoch), found by bisecting the ledgers and then one ledger's entries; the
+        log's end (where the next record will go) when no record is that late. A reader
+        started there (``log.reader(start=...)``) reads from that record on. Records without a
+        timestamp count as older than any time (see ``docs/log.md``)."""
+        self._check_open()
+        return await position_at(self, timestamp)
 
     # --- metadata --------------------------------------------------------------------------
 

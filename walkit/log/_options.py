@@ -12,7 +12,15 @@ from typing import Any, ClassVar, Final, TypedDict, final
 
 import attrs
 
-from walkit._core.options import SECONDS, Kind, count, number, optional, options_from_kwargs
+from walkit._core.options import (
+    SECONDS,
+    SWITCH,
+    Kind,
+    count,
+    number,
+    optional,
+    options_from_kwargs,
+)
 from walkit._core.record_set import MAX_BODY_BYTES, Codec, check_codec_available
 from walkit.errors import ConfigurationError
 
@@ -101,6 +109,11 @@ class LogOptions:
             "extra). Each entry records its codec, so readers need no setting"
         ),
     )
+    trace_context: bool = SWITCH.field(
+        False,
+        "put the current OpenTelemetry trace context (W3C traceparent) in the headers of "
+        "each record appended (the otel extra; see walkit.otel)",
+    )
     takeover_attempts: int = count(1).field(
         10,
         "rounds of a writer takeover (each re-reads the log after losing a race to another "
@@ -143,6 +156,15 @@ class LogOptions:
         "seconds ago (None: never; needs a client with a wall_clock)",
     )
 
+    @trace_context.validator
+    def _otel_installed(self, _attribute: attrs.Attribute[bool], value: bool) -> None:
+        """A log that carries trace context needs opentelemetry-api: say so when opened, not
+        at the first append."""
+        if value:
+            from walkit.otel import check_available
+
+            check_available()
+
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], base: LogOptions | None = None) -> LogOptions:
         """The options given as keywords (over ``base``'s, an options object given too)."""
@@ -163,6 +185,7 @@ class LogOptionsDict(TypedDict, total=False):
     read_ahead: int
     batch_bytes: int
     compression: Codec | str
+    trace_context: bool
     takeover_attempts: int
     retain_records: int | None
     retain_bytes: int | None

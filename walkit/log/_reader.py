@@ -33,6 +33,7 @@ from walkit._core.backoff import Backoff
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
 from walkit._core.log_tail import TailAction, check_tail
+from walkit._core.record import Headers
 from walkit._core.record_set import ProducerTag, entry_records, uses_record_sets
 from walkit._core.types import Entry
 from walkit._logging import get_logger
@@ -68,10 +69,17 @@ READ_RETRIES: Final = 5
 READ_BACKOFF: Final = Backoff(first=0.1, cap=2.0)
 
 
+_Fields = tuple[
+    int, int, int, bytes, "ProducerTag | None", "bytes | None", "Headers | None", "int | None"
+]
+
+
 @final
-class LogRecord(tuple[int, int, int, bytes, "ProducerTag | None"]):
-    """One record: its ``position`` and ``payload`` (and its ``producer`` tag, when it was
-    appended by an idempotent producer). Immutable, hashable, equal when all three are.
+class LogRecord(_Fields):
+    """One record: its ``position`` and ``payload``, its ``producer`` tag (when it was
+    appended by an idempotent producer), its ``key``, ``headers`` and ``timestamp`` (ms since
+    the epoch), each None when the record has none. Immutable, hashable, equal when all
+    fields are.
 
     A tuple underneath, so that a reader makes one small object per record (a reader's cost
     per record is mostly object creation); ``position`` is built when asked for.
@@ -80,10 +88,27 @@ class LogRecord(tuple[int, int, int, bytes, "ProducerTag | None"]):
     __slots__ = ()
 
     def __new__(
-        cls, position: LogPosition, payload: bytes, producer: ProducerTag | None = None
+        cls,
+        position: LogPosition,
+        payload: bytes,
+        producer: ProducerTag | None = None,
+        *,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
     ) -> LogRecord:
         return _new_record(
-            cls, (position.ledger_seq, position.entry_id, position.slot, payload, producer)
+            cls,
+            (
+                position.ledger_seq,
+                position.entry_id,
+                position.slot,
+                payload,
+                producer,
+                key,
+                headers,
+                timestamp,
+            ),
         )
 
     @property
@@ -98,10 +123,30 @@ class LogRecord(tuple[int, int, int, bytes, "ProducerTag | None"]):
     def producer(self) -> ProducerTag | None:
         return self[4]
 
+    @property
+    def key(self) -> bytes | None:
+        return self[5]
+
+    @property
+    def headers(self) -> Headers | None:
+        """(name, value) pairs, in the order they were given (None: none)."""
+        return self[6]
+
+    @property
+    def timestamp(self) -> int | None:
+        """Milliseconds since the epoch: given to the append, or the writer's clock when it
+        sent the record (None: neither; see ``docs/log.md``)."""
+        return self[7]
+
     def __repr__(self) -> str:
+        extra = "".join(
+            f", {name}={value!r}"
+            for name, value in (("key", self[5]), ("headers", self[6]), ("timestamp", self[7]))
+            if value is not None
+        )
         return (
             f"LogRecord(position={self.position!r}, payload={self.payload!r}, "
-            f"producer={self.producer!r})"
+            f"producer={self.producer!r}{extra})"
         )
 
 
@@ -378,7 +423,11 @@ class LogReader:
         tags = record_set.producers
         self._entries_read += 1
         self._records_read += len(records)
-        # One record tuple per record, made in C: (seq, entry id, slot, payload, producer).
+        keys = record_set.keys
+        headers = record_set.headers
+        times = record_set.timestamps
+        # One record tuple per record, made in C: (seq, entry id, slot, payload, producer,
+        # key, headers, timestamp).
         self._buffer.extend(
             map(
                 _make_record,
@@ -388,6 +437,9 @@ class LogReader:
                     range(first, len(records)),
                     records[first:] if first else records,
                     repeat(None) if tags is None else tags[first:],
+                    repeat(None) if keys is None else keys[first:],
+                    repeat(None) if headers is None else headers[first:],
+                    repeat(record_set.timestamp) if times is None else times[first:],
                 ),
             )
         )

@@ -20,7 +20,7 @@ from walkit._core.log_metadata import LogLedger, LogMetadata, Truncation
 from walkit._core.log_position import LogPosition
 from walkit._core.retention import LedgerStats, RetentionLimits, ledger_records, retention_point
 from walkit._logging import get_logger
-from walkit.errors import NoSuchLedgerError, WalkitError
+from walkit.errors import ClientClosedError, NoSuchLedgerError, WalkitError
 from walkit.log._consumers import read_consumers
 from walkit.log._store import cas_log, fetch_log
 from walkit.metadata import Decision
@@ -185,6 +185,8 @@ async def housekeeping(owner: LogContext, *, takeover: bool) -> None:
             await collect_orphans(
                 owner.client, owner.name, grace=grace, password=owner.options.password
             )
+    except ClientClosedError:
+        pass  # the application closed its client: nothing failed, the next writer goes on
     except WalkitError as exc:
         log.warning("log_housekeeping_failed", log=owner.name, error=str(exc))
     except Exception:  # pragma: no cover - a bug must not take the client down

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 import anyio
 
@@ -32,8 +32,10 @@ from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncati
 from walkit._core.log_position import LogPosition, position
 from walkit._core.log_tail import CloseOutcome, close_outcome
 from walkit._core.producers import MAX_SEQUENCE
-from walkit._core.record_set import ProducerTag, envelope_overhead
+from walkit._core.record import MAX_TIMESTAMP, Extras, Headers, Record, extras_of
+from walkit._core.record_set import TIMESTAMP_BYTES, ProducerTag, envelope_overhead, extras_size
 from walkit._core.retention import RECORDS_KEY
+from walkit._core.time_search import time_range_tag
 from walkit._logging import get_logger
 from walkit._retry import pause, retry
 from walkit.errors import (
@@ -86,6 +88,15 @@ def _copy(error: WalkitError) -> WalkitError:
     return type(error)(*error.args)
 
 
+def _clock_ms(clock: Callable[[], float]) -> int:
+    """The wall clock in whole milliseconds, kept within what a record timestamp may be."""
+    try:
+        ms = int(clock() * 1000)
+    except (ValueError, OverflowError, TypeError):  # NaN, infinity, not a number
+        ms = 0
+    return min(max(ms, 0), MAX_TIMESTAMP)
+
+
 @final
 class LogWriter:
     """The single writer of a log (from :meth:`walkit.Log.writer`).
@@ -126,16 +137,22 @@ class LogWriter:
         self.roll_clock_from = anyio.current_time()
         self._timer_scope = anyio.CancelScope()
         opts = owner.options
+        clock = owner.client._context.options.wall_clock
         self._batches = RecordBatcher(
             self._current,
             loop=owner.client._context.loop,
             batch_bytes=opts.batch_bytes,
             codec=opts.compression,
             spawn=self._spawn,
+            clock_ms=None if clock is None else functools.partial(_clock_ms, clock),
         )
-        self._max_record = owner.client._context.options.max_entry_size - envelope_overhead(
-            1, producers=1
-        )
+        max_entry = owner.client._context.options.max_entry_size
+        stamp = 0 if clock is None else TIMESTAMP_BYTES
+        self._max_record = max_entry - envelope_overhead(1, producers=1) - stamp
+        #: The same for a record with a key, headers or timestamp (its key and headers count).
+        self._max_with_extras = max_entry - envelope_overhead(1, producers=1, extras=True)
+        #: Put the current trace context in every record's headers (walkit.otel).
+        self._trace = opts.trace_context
         scan = None
         if tail is not None:
             start, end = tail, self.first_position
@@ -152,7 +169,11 @@ class LogWriter:
         """The ``walkit.records`` tag a close gives ``lw`` (read when its appends are done):
         retention counts records by it."""
         acked = self._batches.records_acked
-        return lambda: {RECORDS_KEY: str(acked.get(lw.id, 0)).encode()}
+        times = self._batches.time_ranges
+        return lambda: {
+            RECORDS_KEY: str(acked.get(lw.id, 0)).encode(),
+            **time_range_tag(times.get(lw.id)),
+        }
 
     def _current(self) -> tuple[int, LedgerWriter]:
         return self._ledger.seq, self._lw
@@ -181,9 +202,21 @@ class LogWriter:
         return self._closed
 
     async def append(
-        self, payload: bytes, *, producer_id: str | None = None, sequence: int | None = None
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Any = None,
+        timestamp: int | None = None,
+        producer_id: str | None = None,
+        sequence: int | None = None,
     ) -> LogPosition:
         """Append one record; returns its position once it is durable.
+
+        ``key`` (bytes), ``headers`` ((name, value) pairs of str and bytes, or a mapping) and
+        ``timestamp`` (ms since the epoch; default: the writer's wall clock when it sends the
+        record's entry, none without a ``wall_clock``) come back on the reader's
+        :class:`LogRecord`.
 
         Records from concurrent tasks share entries (record sets, see ``batch_bytes``) and get
         positions in call order. With ``producer_id`` and ``sequence`` (growing with every
@@ -192,8 +225,8 @@ class LogWriter:
         an unknown outcome is stored once (see ``docs/log.md``).
 
         Raises WriterFencedError (another writer took over; the record *may* be written),
-        LedgerClosedError (after close), InvalidArgumentError (not bytes, too big), and the
-        ledger's errors (NotEnoughBookiesError ...).
+        LedgerClosedError (after close), InvalidArgumentError (not bytes, too big, a bad key,
+        header or timestamp), and the ledger's errors (NotEnoughBookiesError ...).
         """
         # (The common case, a bytes record without a producer, is checked inline: this runs
         # once per record.)
@@ -203,6 +236,10 @@ class LogWriter:
             record = payload
         else:
             record = self._record(payload)
+        if key is None and headers is None and timestamp is None and not self._trace:
+            extras = None
+        else:
+            extras = self._extras(record, extras_of(key, headers, timestamp), self._trace_headers())
         if producer_id is None and sequence is None:
             tag = None
             if not self._ledger_ready():  # (_current_ledger without its coroutine)
@@ -211,7 +248,7 @@ class LogWriter:
             tag = producer_tag(producer_id, sequence)
             assert tag is not None  # (one of them given: a tag, or it raised)
             await self._admit(tag)
-        batch, slot = self._batches.add(record, tag)
+        batch, slot = self._batches.add(record, tag, extras)
         if tag is not None:
             self._producers.sent(tag, batch)
         self._batches.added()
@@ -264,13 +301,14 @@ class LogWriter:
 
     async def append_batch(
         self,
-        payloads: Sequence[bytes],
+        payloads: Sequence[bytes | Record],
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
     ) -> list[LogPosition]:
         """Append several records, in order, packed into as few entries as ``batch_bytes``
-        allows and pipelined; returns their positions once all are durable.
+        allows and pipelined; returns their positions once all are durable. Each item is the
+        payload (bytes), or a :class:`walkit.Record` with its key, headers or timestamp.
 
         With ``producer_id`` and ``sequence``, record ``i`` carries sequence number
         ``sequence + i`` and the batch is idempotent: retried after an unknown outcome, the
@@ -279,17 +317,35 @@ class LogWriter:
         DuplicateRecordError only when such a record is older than the positions the writer
         remembers (see ``docs/log.md``). Raises as :meth:`append`.
         """
+        return await self._append_batch(payloads, producer_id, sequence, trace=self._trace)
+
+    async def _append_batch(
+        self,
+        payloads: Sequence[bytes | Record],
+        producer_id: str | None,
+        sequence: int | None,
+        *,
+        trace: bool,
+    ) -> list[LogPosition]:
+        """:meth:`append_batch`; ``trace``: add the current trace context to the records'
+        headers (walkit.sync adds its callers' in their own threads)."""
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
         stats = self._appends
         t0 = self._clock() if stats is not None else 0.0
-        records = [self._record(p) for p in payloads]
+        records, extras = self._records(payloads, trace)
         first = producer_tag(producer_id, sequence)
         batcher = self._batches
         if first is None or not records:
             await self._current_ledger()
             known: list[LogPosition] = []
-            added = [batcher.add(record) for record in records]
+            if extras is None:
+                added = [batcher.add(record) for record in records]
+            else:
+                added = [
+                    batcher.add(record, None, ex)
+                    for record, ex in zip(records, extras, strict=True)
+                ]
         else:
             if first.sequence + len(records) - 1 > MAX_SEQUENCE:
                 raise InvalidArgumentError(
@@ -298,8 +354,10 @@ class LogWriter:
             tags = [ProducerTag(first.producer_id, first.sequence + i) for i in range(len(records))]
             known = await self._admit_batch(tags)
             added = []
-            for record, tag in zip(records[len(known) :], tags[len(known) :], strict=True):
-                batch, slot = batcher.add(record, tag)
+            skip = len(known)
+            rest = [None] * (len(records) - skip) if extras is None else extras[skip:]
+            for record, tag, ex in zip(records[skip:], tags[skip:], rest, strict=True):
+                batch, slot = batcher.add(record, tag, ex)
                 self._producers.sent(tag, batch)
                 added.append((batch, slot))
         batcher.added()
@@ -321,6 +379,58 @@ class LogWriter:
             if earlier is None:
                 return self._producers.durable_prefix(tags)
             await earlier.settled()  # a copy in flight: its outcome decides
+
+    def _records(
+        self, payloads: Sequence[bytes | Record], trace: bool
+    ) -> tuple[list[bytes], list[Extras | None] | None]:
+        """The payloads of a batch, checked, and each one's extras (None: no record has any)."""
+        limit = self._max_record
+        items = payloads if isinstance(payloads, list) else list(payloads)
+        if not trace and all(type(p) is bytes and len(p) <= limit for p in items):
+            return cast("list[bytes]", items), None  # (all bytes: checked just above)
+        context = self._trace_headers() if trace else None
+        records: list[bytes] = []
+        extras: list[Extras | None] = []
+        for item in items:
+            if isinstance(item, Record):
+                record, ex = item.payload, item.extras
+            else:
+                record, ex = self._record(item), None
+            if ex is not None or context is not None:
+                ex = self._extras(record, ex, context)
+            elif len(record) > limit:
+                self._record(record)  # (raises: too big)
+            records.append(record)
+            extras.append(ex)
+        return records, extras if any(ex is not None for ex in extras) else None
+
+    def _trace_headers(self) -> Headers | None:
+        """The current trace context as headers, when the log carries it (else None)."""
+        if not self._trace:
+            return None
+        from walkit.otel import current_headers
+
+        return current_headers()
+
+    def _extras(
+        self, record: bytes, extras: Extras | None, context: Headers | None
+    ) -> Extras | None:
+        """A record's extras with the trace ``context`` headers merged in; InvalidArgumentError
+        if the record with its key and headers is too big for an entry."""
+        if context is not None:
+            from walkit.otel import merge
+
+            key, headers, timestamp = extras or (None, None, None)
+            extras = (key, merge(headers, context), timestamp)
+        if extras is None:
+            return None
+        size = len(record) + extras_size(extras)
+        if size > self._max_with_extras:
+            raise InvalidArgumentError(
+                f"record of {size} bytes with its key and headers is larger than the maximum "
+                f"{self._max_with_extras}"
+            )
+        return extras
 
     def _record(self, payload: object) -> bytes:
         if isinstance(payload, bytes):

@@ -20,6 +20,7 @@ import attrs
 from walkit._core.consumers import check_consumer_name
 from walkit._core.log_metadata import check_log_name
 from walkit._core.log_position import LogPosition
+from walkit._core.record import MAX_TIMESTAMP
 from walkit.errors import ConfigurationError, InvalidArgumentError
 from walkit.spark._connect import CONNECTION_OPTIONS, Connection, SessionOptions, connection
 
@@ -40,6 +41,7 @@ READ_OPTIONS: Final = (
     *COMMON_OPTIONS,
     "ledgers",
     "startingPosition",
+    "startingTimestamp",
     "endingPosition",
     "splitEntries",
     "maxRecordsPerTrigger",
@@ -71,6 +73,9 @@ class ReadOptions:
     fail_on_data_loss: bool
     #: Entries of record-set ledgers one partition reads at most (``splitEntries`` if given).
     split_record_sets: int = DEFAULT_SPLIT_RECORD_SETS
+    #: ``startingTimestamp`` (ms since the epoch): start at the first record at or after it,
+    #: in place of ``starting`` (resolved on the driver when the query starts).
+    starting_timestamp: int | None = None
     #: The durable consumer a streaming query commits its progress to (None: none).
     consumer: str | None = None
 
@@ -112,6 +117,19 @@ def _position(options: Mapping[str, str], name: str, default: str) -> LogPositio
             f"walkit: option {name!r} is {text!r}: expected earliest, latest, or a log "
             "position SEQ:ENTRY:SLOT such as 3:17:0"
         ) from None
+
+
+def _timestamp(options: Mapping[str, str], name: str) -> int | None:
+    text = options.get(name)
+    if text is None:
+        return None
+    stripped = text.strip()
+    if not stripped.isdigit() or int(stripped) > MAX_TIMESTAMP:
+        raise ConfigurationError(
+            f"walkit: option {name!r} is {text!r}: expected milliseconds since the epoch, "
+            "an integer such as 1700000000000"
+        )
+    return int(stripped)
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
@@ -178,7 +196,13 @@ def read_options(
                 "walkit: option 'ledgers' is for batch reads; a streaming read reads a log"
             )
         ledgers = _ledgers(ledgers_text)
-        log_only = ("startingPosition", "endingPosition", "maxRecordsPerTrigger", "consumer")
+        log_only = (
+            "startingPosition",
+            "startingTimestamp",
+            "endingPosition",
+            "maxRecordsPerTrigger",
+            "consumer",
+        )
         for option in log_only:
             if option in options:
                 raise ConfigurationError(
@@ -190,6 +214,12 @@ def read_options(
             'with .option("ledgers", "all") or .option("ledgers", "12,15")'
         )
     starting = _position(options, "startingPosition", "earliest")
+    starting_timestamp = _timestamp(options, "startingTimestamp")
+    if starting_timestamp is not None and "startingPosition" in options:
+        raise ConfigurationError(
+            "walkit: options 'startingPosition' and 'startingTimestamp' both say where to "
+            "start: give one"
+        )
     ending_text = options.get("endingPosition")
     ending: LogPosition | None = None
     if ending_text is not None:
@@ -217,6 +247,7 @@ def read_options(
         max_records_per_trigger=max_records,
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         split_record_sets=split or DEFAULT_SPLIT_RECORD_SETS,
+        starting_timestamp=starting_timestamp,
         consumer=consumer,
     )
 

@@ -5,8 +5,11 @@ envelope's length table and body are already laid out as Arrow wants a binary co
 then the bytes back to back), so an uncompressed record set becomes rows without any Python
 per record: the length tables and bodies of a chunk's entries are joined into one offsets and
 one data buffer, and the per-record columns (entry id, slot, position) are computed by Arrow
-kernels. Compressed entries and entries with producer tags are decoded by the record-set
-module first; entries of older ledgers are one record each.
+kernels. Entries stamped with a timestamp only (what a writer with a clock writes) take the
+same path, the timestamp repeated over the entry's rows by a kernel. Compressed entries, and
+entries with producer tags, keys, headers or their own records' timestamps, are decoded by the
+record-set module first; entries of older ledgers are one record each (no key, headers or
+timestamp).
 """
 
 from __future__ import annotations
@@ -16,28 +19,51 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
+import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walkit._core.record_set import HEADER_SIZE, decode_record_set, pack_lengths, read_header
+from walkit._core.record_set import (
+    HEADER_SIZE,
+    RecordSet,
+    decode_record_set,
+    pack_lengths,
+    plain_layout,
+)
 from walkit._core.types import Entry
 from walkit.errors import CorruptEntryError
 from walkit.spark._read_io import Chunk
-from walkit.spark._read_schema import LOG_ARROW
+from walkit.spark._read_schema import HEADERS_ARROW, LOG_ARROW, TIMESTAMP_ARROW
 
-__all__ = ["log_batch", "record_set_payloads"]
+__all__ = ["EntryExtras", "log_batch", "record_set_payloads"]
 
-#: Envelope version and flags that the fast path takes (version 1, no codec, no producers).
-_PLAIN: Final = (1, 0)
+#: The fast path hands the envelope's little-endian length table to Arrow as it is.
 _LITTLE: Final = sys.byteorder == "little"
 
 
-def record_set_payloads(entries: Sequence[Entry]) -> tuple[pa.BinaryArray, list[int]]:
-    """The records of record-set entries as one binary array, and each entry's count."""
+@attrs.frozen
+class EntryExtras:
+    """Per entry of a chunk: its timestamp (None: none), and the decoded record set when its
+    records have keys, headers or timestamps of their own (None: they have none)."""
+
+    timestamps: list[int | None]
+    decoded: list[RecordSet | None]
+
+    @property
+    def any_decoded(self) -> bool:
+        return any(d is not None for d in self.decoded)
+
+
+def record_set_payloads(
+    entries: Sequence[Entry],
+) -> tuple[pa.BinaryArray, list[int], EntryExtras]:
+    """The records of record-set entries as one binary array, each entry's count, and what
+    the entries say of their records' keys, headers and timestamps."""
     counts: list[int] = []
     tables: list[bytes | memoryview] = []
     bodies: list[bytes | memoryview] = []
     body_ends: list[int] = []
+    extras = EntryExtras([], [])
     total = 0
     head = HEADER_SIZE
     for entry in entries:
@@ -48,23 +74,30 @@ def record_set_payloads(entries: Sequence[Entry]) -> tuple[pa.BinaryArray, list[
                 f"entry {entry.entry_id} of ledger {entry.ledger_id}: {size} bytes is shorter "
                 "than a record set's header"
             )
-        version, flags, count, body_length = read_header(payload)
-        start = head + 4 * count
-        if (version, flags) == _PLAIN and _LITTLE and count and size - start == body_length:
+        layout = plain_layout(payload) if _LITTLE else None
+        if layout is not None:
+            count, start, stamp = layout
+            body_length = size - start
             view = memoryview(payload)
-            tables.append(view[head:start])
+            tables.append(view[head : head + 4 * count])
             bodies.append(view[start:])
+            extras.timestamps.append(stamp)
+            extras.decoded.append(None)
         else:  # compressed, tagged, or not well formed: the record-set module decides
             try:
-                records = decode_record_set(payload).records
+                decoded = decode_record_set(payload)
             except CorruptEntryError as exc:
                 raise CorruptEntryError(
                     f"entry {entry.entry_id} of ledger {entry.ledger_id}: {exc}"
                 ) from None
+            records = decoded.records
             count = len(records)
             body_length = sum(len(r) for r in records)
             tables.append(pack_lengths([len(r) for r in records]))
             bodies.append(b"".join(records))
+            extras.timestamps.append(decoded.timestamp)
+            own = decoded.keys, decoded.headers, decoded.timestamps
+            extras.decoded.append(None if own == (None, None, None) else decoded)
         counts.append(count)
         total += body_length
         body_ends.append(total)
@@ -82,15 +115,58 @@ def record_set_payloads(entries: Sequence[Entry]) -> tuple[pa.BinaryArray, list[
     offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends]).cast(pa.int32())
     data = pa.py_buffer(b"".join(bodies))
     payloads = pa.BinaryArray.from_buffers(pa.binary(), n, [None, offsets.buffers()[1], data])
-    return payloads, counts
+    return payloads, counts, extras
+
+
+def _extra_columns(
+    extras: EntryExtras | None, counts: list[int], parents: pa.Array | None, rows: int
+) -> list[pa.Array]:
+    """The ``key``, ``headers`` and ``timestamp`` columns of a chunk's rows (``parents``: each
+    row's entry index). Python per record only for entries whose records have their own."""
+    if extras is None or parents is None:  # older ledgers' entries: none of them
+        return [pa.nulls(rows, pa.binary()), pa.nulls(rows, HEADERS_ARROW), _nulls_ts(rows)]
+    if not extras.any_decoded:
+        per_entry = pa.array(extras.timestamps, pa.int64())
+        times = pc.take(per_entry, parents) if rows else per_entry.slice(0, 0)
+        return [pa.nulls(rows, pa.binary()), pa.nulls(rows, HEADERS_ARROW), _as_timestamps(times)]
+    keys: list[bytes | None] = []
+    headers: list[list[dict[str, object]] | None] = []
+    stamps: list[int | None] = []
+    for count, stamp, decoded in zip(counts, extras.timestamps, extras.decoded, strict=True):
+        if decoded is None:
+            keys.extend([None] * count)
+            headers.extend([None] * count)
+            stamps.extend([stamp] * count)
+            continue
+        for slot in range(count):
+            keys.append(decoded.key(slot))
+            pairs = decoded.record_headers(slot)
+            headers.append(None if pairs is None else [{"key": k, "value": v} for k, v in pairs])
+            stamps.append(decoded.record_timestamp(slot))
+    return [
+        pa.array(keys, pa.binary()),
+        pa.array(headers, HEADERS_ARROW),
+        _as_timestamps(pa.array(stamps, pa.int64())),
+    ]
+
+
+def _as_timestamps(ms: pa.Array) -> pa.Array:
+    """Milliseconds (int64) as Spark's timestamps (microseconds, UTC); nulls stay null."""
+    return pc.multiply(ms, pa.scalar(1000, pa.int64())).cast(TIMESTAMP_ARROW)
+
+
+def _nulls_ts(rows: int) -> pa.Array:
+    return pa.nulls(rows, TIMESTAMP_ARROW)
 
 
 def log_batch(name: str, chunk: Chunk) -> pa.RecordBatch:
     """One chunk of entries as rows of the log schema, cut at the range's slots."""
     rng, entries = chunk.range, chunk.entries
     first = entries[0].entry_id if entries else rng.first
+    extras: EntryExtras | None = None
+    parents: pa.Array | None = None
     if rng.record_sets and entries:
-        payloads, counts = record_set_payloads(entries)
+        payloads, counts, extras = record_set_payloads(entries)
         rows = len(payloads)
         starts = pa.array(list(itertools.accumulate(counts, initial=0))[:-1], pa.int64())
         parents = pc.list_parent_indices(
@@ -120,6 +196,7 @@ def log_batch(name: str, chunk: Chunk) -> pa.RecordBatch:
             entry_ids,
             slots,
             payloads,
+            *_extra_columns(extras, counts, parents, rows),
         ],
         schema=LOG_ARROW,
     )

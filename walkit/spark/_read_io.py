@@ -20,6 +20,7 @@ import trio
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.log_metadata import LogMetadata
+from walkit._core.log_position import LogPosition
 from walkit._core.record_set import HEADER_SIZE, read_header, uses_record_sets
 from walkit._core.types import Entry
 from walkit._logging import get_logger
@@ -32,6 +33,7 @@ from walkit.errors import (
 )
 from walkit.ledger import LedgerReader
 from walkit.ledger._context import check_password
+from walkit.log import Log
 from walkit.log._passwords import ledger_log, log_password
 from walkit.log._store import read_log
 from walkit.spark._connect import Connection, connect
@@ -44,6 +46,7 @@ __all__ = [
     "LogState",
     "ledger_state",
     "log_state",
+    "position_at",
     "read_chunks",
     "record_counts",
     "run",
@@ -163,6 +166,23 @@ async def _log_state(client: Client, conn: Connection, name: str, from_seq: int)
             continue  # truncated or dropped since the list was read: read it again
         return LogState(md, tuple(views))
     raise NoSuchLedgerError(f"walkit: the ledgers of log {name!r} kept changing while planning")
+
+
+async def position_at(conn: Connection, name: str, timestamp: int) -> LogPosition:
+    """The position of the log's first record at or after ``timestamp`` (ms since the epoch;
+    :meth:`walkit.Log.position_at`): where ``startingTimestamp`` starts a read."""
+    async with connect(conn) as client:
+        if conn.password is None:  # the log's own (stored) password
+            opening = Log.open(client, name, create=False)
+        else:
+            opening = Log.open(client, name, create=False, password=conn.password)
+        try:
+            log = await opening
+        except NoSuchLogError:
+            raise NoSuchLogError(
+                f"walkit: no log named {name!r} (the path of load) in {client!r}"
+            ) from None
+        return await log.position_at(timestamp)
 
 
 async def ledger_state(

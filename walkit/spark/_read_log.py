@@ -29,12 +29,19 @@ from walkit._logging import get_logger
 from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._options import ReadOptions
 from walkit.spark._read_arrow import log_batch
-from walkit.spark._read_io import LogState, log_state, read_chunks, run
+from walkit.spark._read_io import LogState, log_state, position_at, read_chunks, run
 from walkit.spark._read_plan import Range, pack, plan_log, resolve_latest
 
 log = get_logger(__name__)
 
-__all__ = ["FilteringLogReader", "LogPartition", "LogReader", "log_batch", "read_log_ranges"]
+__all__ = [
+    "FilteringLogReader",
+    "LogPartition",
+    "LogReader",
+    "log_batch",
+    "read_log_ranges",
+    "starting_position",
+]
 
 
 class LogPartition(InputPartition):
@@ -89,6 +96,21 @@ def start_position(
     return asked
 
 
+def starting_position(options: ReadOptions, name: str) -> LogPosition:
+    """Where the read starts as asked: ``startingPosition``, or the first record at or after
+    ``startingTimestamp`` (found now, on the driver)."""
+    if options.starting_timestamp is None:
+        return options.starting
+    found = run(position_at, options.connection, name, options.starting_timestamp)
+    log.info(
+        "spark_read_starting_timestamp",
+        log=name,
+        timestamp=options.starting_timestamp,
+        position=str(found),
+    )
+    return found
+
+
 @attrs.define
 class _Bounds:
     """What pushed-down filters allow (all bounds inclusive)."""
@@ -131,7 +153,7 @@ class LogReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        asked = options.starting
+        asked = starting_position(options, self.name)
         state = run(log_state, options.connection, self.name, asked.ledger_seq)
         start = start_position(options, self.name, state, asked)
         plan = plan_log(state.ledgers, start, options.ending)

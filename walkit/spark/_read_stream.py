@@ -45,7 +45,7 @@ from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._consumer import commit_progress, register
 from walkit.spark._options import ReadOptions
 from walkit.spark._read_io import LogState, log_state, record_counts, run
-from walkit.spark._read_log import LogPartition, read_log_ranges
+from walkit.spark._read_log import LogPartition, read_log_ranges, starting_position
 from walkit.spark._read_plan import cut_at_records, pack, plan_log, resolve_latest
 
 log = get_logger(__name__)
@@ -112,9 +112,10 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return truncated
 
     def initialOffset(self) -> dict[str, Any]:
-        asked = self.options.starting
+        asked = starting_position(self.options, self.name)
         if self.options.consumer is not None:
-            # The consumer's position (it is created at startingPosition if it is new).
+            # The consumer's position (a new one is created at startingPosition or
+            # startingTimestamp).
             asked = run(register, self.options.connection, self.name, self.options.consumer, asked)
         state = self._state(asked.ledger_seq)
         if asked == LogPosition.LATEST:

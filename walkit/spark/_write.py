@@ -8,7 +8,9 @@ A log has one writer, so the tasks of a write do not append through it (see
   tagged with the job id and the partition id, and as a record-set ledger), packs the
   partition's payloads in order into record sets of up to the log's ``batch_bytes`` (64 KiB by
   default), appends those, closes the ledger, and sends (partition, ledger id, last entry id,
-  records) to the driver;
+  records) to the driver. The optional columns ``key``, ``headers`` and ``timestamp`` give
+  each record's (a null: none; records without a timestamp get the task's clock when their
+  entry is packed, as a log writer's do);
 - the driver's ``commit`` links the tasks' ledgers into the log, in partition order, with one
   compare-and-set: it fences the log's current writer first, as ``log.writer()`` does. Nothing
   a job wrote is visible before that CAS; then all of it is;
@@ -37,7 +39,15 @@ import attrs
 import trio
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from walkit._core.record_set import encode_record_set, envelope_overhead
+from walkit._core.record import Extras, check_headers, check_key, check_timestamp
+from walkit._core.record_set import (
+    EXTRAS_PER_RECORD,
+    TIMESTAMP_BYTES,
+    encode_record_set,
+    envelope_overhead,
+    extras_size,
+)
+from walkit._core.time_search import TimeRange, entry_time_range, time_range_tag, widen
 from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.client import Client
@@ -61,10 +71,12 @@ log = get_logger(__name__)
 
 __all__ = [
     "IGNORED_COLUMNS",
+    "RECORD_COLUMNS",
     "STREAM_WRITE_OPTIONS",
     "WRITE_OPTIONS",
     "LogBatchWriter",
     "LogStreamWriter",
+    "Packed",
     "PartWritten",
     "WriteOptions",
     "batch_writer",
@@ -77,8 +89,11 @@ WRITE_OPTIONS: Final = (*COMMON_OPTIONS, "ensembleSize", "writeQuorum", "ackQuor
 #: Options of a streaming write.
 STREAM_WRITE_OPTIONS: Final = (*WRITE_OPTIONS, "checkpointLocation", "sinkId")
 #: Columns of what the ``walkit`` reader returns; a write ignores them, so that a DataFrame
-#: read from one log can be written into another as it is.
+#: read from one log can be written into another as it is (its keys, headers and timestamps
+#: with it).
 IGNORED_COLUMNS: Final = ("log", "position", "ledger_seq", "ledger_id", "entry_id", "slot")
+#: Optional columns a write takes besides ``payload``.
+RECORD_COLUMNS: Final = ("key", "headers", "timestamp")
 #: Records a task gathers before packing them into entries.
 APPEND_CHUNK: Final = 1000
 #: Entries (record sets) appended (pipelined) at once by a task.
@@ -101,6 +116,8 @@ class WriteOptions:
     settings: tuple[tuple[str, Any], ...]
     #: Whether ``payload`` is a string column (written as its UTF-8 bytes).
     payload_is_string: bool
+    #: Which of the optional columns ``key``, ``headers``, ``timestamp`` the DataFrame has.
+    record_columns: tuple[str, ...] = ()
     #: The streaming sink's id: the ``sinkId`` option, or None (the Spark query's id).
     sink_id: str | None = None
     #: The query's checkpoint directory (the ``checkpointLocation`` option), if given.
@@ -170,6 +187,7 @@ def write_options(
         log=name,
         settings=tuple(settings),
         payload_is_string=_payload_is_string(schema),
+        record_columns=_record_columns(schema),
         sink_id=sink_id,
         checkpoint=options.get("checkpointLocation"),
     )
@@ -186,12 +204,14 @@ def _payload_is_string(schema: StructType) -> bool:
             f"{', '.join(names) or 'none'}); name the records' bytes payload, as in "
             'df.selectExpr("CAST(value AS BINARY) AS payload")'
         )
-    extra = [n for n in names if n != "payload" and n not in IGNORED_COLUMNS]
+    known = ("payload", *IGNORED_COLUMNS, *RECORD_COLUMNS)
+    extra = [n for n in names if n not in known]
     if extra:
         raise ConfigurationError(
-            f"walkit: a log record is one payload, but the DataFrame to write also has the "
-            f'column(s) {", ".join(extra)}: select the payload only (df.select("payload")) '
-            "or pack the columns into it (e.g. to_json(struct(*)) AS payload)"
+            f"walkit: a log record is a payload (with an optional key, headers and timestamp), "
+            f"but the DataFrame to write also has the column(s) {', '.join(extra)}: select "
+            'the payload only (df.select("payload")) or pack the columns into it (e.g. '
+            "to_json(struct(*)) AS payload)"
         )
     field = schema.fields[names.index("payload")]
     if isinstance(field.dataType, BinaryType):
@@ -202,6 +222,52 @@ def _payload_is_string(schema: StructType) -> bool:
         f"walkit: column 'payload' is {field.dataType.simpleString()}, but walkit writes binary "
         "or string payloads: cast it, e.g. CAST(payload AS STRING) or to_json(payload)"
     )
+
+
+def _record_columns(schema: StructType) -> tuple[str, ...]:
+    """The optional columns present, their types checked (ConfigurationError)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    fields = {field.name: field.dataType for field in schema.fields}
+    text_or_bytes = (BinaryType, StringType)
+    wanted = {
+        "key": "binary or string",
+        "headers": "array<struct<key: string, value: binary or string>>",
+        "timestamp": "timestamp, or long milliseconds since the epoch",
+    }
+    present = []
+    for name in RECORD_COLUMNS:
+        kind = fields.get(name)
+        if kind is None:
+            continue
+        if name == "key":
+            good = isinstance(kind, text_or_bytes)
+        elif name == "headers":
+            element = kind.elementType if isinstance(kind, ArrayType) else None
+            good = (
+                isinstance(element, StructType)
+                and [f.name for f in element.fields] == ["key", "value"]
+                and isinstance(element.fields[0].dataType, StringType)
+                and isinstance(element.fields[1].dataType, text_or_bytes)
+            )
+        else:
+            good = isinstance(kind, TimestampType | TimestampNTZType | LongType | IntegerType)
+        if not good:
+            raise ConfigurationError(
+                f"walkit: column {name!r} is {kind.simpleString()}; a write takes it as "
+                f"{wanted[name]} (or leave it out)"
+            )
+        present.append(name)
+    return tuple(present)
 
 
 # --- entry points (from WalkitDataSource) ---------------------------------------------------
@@ -367,8 +433,11 @@ async def _ensure_log(opts: WriteOptions) -> None:
         await _open_log(client, opts, create=True)
 
 
-def _payloads(item: Any, opts: WriteOptions, part: int, done: int) -> list[bytes]:
-    """The payloads of one Arrow record batch (or one Row, on pyspark 4.0 streams)."""
+def _payloads(
+    item: Any, opts: WriteOptions, part: int, done: int
+) -> tuple[list[bytes], list[Extras | None] | None]:
+    """The payloads of one Arrow record batch (or one Row, on pyspark 4.0 streams), and each
+    record's key, headers and timestamp (None: the DataFrame has none of those columns)."""
     import pyarrow as pa
 
     if isinstance(item, pa.RecordBatch):
@@ -379,11 +448,77 @@ def _payloads(item: Any, opts: WriteOptions, part: int, done: int) -> list[bytes
         if opts.payload_is_string:
             column = column.cast(pa.binary())
         values: list[bytes] = column.to_pylist()
-        return values
+        if not opts.record_columns:
+            return values, None
+        columns = {
+            name: _column_values(name, item.column(item.schema.get_field_index(name)))
+            for name in opts.record_columns
+        }
+        return values, _extras_rows(columns, len(values), part, done)
     value = item["payload"]
     if value is None:
         raise _null_payload(part, done)
-    return [value.encode() if isinstance(value, str) else bytes(value)]
+    payload = value.encode() if isinstance(value, str) else bytes(value)
+    if not opts.record_columns:
+        return [payload], None
+    columns = {name: [_row_value(name, item[name])] for name in opts.record_columns}
+    return [payload], _extras_rows(columns, 1, part, done)
+
+
+def _column_values(name: str, column: Any) -> list[Any]:
+    """An Arrow column of ``key``, ``headers`` or ``timestamp`` as Python values (timestamps
+    as milliseconds since the epoch)."""
+    import pyarrow as pa
+
+    if name == "timestamp" and pa.types.is_timestamp(column.type):
+        micros = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
+        return [None if v is None else v // 1000 for v in micros.to_pylist()]
+    return list(column.to_pylist())
+
+
+def _row_value(name: str, value: Any) -> Any:
+    """A Row's ``key``, ``headers`` or ``timestamp`` as :func:`_column_values` gives it."""
+    import datetime
+
+    if name == "timestamp" and isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return int(value.timestamp() * 1000)
+    if name == "headers" and value is not None:
+        return [{"key": h["key"], "value": h["value"]} for h in value]
+    return value
+
+
+def _extras_rows(
+    columns: dict[str, list[Any]], count: int, part: int, done: int
+) -> list[Extras | None]:
+    """Each row's (key, headers, timestamp), checked (InvalidArgumentError naming the row)."""
+    keys = columns.get("key", [None] * count)
+    headers = columns.get("headers", [None] * count)
+    times = columns.get("timestamp", [None] * count)
+    out: list[Extras | None] = []
+    for n, (key, pairs, ts) in enumerate(zip(keys, headers, times, strict=True)):
+        try:
+            k = None if key is None else check_key(key.encode() if isinstance(key, str) else key)
+            h = None
+            if pairs is not None:
+                h = check_headers(
+                    [
+                        (
+                            p["key"],
+                            p["value"].encode() if isinstance(p["value"], str) else p["value"],
+                        )
+                        for p in pairs
+                    ]
+                )
+            if ts is not None:
+                check_timestamp(ts)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(
+                f"walkit: row {done + n} of partition {part}: {exc}"
+            ) from None
+        out.append(None if k is None and h is None and ts is None else (k, h, ts))
+    return out
 
 
 def _null_payload(part: int, row: int) -> InvalidArgumentError:
@@ -393,25 +528,56 @@ def _null_payload(part: int, row: int) -> InvalidArgumentError:
     )
 
 
-def pack_records(payloads: list[bytes], limit: int, *, final: bool) -> tuple[list[bytes], int]:
-    """Record-set entries of ``payloads``, in order, each at most ``limit`` bytes (a record
-    bigger than that gets an entry of its own), and how many payloads they hold: unless
-    ``final``, the last, partly filled entry is left for the next call to fill."""
-    entries: list[bytes] = []
+@attrs.define
+class Packed:
+    """Entries packed from records: how many records they hold, and their timestamps."""
+
+    entries: list[bytes] = attrs.Factory(list)
+    records: int = 0
+    time_range: TimeRange | None = None
+
+
+def pack_records(
+    payloads: list[bytes],
+    limit: int,
+    *,
+    final: bool,
+    extras: list[Extras | None] | None = None,
+    timestamp: int | None = None,
+) -> Packed:
+    """Record-set entries of ``payloads`` (with ``extras``, one (key, headers, timestamp) or
+    None per record, and stamped with ``timestamp``), in order, each at most ``limit`` bytes
+    (a record bigger than that gets an entry of its own): unless ``final``, the last, partly
+    filled entry is left for the next call to fill."""
+    packed = Packed()
     start = 0
-    size = envelope_overhead(0)
+    empty = envelope_overhead(0) + (0 if timestamp is None else TIMESTAMP_BYTES)
+    size = empty
     per_record = envelope_overhead(1) - envelope_overhead(0)
+
+    def add(end: int) -> None:
+        part = None if extras is None else extras[start:end]
+        packed.entries.append(
+            encode_record_set(payloads[start:end], timestamp=timestamp, extras=part)
+        )
+        packed.time_range = widen(packed.time_range, entry_time_range(timestamp, part))
+
     for n, payload in enumerate(payloads):
-        grown = size + len(payload) + per_record
+        more = len(payload) + per_record
+        given = None if extras is None else extras[n]
+        if given is not None:
+            more += extras_size(given) + EXTRAS_PER_RECORD
+        grown = size + more
         if grown > limit and n > start:
-            entries.append(encode_record_set(payloads[start:n]))
+            add(n)
             start = n
-            grown = envelope_overhead(0) + len(payload) + per_record
+            grown = empty + more
         size = grown
     if final and start < len(payloads):
-        entries.append(encode_record_set(payloads[start:]))
+        add(len(payloads))
         start = len(payloads)
-    return entries, start
+    packed.records = start
+    return packed
 
 
 async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[Any]) -> PartWritten:
@@ -419,9 +585,12 @@ async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[An
     order, packed into entries of up to the log's ``batch_bytes``, close."""
     records = 0
     pending: list[bytes] = []
+    pending_extras: list[Extras | None] | None = [] if opts.record_columns else None
+    time_range: TimeRange | None = None
     async with _connect(opts) as client:
         owner = await _open_log(client, opts, create=False)
         limit = owner.options.batch_bytes
+        clock = client._context.options.wall_clock
         lw = None
         try:
             while True:
@@ -429,20 +598,33 @@ async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[An
                 # acknowledgements are handled meanwhile.
                 item = await trio.to_thread.run_sync(next, rows, None)
                 if item is not None:
-                    pending.extend(_payloads(item, opts, part, records + len(pending)))
+                    values, extras = _payloads(item, opts, part, records + len(pending))
+                    pending.extend(values)
+                    if pending_extras is not None:
+                        pending_extras.extend(extras or [None] * len(values))
                 if len(pending) >= APPEND_CHUNK or (item is None and pending):
-                    entries, packed = pack_records(pending, limit, final=item is None)
+                    packed = pack_records(
+                        pending,
+                        limit,
+                        final=item is None,
+                        extras=pending_extras,
+                        timestamp=None if clock is None else int(clock() * 1000),
+                    )
+                    entries = packed.entries
                     if entries and lw is None:
                         lw = await owner.stage_ledger(job, part, record_sets=True)
                     for start in range(0, len(entries), APPEND_ENTRIES):
                         assert lw is not None
                         await lw.append_batch(entries[start : start + APPEND_ENTRIES])
-                    records += packed
-                    del pending[:packed]
+                    records += packed.records
+                    time_range = widen(time_range, packed.time_range)
+                    del pending[: packed.records]
+                    if pending_extras is not None:
+                        del pending_extras[: packed.records]
                 if item is None:
                     break
             if lw is not None:
-                await lw.close()
+                await lw.close(custom_metadata=time_range_tag(time_range))
         except BaseException:
             if lw is not None:
                 await owner._discard_ledger(lw)  # the job's abort would find it too

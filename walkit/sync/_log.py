@@ -23,9 +23,11 @@ from typing import Any, Protocol, final
 
 import anyio
 import anyio.abc
+import attrs
 
 import walkit
 from walkit._core.log_position import LogPosition
+from walkit._core.record import Record
 from walkit.errors import ClientClosedError, InvalidArgumentError, WalkitError
 from walkit.log import ConsumerInfo, LogMetadata, LogRecord
 from walkit.sync._client import Client
@@ -56,7 +58,7 @@ class _Append:
 
     __slots__ = ("done", "error", "positions", "records")
 
-    def __init__(self, records: list[bytes]) -> None:
+    def __init__(self, records: list[bytes | Record]) -> None:
         self.records = records
         self.positions: list[LogPosition] = []
         self.error: BaseException | None = None
@@ -97,7 +99,7 @@ class _AppendQueue:
         if scope is not None:
             self._thread.run_sync(scope.cancel)
 
-    def append(self, records: list[bytes]) -> list[LogPosition]:
+    def append(self, records: list[bytes | Record]) -> list[LogPosition]:
         self._thread.check()
         call = _Append(records)
         with self._lock:
@@ -144,7 +146,8 @@ class _AppendQueue:
     async def _append(self, group: list[_Append]) -> None:
         records = group[0].records if len(group) == 1 else [r for c in group for r in c.records]
         try:
-            positions = await self._writer.append_batch(records)
+            # (Trace context, if the log carries it, was added in the callers' threads.)
+            positions = await self._writer._append_batch(records, None, None, trace=False)
         except BaseException as exc:
             self._settle(group, None, exc)
             if not isinstance(exc, Exception):
@@ -173,12 +176,23 @@ class _AppendQueue:
             call.done.release()
 
 
-def _record(payload: object) -> bytes:
-    if isinstance(payload, bytes):
+def _record(payload: object) -> bytes | Record:
+    if isinstance(payload, bytes | Record):
         return payload
     if isinstance(payload, bytearray | memoryview):
         return bytes(payload)
     raise InvalidArgumentError(f"a record must be bytes, not {type(payload).__name__}")
+
+
+def _traced(item: bytes | Record) -> Record:
+    """``item`` with the calling thread's trace context in its headers (walkit.otel)."""
+    from walkit.otel import current_headers, merge
+
+    record = item if isinstance(item, Record) else Record(item)
+    context = current_headers()
+    if context is None:
+        return record
+    return attrs.evolve(record, headers=merge(record.headers, context))
 
 
 @final
@@ -198,6 +212,7 @@ class LogWriter:
         self._exit = exit_stack
         self._queue = _AppendQueue(thread, writer)
         self._queue.start()
+        self._trace = writer._trace
 
     def __repr__(self) -> str:
         return f"walkit.sync.{self._writer!r}"
@@ -214,29 +229,45 @@ class LogWriter:
     def is_closed(self) -> bool:
         return self._writer.is_closed
 
-    def append(self, payload: bytes) -> LogPosition:
-        """Append one record; its position once it is durable."""
-        return self._queue.append([_record(payload)])[0]
+    def append(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Any = None,
+        timestamp: int | None = None,
+    ) -> LogPosition:
+        """Append one record (with its ``key``, ``headers``, ``timestamp``, as
+        :meth:`walkit.LogWriter.append`); its position once it is durable."""
+        item: bytes | Record
+        if key is None and headers is None and timestamp is None:
+            item = _record(payload)
+        else:
+            item = Record(payload, key=key, headers=headers, timestamp=timestamp)
+        if self._trace:
+            item = _traced(item)
+        return self._queue.append([item])[0]
 
     def append_batch(
         self,
-        payloads: Sequence[bytes],
+        payloads: Sequence[bytes | Record],
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
     ) -> list[LogPosition]:
-        """Append several records, in order; their positions once all are durable. With
-        ``producer_id`` and ``sequence``, idempotent as :meth:`walkit.LogWriter.append_batch`."""
+        """Append several records (bytes, or :class:`walkit.Record`), in order; their
+        positions once all are durable. With ``producer_id`` and ``sequence``, idempotent as
+        :meth:`walkit.LogWriter.append_batch`."""
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
         records = [_record(p) for p in payloads]
+        if self._trace:
+            records = [_traced(r) for r in records]
         if producer_id is None and sequence is None:
             return self._queue.append(records) if records else []
 
         async def tagged() -> list[LogPosition]:
-            return await self._writer.append_batch(
-                records, producer_id=producer_id, sequence=sequence
-            )
+            return await self._writer._append_batch(records, producer_id, sequence, trace=False)
 
         return self._thread.call(tagged)
 
@@ -506,6 +537,14 @@ class Log:
 
     def metadata(self) -> LogMetadata:
         return self._thread.call(self._log.metadata)
+
+    def position_at(self, timestamp: int) -> LogPosition:
+        """:meth:`walkit.Log.position_at`, blocking."""
+
+        async def find() -> LogPosition:
+            return await self._log.position_at(timestamp)
+
+        return self._thread.call(find)
 
     def save_snapshot(self, pos: LogPosition | str, data: bytes | Iterable[bytes]) -> Snapshot:
         """Store a snapshot of the state after every record up to ``pos``; ``data`` is bytes
