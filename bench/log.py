@@ -17,10 +17,14 @@ is measured in the same run.
 
     python bench/log.py [--seconds 3] [--sizes 100,1024] [--fronts trio,asyncio,uvloop,sync]
                         [--records plain,stamped,keyed] [--no-append] [--no-etcd] [--plot]
+                        [--metrics ROUNDS]
 
 ``--records`` says what the records carry: ``plain`` (the default: no key, headers or
 timestamp, a client without a wall clock), ``stamped`` (the client's wall clock stamps each
 entry) or ``keyed`` (stamped, and each record has a 16-byte key and one header).
+
+``--metrics ROUNDS`` also measures what the client's metrics cost (``metrics_registry``): the
+trio front, alternating rounds without and with a registry in the same run (after the others).
 
 Appends a dated section to docs/benchmarks.md unless ``--no-append``; ``--plot`` also draws
 throughput against p99 latency per mode as ``docs/log-throughput.svg`` (matplotlib: the
@@ -47,6 +51,7 @@ from typing import Any
 import anyio
 import attrs
 import trio
+from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -164,11 +169,13 @@ async def measure_log(
     seconds: float,
     bookies: list[int],
     records: str = "plain",
+    client_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> dict[str, dict[str, float]]:
     data, extras, batch_items = _workload(size, records)
     out: dict[str, dict[str, float]] = {}
-    async with Client.connect(url, **_client_options(records)) as client:
+    connect_options = {**_client_options(records), **(client_options or {})}
+    async with Client.connect(url, **connect_options) as client:
         log = await Log.open(client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, **options)
         async with log.writer() as w:
             await w.append_batch([data] * 64)  # warm up connections
@@ -306,6 +313,23 @@ def run(args: argparse.Namespace) -> Results:
                             args.seconds,
                             pids,
                             batch_bytes=1,
+                        )
+                    )
+            for round_ in range(args.metrics):
+                # Alternating, so that a drift of the machine (the disk, other load) falls on
+                # both alike.
+                for label, registry in (("off", None), ("on", CollectorRegistry())):
+                    results.runs[(f"trio, metrics {label} #{round_ + 1}", args.sizes[0])] = (
+                        trio.run(
+                            functools.partial(
+                                measure_log,
+                                url,
+                                f"bench-metrics-{label}-{round_}",
+                                args.sizes[0],
+                                args.seconds,
+                                pids,
+                                client_options={"metrics_registry": registry},
+                            )
                         )
                     )
         finally:
@@ -456,6 +480,13 @@ def main() -> None:
         help="skip the one-record-per-entry runs",
     )
     parser.add_argument("--plot", action="store_true", help=f"draw {SVG.name} (matplotlib)")
+    parser.add_argument(
+        "--metrics",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="also measure the client's metrics: rounds without and with a registry, alternating",
+    )
     args = parser.parse_args()
     results = run(args)
     text = report(results, args)

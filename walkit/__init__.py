@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from walkit.ledger import ClientOptions, LedgerReader, LedgerWriter
     from walkit.log import (
         Log,
+        LogConsumer,
         LogMetadata,
         LogOptions,
         LogPosition,
@@ -38,6 +39,7 @@ _LAZY = {
     "LedgerReader": "walkit.ledger",
     "LedgerWriter": "walkit.ledger",
     "Log": "walkit.log",
+    "LogConsumer": "walkit.log",
     "LogMetadata": "walkit.log",
     "LogOptions": "walkit.log",
     "LogPosition": "walkit.log",
@@ -78,6 +80,7 @@ __all__ = [
     "LedgerState",
     "LedgerWriter",
     "Log",
+    "LogConsumer",
     "LogMetadata",
     "LogOptions",
     "LogPosition",

@@ -46,6 +46,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger._context import ClientContext, check_password
+from walkit.ledger._metrics import client_metrics
 from walkit.ledger._options import ClientOptions, ClientOptionsDict
 from walkit.ledger._reader import LedgerReader
 from walkit.ledger._reads import read_lac, unreachable
@@ -435,6 +436,7 @@ async def _open_client(
         network = AuthNetwork(network, auth)
     rng = rng if rng is not None else random.Random()
     loop = current_loop()
+    metrics = client_metrics(opts.metrics_registry)
     policy = _load_policy(placement, opts, rng, loop)
     store = await open_metadata_store(url, **opts.metadata_options)
     body_error: BaseException | None = None
@@ -462,6 +464,7 @@ async def _open_client(
                     rng=rng,
                     loop=loop,
                     task_group=tasks,
+                    metrics=metrics,
                 )
                 client = Client(context, url)
                 try:

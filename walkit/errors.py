@@ -317,6 +317,29 @@ class DuplicateRecordError(WalkitError):
         self.position = position
 
 
+class NoSuchConsumerError(NoSuchNodeError):
+    """The log has no consumer of that name (``walkit log consumer delete``), or it was
+    deleted under a consumer that commits."""
+
+
+class ConsumerBackloggedError(LogTruncatedError):
+    """A durable consumer is behind: records it had not committed were deleted (retention
+    released it because its backlog passed the log's ``max_backlog_bytes`` or
+    ``max_backlog_records``, or the writer truncated the log past it). ``position``: where the
+    consumer stands; ``truncated``: where the log starts now. ``consumer.skip_lost()`` goes on
+    from there."""
+
+    def __init__(
+        self,
+        message: str = "",
+        position: _Position | None = None,
+        truncated: _Position | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.position = position
+        self.truncated = truncated
+
+
 class RereplicationError(LedgerRecoveryError):
     """A ledger could not be healed this time (no surviving copy reachable, no valid
     replacement bookie, unknown password); its under-replication marker stays."""
@@ -355,6 +378,7 @@ __all__ = [
     "ClientClosedError",
     "ClusterRunningError",
     "ConfigurationError",
+    "ConsumerBackloggedError",
     "CookieError",
     "CorruptEntryError",
     "DigestMismatchError",
@@ -374,6 +398,7 @@ __all__ = [
     "MetadataNotEmptyError",
     "MetadataStoreError",
     "MetadataVersionError",
+    "NoSuchConsumerError",
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "NoSuchLogError",

@@ -80,6 +80,23 @@ class _SyncReader:
         return record
 
 
+class _SyncConsumer:
+    def __init__(self, consumer: walkit.sync.LogConsumer) -> None:
+        self.sync = consumer
+
+    async def register(self) -> LogPosition:
+        return await _in_thread(self.sync.register)  # type: ignore[no-any-return]
+
+    async def next(self, *, timeout: float | None = None) -> LogRecord | None:
+        return await _in_thread(self.sync.next, timeout=timeout)  # type: ignore[no-any-return]
+
+    async def commit(self, pos: LogPosition) -> None:
+        await _in_thread(self.sync.commit, pos)
+
+    async def skip_lost(self) -> LogPosition:
+        return await _in_thread(self.sync.skip_lost)  # type: ignore[no-any-return]
+
+
 class _SyncSnapshot:
     def __init__(self, snapshot: walkit.sync.Snapshot) -> None:
         self.sync = snapshot
@@ -105,6 +122,15 @@ class _SyncLog:
     def reader(self, start: LogPosition | str = LogPosition.EARLIEST, **kwargs: Any) -> _SyncReader:
         # (a plain call: it needs the sync client's loop, not this one)
         return _SyncReader(self.sync.reader(start, **kwargs))
+
+    def consumer(self, name: str, **kwargs: Any) -> _SyncConsumer:
+        return _SyncConsumer(self.sync.consumer(name, **kwargs))
+
+    async def consumers(self) -> list[walkit.log.ConsumerInfo]:
+        return await _in_thread(self.sync.consumers)  # type: ignore[no-any-return]
+
+    async def apply_retention(self, **limits: Any) -> Any:
+        return await _in_thread(self.sync.apply_retention, **limits)
 
     async def save_snapshot(self, pos: LogPosition, data: bytes) -> _SyncSnapshot:
         return _SyncSnapshot(await _in_thread(self.sync.save_snapshot, pos, data))

@@ -16,11 +16,13 @@ from typing import Any
 
 import anyio
 import pytest
+from prometheus_client import CollectorRegistry
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
 from tests.fronts._fronts import FRONTS, Front
 from walkit import LogPosition
+from walkit.log import log_path, read_log
 
 pytestmark = pytest.mark.processes
 
@@ -247,6 +249,85 @@ def test_takeover_fences_the_old_writer(cluster: ProcessCluster, front: Front) -
             records = await _read_all(log2)
             assert [r.position for r in records] == acked
             assert records[-1].payload == b"new"
+
+    front.run(scenario)
+
+
+async def _drain(consumer: Any) -> list[Any]:
+    """Every record a consumer that does not follow has for now."""
+    out = []
+    while (record := await consumer.next()) is not None:
+        out.append(record)
+    return out
+
+
+def test_a_consumer_resumes_after_its_commit_and_holds_retention(
+    cluster: ProcessCluster, front: Front
+) -> None:
+    async def scenario(front: Front) -> None:
+        name = _log_name(front)
+        options = {"roll_entries": 5, "retain_records": 0}
+        async with front.connect(cluster.metadata_url) as client:
+            async with front.open_log(client, name, **options) as log:
+                consumer = log.consumer("app", follow=False)
+                await consumer.register()
+                async with log.writer() as writer:
+                    acked = [await writer.append(b"c%d" % i) for i in range(20)]
+                got = [await consumer.next() for _ in range(8)]
+                await consumer.commit(got[-1].position)
+            # A restart: a new handle and consumer of that name go on after the commit.
+            async with front.open_log(client, name, **options) as log:
+                rest = await _drain(log.consumer("app", follow=False))
+                assert [r.position for r in rest] == acked[8:]
+                await log.apply_retention()  # stops at the ledger the consumer is in
+                first = (await _read_all(log))[0].position
+                assert first == LogPosition(acked[7].ledger_seq, 0)
+                [info] = await log.consumers()
+                assert (info.name, info.position, info.lag.records) == ("app", acked[7].next(), 12)
+            # Over the quota: released, told at its next read, and on after skip_lost().
+            async with front.open_log(client, name, max_backlog_records=3, **options) as log:
+                stuck = log.consumer("app", follow=False)
+                result = await log.apply_retention()
+                assert result.backlogged == ("app",)
+                with pytest.raises(walkit.ConsumerBackloggedError) as caught:
+                    await stuck.next()
+                assert caught.value.truncated == result.truncated
+                assert await stuck.skip_lost() == result.truncated
+                assert [r.position for r in await _drain(stuck)] == [
+                    p for p in acked if p >= result.truncated
+                ]
+
+    front.run(scenario)
+
+
+def test_time_rolls_and_client_metrics(cluster: ProcessCluster, front: Front) -> None:
+    """A quiet log's ledger rolls by time (``roll_interval``) on the front's own clock, and the
+    client records its metrics in the registry it was given."""
+
+    async def scenario(front: Front) -> None:
+        name = _log_name(front)
+        registry = CollectorRegistry()
+        async with (
+            front.connect(cluster.metadata_url, metrics_registry=registry) as client,
+            walkit.Client.connect(cluster.metadata_url) as inspector,
+        ):
+            events = inspector.metadata_store.watch(log_path(name))
+            try:
+                async with (
+                    front.open_log(client, name, roll_interval=0.2) as log,
+                    log.writer() as writer,
+                ):
+                    await writer.append_batch([b"quiet"] * 3)
+                    with anyio.fail_after(30):  # the roll lists a second ledger
+                        async for _event in events:
+                            md, _version = await read_log(inspector.metadata_store, name)
+                            if len(md.ledgers) == 2:
+                                break
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]  # the drivers' watches are WatchStreams
+        labels = {"log": name}
+        assert registry.get_sample_value("walkit_log_appended_records_total", labels) == 3
+        assert registry.get_sample_value("walkit_log_append_seconds_count", labels) == 3
 
     front.run(scenario)
 

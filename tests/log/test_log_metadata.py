@@ -75,6 +75,19 @@ def test_a_log_whose_ledgers_keep_no_password_is_format_2() -> None:
         LedgerConfig(store_password=0)  # type: ignore[arg-type]
 
 
+def test_a_log_with_consumers_is_format_3() -> None:
+    """Clients that predate consumers refuse such a log instead of running retention without
+    them; the mark stays with the log's other options (a log that keeps no password too)."""
+    with_consumers = sample().with_consumers()
+    d = doc(with_consumers)
+    assert d["format"] == 3 and d["consumers"] is True
+    assert LogMetadata.from_bytes("orders", with_consumers.to_bytes()) == with_consumers
+    assert "consumers" not in doc(sample()) and with_consumers.with_consumers() is with_consumers
+    both = attrs.evolve(with_consumers, config=LedgerConfig(3, 3, 2, store_password=False))
+    assert doc(both)["format"] == 3
+    assert LogMetadata.from_bytes("orders", both.to_bytes()) == both
+
+
 @st.composite
 def metadata(draw: st.DrawFn) -> LogMetadata:
     seqs = sorted(draw(st.sets(st.integers(1, 1000), max_size=8)))
@@ -123,7 +136,10 @@ _DELETE = object()
         b"[]",
         b"null",
         _mutated(format=2),  # format 2 is only for a log whose ledgers keep no password
-        _mutated(format=3),
+        _mutated(format=3),  # format 3 is only for a log with consumers
+        _mutated(format=4),
+        _mutated(consumers=True),
+        _mutated(format=3, consumers="yes"),
         _mutated(
             config={
                 "ensemble_size": 3,

@@ -19,6 +19,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from tests.sim._seeds import pack, unpack
 from walkit.errors import WalkitError
 from walkit.testing import (
     CheckResult,
@@ -91,22 +92,11 @@ class Scenario:
 
     @property
     def seed(self) -> int:
-        value = self.rng_seed
-        for name, radix in reversed(_FIELDS):
-            digit = getattr(self, name) - _OFFSET.get(name, 1)
-            if not 0 <= digit < radix:
-                raise ValueError(f"{name}={getattr(self, name)} out of range")
-            value = value * radix + digit
-        return value
+        return pack(attrs.asdict(self), self.rng_seed, _FIELDS, _OFFSET, 1)
 
     @classmethod
     def from_seed(cls, seed: int) -> Scenario:
-        if seed < 0:
-            raise ValueError("a scenario seed is >= 0")
-        values: dict[str, int] = {}
-        for name, radix in _FIELDS:
-            seed, digit = divmod(seed, radix)
-            values[name] = digit + _OFFSET.get(name, 1)
+        values, seed = unpack(seed, _FIELDS, _OFFSET, 1)
         # Any integer is a scenario: clamp the quorums into E >= Qw >= Qa.
         values["write_quorum"] = min(values["write_quorum"], values["ensemble"])
         values["ack_quorum"] = min(values["ack_quorum"], values["write_quorum"])

@@ -52,9 +52,13 @@ def stream(spark: Any, url: str, name: str, **options: Any) -> Any:
     return reader.load(name)
 
 
-def run_available_now(spark: Any, url: str, name: str, checkpoint: Path, out: Path) -> None:
+def run_available_now(
+    spark: Any, url: str, name: str, checkpoint: Path, out: Path, **options: Any
+) -> None:
+    """A query of ``name`` with ``trigger(availableNow=True)`` into ``out``, in batches of 30
+    records unless ``options`` say otherwise."""
     query = (
-        stream(spark, url, name, maxRecordsPerTrigger=30)
+        stream(spark, url, name, **{"maxRecordsPerTrigger": 30, **options})
         .writeStream.foreachBatch(batch_sink(out))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)

@@ -1,5 +1,6 @@
 """``walkit log list | show NAME | tail NAME [--from POS | --since TIME] [--follow] |
-retain NAME ... | delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run]``."""
+retain NAME ... | delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run] |
+consumers NAME | consumer delete NAME CONSUMER``."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def time_text(ms: int | None) -> str | None:
 def add_parsers(sub: Any, with_metadata: Any) -> None:
     """Register ``log list|show|tail`` under the ``walkit`` command's subparsers."""
     log = sub.add_parser(
-        "log", help="inspect and maintain logs (list, show, tail, retain, delete, gc)"
+        "log",
+        help="inspect and maintain logs (list, show, tail, retain, delete, gc, consumers)",
     )
     log_sub = log.add_subparsers(dest="log_command", required=True, metavar="ACTION")
     with_metadata(log_sub.add_parser("list", help="list logs"))
@@ -97,6 +99,27 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     )
 
     _add_maintenance(log_sub, with_metadata)
+    _add_consumers(log_sub, with_metadata)
+
+
+def _add_consumers(log_sub: Any, with_metadata: Any) -> None:
+    password_help = "the log's ledger password (default: the one stored with the log)"
+    consumers = with_metadata(
+        log_sub.add_parser(
+            "consumers", help="list a log's durable consumers with their positions and lags"
+        )
+    )
+    consumers.add_argument("name")
+    consumers.add_argument("--password", default=None, help=password_help)
+    consumer = log_sub.add_parser("consumer", help="maintain one durable consumer (delete)")
+    consumer_sub = consumer.add_subparsers(dest="consumer_command", required=True, metavar="ACTION")
+    delete = with_metadata(
+        consumer_sub.add_parser(
+            "delete", help="delete a consumer: retention no longer keeps records for it"
+        )
+    )
+    delete.add_argument("name", metavar="LOG")
+    delete.add_argument("consumer", metavar="NAME")
 
 
 #: The kinds of ``LogOptions.retain_records``/``retain_bytes`` and ``retain_age``/``orphan_gc_grace``
@@ -158,6 +181,8 @@ def handler(args: argparse.Namespace) -> Any:
         "retain": log_retain,
         "delete": log_delete,
         "gc": log_gc,
+        "consumers": log_consumers,
+        "consumer": log_consumer_delete,
     }[args.log_command]
 
 
@@ -362,3 +387,45 @@ async def log_gc(url: str, args: argparse.Namespace, out: TextIO) -> int:
         out=out,
     )
     return 1 if any(o.error for o in orphans) else 0
+
+
+async def log_consumers(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+    from walkit.log import Log
+
+    async with Client.connect(url, **connect_options(args)) as client:
+        secret = {} if args.password is None else {"password": args.password.encode()}
+        log = await Log.open(client, args.name, create=False, **secret)
+        infos = await log.consumers()
+    rows = [
+        {
+            "name": info.name,
+            "position": None if info.position is None else str(info.position),
+            "behind": info.behind,
+            "lag_records": info.lag.records,
+            "lag_bytes": info.lag.size,
+            "lag_entries": info.lag.entries,
+            "exact": info.lag.exact,
+            "mtime_ms": info.mtime_ms,
+            "error": info.error,
+        }
+        for info in infos
+    ]
+    columns = ["name", "position", "behind", "lag_records", "lag_bytes", "lag_entries", "exact"]
+    if any(info.error for info in infos):
+        columns.append("error")
+    emit(rows, columns, as_json=args.json, out=out)
+    return 1 if any(info.error for info in infos) else 0
+
+
+async def log_consumer_delete(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+    from walkit.log import Log
+
+    async with Client.connect(url, **connect_options(args)) as client:
+        log = await Log.open(client, args.name, create=False)
+        await log.delete_consumer(args.consumer)
+    emit_record(
+        {"log": args.name, "consumer": args.consumer, "deleted": True}, as_json=args.json, out=out
+    )
+    return 0

@@ -24,6 +24,10 @@ after all). Every other log stays format 1.
 it committed into the log (see :meth:`LogMetadata.after_link`): the mark that makes a replayed
 micro-batch a no-op.
 
+A log that has had durable consumers (children of its node, ``walkit.log._consumers``) says
+so (``"consumers": true``) and is written as format 3, whatever its config: readers that
+predate consumers refuse it rather than apply retention without them.
+
 Invariants (checked on every parse and every transition):
 
 - ledgers are ordered by ``seq``, which is strictly increasing, >= 1 and < ``next_seq``;
@@ -60,11 +64,17 @@ from walkit.errors import (
 FORMAT_VERSION: Final = 1
 #: The format of a log whose config carries an option older readers must not drop.
 FORMAT_VERSION_OPT_OUT: Final = 2
+#: The format of a log with durable consumers (``/logs/<name>/consumers``): readers that
+#: predate them would apply retention without them and delete what they have not committed.
+FORMAT_VERSION_CONSUMERS: Final = 3
 #: The snapshot format this walkit writes: the state's bytes cut into the entries of a closed
 #: ledger, in order, with their size and CRC32C in the record (docs/formats.md).
 SNAPSHOT_FORMAT: Final = 1
 #: The snapshot formats it reads; a record without a ``format`` key is format 1.
 SNAPSHOT_FORMATS: Final = frozenset({1})
+
+#: The formats this walkit reads.
+_FORMATS: Final = (FORMAT_VERSION, FORMAT_VERSION_OPT_OUT, FORMAT_VERSION_CONSUMERS)
 
 #: What a log name may look like (it is a metadata node name on every driver).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
@@ -218,6 +228,8 @@ class LogMetadata:
     snapshots: tuple[SnapshotRecord, ...] = ()
     ctime_ms: int = 0
     sinks: tuple[SinkMark, ...] = ()
+    #: Whether durable consumers were registered (their nodes are this node's children).
+    consumers: bool = False
 
     def __attrs_post_init__(self) -> None:
         _validate(self)
@@ -413,11 +425,22 @@ class LogMetadata:
                 f"cannot {what} {pos}: log {self.name} has no ledger {pos.ledger_seq} yet"
             )
 
+    def with_consumers(self) -> LogMetadata:
+        """The log as one with durable consumers (format 3)."""
+        return self if self.consumers else attrs.evolve(self, consumers=True)
+
     # --- serialization ---------------------------------------------------------------------
 
+    @property
+    def format(self) -> int:
+        """The format this log's node is written in (the oldest that holds it)."""
+        if self.consumers:
+            return FORMAT_VERSION_CONSUMERS
+        return FORMAT_VERSION if self.config.store_password else FORMAT_VERSION_OPT_OUT
+
     def to_bytes(self) -> bytes:
-        doc = {
-            "format": FORMAT_VERSION if self.config.store_password else FORMAT_VERSION_OPT_OUT,
+        doc: dict[str, Any] = {
+            "format": self.format,
             "name": self.name,
             "config": self.config.to_json(),
             "next_seq": self.next_seq,
@@ -428,6 +451,8 @@ class LogMetadata:
         }
         if self.sinks:
             doc["sinks"] = {m.query_id: m.batch_id for m in self.sinks}
+        if self.consumers:
+            doc["consumers"] = True
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
     def to_json(self) -> dict[str, Any]:
@@ -442,7 +467,7 @@ class LogMetadata:
             doc = json.loads(bytes(data).decode("utf-8"))
             if not isinstance(doc, dict):
                 raise TypeError("not a JSON object")
-            if doc.get("format") not in (FORMAT_VERSION, FORMAT_VERSION_OPT_OUT):
+            if doc.get("format") not in _FORMATS:
                 raise InvalidMetadataError(
                     f"log {name}: unsupported metadata format {doc.get('format')!r}"
                 )
@@ -464,6 +489,11 @@ class LogMetadata:
             if doc["format"] == FORMAT_VERSION_OPT_OUT and store_password:
                 raise InvalidMetadataError(
                     f"log {name}: format {FORMAT_VERSION_OPT_OUT} without store_password=false"
+                )
+            consumers = _bool(doc.get("consumers", False))
+            if (doc["format"] == FORMAT_VERSION_CONSUMERS) != consumers:
+                raise InvalidMetadataError(
+                    f"log {name}: format {doc['format']} with consumers={consumers}"
                 )
             return cls(
                 name=name,
@@ -493,6 +523,7 @@ class LogMetadata:
                 ),
                 ctime_ms=_int(doc.get("ctime_ms", 0)),
                 sinks=tuple(sorted(SinkMark(_str(q), _int(b)) for q, b in sinks.items())),
+                consumers=consumers,
             )
         except InvalidMetadataError:
             raise
@@ -503,11 +534,16 @@ class LogMetadata:
 def check_log_name(name: object) -> str:
     """Return ``name`` if it is a valid log name: 1-200 of ``A-Z a-z 0-9 . _ -``, not starting
     with ``.`` or ``-``. InvalidArgumentError otherwise."""
+    return check_name(name, "log")
+
+
+def check_name(name: object, what: str) -> str:
+    """:func:`check_log_name` for other names kept as metadata nodes (``what``: "consumer")."""
     if not isinstance(name, str):
-        raise InvalidArgumentError(f"a log name must be a string, not {type(name).__name__}")
+        raise InvalidArgumentError(f"a {what} name must be a string, not {type(name).__name__}")
     if not _NAME.fullmatch(name):
         raise InvalidArgumentError(
-            f"bad log name {name!r}: use 1-200 of A-Z a-z 0-9 . _ - (not starting with . or -)"
+            f"bad {what} name {name!r}: use 1-200 of A-Z a-z 0-9 . _ - (not starting with . or -)"
         )
     return name
 

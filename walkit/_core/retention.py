@@ -5,7 +5,8 @@ a log keeps at least ``retain_records`` records, ``retain_bytes`` payload bytes,
 younger than ``retain_age`` seconds; a ledger is dropped when one of the limits that are set
 puts it wholly behind the retention point. Only whole, closed ledgers at the front of the list
 ever go; the last listed ledger (the current writer's), any ledger after an open one, and the
-ledger holding the latest snapshot's position (and every later one) always stay.
+ledger holding the latest snapshot's position (and every later one) always stay, and so do the
+ledgers the log's consumers have not committed past (``keep_from``).
 
 A ledger's age is that of its newest record, which is at most the creation time of the next
 ledger (a roll creates the next ledger before the old one takes no more records): a ledger goes
@@ -71,6 +72,8 @@ class LedgerStats:
     size: int = 0
     #: Wall-clock milliseconds at creation (0: unknown).
     ctime_ms: int = 0
+    #: Entries (of a closed ledger).
+    entries: int = 0
 
 
 def _limit(name: str, value: object, *, whole: bool) -> None:
@@ -107,6 +110,7 @@ def retention_point(
     stats: Sequence[LedgerStats],
     limits: RetentionLimits,
     now_ms: int | None,
+    keep_from: int | None = None,
 ) -> LogPosition | None:
     """Where to truncate the log for ``limits`` (None: nothing to drop).
 
@@ -114,6 +118,8 @@ def retention_point(
     open ledger). The answer is the start of the first ledger kept, never past the last listed
     ledger or the latest snapshot's ledger, and never behind the current truncation point.
     ``now_ms`` (wall-clock ms) is needed for ``limits.age``; None skips the age limit.
+    ``keep_from``: the ledger with this sequence number and every later one stay (what the
+    log's consumers have not committed: :func:`walkit._core.consumers.consumer_hold`).
     """
     if not limits.any or not md.ledgers:
         return None
@@ -129,6 +135,8 @@ def retention_point(
     snapshot = md.latest_snapshot
     if snapshot is not None:
         candidates = [s for s in candidates if s.seq < snapshot.position.ledger_seq]
+    if keep_from is not None:
+        candidates = [s for s in candidates if s.seq < keep_from]
     if not candidates:
         return None
     drop = 0  # how many candidates at the front go

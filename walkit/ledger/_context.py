@@ -29,6 +29,7 @@ from walkit.errors import (
     WalkitError,
     error_for_code,
 )
+from walkit.ledger._metrics import ClientMetrics
 from walkit.ledger._options import ClientOptions
 from walkit.metadata import LedgerManager, MetadataStore
 from walkit.net._pool import ConnectionPool
@@ -88,6 +89,8 @@ class ClientContext:
     task_group: anyio.abc.TaskGroup
     #: What recovery applies (always both fixes; tests inject one turned off).
     recovery_rules: RecoveryRules = attrs.field(factory=RecoveryRules)
+    #: Where the client's metrics go (None: the client keeps none).
+    metrics: ClientMetrics | None = None
 
     # --- metadata --------------------------------------------------------------------------
 

@@ -43,7 +43,14 @@ def _clock(value: Any) -> str | None:
     return None if value is None or callable(value) else "must be a function or None"
 
 
+def _registry(value: Any) -> str | None:
+    if value is None or callable(getattr(value, "register", None)):
+        return None
+    return "must be a prometheus_client CollectorRegistry or None"
+
+
 ENSEMBLE_CHANGE = Kind(convert=_mode, metavar="MODE")
+REGISTRY = Kind(problem=_registry)
 MAPPING = Kind(problem=_mapping)
 CLOCK = Kind(problem=_clock)
 
@@ -103,6 +110,13 @@ class ClientOptions:
     wall_clock: Callable[[], float] | None = CLOCK.field(  # noqa: RUF009  (an attrs field)
         None, "wall clock (seconds since the epoch) for ledgers' creation time; None stores 0"
     )
+    metrics_registry: Any = REGISTRY.field(  # noqa: RUF009  (an attrs field)
+        None,
+        "a prometheus_client CollectorRegistry to record the client's metrics in (append "
+        "latency, records and bytes appended, ensemble changes, recoveries, reader and "
+        "consumer lags; docs/log.md); None: none",
+        repr=False,
+    )
 
     @classmethod
     def from_kwargs(
@@ -136,3 +150,4 @@ class ClientOptionsDict(TypedDict, total=False):
     metadata_options: Mapping[str, Any]
     placement_options: Mapping[str, Any]
     wall_clock: Callable[[], float] | None
+    metrics_registry: Any

@@ -149,6 +149,8 @@ async def recover_ledger(context: ClientContext, ledger_id: int, password: bytes
         exhausted=LedgerRecoveryError,
     )
     if recovered:
+        if context.metrics is not None:
+            context.metrics.recoveries += 1
         log.info(
             "ledger_recovered",
             ledger_id=ledger_id,

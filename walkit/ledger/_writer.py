@@ -522,6 +522,8 @@ class LedgerWriter:
             self._ensemble[slot] = bookie
             self._conns[slot] = context.pool.get(bookie)
             self._sinks[slot] = _SlotSink(self, slot)
+        if context.metrics is not None:
+            context.metrics.ensemble_changes += 1
         log.info(
             "ensemble_changed",
             ledger_id=self.id,

@@ -2,8 +2,9 @@
 
 Order matters for the log's users:
 
-1. the log's node is deleted (a compare-and-set on the version read, so the ledger list is
-   exact): from then on, readers that look at the log and writers that roll or check their
+1. the log's consumers are deleted, then the log's node (a compare-and-set on the version
+   read, so the ledger list is exact; a consumer registered meanwhile is a lost race too): from
+   then on, readers that look at the log and writers that roll or check their
    ownership get NoSuchLogError, and a new ``Log.open`` creates a new, empty log;
 2. the last two ledgers are fenced (recovered), so that a writer in the middle of an append
    fails at once: it finds its log gone and reports NoSuchLogError;
@@ -20,7 +21,15 @@ from typing import TYPE_CHECKING, Final
 
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._logging import get_logger
-from walkit.errors import NoSuchLedgerError, NoSuchLogError, NoSuchNodeError, WalkitError
+from walkit.errors import (
+    MetadataVersionError,
+    NodeNotEmptyError,
+    NoSuchLedgerError,
+    NoSuchLogError,
+    NoSuchNodeError,
+    WalkitError,
+)
+from walkit.log._consumers import delete_consumers
 from walkit.log._store import fetch_log, log_path
 from walkit.metadata import Decision, cas_update
 
@@ -44,13 +53,19 @@ async def delete_log(client: Client, name: str, *, password: bytes | None = None
     path = log_path(name)
 
     async def delete(md: LogMetadata, version: int) -> int:
+        await delete_consumers(context, name)
         try:
             await context.retry_metadata(functools.partial(context.store.delete, path, version))
         except NoSuchNodeError:
             raise NoSuchLogError(f"no log named {name!r}") from None
+        except NodeNotEmptyError:
+            raise MetadataVersionError(
+                f"log {name}: a consumer was registered during the deletion"
+            ) from None
         return version
 
-    # A lost race means the writer rolled (or a snapshot was saved): read the list again.
+    # A lost race means the writer rolled (or a snapshot was saved, or a consumer was
+    # registered): read the list again.
     md, _version, _ = await cas_update(
         f"log {name}: delete",
         read=functools.partial(fetch_log, context, name),

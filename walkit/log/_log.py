@@ -38,9 +38,12 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.ledger import LedgerWriter
+from walkit.log._consumer import LogConsumer
+from walkit.log._consumers import delete_consumer
 from walkit.log._context import KIND_KEY
 from walkit.log._delete import delete_log
 from walkit.log._gc import Orphan, collect_orphans
+from walkit.log._lag import ConsumerInfo, consumer_infos
 from walkit.log._link import (
     LinkResult,
     StagedLedger,
@@ -269,13 +272,41 @@ class Log:
         it reaches the end; without, iteration stops there. Records before the truncation
         point are skipped, or raise LogTruncatedError with ``skip_truncated=False``."""
         self._check_open()
-        return LogReader(
+        reader = LogReader(
             self,
             position(start),
             None if end is None else position(end),
             follow=follow,
             skip_truncated=skip_truncated,
         )
+        metrics = self._client._context.metrics
+        if metrics is not None:
+            metrics.track_reader(self.name, reader)
+        return reader
+
+    # --- consumers (walkit.log._consumer, _consumers, _lag) ------------------------------------
+
+    def consumer(
+        self, name: str, *, start: LogPosition | str = LogPosition.EARLIEST, follow: bool = True
+    ) -> LogConsumer:
+        """The durable consumer ``name``: a reader of the records after its committed
+        position, whose ``commit(position)`` is kept in the metadata store, and for which
+        retention keeps what it has not committed (see ``docs/log.md``). ``start`` (EARLIEST,
+        LATEST or a position) is where a consumer of that name that does not exist yet starts;
+        it is created at its first use (or ``await consumer.register()``)."""
+        self._check_open()
+        return LogConsumer(self, name, position(start), follow=follow)
+
+    async def consumers(self) -> list[ConsumerInfo]:
+        """Every consumer of the log with its position and lag (records, bytes, entries)."""
+        self._check_open()
+        return await consumer_infos(self)
+
+    async def delete_consumer(self, name: str) -> None:
+        """Delete consumer ``name``: retention no longer keeps records for it (its readers
+        read on; their commits raise NoSuchConsumerError). Raises NoSuchConsumerError."""
+        self._check_open()
+        await delete_consumer(self._client._context, self.name, name)
 
     async def position_at(self, timestamp: int) -> LogPosition:
         """The position of the first record whose timestamp is ``timestamp`` or later (ms

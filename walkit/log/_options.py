@@ -8,7 +8,7 @@ step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypedDict, final
+from typing import Any, ClassVar, Final, TypedDict, final
 
 import attrs
 
@@ -47,6 +47,11 @@ BATCH_BYTES = number(
     f"an int from 1 to {MAX_BODY_BYTES}", at_least=1, at_most=MAX_BODY_BYTES, integer=True
 )
 POSITIVE_SECONDS = number("a number of seconds > 0", above=0, finite=True, metavar="SECONDS")
+#: ``roll_interval``'s default, Pulsar's (``managedLedgerMaxLedgerRolloverTimeMinutes=240``):
+#: a quiet log's records reach a closed ledger, where ``retain_age`` can drop them, within four
+#: hours of their append, and a log that gets a record now and then costs at most six more
+#: ledgers a day (one compare-and-set of its metadata each); busy logs roll by size long before.
+DEFAULT_ROLL_INTERVAL: Final = 4 * 3600.0
 
 
 @final
@@ -64,6 +69,12 @@ class LogOptions:
     roll_bytes: int | None = optional(count(1)).field(
         64 * 1024 * 1024,
         "roll once the current ledger holds this many acknowledged payload bytes (None: never)",
+    )
+    roll_interval: float | None = optional(POSITIVE_SECONDS).field(
+        DEFAULT_ROLL_INTERVAL,
+        "roll once the current ledger is this many seconds old and holds a record, even "
+        "without appends, so that retain_age reaches quiet logs too (None: never by time; "
+        "an empty ledger waits for its first record)",
     )
     password: bytes = attrs.field(
         default=b"",
@@ -123,6 +134,15 @@ class LogOptions:
         "(needs a client with a wall_clock). Never the current ledger, nor the latest "
         "snapshot's or later ones",
     )
+    max_backlog_records: int | None = optional(count(0)).field(
+        None,
+        "retention keeps what a consumer has not committed unless its backlog (in closed "
+        "ledgers) passes this many records: then retention goes on without it, and it is "
+        "behind once that deletes records it had not committed (None: no limit)",
+    )
+    max_backlog_bytes: int | None = optional(count(0)).field(
+        None, "... or this many bytes (None: no limit)"
+    )
     stalled_ledger_timeout: float | None = optional(POSITIVE_SECONDS).field(
         3.0,
         "a reader tailing an open ledger while a later one is listed (its writer died in "
@@ -157,6 +177,7 @@ class LogOptionsDict(TypedDict, total=False):
 
     roll_entries: int | None
     roll_bytes: int | None
+    roll_interval: float | None
     password: bytes | bytearray
     keep_snapshots: int
     snapshot_chunk_size: int
@@ -169,5 +190,7 @@ class LogOptionsDict(TypedDict, total=False):
     retain_records: int | None
     retain_bytes: int | None
     retain_age: float | None
+    max_backlog_records: int | None
+    max_backlog_bytes: int | None
     stalled_ledger_timeout: float | None
     orphan_gc_grace: float | None

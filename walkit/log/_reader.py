@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-__all__ = ["LogReader", "LogRecord"]
+__all__ = ["LogReader", "LogRecord", "latest_position"]
 
 #: Seconds one ``wait_for_entry`` round waits before the reader looks at the log again.
 TAIL_ROUND: Final = 5.0
@@ -195,6 +195,9 @@ class LogReader:
         self._since_checkpoint = 0
         #: When a later ledger was first seen listed while this one made no progress.
         self._later_seen_at: float | None = None
+        #: Entries read and the records they held (for lag_records' average).
+        self._entries_read = 0
+        self._records_read = 0
 
     def __repr__(self) -> str:
         return f"LogReader(log={self._log.name!r}, position={self._pos})"
@@ -204,6 +207,20 @@ class LogReader:
         """Where the next record will be looked for (every earlier record was returned or lies
         before the start)."""
         return self._buffer[0].position if self._buffer else self._pos
+
+    def lag_records(self) -> int:
+        """Records known to be readable and not handed out yet: those fetched, and the
+        confirmed entries of its ledger not fetched yet, at the average records per entry
+        seen so far (what the client's reader-lag metric reports)."""
+        buffered = len(self._buffer)
+        reader = self._reader
+        if reader is None:
+            return buffered
+        unread = reader.last_add_confirmed - self._pos.entry_id + 1
+        if unread <= 0:
+            return buffered
+        entries = self._entries_read
+        return buffered + (unread * self._records_read // entries if entries else unread)
 
     def __aiter__(self) -> LogReader:
         return self
@@ -404,6 +421,8 @@ class LogReader:
         first = pos.slot if pos.ledger_seq == ledger.seq and pos.entry_id == entry.entry_id else 0
         records = record_set.records
         tags = record_set.producers
+        self._entries_read += 1
+        self._records_read += len(records)
         keys = record_set.keys
         headers = record_set.headers
         times = record_set.timestamps
@@ -505,20 +524,8 @@ class LogReader:
     async def _resolve(self, md: LogMetadata) -> None:
         """Turn LATEST into the position after the last readable record."""
         self._resolved = True
-        if self._pos != LogPosition.LATEST:
-            return
-        last = md.last
-        if last is None:
-            self._pos = LogPosition(md.next_seq, 0)
-            return
-        try:
-            reader = await self._log.client.open_ledger(
-                last.ledger_id, password=self._log.options.password
-            )
-        except NoSuchLedgerError:
-            self._pos = LogPosition(md.next_seq, 0)
-            return
-        self._pos = LogPosition(last.seq, reader.last_add_confirmed + 1)
+        if self._pos == LogPosition.LATEST:
+            self._pos = await latest_position(self._log, md)
 
     async def _read_metadata(self) -> LogMetadata:
         context = self._log.client._context
@@ -534,6 +541,19 @@ class LogReader:
         self._reader = None
         self._ledger = None
         self._later_seen_at = None
+
+
+async def latest_position(owner: LogContext, md: LogMetadata) -> LogPosition:
+    """The position just after the last record readable now (what LATEST means to a reader
+    that starts)."""
+    last = md.last
+    if last is None:
+        return LogPosition(md.next_seq, 0)
+    try:
+        reader = await owner.client.open_ledger(last.ledger_id, password=owner.options.password)
+    except NoSuchLedgerError:
+        return LogPosition(md.next_seq, 0)
+    return LogPosition(last.seq, reader.last_add_confirmed + 1)
 
 
 @final

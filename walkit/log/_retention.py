@@ -1,9 +1,12 @@
 """Retention: truncate a log at its retention point (whole ledgers only).
 
-The decision is :func:`walkit._core.retention.retention_point`; this module reads the ledgers'
-metadata (record counts, sizes, creation times), moves the truncation point with a
-compare-and-set, and deletes the ledgers that left the list. Run by the log's writer after a
-roll and after its takeover (in the background), and by ``walkit log retain``.
+The decision is :func:`walkit._core.retention.retention_point`, held back by the log's
+consumers (:func:`walkit._core.consumers.consumer_hold`); this module reads the ledgers'
+metadata (record counts, sizes, creation times) and the consumers, moves the truncation point
+with a compare-and-set, and deletes the ledgers that left the list. The consumers are read
+after the log's node in each round of the compare-and-set, which a consumer's registration
+makes lose (see ``walkit.log._consumers``). Run by the log's writer after a roll, after its
+takeover and while its log is quiet (in the background), and by ``walkit log retain``.
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
+from walkit._core.consumers import BacklogQuota, consumer_hold
 from walkit._core.log_metadata import LogLedger, LogMetadata, Truncation
 from walkit._core.log_position import LogPosition
 from walkit._core.retention import LedgerStats, RetentionLimits, ledger_records, retention_point
 from walkit._logging import get_logger
 from walkit.errors import ClientClosedError, NoSuchLedgerError, WalkitError
-from walkit.log._store import fetch_log, update_log
+from walkit.log._consumers import read_consumers
+from walkit.log._store import cas_log, fetch_log
+from walkit.metadata import Decision
 
 if TYPE_CHECKING:
     from walkit.log._context import LogContext
@@ -39,11 +45,19 @@ class RetentionResult:
     #: Records and payload bytes in them.
     records: int = 0
     size: int = 0
+    #: Consumers over the backlog quota that this truncation passed: records they had not
+    #: committed are gone (their next read raises ConsumerBackloggedError).
+    backlogged: tuple[str, ...] = ()
 
 
 def limits_of(owner: LogContext) -> RetentionLimits:
     opts = owner.options
     return RetentionLimits(records=opts.retain_records, size=opts.retain_bytes, age=opts.retain_age)
+
+
+def quota_of(owner: LogContext) -> BacklogQuota:
+    opts = owner.options
+    return BacklogQuota(records=opts.max_backlog_records, size=opts.max_backlog_bytes)
 
 
 async def _stats(owner: LogContext, md: LogMetadata) -> list[LedgerStats]:
@@ -66,18 +80,36 @@ async def _stats(owner: LogContext, md: LogMetadata) -> list[LedgerStats]:
                 records=ledger_records(lmd.last_entry_id, lmd.custom_metadata),
                 size=lmd.length,
                 ctime_ms=lmd.ctime_ms,
+                entries=lmd.last_entry_id + 1,
             )
         )
     return stats
 
 
+@final
+@attrs.frozen
+class _Plan:
+    """What one round decided: the truncation and the consumers it passes."""
+
+    truncation: Truncation
+    point: LogPosition | None = None
+    passed: tuple[str, ...] = ()
+
+
 async def apply_retention(
-    owner: LogContext, limits: RetentionLimits | None = None, *, dry_run: bool = False
+    owner: LogContext,
+    limits: RetentionLimits | None = None,
+    *,
+    dry_run: bool = False,
+    quota: BacklogQuota | None = None,
 ) -> RetentionResult:
     """Truncate ``owner``'s log at its retention point for ``limits`` (default: the handle's
-    ``retain_*`` options) and delete the ledgers behind it. Raises NoSuchLogError,
-    MetadataStoreError ...; a ledger that cannot be deleted is left (and logged)."""
+    ``retain_*`` options), keeping what its consumers have not committed within ``quota``
+    (default: the handle's ``max_backlog_*``), and delete the ledgers behind it. Raises
+    NoSuchLogError, MetadataStoreError ...; a ledger that cannot be deleted is left (and
+    logged)."""
     limits = limits_of(owner) if limits is None else limits
+    quota = quota_of(owner) if quota is None else quota
     if not limits.any:
         return RetentionResult(None)
     context = owner.client._context
@@ -85,40 +117,57 @@ async def apply_retention(
     now_ms = int(clock() * 1000) if clock is not None else None
     md, _version = await fetch_log(context, owner.name)
     stats = await _stats(owner, md)
-    point = retention_point(md, stats, limits, now_ms)
-    if point is None:
-        return RetentionResult(None)
     by_seq = {s.seq: s for s in stats}
+
+    async def decide(current: LogMetadata) -> Decision[LogMetadata, _Plan]:
+        unchanged: Decision[LogMetadata, _Plan] = Decision(_Plan(Truncation(current, ())))
+        consumers = await read_consumers(context, owner.name)  # after ``current``: see above
+        hold = consumer_hold(consumers, stats, quota)
+        point = retention_point(md, stats, limits, now_ms, hold.keep_from)
+        # Only ledgers judged above may go: the list may have changed since (a takeover
+        # dropped empty ones, links added some at the end: those are never before point).
+        if point is None or point <= current.truncated or point.ledger_seq >= current.next_seq:
+            return unchanged
+        result = current.truncated_at(point)
+        if any(lg.seq not in by_seq for lg in result.dropped):
+            return unchanged
+        released = {name for name, _records, _size in hold.released}
+        passed = tuple(c.name for c in consumers if c.name in released and c.position < point)
+        return Decision(_Plan(result, point, passed), result.metadata)
+
     if dry_run:
-        dropped = tuple(lg for lg in md.ledgers if lg.seq < point.ledger_seq)
+        current, _version = await fetch_log(context, owner.name)
+        plan = (await decide(current)).result
     else:
-
-        def change(current: LogMetadata) -> tuple[LogMetadata, Truncation]:
-            # Only ledgers judged above may go: the list may have changed since (a takeover
-            # dropped empty ones, links added some at the end: those are never before point).
-            if point <= current.truncated or point.ledger_seq >= current.next_seq:
-                return current, Truncation(current, ())
-            result = current.truncated_at(point)
-            if any(lg.seq not in by_seq for lg in result.dropped):
-                return current, Truncation(current, ())
-            return result.metadata, result
-
-        _md, _version, truncation = await update_log(context, owner.name, change)
-        dropped = truncation.dropped
-        if not dropped:
-            return RetentionResult(None)
+        _md, _version, plan = await cas_log(context, owner.name, "retention", decide)
+    dropped = plan.truncation.dropped
+    if not dropped or plan.point is None:
+        return RetentionResult(None)
+    if not dry_run:
         log.info(
             "log_retention_truncated",
             log=owner.name,
-            at=str(point),
+            at=str(plan.point),
             dropped=[lg.ledger_id for lg in dropped],
         )
+        for name in plan.passed:
+            log.warning(
+                "log_consumer_backlogged",
+                log=owner.name,
+                consumer=name,
+                truncated=str(plan.point),
+                max_backlog_records=quota.records,
+                max_backlog_bytes=quota.size,
+            )
+            if context.metrics is not None:
+                context.metrics.consumer_released(owner.name, name)
         await owner._delete_ledgers([lg.ledger_id for lg in dropped], "retention")
     return RetentionResult(
-        point,
+        plan.point,
         dropped,
         records=sum(by_seq[lg.seq].records for lg in dropped if lg.seq in by_seq),
         size=sum(by_seq[lg.seq].size for lg in dropped if lg.seq in by_seq),
+        backlogged=plan.passed,
     )
 
 

@@ -7,7 +7,7 @@ again (which may refuse: the change no longer applies).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from walkit._core.log_metadata import LogMetadata, check_log_name
@@ -76,8 +76,20 @@ async def update_log(
         new, result = change(md)
         return Decision(result, None if new == md else new)
 
+    return await cas_log(context, name, "", decide)
+
+
+async def cas_log(
+    context: ClientContext,
+    name: str,
+    what: str,
+    decide: Callable[[LogMetadata], Decision[LogMetadata, T] | Awaitable[Decision[LogMetadata, T]]],
+) -> tuple[LogMetadata, int, T]:
+    """``cas_update`` of the log's node: read it, ``decide`` (pure, or awaitable when it must
+    read something else first, after the log's node), compare-and-set it at the version read.
+    ``what`` names the change in errors."""
     return await cas_update(
-        f"log {name}",
+        f"log {name}: {what}" if what else f"log {name}",
         read=functools.partial(fetch_log, context, name),
         write=functools.partial(write_log, context),
         decide=decide,

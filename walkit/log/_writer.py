@@ -53,6 +53,7 @@ from walkit.ledger import LedgerWriter
 from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._producers import ProducerState, producer_tag, tail_start
 from walkit.log._retention import housekeeping
+from walkit.log._roll_timer import roll_by_time
 from walkit.log._store import fetch_log, update_log, write_log
 from walkit.metadata import Decision, cas_update
 
@@ -130,6 +131,11 @@ class LogWriter:
         self._broken = False
         self._closing = False
         self._closed = False
+        #: A roll by time is due (walkit.log._roll_timer); the loop time the current ledger's
+        #: age counts from; the scope of the timer task.
+        self._roll_aged = False
+        self.roll_clock_from = anyio.current_time()
+        self._timer_scope = anyio.CancelScope()
         opts = owner.options
         clock = owner.client._context.options.wall_clock
         self._batches = RecordBatcher(
@@ -154,6 +160,10 @@ class LogWriter:
         self._producers = ProducerState(owner.name, scan)
         self._batches.on_done = self._producers.done
         self._housekeeping_running = False
+        #: This log's append figures when the client keeps metrics (walkit.ledger._metrics).
+        metrics = owner.client._context.metrics
+        self._appends = None if metrics is None else metrics.appends(owner.name)
+        self._clock = owner.client._context.loop.time
 
     def _record_count(self, lw: LedgerWriter) -> Callable[[], dict[str, bytes]]:
         """The ``walkit.records`` tag a close gives ``lw`` (read when its appends are done):
@@ -220,6 +230,8 @@ class LogWriter:
         """
         # (The common case, a bytes record without a producer, is checked inline: this runs
         # once per record.)
+        stats = self._appends
+        t0 = self._clock() if stats is not None else 0.0
         if type(payload) is bytes and len(payload) <= self._max_record:
             record = payload
         else:
@@ -244,6 +256,8 @@ class LogWriter:
             await batch.wait()
         except WalkitError as exc:
             raise await self._append_error(batch.lw, exc) from exc
+        if stats is not None:
+            stats.observe(self._clock() - t0, 1, len(record))
         return LogPosition._of(batch.seq, batch.entry_id, slot)
 
     def _ledger_ready(self) -> bool:
@@ -325,6 +339,8 @@ class LogWriter:
         headers (walkit.sync adds its callers' in their own threads)."""
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
+        stats = self._appends
+        t0 = self._clock() if stats is not None else 0.0
         records, extras = self._records(payloads, trace)
         first = producer_tag(producer_id, sequence)
         batcher = self._batches
@@ -355,6 +371,9 @@ class LogWriter:
         batcher.added(flush=flush)
         for batch in dict.fromkeys(b for b, _slot in added):
             await self._outcome(batch)
+        if stats is not None and added:
+            size = sum(map(len, records[len(known) :]))
+            stats.observe(self._clock() - t0, len(added), size)
         return known + [batch.position(slot) for batch, slot in added]
 
     async def _admit_batch(self, tags: list[ProducerTag]) -> list[LogPosition]:
@@ -530,6 +549,7 @@ class LogWriter:
     def _mark_closed(self) -> None:
         self._closed = True
         self._batches.stop()  # (its releaser task ends)
+        self._timer_scope.cancel()
 
     def _check(self) -> None:
         if self._error is not None:
@@ -625,6 +645,32 @@ class LogWriter:
         else:
             await self._gone_or(self._was_fenced(why))
 
+    # --- rolls by time (walkit.log._roll_timer) -----------------------------------------------
+
+    def _start_roll_timer(self) -> None:
+        interval = self._log.options.roll_interval
+        if interval is not None:
+            self._spawn(functools.partial(self._roll_timer, interval))
+
+    async def _roll_timer(self, interval: float) -> None:
+        with self._timer_scope:
+            await roll_by_time(self, interval, ROLL_RETRY_DELAY)
+
+    def stopped(self) -> bool:
+        return self._closing or self._closed or self._error is not None
+
+    @property
+    def holds_records(self) -> bool:
+        return self._lw.last_add_confirmed >= 0
+
+    async def roll_aged(self) -> None:
+        self._roll_aged = True
+        await self._through_gate()
+
+    def quiet(self) -> None:
+        if self._log.options.retain_age is not None:
+            self._start_housekeeping(takeover=False)
+
     def _start_housekeeping(self, *, takeover: bool) -> None:
         """Retention (and after a takeover, orphan collection) in the background."""
         if self._housekeeping_running:
@@ -652,11 +698,15 @@ class LogWriter:
             return False
         opts = self._log.options
         lw = self._lw
-        due = self._broken or should_roll(
-            lw.last_add_confirmed + 1,
-            lw.length,
-            roll_entries=opts.roll_entries,
-            roll_bytes=opts.roll_bytes,
+        due = (
+            self._broken
+            or self._roll_aged
+            or should_roll(
+                lw.last_add_confirmed + 1,
+                lw.length,
+                roll_entries=opts.roll_entries,
+                roll_bytes=opts.roll_bytes,
+            )
         )
         # The clock only when a roll is due (not on every append): after a failed roll,
         # the next waits ROLL_RETRY_DELAY.
@@ -708,7 +758,8 @@ class LogWriter:
         old = self._lw
         self._lw, self._ledger = new_lw, new_ledger
         self._rolling_to = None
-        self._broken = False
+        self._broken = self._roll_aged = False
+        self.roll_clock_from = anyio.current_time()
         self._old_closed = anyio.Event()
         self._batches.pump()  # record sets queued meanwhile go to the new ledger
         log.info(
@@ -859,6 +910,7 @@ async def take_over(owner: LogHandle) -> LogWriter:
         # Producers are learned from the recovered tail, at the first tagged append.
         writer = LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
         writer._start_housekeeping(takeover=True)
+        writer._start_roll_timer()
         return writer
     raise WriterFencedError(
         f"log {name}: could not take over: other writers kept taking it over "

@@ -17,6 +17,7 @@ from typing import Final, final
 
 import attrs
 
+from walkit._core.consumers import check_consumer_name
 from walkit._core.log_metadata import check_log_name
 from walkit._core.log_position import LogPosition
 from walkit._core.record import MAX_TIMESTAMP
@@ -45,6 +46,7 @@ READ_OPTIONS: Final = (
     "splitEntries",
     "maxRecordsPerTrigger",
     "failOnDataLoss",
+    "consumer",
 )
 
 #: Entries one Spark partition reads at most, unless ``splitEntries`` says otherwise.
@@ -74,6 +76,8 @@ class ReadOptions:
     #: ``startingTimestamp`` (ms since the epoch): start at the first record at or after it,
     #: in place of ``starting`` (resolved on the driver when the query starts).
     starting_timestamp: int | None = None
+    #: The durable consumer a streaming query commits its progress to (None: none).
+    consumer: str | None = None
 
 
 def check_options(options: Mapping[str, str], known: Collection[str], what: str) -> dict[str, str]:
@@ -197,6 +201,7 @@ def read_options(
             "startingTimestamp",
             "endingPosition",
             "maxRecordsPerTrigger",
+            "consumer",
         )
         for option in log_only:
             if option in options:
@@ -231,6 +236,7 @@ def read_options(
         raise ConfigurationError(
             "walkit: option 'maxRecordsPerTrigger' is for streaming reads (spark.readStream)"
         )
+    consumer = _consumer(options, streaming)
     return ReadOptions(
         connection=conn,
         log=name,
@@ -242,4 +248,20 @@ def read_options(
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         split_record_sets=split or DEFAULT_SPLIT_RECORD_SETS,
         starting_timestamp=starting_timestamp,
+        consumer=consumer,
     )
+
+
+def _consumer(options: Mapping[str, str], streaming: bool) -> str | None:
+    name = options.get("consumer")
+    if name is None:
+        return None
+    if not streaming:
+        raise ConfigurationError(
+            "walkit: option 'consumer' is for streaming reads (spark.readStream): it commits "
+            "each micro-batch's progress"
+        )
+    try:
+        return check_consumer_name(name.strip())
+    except InvalidArgumentError as exc:
+        raise ConfigurationError(f"walkit: option 'consumer': {exc}") from None

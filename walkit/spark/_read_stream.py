@@ -17,6 +17,9 @@ the driver reads the record counts of the planned record-set entries (their enve
 ``reportLatestOffset`` gives Spark's progress the log's end as that same ``latestOffset`` call saw
 it (everything readable now), with ``entriesBehind``: the entries between the micro-batch's end
 and it, so a query's progress shows how far behind the log it is (no extra metadata read).
+With the ``consumer`` option (``walkit.spark._consumer``) the query's progress is also a durable
+consumer's position: a query without a checkpoint starts there, and the consumer moves to the
+end of each micro-batch once it is processed.
 ``partitions`` plans ``[start, end)`` again from the metadata of now: the ledgers before
 ``end``'s were closed when ``end`` was chosen, and the end ledger is read up to ``end`` only, so
 the same records come out however often a batch is replayed.
@@ -39,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 from walkit._core.log_position import LogPosition
 from walkit._logging import get_logger
 from walkit.errors import InvalidArgumentError, LogTruncatedError
+from walkit.spark._consumer import commit_progress, register
 from walkit.spark._options import ReadOptions
 from walkit.spark._read_io import LogState, log_state, record_counts, run
 from walkit.spark._read_log import LogPartition, read_log_ranges, starting_position
@@ -80,6 +84,8 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: LogPosition | None = None
         #: What :meth:`reportLatestOffset` reports (None before the first ``latestOffset``).
         self.latest: dict[str, Any] | None = None
+        #: The position last committed to the ``consumer`` (None: none yet).
+        self.committed: LogPosition | None = None
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -107,6 +113,10 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         asked = starting_position(self.options, self.name)
+        if self.options.consumer is not None:
+            # The consumer's position (a new one is created at startingPosition or
+            # startingTimestamp).
+            asked = run(register, self.options.connection, self.name, self.options.consumer, asked)
         state = self._state(asked.ledger_seq)
         if asked == LogPosition.LATEST:
             start = resolve_latest(state.ledgers, state.metadata.next_seq)
@@ -133,6 +143,10 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offset_position(start)
+        # Spark plans a micro-batch once the one ending at ``start`` is processed (its
+        # commit() comes only when the next batch is planned, and never for the last batch
+        # of a run): the consumer moves here.
+        self._commit_progress(begin)
         state = self._state(begin.ledger_seq)
         begin = self._check_truncation(state, begin)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -182,4 +196,19 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_log_ranges(self.options, partition.log, partition.ranges)
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass
+        """The micro-batch up to ``end`` is processed: with the ``consumer`` option, the
+        consumer moves there (``walkit log consumers`` shows the query's lag)."""
+        self._commit_progress(offset_position(end))
+
+    def _commit_progress(self, position: LogPosition) -> None:
+        consumer = self.options.consumer
+        if consumer is None or (self.committed is not None and position <= self.committed):
+            return
+        created = run(commit_progress, self.options.connection, self.name, consumer, position)
+        self.committed = position
+        log.info(
+            "spark_stream_consumer_created" if created else "spark_stream_consumer_committed",
+            log=self.name,
+            consumer=consumer,
+            position=str(position),
+        )

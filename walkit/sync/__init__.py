@@ -19,7 +19,7 @@ concurrent tasks' do. See docs/log.md, "Which API?", for threads, forking and sh
 
 from walkit.sync._client import Client, LedgerReader, LedgerWriter
 from walkit.sync._election import LeaderElection
-from walkit.sync._log import Log, LogReader, LogWriter, Snapshot
+from walkit.sync._log import Log, LogConsumer, LogReader, LogWriter, Snapshot
 from walkit.sync._thread import Backend
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "LedgerReader",
     "LedgerWriter",
     "Log",
+    "LogConsumer",
     "LogReader",
     "LogWriter",
     "Snapshot",

@@ -19,7 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import anyio
 import anyio.abc
@@ -29,11 +29,11 @@ import walkit
 from walkit._core.log_position import LogPosition
 from walkit._core.record import Record
 from walkit.errors import ClientClosedError, InvalidArgumentError, WalkitError
-from walkit.log import LogMetadata, LogRecord
+from walkit.log import ConsumerInfo, LogMetadata, LogRecord
 from walkit.sync._client import Client
 from walkit.sync._thread import LoopThread
 
-__all__ = ["Log", "LogReader", "LogWriter", "Snapshot"]
+__all__ = ["Log", "LogConsumer", "LogReader", "LogWriter", "Snapshot"]
 
 #: How long the pump waits for the threads an acknowledgement released (Kafka's linger.ms).
 _LINGER = 0.001
@@ -46,6 +46,7 @@ def _copy(error: BaseException) -> BaseException:
     threads (their tracebacks would mix)."""
     if isinstance(error, WalkitError):
         new = type(error)(*error.args)
+        new.__dict__.update(error.__dict__)  # (what some carry: a position, ...)
         new.__cause__ = error.__cause__
         return new
     return error
@@ -296,30 +297,25 @@ class LogWriter:
             self._queue.stop()
 
 
-@final
-class LogReader:
-    """A plain iterator over a log's records (from :meth:`Log.reader`).
+class _RecordSource(Protocol):
+    """What :class:`_Records` reads: an async LogReader or LogConsumer."""
 
-    With ``follow`` it waits for new records at the end of the log; ``timeout`` bounds each
-    wait: when no record comes within it, iteration stops (a ``for`` loop ends), and the
-    reader can be iterated again later from where it stopped. :meth:`next` is the one-record
-    form. Records come from the loop a chunk at a time, so a reader catching up costs one
-    call into the loop per chunk, not per record.
-    """
+    async def next(self, *, timeout: float | None = None) -> LogRecord | None: ...
 
-    def __init__(self, thread: LoopThread, reader: walkit.LogReader, timeout: float | None) -> None:
+    def _buffered(self) -> LogRecord | None: ...
+
+
+class _Records:
+    """A plain iterator over the records of an async reader or consumer. Records come from
+    the loop a chunk at a time, so catching up costs one call into the loop per chunk, not per
+    record; ``timeout`` bounds each wait (iteration stops when nothing comes within it, and may
+    start again later from where it stopped)."""
+
+    def __init__(self, thread: LoopThread, source: _RecordSource, timeout: float | None) -> None:
         self._thread = thread
-        self._reader = reader
+        self._source = source
         self._timeout = timeout
         self._buffer: collections.deque[LogRecord] = collections.deque()
-
-    def __repr__(self) -> str:
-        return f"walkit.sync.{self._reader!r}"
-
-    @property
-    def position(self) -> LogPosition:
-        """Where the next record will be looked for."""
-        return self._buffer[0].position if self._buffer else self._reader.position
 
     def __iter__(self) -> Iterator[LogRecord]:
         return self
@@ -340,14 +336,83 @@ class LogReader:
         return self._buffer.popleft()
 
     async def _fill(self, timeout: float | None) -> list[LogRecord]:
-        first = await self._reader.next(timeout=timeout)
+        first = await self._source.next(timeout=timeout)
         if first is None:
             return []
         records = [first]
-        take = self._reader._buffered
+        take = self._source._buffered
         while len(records) < _READ_CHUNK and (record := take()) is not None:
             records.append(record)
         return records
+
+
+@final
+class LogReader(_Records):
+    """A plain iterator over a log's records (from :meth:`Log.reader`).
+
+    With ``follow`` it waits for new records at the end of the log; ``timeout`` bounds each
+    wait: when no record comes within it, iteration stops (a ``for`` loop ends), and the
+    reader can be iterated again later from where it stopped. :meth:`next` is the one-record
+    form. Records come from the loop a chunk at a time, so a reader catching up costs one
+    call into the loop per chunk, not per record.
+    """
+
+    def __init__(self, thread: LoopThread, reader: walkit.LogReader, timeout: float | None) -> None:
+        super().__init__(thread, reader, timeout)
+        self._reader = reader
+
+    def __repr__(self) -> str:
+        return f"walkit.sync.{self._reader!r}"
+
+    @property
+    def position(self) -> LogPosition:
+        """Where the next record will be looked for."""
+        return self._buffer[0].position if self._buffer else self._reader.position
+
+
+@final
+class LogConsumer(_Records):
+    """:class:`walkit.LogConsumer`, blocking: a plain iterator of the records after the
+    consumer's committed position (from :meth:`Log.consumer`), with :meth:`commit`.
+    ``timeout`` bounds each wait as for :class:`LogReader`; records come from the loop a chunk
+    at a time. ``next()`` raises ConsumerBackloggedError as the async one."""
+
+    def __init__(
+        self, thread: LoopThread, consumer: walkit.LogConsumer, timeout: float | None
+    ) -> None:
+        super().__init__(thread, consumer, timeout)
+        self._consumer = consumer
+        self.name = consumer.name
+
+    def __repr__(self) -> str:
+        return f"walkit.sync.{self._consumer!r}"
+
+    @property
+    def async_consumer(self) -> walkit.LogConsumer:
+        return self._consumer
+
+    @property
+    def committed(self) -> LogPosition | None:
+        """Where the consumer resumes, as last stored or read (None before registration)."""
+        return self._consumer.committed
+
+    @property
+    def position(self) -> LogPosition | None:
+        """Where the next record will be looked for."""
+        return self._buffer[0].position if self._buffer else self._consumer.position
+
+    def register(self) -> LogPosition:
+        """Create the consumer unless it exists; where it resumes."""
+        return self._thread.call(self._consumer.register)
+
+    def commit(self, pos: LogPosition | str) -> None:
+        """Commit every record up to ``pos`` (inclusive), as :meth:`walkit.LogConsumer.commit`."""
+        self._thread.call(self._consumer.commit, pos)
+
+    def skip_lost(self) -> LogPosition:
+        """After ConsumerBackloggedError: go on at the log's truncation point."""
+        self._buffer.clear()
+        return self._thread.call(self._consumer.skip_lost)
 
 
 @final
@@ -444,6 +509,31 @@ class Log:
             return self._log.reader(start, end=end, follow=follow, skip_truncated=skip_truncated)
 
         return LogReader(self._thread, self._thread.run_sync(make), timeout)
+
+    def consumer(
+        self,
+        name: str,
+        *,
+        start: LogPosition | str = LogPosition.EARLIEST,
+        follow: bool = True,
+        timeout: float | None = None,
+    ) -> LogConsumer:
+        """The durable consumer ``name`` as a plain iterator with ``commit()`` (see
+        :class:`LogReader` for ``timeout``); the other arguments are
+        :meth:`walkit.Log.consumer`'s."""
+
+        def make() -> walkit.LogConsumer:
+            return self._log.consumer(name, start=start, follow=follow)
+
+        return LogConsumer(self._thread, self._thread.run_sync(make), timeout)
+
+    def consumers(self) -> list[ConsumerInfo]:
+        """:meth:`walkit.Log.consumers`, blocking."""
+        return self._thread.call(self._log.consumers)
+
+    def delete_consumer(self, name: str) -> None:
+        """:meth:`walkit.Log.delete_consumer`, blocking."""
+        self._thread.call(self._log.delete_consumer, name)
 
     def metadata(self) -> LogMetadata:
         return self._thread.call(self._log.metadata)

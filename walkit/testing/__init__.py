@@ -6,7 +6,8 @@
   a memory metadata store (versions, ephemerals, session expiry) and real clients.
 - :func:`run`: ``trio.run`` on a ``MockClock`` with trio's scheduler seeded, so a seed replays.
 - :class:`History` and the pure checkers (``check_*``): what clients were told, and whether the
-  protocol's invariants held.
+  protocol's invariants held; :class:`ConsumerHistory` and :func:`check_consumers` for durable
+  consumers (nothing committed is delivered again, nothing uncommitted is lost to retention).
 - :func:`check_kv_linearizable`: whether a key-value store's history (:class:`KVOperation`) is
   linearizable; :func:`check_linearizable` does the same for any :class:`Model`.
 - :class:`FaultProxy`: a TCP proxy between real processes that adds delay and jitter per
@@ -25,6 +26,7 @@ from walkit.testing._checkers import (
     check_readers_agree,
 )
 from walkit.testing._cluster import BOOKIE_PORT, SimBookie, SimCluster, derive_rng
+from walkit.testing._consumers import ConsumerEvent, ConsumerHistory, check_consumers
 from walkit.testing._history import (
     AddAcked,
     AddFailed,
@@ -61,6 +63,8 @@ __all__ = [
     "AddInvoked",
     "CheckResult",
     "CloseAcked",
+    "ConsumerEvent",
+    "ConsumerHistory",
     "Direction",
     "Event",
     "FaultProxy",
@@ -85,6 +89,7 @@ __all__ = [
     "assert_ok",
     "check_all",
     "check_closed_ledgers_replicated",
+    "check_consumers",
     "check_entry_replication",
     "check_fenced_writer",
     "check_kv_linearizable",
