@@ -23,7 +23,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 
@@ -32,8 +32,8 @@ from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncati
 from walkit._core.log_position import LogPosition, position
 from walkit._core.log_tail import CloseOutcome, close_outcome
 from walkit._core.producers import MAX_SEQUENCE
-from walkit._core.record import MAX_TIMESTAMP, Extras, Headers, Record, extras_of
-from walkit._core.record_set import TIMESTAMP_BYTES, ProducerTag, envelope_overhead, extras_size
+from walkit._core.record import MAX_TIMESTAMP, Record, extras_of
+from walkit._core.record_set import TIMESTAMP_BYTES, ProducerTag, envelope_overhead
 from walkit._core.retention import RECORDS_KEY
 from walkit._core.time_search import time_range_tag
 from walkit._logging import get_logger
@@ -52,6 +52,7 @@ from walkit.errors import (
 from walkit.ledger import LedgerWriter
 from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._producers import ProducerState, producer_tag, tail_start
+from walkit.log._record_input import RecordInput
 from walkit.log._retention import housekeeping
 from walkit.log._roll_timer import roll_by_time
 from walkit.log._store import fetch_log, update_log, write_log
@@ -148,9 +149,12 @@ class LogWriter:
         )
         max_entry = owner.client._context.options.max_entry_size
         stamp = 0 if clock is None else TIMESTAMP_BYTES
-        self._max_record = max_entry - envelope_overhead(1, producers=1) - stamp
-        #: The same for a record with a key, headers or timestamp (its key and headers count).
-        self._max_with_extras = max_entry - envelope_overhead(1, producers=1, extras=True)
+        self._input = RecordInput(
+            max_entry - envelope_overhead(1, producers=1) - stamp,
+            max_entry - envelope_overhead(1, producers=1, extras=True),
+            trace=opts.trace_context,
+        )
+        self._max_record = self._input.max_record
         #: Put the current trace context in every record's headers (walkit.otel).
         self._trace = opts.trace_context
         scan = None
@@ -235,11 +239,13 @@ class LogWriter:
         if type(payload) is bytes and len(payload) <= self._max_record:
             record = payload
         else:
-            record = self._record(payload)
+            record = self._input.record(payload)
         if key is None and headers is None and timestamp is None and not self._trace:
             extras = None
         else:
-            extras = self._extras(record, extras_of(key, headers, timestamp), self._trace_headers())
+            extras = self._input.extras(
+                record, extras_of(key, headers, timestamp), self._input.trace_headers()
+            )
         if producer_id is None and sequence is None:
             tag = None
             if not self._ledger_ready():  # (_current_ledger without its coroutine)
@@ -341,7 +347,7 @@ class LogWriter:
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
         stats = self._appends
         t0 = self._clock() if stats is not None else 0.0
-        records, extras = self._records(payloads, trace)
+        records, extras = self._input.batch(payloads, trace)
         first = producer_tag(producer_id, sequence)
         batcher = self._batches
         if first is None or not records:
@@ -387,71 +393,6 @@ class LogWriter:
             if earlier is None:
                 return self._producers.durable_prefix(tags)
             await earlier.settled()  # a copy in flight: its outcome decides
-
-    def _records(
-        self, payloads: Sequence[bytes | Record], trace: bool
-    ) -> tuple[list[bytes], list[Extras | None] | None]:
-        """The payloads of a batch, checked, and each one's extras (None: no record has any)."""
-        limit = self._max_record
-        items = payloads if isinstance(payloads, list) else list(payloads)
-        if not trace and all(type(p) is bytes and len(p) <= limit for p in items):
-            return cast("list[bytes]", items), None  # (all bytes: checked just above)
-        context = self._trace_headers() if trace else None
-        records: list[bytes] = []
-        extras: list[Extras | None] = []
-        for item in items:
-            if isinstance(item, Record):
-                record, ex = item.payload, item.extras
-            else:
-                record, ex = self._record(item), None
-            if ex is not None or context is not None:
-                ex = self._extras(record, ex, context)
-            elif len(record) > limit:
-                self._record(record)  # (raises: too big)
-            records.append(record)
-            extras.append(ex)
-        return records, extras if any(ex is not None for ex in extras) else None
-
-    def _trace_headers(self) -> Headers | None:
-        """The current trace context as headers, when the log carries it (else None)."""
-        if not self._trace:
-            return None
-        from walkit.otel import current_headers
-
-        return current_headers()
-
-    def _extras(
-        self, record: bytes, extras: Extras | None, context: Headers | None
-    ) -> Extras | None:
-        """A record's extras with the trace ``context`` headers merged in; InvalidArgumentError
-        if the record with its key and headers is too big for an entry."""
-        if context is not None:
-            from walkit.otel import merge
-
-            key, headers, timestamp = extras or (None, None, None)
-            extras = (key, merge(headers, context), timestamp)
-        if extras is None:
-            return None
-        size = len(record) + extras_size(extras)
-        if size > self._max_with_extras:
-            raise InvalidArgumentError(
-                f"record of {size} bytes with its key and headers is larger than the maximum "
-                f"{self._max_with_extras}"
-            )
-        return extras
-
-    def _record(self, payload: object) -> bytes:
-        if isinstance(payload, bytes):
-            record = payload
-        elif isinstance(payload, bytearray | memoryview):
-            record = bytes(payload)
-        else:
-            raise InvalidArgumentError(f"a record must be bytes, not {type(payload).__name__}")
-        if len(record) > self._max_record:
-            raise InvalidArgumentError(
-                f"record of {len(record)} bytes is larger than the maximum {self._max_record}"
-            )
-        return record
 
     async def _outcome(self, batch: RecordBatch) -> None:
         try:
