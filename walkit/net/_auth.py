@@ -37,7 +37,7 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.net._tls import tls_failure
-from walkit.net._transport import ClientStream, Network, StreamHandler
+from walkit.net._transport import STREAM_ERRORS, ClientStream, Network, StreamHandler
 
 log = get_logger(__name__)
 
@@ -102,12 +102,7 @@ class AuthNetwork:
         try:
             await stream.send(encode_frame(request))
             answer = await _receive_frame(stream)
-        except (
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-            OSError,
-        ) as exc:
+        except STREAM_ERRORS as exc:
             failure = tls_failure(address, exc, handshaken=True)
             if failure is None and isinstance(stream, TLSStream):
                 failure = TLSError(

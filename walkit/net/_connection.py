@@ -59,7 +59,7 @@ from walkit.net._outbox import Outbox
 from walkit.net._receive import Receiver
 from walkit.net._socket import SocketStream
 from walkit.net._tls import tls_failure
-from walkit.net._transport import ClientStream, Network
+from walkit.net._transport import STREAM_ERRORS, ClientStream, Network
 
 log = get_logger(__name__)
 
@@ -372,12 +372,7 @@ class BookieConnection:
     async def _send_loop(self, stream: ClientStream, scope: anyio.CancelScope) -> None:
         try:
             await self._outbox.run(stream)
-        except (
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-            OSError,
-        ) as exc:
+        except STREAM_ERRORS as exc:
             self._broken(self._lost(exc), scope)
         except WalkitError as exc:
             self._broken(
@@ -390,12 +385,7 @@ class BookieConnection:
                 await self._receive_into(stream.socket)
             else:
                 await self._receive_some(stream)
-        except (
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-            OSError,
-        ) as exc:
+        except STREAM_ERRORS as exc:
             self._broken(self._lost(exc), scope)
         except RemoteProtocolError as exc:
             self._broken(

@@ -13,6 +13,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Protocol, final
 
+import anyio
 import anyio.abc
 import trio
 
@@ -24,6 +25,14 @@ from walkit.net._socket import open_tcp_socket
 StreamHandler = Callable[[trio.abc.Stream], Awaitable[None]]
 #: A client's connection to a bookie.
 ClientStream = anyio.abc.ByteStream
+
+#: What a broken client stream raises (AnyIO's stream errors, and the socket's own).
+STREAM_ERRORS = (
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+    OSError,
+)
 
 
 class Network(Protocol):
