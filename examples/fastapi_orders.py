@@ -16,7 +16,6 @@ every order that got a 2xx is still there.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import random
@@ -26,7 +25,7 @@ from typing import Any, final
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, RedirectResponse
-from orders_state import Orders, check_order, encode
+from orders_state import Orders, argument_parser, check_order, encode
 
 import walkit
 from walkit.recipes import LeaderElection
@@ -149,11 +148,7 @@ def create_app(service: OrderService) -> FastAPI:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--metadata", required=True, help="the cluster's metadata URL")
-    parser.add_argument("--http", required=True, metavar="HOST:PORT")
-    parser.add_argument("--log", default="orders", help="the log's name (default: orders)")
-    parser.add_argument("--lease-timeout", type=float, default=2.0, metavar="SECONDS")
+    parser = argument_parser(__doc__.split("\n\n")[0])
     args = parser.parse_args()
     host, _, port = args.http.rpartition(":")
     service = OrderService(args.metadata, args.log, args.http, args.lease_timeout)

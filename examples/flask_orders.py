@@ -15,13 +15,12 @@ background thread tails from the log, and ``GET /status`` says ``{"role", "leade
 
 from __future__ import annotations
 
-import argparse
 import threading
 from typing import Any, final
 
 import waitress
 from flask import Flask, jsonify, redirect, request
-from orders_state import Orders, check_order, encode
+from orders_state import Orders, argument_parser, check_order, encode
 
 import walkit
 import walkit.sync
@@ -139,11 +138,7 @@ def create_app(service: OrderService) -> Flask:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--metadata", required=True, help="the cluster's metadata URL")
-    parser.add_argument("--http", required=True, metavar="HOST:PORT")
-    parser.add_argument("--log", default="orders", help="the log's name (default: orders)")
-    parser.add_argument("--lease-timeout", type=float, default=2.0, metavar="SECONDS")
+    parser = argument_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=8, help="waitress's worker threads")
     args = parser.parse_args()
     host, _, port = args.http.rpartition(":")

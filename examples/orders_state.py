@@ -7,6 +7,7 @@ safe. Pure: the services move the bytes and decide when to apply.
 
 from __future__ import annotations
 
+import argparse
 import json
 import uuid
 from typing import Any, final
@@ -17,6 +18,16 @@ __all__ = ["Orders", "check_order", "encode"]
 
 #: Largest order body accepted, in bytes.
 MAX_ORDER = 16 * 1024
+
+
+def argument_parser(description: str) -> argparse.ArgumentParser:
+    """The options both order services take (each adds its server's own)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--metadata", required=True, help="the cluster's metadata URL")
+    parser.add_argument("--http", required=True, metavar="HOST:PORT")
+    parser.add_argument("--log", default="orders", help="the log's name (default: orders)")
+    parser.add_argument("--lease-timeout", type=float, default=2.0, metavar="SECONDS")
+    return parser
 
 
 def check_order(body: object) -> dict[str, Any]:
