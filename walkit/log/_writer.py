@@ -154,9 +154,6 @@ class LogWriter:
             max_entry - envelope_overhead(1, producers=1, extras=True),
             trace=opts.trace_context,
         )
-        self._max_record = self._input.max_record
-        #: Put the current trace context in every record's headers (walkit.otel).
-        self._trace = opts.trace_context
         scan = None
         if tail is not None:
             start, end = tail, self.first_position
@@ -236,11 +233,11 @@ class LogWriter:
         # once per record.)
         stats = self._appends
         t0 = self._clock() if stats is not None else 0.0
-        if type(payload) is bytes and len(payload) <= self._max_record:
+        if type(payload) is bytes and len(payload) <= self._input.max_record:
             record = payload
         else:
             record = self._input.record(payload)
-        if key is None and headers is None and timestamp is None and not self._trace:
+        if key is None and headers is None and timestamp is None and not self._input.trace:
             extras = None
         else:
             extras = self._input.extras(
@@ -329,7 +326,7 @@ class LogWriter:
         remembers (see ``docs/log.md``). Raises as :meth:`append`.
         """
         return await self._append_batch(
-            payloads, producer_id, sequence, trace=self._trace, flush=flush
+            payloads, producer_id, sequence, trace=self._input.trace, flush=flush
         )
 
     async def _append_batch(

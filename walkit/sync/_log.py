@@ -212,7 +212,7 @@ class LogWriter:
         self._exit = exit_stack
         self._queue = _AppendQueue(thread, writer)
         self._queue.start()
-        self._trace = writer._trace
+        self._trace = writer._input.trace
 
     def __repr__(self) -> str:
         return f"walkit.sync.{self._writer!r}"
