@@ -225,3 +225,28 @@ def test_the_backends(tmp_path: Path) -> None:
                 assert [r.position for r in log.reader(follow=False)] == [pos]
         with pytest.raises(walkit.ConfigurationError, match="backend"):
             walkit.sync.Client.connect(url, backend="gevent")  # type: ignore[arg-type]
+
+
+def test_idle_past_the_lease_and_session_timeouts_a_leader_and_its_writer_go_on(
+    cluster: ProcessCluster,
+) -> None:
+    """The loop thread renews the lease and the metadata session by itself: while no
+    application thread calls in, for many times the lease and session timeouts, the leader
+    keeps its lead and its writer its log."""
+    path = "/elections/idle"
+    url = cluster.metadata_url
+    with (
+        walkit.sync.Client.connect(url, metadata_options={"session_timeout": 1.0}) as client,
+        walkit.sync.LeaderElection(url, path, "a", lease_timeout=0.5) as a,
+        walkit.sync.LeaderElection(url, path, "b", lease_timeout=0.5) as b,
+        walkit.sync.Log.open(client, "idle") as log,
+        log.writer() as writer,
+    ):
+        leader, other = (a, b) if a.is_leader else (b, a)
+        before = writer.append(b"before")
+        # Twelve leases, six sessions: no change of leader may come meanwhile.
+        assert not other.wait_changed(other.generation, timeout=6.0)
+        assert leader.is_leader and leader.confirm()
+        after = writer.append(b"after")
+        records = [(r.position, r.payload) for r in log.reader(follow=False)]
+        assert records == [(before, b"before"), (after, b"after")]
