@@ -240,13 +240,14 @@ def test_idle_past_the_lease_and_session_timeouts_a_leader_and_its_writer_go_on(
         walkit.sync.LeaderElection(url, path, "a", lease_timeout=0.5) as a,
         walkit.sync.LeaderElection(url, path, "b", lease_timeout=0.5) as b,
         walkit.sync.Log.open(client, "idle") as log,
-        log.writer() as writer,
     ):
         leader, other = (a, b) if a.is_leader else (b, a)
-        before = writer.append(b"before")
-        # Twelve leases, six sessions: no change of leader may come meanwhile.
-        assert not other.wait_changed(other.generation, timeout=6.0)
-        assert leader.is_leader and leader.confirm()
-        after = writer.append(b"after")
+        with log.writer() as writer:
+            before = writer.append(b"before")
+            # Twelve leases, six sessions: no change of leader may come meanwhile.
+            assert not other.wait_changed(other.generation, timeout=6.0)
+            assert leader.is_leader and leader.confirm()
+            after = writer.append(b"after")
+        # (Read once the writer closed the ledger: a reader sees up to the last entry then.)
         records = [(r.position, r.payload) for r in log.reader(follow=False)]
         assert records == [(before, b"before"), (after, b"after")]
