@@ -59,3 +59,27 @@ async def test_lac_is_sent_after_the_last_entry_and_not_during_a_stream(
         assert bookie_lacs(sim, lw.id) == [200, 200, 200]
         assert requests(sim) - before == 3 * 200 + 3
         await lw.close()
+
+
+async def test_no_lac_is_sent_while_a_slow_writer_keeps_writing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Acks that come more than the interval after their entry (a slow disk, say) do not make
+    the writer send the LAC alone each time: the next entry, sent right after, carries it."""
+    async with (
+        SimCluster(3, sync_latency=4 * INTERVAL) as sim,
+        sim.client(explicit_lac_interval=INTERVAL) as client,
+    ):
+        lw = await client.create_ledger(3, 3, 2)
+        await lw.append(b"first")
+        await trio.sleep(10 * INTERVAL)
+        before = requests(sim)
+        for i in range(1, 101):  # each append waits for its ack; the next follows soon after
+            await lw.append(b"entry %d" % i)
+            await trio.sleep(0.2 * INTERVAL)
+        assert requests(sim) - before == 3 * 100  # adds only
+        # Once it stops, the LAC still follows (after the interval, and the bookies' journal).
+        await trio.sleep(10 * INTERVAL)
+        assert bookie_lacs(sim, lw.id) == [100, 100, 100]
+        assert requests(sim) - before == 3 * 100 + 3
+        await lw.close()

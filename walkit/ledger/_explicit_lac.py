@@ -4,8 +4,11 @@ follows to carry it.
 Every entry carries the LAC known when it was sent (the protocol document), so the bookies
 learn that the last entries of a burst are acknowledged only with the next entry. A reader
 that long-polls the LAC would wait for it as long as the writer is quiet. So once the LAC has
-moved and no entry was sent for ``interval`` seconds, the writer sends the LAC by itself
-(BookKeeper's explicit LAC, ``WRITE_LAC``).
+moved and no entry was sent for ``interval`` seconds since (nor since the last entry went out),
+the writer sends the LAC by itself (BookKeeper's explicit LAC, ``WRITE_LAC``). Counting from
+the move, not only from the last send, matters to a writer that keeps writing: its acks come
+more than ``interval`` after the entries they acknowledge, and the next entry, a moment later,
+carries the LAC anyway.
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ class ExplicitLac:
             while True:
                 await self._moved.wait()
                 self._moved = anyio.Event()
-                with anyio.CancelScope(deadline=self.last_send + self.interval) as timer:
+                start = max(self.last_send, anyio.current_time())
+                with anyio.CancelScope(deadline=start + self.interval) as timer:
                     self._timer = timer
                     try:
                         await anyio.sleep_forever()
