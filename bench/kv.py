@@ -169,7 +169,7 @@ def run_once(index: int, args: argparse.Namespace) -> dict[str, Result]:
         machine = {"load_1m": os.getloadavg()[0]}
         machine.update(fdatasync_4k(tmp, seconds=1.0))
         for name, go in systems:
-            out[name] = go(Path(tmp), f"r{index}")
+            out[name] = go(Path(tmp), f"{name}-r{index}")  # (own dirs: "before" is walkit too)
         machine["load_1m_end"] = os.getloadavg()[0]
         out["machine"] = machine
     return out
