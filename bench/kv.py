@@ -98,7 +98,8 @@ def _phase(
 
 def _walkit(args: argparse.Namespace, load: Load, tmp: Path, tag: str, tree: Path | None) -> Result:
     out: Result = {}
-    with kv_service(tmp / f"kv-{tag}", 1.0, tree) as (reps, bookies):
+    extra = tuple(shlex.split(args.serve_args if tree is None else args.compare_args))
+    with kv_service(tmp / f"kv-{tag}", 1.0, tree, extra) as (reps, bookies):
         leader = leader_of(reps)
         followers = [r for r in reps if r is not leader]
         groups = {
@@ -186,6 +187,12 @@ def main() -> None:
     parser.add_argument("--no-etcd", action="store_true", help="the walkit service only")
     parser.add_argument(
         "--compare-tree", metavar="DIR", help="also run the service from this checkout"
+    )
+    parser.add_argument(
+        "--serve-args", default="", metavar="ARGS", help="more options for the replicas"
+    )
+    parser.add_argument(
+        "--compare-args", default="", metavar="ARGS", help="more options for the compared tree's"
     )
     parser.add_argument("--no-append", action="store_true", help="do not touch docs/")
     parser.add_argument("--quick", action="store_true", help="1 run of 2 s, 1 failover each")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import json.encoder
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, final
 
 import walkit
@@ -102,8 +102,15 @@ class KVState:
             return ("ok", current[0], at)
         raise ValueError(f"unknown operation at {position}: {op!r}")
 
-    def snapshot(self) -> bytes:
-        return json.dumps(self.data, sort_keys=True).encode()
+    def snapshot(self) -> Iterator[bytes]:
+        """The map as one JSON object, in chunks of ``SNAPSHOT_KEYS`` keys, encoded from a copy
+        of its items taken now: the leader encodes it a chunk at a time between its other work
+        (50,000 keys at once held its event loop ~50 ms, the service's p99)."""
+        return _json_object_chunks(list(self.data.items()))
+
+    def snapshot_bytes(self) -> bytes:
+        """:meth:`snapshot`, whole."""
+        return b"".join(self.snapshot())
 
     def restore(self, data: bytes) -> None:
         loaded = json.loads(data)
@@ -120,6 +127,18 @@ class KVState:
         if current is None:
             return _key_cost(key) + stored_bytes(value)
         return stored_bytes(value) - stored_bytes(current[0])
+
+
+#: Keys per snapshot chunk (~270 KB of JSON at 100 B values).
+SNAPSHOT_KEYS = 2000
+
+
+def _json_object_chunks(items: list[tuple[str, tuple[str, str]]]) -> Iterator[bytes]:
+    yield b"{"
+    for start in range(0, len(items), SNAPSHOT_KEYS):
+        part = json.dumps(dict(items[start : start + SNAPSHOT_KEYS]))[1:-1]
+        yield (part if start == 0 else "," + part).encode()
+    yield b"}"
 
 
 def _key_cost(key: str) -> int:

@@ -80,7 +80,7 @@ def fold_key(base: dict[str, Any], key: str | None, commands: list[Any]) -> str 
     for c in ordered:
         position = walkit.LogPosition(c["ledger_seq"], c["entry_id"], c["slot"])
         machine.apply(bytes(c["payload"]), position)
-    final = json.loads(machine.snapshot())
+    final = json.loads(machine.snapshot_bytes())
     return json.dumps(final[key]) if key in final else None
 
 
@@ -143,7 +143,7 @@ def compact(spark: Any, url: str, name: str, password: str | None = None) -> dic
     position = walkit.LogPosition(*last)
     machine = kv_state.KVState()
     machine.restore(json.dumps(state).encode())
-    trio.run(save_snapshot, url, name, pw, position, machine.snapshot())
+    trio.run(save_snapshot, url, name, pw, position, machine.snapshot_bytes())
     report.update(position=position, keys=len(state))
     return report
 

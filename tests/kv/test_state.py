@@ -65,7 +65,7 @@ def test_replicas_applying_the_same_log_agree_and_snapshots_round_trip() -> None
         assert a.apply(cmd, pos(1, i)) == b.apply(cmd, pos(1, i))
     assert a.data == b.data
     c = KVState()
-    c.restore(a.snapshot())
+    c.restore(a.snapshot_bytes())
     assert c.data == a.data
     # A snapshot of the first version of the example (plain values) still restores.
     c.restore(b'{"old": "value"}')
@@ -121,10 +121,33 @@ def test_the_size_counts_the_bytes_of_keys_and_values() -> None:
     s.apply(command("set", "t", "never", expect="9:9"), pos(1, 3))  # refused: no change
     assert s.size == 3 + 256 + 1 + 2 + 2 * o
     restored = KVState()
-    restored.restore(s.snapshot())
+    restored.restore(s.snapshot_bytes())
     assert restored.size == s.size
     s.apply(command("delete", "ké"), pos(1, 4))
     s.apply(command("delete", "gone"), pos(1, 5))
     assert s.size == 1 + 2 + o
     s.apply(command("delete", "t"), pos(1, 6))
     assert s.size == 0 and not s.data
+
+
+def test_a_snapshot_is_the_state_when_it_was_taken_in_chunks() -> None:
+    """The chunks are encoded later, while applies go on: they hold the state as it was when
+    ``snapshot`` was called, and join into one JSON object that restores it."""
+    import kv_state
+
+    s = KVState()
+    n = 2 * kv_state.SNAPSHOT_KEYS + 7
+    for i in range(n):
+        s.apply(command("set", f"k{i}", f"v{i}"), pos(1, i))
+    taken = dict(s.data)
+    chunks = s.snapshot()
+    s.apply(command("set", "k0", "changed"), pos(2, 0))
+    s.apply(command("delete", "k1"), pos(2, 1))
+    s.apply(command("set", "new", "x"), pos(2, 2))
+    parts = list(chunks)
+    assert len(parts) == 3 + 2  # the braces, and three chunks of keys
+    restored = KVState()
+    restored.restore(b"".join(parts))
+    assert restored.data == taken
+    empty = KVState()
+    assert json.loads(empty.snapshot_bytes()) == {}

@@ -199,3 +199,56 @@ async def test_bad_use(memory_url: str, tmp_path: Path) -> None:
         with pytest.raises(KeyError):  # an error in the block comes out as itself
             async with replica.lead():
                 raise KeyError("mine")
+
+
+class ChunkedCounters(Counters):
+    """Snapshots as chunks, encoded after the call from a copy taken during it; ``bad`` makes
+    it return something that is not a snapshot."""
+
+    bad: object = None
+
+    def snapshot(self) -> Any:
+        if self.bad is not None:
+            return self.bad
+        items = sorted(self.values.items())
+
+        def chunks() -> Any:
+            yield b"{"
+            for i, (name, value) in enumerate(items):
+                yield (", " if i else "").encode() + json.dumps({name: value})[1:-1].encode()
+            yield b"}"
+
+        return chunks()
+
+
+async def test_a_snapshot_in_chunks_is_the_state_at_its_position(
+    memory_url: str, tmp_path: Path
+) -> None:
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "chunked", roll_entries=8)
+        machine = ChunkedCounters()
+        replica = Replica(log, machine, snapshot_every=25)
+        commands = [b"c%d+%d" % (i % 40, i) for i in range(60)]
+        async with replica.lead() as leader:
+            for c in commands[:50]:
+                await leader.submit(c)
+            await leader.snapshot()  # on demand, too
+            await leader.submit_batch(commands[50:])
+        snaps = await log.snapshots()
+        assert [str(s.position) for s in snaps][-1] == str(machine.positions[49])
+        fresh = Counters()
+        await Replica(log, fresh).recover()
+        assert fresh.values == machine.values == expected(commands)
+        assert json.loads(await snaps[-1].read()) == expected(commands[:50])
+
+        # Not bytes, nor an iterable of bytes: a clear error, and the leader goes on.
+        again = Replica(log, machine)
+        async with again.lead() as leader:
+            for bad in ("text", 42, [b"{", "x"]):
+                machine.bad = bad
+                with pytest.raises(InvalidArgumentError, match="snapshot"):
+                    await leader.snapshot()
+            machine.bad = None
+            assert await leader.submit(b"c0+1") == machine.values["c0"]
+            await leader.snapshot()
+        assert json.loads(await (await log.latest_snapshot()).read()) == machine.values  # type: ignore[union-attr]

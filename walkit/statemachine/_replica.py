@@ -21,11 +21,12 @@ at the last record it applied. Entering ``lead()`` or ``follow()`` again continu
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Protocol, final
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from walkit._core.log_position import LogPosition
 from walkit._logging import get_logger
@@ -49,8 +50,14 @@ class StateMachine(Protocol):
     def apply(self, command: bytes, position: LogPosition) -> Any:
         """Apply one command; the return value goes back to whoever submitted it."""
 
-    def snapshot(self) -> bytes:
-        """The whole state, as bytes (called between two applies)."""
+    def snapshot(self) -> bytes | Iterable[bytes]:
+        """The whole state, as bytes, or as an iterable of chunks (called between two applies).
+
+        A leader consumes an iterable a chunk at a time, between its other work, while applies
+        go on: the iterable must read a copy of the state taken during the call (a generator
+        over a list made here), not the live state. A large state encoded that way does not
+        stall the leader (hashicorp/raft's ``FSMSnapshot.Persist`` runs beside ``Apply`` for
+        the same reason)."""
 
     def restore(self, data: bytes) -> None:
         """Replace the whole state with a snapshot's bytes."""
@@ -362,7 +369,7 @@ class Leader:
             return
         self._snapshotting = True
 
-    async def _save_quietly(self, pos: LogPosition, data: bytes) -> None:
+    async def _save_quietly(self, pos: LogPosition, data: bytes | Iterable[bytes]) -> None:
         try:
             await self._save(pos, data)
         except WalkitError as exc:
@@ -370,13 +377,38 @@ class Leader:
         finally:
             self._snapshotting = False
 
-    async def _save(self, pos: LogPosition, data: bytes) -> None:
+    async def _save(self, pos: LogPosition, data: bytes | Iterable[bytes]) -> None:
         replica = self._replica
         replica._since_snapshot = 0
         owner = replica.log
-        await owner.save_snapshot(pos, data)
+        await owner.save_snapshot(pos, _cooperative(data))
         if replica.truncate:
             kept = await owner.snapshots()
             if kept:
                 await self._writer.truncate(kept[0].position)
         log.info("replica_snapshot_saved", log=owner.name, position=str(pos))
+
+
+def _cooperative(data: object) -> bytes | AsyncIterator[bytes]:
+    """A machine's snapshot as ``save_snapshot`` takes it: an iterable of chunks is made in
+    turns, one chunk each, so other tasks run between them."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    if isinstance(data, str) or not isinstance(data, Iterable):
+        raise InvalidArgumentError(
+            f"a snapshot must be bytes or an iterable of bytes, not {type(data).__name__}"
+        )
+    parts: Iterable[object] = data
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for chunk in parts:
+            if not isinstance(chunk, bytes | bytearray | memoryview):
+                raise InvalidArgumentError(
+                    f"snapshot chunks must be bytes, not {type(chunk).__name__}"
+                )
+            yield bytes(chunk)
+            await anyio.lowlevel.checkpoint()
+
+    return chunks()
