@@ -23,7 +23,7 @@ from walkit.errors import (
     WriterFencedError,
 )
 from walkit.log import log_path
-from walkit.log._writer import ROLL_RETRY_DELAY
+from walkit.log._roll import ROLL_RETRY_DELAY
 from walkit.placement import BasePlacementPolicy
 
 P = LogPosition.parse
@@ -523,7 +523,7 @@ async def test_a_writer_rolls_away_from_a_failed_ledger(memory_url: str, tmp_pat
             with trio.fail_after(30):
                 while len(placement.writable_bookies()) < 3:  # noqa: ASYNC110 (a watch's effect)
                     await trio.sleep(0.01)
-            retry_at = w._roll_retry_at
+            retry_at = w._roller.retry_at
             assert retry_at <= trio.current_time() + ROLL_RETRY_DELAY
             await trio.sleep_until(retry_at)
             with trio.fail_after(30):

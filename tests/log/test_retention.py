@@ -72,8 +72,8 @@ async def test_a_reader_recovering_the_old_ledger_is_not_a_takeover(
             await old.append_batch([b"x", b"y", b"z"])
             reader = await client.open_ledger(old.id, password=log.options.password, recovery=True)
             assert reader.last_add_confirmed == 2
-            await w._close_old(old, anyio.Event())
-            assert w._error is None
+            await w._roller.close_old(old, anyio.Event())
+            assert w._state.error is None
             second = await w.append(b"b")  # still the writer
             assert second > first
         assert [r.payload async for r in log.reader(follow=False)] == [b"a", b"b"]
@@ -83,7 +83,7 @@ async def test_a_reader_recovering_the_old_ledger_is_not_a_takeover(
             await old.append(b"x")
             async with log.writer() as thief:  # a takeover: w no longer owns the log
                 await client.open_ledger(old.id, password=log.options.password, recovery=True)
-                await w._close_old(old, anyio.Event())
+                await w._roller.close_old(old, anyio.Event())
                 with pytest.raises(WriterFencedError):
                     await w.append(b"lost")
                 pos = await thief.append(b"c")

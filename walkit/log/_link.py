@@ -53,8 +53,8 @@ from walkit.errors import (
 )
 from walkit.ledger import LedgerWriter
 from walkit.log._context import KIND_KEY
+from walkit.log._recovery import recover_ledger
 from walkit.log._store import fetch_log, write_log
-from walkit.log._writer import _recover as recover_ledger
 from walkit.metadata import Decision, cas_update
 
 if TYPE_CHECKING:

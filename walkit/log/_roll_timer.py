@@ -24,7 +24,7 @@ __all__ = ["TimedWriter", "roll_by_time"]
 
 
 class TimedWriter(Protocol):
-    """What :func:`roll_by_time` needs of a log writer."""
+    """What :func:`roll_by_time` needs of a log writer (its :class:`~walkit.log._roll.LedgerRoller`)."""
 
     def stopped(self) -> bool:
         """Closing, closed, fenced or failed: no more rolls."""

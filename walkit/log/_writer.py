@@ -6,10 +6,8 @@ someone else changed the list: start over (which fences whoever won), up to
 ``takeover_attempts`` rounds. Recovered ledgers that turn out empty leave the list in the same
 CAS and are deleted after it.
 
-Roll: create the new ledger, CAS the list (only while ours is still last: otherwise we were
-taken over), switch new appends to it, then close the old one in the background. The next roll
-waits for that close, so at most two ledgers of a log are ever open, and only the last one
-takes new records.
+Rolls: :mod:`walkit.log._roll` (a :class:`LedgerRoller` that the writer owns and delegates to).
+The state both share (open, closing, closed, stopped by an error): :mod:`walkit.log._writer_state`.
 
 Order: appends get positions in the order of the calls, across rolls too. An append that has
 to wait (a roll is due or under way) queues on a FIFO lock; the lock is handed to the next
@@ -21,23 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 
 from walkit._core.backoff import Backoff
-from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation, should_roll
+from walkit._core.log_metadata import LogLedger, LogMetadata, Takeover, Truncation
 from walkit._core.log_position import LogPosition, position
-from walkit._core.log_tail import CloseOutcome, close_outcome
 from walkit._core.producers import MAX_SEQUENCE
 from walkit._core.record import MAX_TIMESTAMP, Record, extras_of
 from walkit._core.record_set import TIMESTAMP_BYTES, ProducerTag, envelope_overhead
-from walkit._core.retention import RECORDS_KEY
-from walkit._core.time_search import time_range_tag
 from walkit._logging import get_logger
-from walkit._retry import pause, retry
+from walkit._retry import pause
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -45,7 +39,6 @@ from walkit.errors import (
     LedgerFencedError,
     LedgerInRecoveryError,
     NoSuchLedgerError,
-    NoSuchLogError,
     WalkitError,
     WriterFencedError,
 )
@@ -53,40 +46,23 @@ from walkit.ledger import LedgerWriter
 from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._producers import ProducerState, producer_tag, tail_start
 from walkit.log._record_input import RecordInput
-from walkit.log._retention import housekeeping
-from walkit.log._roll_timer import roll_by_time
+from walkit.log._recovery import recover_ledger
+from walkit.log._roll import LedgerRoller
 from walkit.log._store import fetch_log, update_log, write_log
+from walkit.log._writer_state import WriterState, fenced_error
 from walkit.metadata import Decision, cas_update
 
 if TYPE_CHECKING:
-    from walkit.log._context import LogContext
     from walkit.log._handle import LogHandle
 
 log = get_logger(__name__)
 
 __all__ = ["LogWriter", "take_over"]
 
-#: After a failed roll (no bookies, store unreachable), appends go on in the current ledger
-#: and the roll is tried again this many seconds later.
-ROLL_RETRY_DELAY: Final = 1.0
-#: Attempts at recovering one ledger during a takeover (recovery is retryable).
-RECOVERY_ATTEMPTS: Final = 5
 #: Seconds a writer leaving ``async with`` on an error spends trying to close its ledger.
 CLOSE_ON_ERROR_TIMEOUT: Final = 5.0
-#: Attempts at closing the old ledger after a roll.
-CLOSE_ATTEMPTS: Final = 5
-#: Pauses between tries of closing an old ledger or recovering one.
-LOG_BACKOFF: Final = Backoff(first=0.1, cap=2.0)
 #: Pauses between takeover rounds lost to another writer (full jitter breaks the tie).
 TAKEOVER_BACKOFF: Final = Backoff(first=0.05, cap=1.0)
-
-
-def _fenced(name: str, why: str) -> WriterFencedError:
-    return WriterFencedError(f"log {name}: this writer was fenced ({why}); another writer owns it")
-
-
-def _copy(error: WalkitError) -> WalkitError:
-    return type(error)(*error.args)
 
 
 def _clock_ms(clock: Callable[[], float]) -> int:
@@ -116,27 +92,10 @@ class LogWriter:
         tail: LogPosition | None = None,
     ) -> None:
         self._log = owner
-        self._ledger = ledger
-        #: The id of the ledger a roll is listing (between its creation and the listing).
-        self._rolling_to: int | None = None
-        self._lw = lw
         #: Where this writer's records start: everything before it was written by earlier
         #: writers and is closed (a standby catches up to here before applying its own).
         self.first_position = LogPosition(ledger.seq, 0)
-        self._gate = anyio.Lock()
-        self._old_closed = anyio.Event()
-        self._old_closed.set()
-        self._roll_retry_at = -math.inf
-        self._error: WalkitError | None = None
-        #: The current ledger failed (its appends all fail now): roll at the next append.
-        self._broken = False
-        self._closing = False
-        self._closed = False
-        #: A roll by time is due (walkit.log._roll_timer); the loop time the current ledger's
-        #: age counts from; the scope of the timer task.
-        self._roll_aged = False
-        self.roll_clock_from = anyio.current_time()
-        self._timer_scope = anyio.CancelScope()
+        self._state = WriterState(owner)
         opts = owner.options
         clock = owner.client._context.options.wall_clock
         self._batches = RecordBatcher(
@@ -160,47 +119,39 @@ class LogWriter:
             scan = lambda: owner.reader(start, end=end, follow=False)  # noqa: E731
         self._producers = ProducerState(owner.name, scan)
         self._batches.on_done = self._producers.done
-        self._housekeeping_running = False
+        self._roller = LedgerRoller(owner, ledger, lw, self._state, self._batches, self._spawn)
         #: This log's append figures when the client keeps metrics (walkit.ledger._metrics).
         metrics = owner.client._context.metrics
         self._appends = None if metrics is None else metrics.appends(owner.name)
         self._clock = owner.client._context.loop.time
 
-    def _record_count(self, lw: LedgerWriter) -> Callable[[], dict[str, bytes]]:
-        """The ``walkit.records`` tag a close gives ``lw`` (read when its appends are done):
-        retention counts records by it."""
-        acked = self._batches.records_acked
-        times = self._batches.time_ranges
-        return lambda: {
-            RECORDS_KEY: str(acked.get(lw.id, 0)).encode(),
-            **time_range_tag(times.get(lw.id)),
-        }
-
     def _current(self) -> tuple[int, LedgerWriter]:
-        return self._ledger.seq, self._lw
+        roller = self._roller
+        return roller.ledger.seq, roller.lw
 
     def __repr__(self) -> str:
-        return f"LogWriter(log={self._log.name!r}, ledger_seq={self._ledger.seq}, ledger_id={self._lw.id})"
+        return f"LogWriter(log={self._log.name!r}, ledger_seq={self.ledger_seq}, ledger_id={self.ledger_id})"
 
     # --- public ----------------------------------------------------------------------------
 
     @property
     def ledger_seq(self) -> int:
         """The sequence number of the ledger new records go to."""
-        return self._ledger.seq
+        return self._roller.ledger.seq
 
     @property
     def ledger_id(self) -> int:
-        return self._lw.id
+        return self._roller.lw.id
 
     @property
     def end_position(self) -> LogPosition:
         """The position just after the last acknowledged record of the current ledger."""
-        return LogPosition(self._ledger.seq, self._lw.last_add_confirmed + 1)
+        roller = self._roller
+        return LogPosition(roller.ledger.seq, roller.lw.last_add_confirmed + 1)
 
     @property
     def is_closed(self) -> bool:
-        return self._closed
+        return self._state.closed
 
     async def append(
         self,
@@ -246,7 +197,7 @@ class LogWriter:
         if producer_id is None and sequence is None:
             tag = None
             if not self._ledger_ready():  # (_current_ledger without its coroutine)
-                await self._roll_first()
+                await self._roller.before_append()
         else:
             tag = producer_tag(producer_id, sequence)
             assert tag is not None  # (one of them given: a tag, or it raised)
@@ -266,8 +217,9 @@ class LogWriter:
     def _ledger_ready(self) -> bool:
         """The current ledger takes appends now: no roll due or under way, not broken (the
         common case, checked without a coroutine; otherwise see ``_current_ledger``)."""
-        self._check()
-        return not (self._broken or self._gate.locked() or self._roll_due())
+        self._state.check()
+        roller = self._roller
+        return not (roller.broken or roller.gate.locked() or roller.due())
 
     def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
         """Start a background task in the client's task group (False: the client is closing)."""
@@ -292,15 +244,7 @@ class LogWriter:
         """Roll first if one is due or under way (no checkpoint otherwise: call order is
         position order)."""
         if not self._ledger_ready():
-            await self._roll_first()
-
-    async def _roll_first(self) -> None:
-        """The rest of ``_current_ledger``, once ``_ledger_ready`` said no."""
-        if self._gate.locked() or self._roll_due():
-            await self._through_gate()
-            self._check()
-        elif self._broken:
-            await self._check_owner()  # the ledger failed and a roll must wait: still ours?
+            await self._roller.before_append()
 
     async def append_batch(
         self,
@@ -402,7 +346,7 @@ class LogWriter:
         (never back), readers starting before it start at it, and ledgers wholly before it are
         deleted (never the one holding ``pos``). ``pos`` may not be past the log's end."""
         pos = position(pos)
-        self._check()
+        self._state.check()
         if pos == LogPosition.LATEST:
             raise InvalidArgumentError("cannot truncate at LATEST: pass a record's position")
         if pos > self.end_position:
@@ -411,12 +355,8 @@ class LogWriter:
             )
 
         def change(md: LogMetadata) -> tuple[LogMetadata, Truncation]:
-            # Ours if the last ledger is this writer's current one, or the one a roll of
-            # this writer is listing right now (its compare-and-set may land first).
-            last = md.last
-            rolling = last is not None and last.ledger_id == self._rolling_to
-            if not (md.owned_by(self._ledger) or rolling):
-                raise _fenced(md.name, "another writer took over before the truncation")
+            if not self._roller.owns(md):
+                raise fenced_error(md.name, "another writer took over before the truncation")
             result = md.truncated_at(pos)
             return result.metadata, result
 
@@ -425,7 +365,7 @@ class LogWriter:
                 self._log.client._context, self._log.name, change
             )
         except WriterFencedError as exc:
-            raise self._was_fenced(str(exc)) from None
+            raise self._state.fenced(str(exc)) from None
         if result.dropped:
             log.info("log_truncated", log=self._log.name, at=str(pos), dropped=len(result.dropped))
             await self._log._delete_ledgers([lg.ledger_id for lg in result.dropped], "truncated")
@@ -433,33 +373,35 @@ class LogWriter:
     async def close(self) -> None:
         """Wait for pending appends and close the current ledger (its last acknowledged record
         is recorded). Raises WriterFencedError if another writer took over. Idempotent."""
-        if self._closed:
+        state, roller = self._state, self._roller
+        if state.closed:
             await anyio.lowlevel.checkpoint()
             return
-        self._closing = True
-        async with self._gate:  # a roll under way finishes first
+        state.closing = True
+        async with roller.gate:  # a roll under way finishes first
             pass
         last = self._batches.flush()
         if last is not None:  # the records queued before close are sent and waited for
             await last.settled()
-        await self._old_closed.wait()
-        if self._error is not None:
+        await roller.old_closed.wait()
+        lw = roller.lw
+        if state.error is not None:
             # Fenced or failed: the ledger is another writer's to recover; just stop ours.
             with contextlib.suppress(WalkitError):
-                await self._lw.close()
+                await lw.close()
             self._mark_closed()
-            raise _copy(self._error)
+            raise state.again()
         try:
-            await self._lw.close(custom_metadata=self._record_count(self._lw))
+            await lw.close(custom_metadata=roller.record_count(lw))
         except (LedgerFencedError, LedgerInRecoveryError) as exc:
             self._mark_closed()
-            why = f"ledger {self._lw.id} was recovered by another writer"
-            raise await self._gone_or(self._was_fenced(why)) from exc
+            why = f"ledger {lw.id} was recovered by another writer"
+            raise await state.gone_or(state.fenced(why)) from exc
         except NoSuchLedgerError as exc:  # deleted with its log?
             self._mark_closed()
-            raise await self._gone_or(exc) from exc
+            raise await state.gone_or(exc) from exc
         self._mark_closed()
-        log.debug("log_writer_closed", log=self._log.name, ledger_id=self._lw.id)
+        log.debug("log_writer_closed", log=self._log.name, ledger_id=lw.id)
 
     async def aclose(self) -> None:
         """:meth:`close` under the name every async handle closes with."""
@@ -479,48 +421,37 @@ class LogWriter:
                 await self.close()
             except WalkitError as close_error:  # the body's error is the one to report
                 log.warning("log_writer_close_failed", log=self._log.name, error=str(close_error))
-        self._closing = True
+        self._state.closing = True
         self._mark_closed()
 
     # --- internals -------------------------------------------------------------------------
 
     def _mark_closed(self) -> None:
-        self._closed = True
+        self._state.closed = True
         self._batches.stop()  # (its releaser task ends)
-        self._timer_scope.cancel()
-
-    def _check(self) -> None:
-        if self._error is not None:
-            raise _copy(self._error)
-        if self._closing or self._closed:
-            raise LedgerClosedError(f"the writer of log {self._log.name} is closed")
-
-    def _was_fenced(self, why: str) -> WalkitError:
-        if self._error is None:
-            self._error = _fenced(self._log.name, why)
-            log.warning("log_writer_fenced", log=self._log.name, why=why)
-        return _copy(self._error)
+        self._roller.stop_timer()
 
     def _append_failed(self, lw: LedgerWriter | None, exc: WalkitError) -> WalkitError:
         """The error an append that failed with ``exc`` raises. A ledger that failed for good
         (no bookies to replace a failed one ...) is rolled away from at the next append."""
         if lw is None:  # never sent (record sets always are, or fail when sent)
             return exc
-        if isinstance(exc, LedgerFencedError) and lw is not self._lw:
+        roller = self._roller
+        if isinstance(exc, LedgerFencedError) and lw is not roller.lw:
             # A ledger left by a roll, recovered by a reader while this append was pending:
-            # its close (_close_old) decides whether that was a takeover.
+            # its close (LedgerRoller.close_old) decides whether that was a takeover.
             return LedgerFencedError(
                 f"log {self._log.name}: ledger {lw.id} was recovered while this append was "
                 "pending (the record may be written)"
             )
         if isinstance(exc, LedgerFencedError):
-            return self._was_fenced(f"ledger {lw.id} was fenced")
+            return self._state.fenced(f"ledger {lw.id} was fenced")
         if (
             not isinstance(exc, InvalidArgumentError | LedgerClosedError)
-            and lw is self._lw
-            and not self._broken
+            and lw is roller.lw
+            and not roller.broken
         ):
-            self._broken = True
+            roller.broken = True
             log.warning("log_ledger_failed", log=self._log.name, ledger_id=lw.id, error=str(exc))
         return exc
 
@@ -530,254 +461,11 @@ class LogWriter:
         """:meth:`_append_failed`, and NoSuchLogError instead of a fence if the log is gone."""
         error = self._append_failed(lw, exc)
         if isinstance(error, WriterFencedError):
-            return await self._gone_or(error)
+            return await self._state.gone_or(error)
         return error
-
-    async def _gone_or(self, error: WalkitError) -> WalkitError:
-        """NoSuchLogError (kept as this writer's error) if the log was deleted, else ``error``."""
-        context = self._log.client._context
-        try:
-            await fetch_log(context, self._log.name)
-        except NoSuchLogError:
-            gone = NoSuchLogError(f"log {self._log.name!r} was deleted")
-            self._error = gone
-            log.warning("log_writer_log_deleted", log=self._log.name)
-            return _copy(gone)
-        except WalkitError:
-            pass
-        return error
-
-    async def _closed_by_other(self, old: LedgerWriter) -> None:
-        """The close of ``old`` (left by a roll) found it fenced: by a reader that recovered it
-        (harmless when it kept every acknowledged entry and the log is still ours), or by
-        another writer's takeover."""
-        context = self._log.client._context
-        why = f"ledger {old.id} was recovered by another writer"
-        try:
-            closed_at = await _recover(self._log, old.id)
-            md, _version = await fetch_log(context, self._log.name)
-            outcome = close_outcome(
-                acknowledged=old.last_add_confirmed,
-                closed_at=closed_at,
-                still_owner=md.owned_by(self._ledger),
-            )
-        except NoSuchLogError:
-            await self._gone_or(self._was_fenced(why))
-            return
-        except WalkitError:
-            outcome = CloseOutcome.FENCED
-        if outcome is CloseOutcome.CLOSED:
-            log.info("log_old_ledger_closed_by_reader", log=self._log.name, ledger_id=old.id)
-        elif outcome is CloseOutcome.SHORT:
-            log.error(
-                "log_old_ledger_closed_short",
-                log=self._log.name,
-                ledger_id=old.id,
-                acknowledged=old.last_add_confirmed,
-            )
-            if self._error is None:
-                self._error = LedgerClosedError(
-                    f"log {self._log.name}: ledger {old.id} was closed before entries this "
-                    "writer acknowledged"
-                )
-        else:
-            await self._gone_or(self._was_fenced(why))
-
-    # --- rolls by time (walkit.log._roll_timer) -----------------------------------------------
-
-    def _start_roll_timer(self) -> None:
-        interval = self._log.options.roll_interval
-        if interval is not None:
-            self._spawn(functools.partial(self._roll_timer, interval))
-
-    async def _roll_timer(self, interval: float) -> None:
-        with self._timer_scope:
-            await roll_by_time(self, interval, ROLL_RETRY_DELAY)
-
-    def stopped(self) -> bool:
-        return self._closing or self._closed or self._error is not None
-
-    @property
-    def holds_records(self) -> bool:
-        return self._lw.last_add_confirmed >= 0
-
-    async def roll_aged(self) -> None:
-        self._roll_aged = True
-        await self._through_gate()
-
-    def quiet(self) -> None:
-        if self._log.options.retain_age is not None:
-            self._start_housekeeping(takeover=False)
-
-    def _start_housekeeping(self, *, takeover: bool) -> None:
-        """Retention (and after a takeover, orphan collection) in the background."""
-        if self._housekeeping_running:
-            return
-        self._housekeeping_running = True
-        try:
-            self._log.client._context.task_group.start_soon(self._housekeeping, takeover)
-        except RuntimeError:  # the client is closing
-            self._housekeeping_running = False
-
-    async def _housekeeping(self, takeover: bool) -> None:
-        try:
-            await housekeeping(self._log, takeover=takeover)
-        finally:
-            self._housekeeping_running = False
-
-    async def _check_owner(self) -> None:
-        context = self._log.client._context
-        md, _version = await fetch_log(context, self._log.name)
-        if not md.owned_by(self._ledger):
-            raise self._was_fenced("another writer took over")
-
-    def _roll_due(self) -> bool:
-        if self._error is not None or self._closing:
-            return False
-        opts = self._log.options
-        lw = self._lw
-        due = (
-            self._broken
-            or self._roll_aged
-            or should_roll(
-                lw.last_add_confirmed + 1,
-                lw.length,
-                roll_entries=opts.roll_entries,
-                roll_bytes=opts.roll_bytes,
-            )
-        )
-        # The clock only when a roll is due (not on every append): after a failed roll,
-        # the next waits ROLL_RETRY_DELAY.
-        return due and anyio.current_time() >= self._roll_retry_at
-
-    async def _through_gate(self) -> None:
-        # Acquire and release explicitly: the caller must enter the ledger's append right after
-        # the release, with no checkpoint in between, to keep positions in call order.
-        await self._gate.acquire()
-        try:
-            if self._roll_due():
-                await self._roll()
-        finally:
-            self._gate.release()
-
-    async def _roll(self) -> None:
-        await self._old_closed.wait()
-        owner = self._log
-        current = self._ledger
-        try:
-            new_lw = await owner._create_ledger("data")
-        except WalkitError as exc:
-            self._roll_failed(exc)
-            return
-
-        def change(md: LogMetadata) -> tuple[LogMetadata, LogLedger]:
-            last = md.last
-            if last is not None and last.ledger_id == new_lw.id:  # our earlier try got through
-                return md, last
-            return md.after_roll(current, new_lw.id)
-
-        self._rolling_to = new_lw.id
-        try:
-            _md, _version, new_ledger = await update_log(owner.client._context, owner.name, change)
-        except WriterFencedError as exc:
-            self._rolling_to = None
-            await owner._discard_ledger(new_lw)
-            raise self._was_fenced(str(exc)) from None
-        except NoSuchLogError as exc:
-            self._rolling_to = None
-            await owner._discard_ledger(new_lw)
-            self._error = exc
-            raise _copy(exc) from None
-        except WalkitError as exc:
-            self._rolling_to = None
-            await owner._discard_ledger(new_lw)
-            self._roll_failed(exc)
-            return
-        old = self._lw
-        self._lw, self._ledger = new_lw, new_ledger
-        self._rolling_to = None
-        self._broken = self._roll_aged = False
-        self.roll_clock_from = anyio.current_time()
-        self._old_closed = anyio.Event()
-        self._batches.pump()  # record sets queued meanwhile go to the new ledger
-        log.info(
-            "log_rolled",
-            log=owner.name,
-            old_ledger=old.id,
-            old_last_entry=old.last_add_confirmed,
-            new_ledger=new_lw.id,
-            seq=new_ledger.seq,
-        )
-        try:
-            owner.client._context.task_group.start_soon(self._close_old, old, self._old_closed)
-        except RuntimeError:  # the client is closing: close it here
-            await self._close_old(old, self._old_closed)
-
-    def _roll_failed(self, exc: WalkitError) -> None:
-        log.warning("log_roll_failed", log=self._log.name, error=str(exc))
-        self._roll_retry_at = anyio.current_time() + ROLL_RETRY_DELAY
-
-    async def _close_old(self, old: LedgerWriter, done: anyio.Event) -> None:
-        """Close the ledger a roll left (waits for its pending appends). Never raises."""
-        try:
-            for attempt in range(CLOSE_ATTEMPTS):
-                try:
-                    await old.close(custom_metadata=self._record_count(old))
-                    self._start_housekeeping(takeover=False)
-                    return
-                except (LedgerFencedError, LedgerInRecoveryError):
-                    await self._closed_by_other(old)
-                    return
-                except WalkitError as exc:
-                    if not exc.retryable or attempt == CLOSE_ATTEMPTS - 1:
-                        # The ledger stays open until the next takeover recovers it; this
-                        # writer stops so that a new one can take over.
-                        log.warning("log_old_ledger_close_failed", ledger_id=old.id, error=str(exc))
-                        if self._error is None:
-                            self._error = exc
-                        return
-                await pause(LOG_BACKOFF, attempt, self._log.client._context.rng)
-        except Exception:  # pragma: no cover - a bug must not take the client down
-            log.exception("log_old_ledger_close_crashed", ledger_id=old.id)
-        finally:
-            done.set()
 
 
 # --- takeover ------------------------------------------------------------------------------
-
-
-async def _recover(owner: LogContext, ledger_id: int) -> int:
-    """Fence and recover one ledger; its last entry id (-1: empty)."""
-    client = owner.client
-
-    async def recover() -> int:
-        reader = await client.open_ledger(ledger_id, password=owner.options.password, recovery=True)
-        return reader.last_add_confirmed
-
-    def retry_on(exc: Exception) -> bool:
-        return (
-            isinstance(exc, WalkitError)
-            and not isinstance(exc, NoSuchLedgerError)
-            and (exc.retryable)
-        )
-
-    def logged(exc: Exception, attempt: int, seconds: float) -> None:
-        log.info(
-            "log_recovery_retry",
-            log=owner.name,
-            ledger_id=ledger_id,
-            error=str(exc),
-            retry_in=round(seconds, 3),
-        )
-
-    return await retry(
-        recover,
-        attempts=RECOVERY_ATTEMPTS,
-        backoff=LOG_BACKOFF,
-        rng=client._context.rng,
-        retry_on=retry_on,
-        on_retry=logged,
-    )
 
 
 def _takeover_decision(
@@ -810,7 +498,7 @@ async def take_over(owner: LogHandle) -> LogWriter:
         gone = False
         for lg in md.to_recover():
             try:
-                recovered[lg.ledger_id] = await _recover(owner, lg.ledger_id)
+                recovered[lg.ledger_id] = await recover_ledger(owner, lg.ledger_id)
             except NoSuchLedgerError:
                 again, _ = await fetch_log(context, name)
                 if lg in again.ledgers:
@@ -847,8 +535,8 @@ async def take_over(owner: LogHandle) -> LogWriter:
         tail = [lg.seq for lg in md.to_recover()]
         # Producers are learned from the recovered tail, at the first tagged append.
         writer = LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
-        writer._start_housekeeping(takeover=True)
-        writer._start_roll_timer()
+        writer._roller.start_housekeeping(takeover=True)
+        writer._roller.start_timer()
         return writer
     raise WriterFencedError(
         f"log {name}: could not take over: other writers kept taking it over "
