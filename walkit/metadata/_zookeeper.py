@@ -170,6 +170,10 @@ class _ZkWatch:
         self.needs_rearm = False
         self._lock = threading.Lock()
         self._pending: list[WatchEvent] = []
+        #: Whether the event being re-armed after says the node is there (a data watch):
+        #: ZooKeeper's watches fire once, so a delete or a creation between that event and the
+        #: re-arming read fires nothing, and only that read can tell.
+        self._fired_exists: bool | None = None
 
     # All of the below may run on any thread and never block.
 
@@ -194,6 +198,7 @@ class _ZkWatch:
 
     def _children_armed(self, result: Any) -> None:
         if isinstance(result.exception, kz.NoNodeError):
+            self._found(exists=False)
             # No children watch on a missing node: watch for its creation instead.
             try:
                 self.store._zk.exists_async(self.full, watch=self._fired).rawlink(self._armed)
@@ -206,18 +211,31 @@ class _ZkWatch:
 
     def _armed(self, result: Any) -> None:
         if result.exception is not None:
+            self._fired_exists = None
             self.needs_rearm = True  # re-armed (with a catch-up event) after reconnecting
         elif self.children and result.value is not None and not isinstance(result.value, list):
             # The exists fallback found the node: it was created meanwhile.
             self.arm(WatchEvent(WatchEventKind.CHANGED, self.path))
             return
+        else:
+            self._found(exists=result.value is not None)
         self._flush()
+
+    def _found(self, *, exists: bool) -> None:
+        """The re-arming read found the node (or not): if the event it follows said otherwise,
+        the node was deleted, or created, in between, and nothing fired for that."""
+        fired_exists, self._fired_exists = self._fired_exists, None
+        if fired_exists is not None and exists != fired_exists:
+            kind = WatchEventKind.CHANGED if exists else WatchEventKind.DELETED
+            with self._lock:
+                self._pending.append(WatchEvent(kind, self.path))
 
     def _fired(self, event: WatchedEvent) -> None:
         kind = _EVENT_KINDS.get(event.type)
         if kind is None:  # EventType.NONE: kazoo dropped its watches (connection lost)
             self.needs_rearm = True
             return
+        self._fired_exists = kind is not WatchEventKind.DELETED
         self.arm(WatchEvent(kind, self.path))
 
     def _flush(self) -> None:
