@@ -84,7 +84,9 @@ class LogOptions:
     keep_snapshots: int = count(1).field(
         3, "snapshots kept in the metadata (the oldest's ledger is deleted when a new one is saved)"
     )
-    snapshot_chunk_size: int = count(1).field(1024 * 1024, "snapshot bytes per ledger entry")
+    snapshot_chunk_size: int = count(1).field(
+        256 * 1024, "snapshot bytes per ledger entry (written one at a time)"
+    )
     read_batch: int = count(1).field(
         256,
         "entries a reader fetches from the bookies at once (at most: a range also stops at "
