@@ -311,7 +311,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = 130
     except WalkitError as exc:
-        print(f"walkit: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from walkit._cli._connect import describe_error
+
+        print(f"walkit: error: {describe_error(exc)}", file=sys.stderr)
         code = 1
     raise SystemExit(code)
 

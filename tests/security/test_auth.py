@@ -269,6 +269,7 @@ def test_simpletest_with_auth_token_file(token_cluster: ProcessCluster, tmp_path
     result = walkit_cli("simpletest", "--metadata", url, "--entries", "20")
     assert result.returncode == 1
     assert "requires authentication" in result.stderr
+    assert "--auth-token-file PATH" in result.stderr  # the CLI's way, not only the library's
     bad.chmod(0o644)
     result = walkit_cli("simpletest", "--metadata", url, "--auth-token-file", str(bad))
     assert result.returncode == 1

@@ -57,3 +57,4 @@ def test_cluster_check_with_tls_tokens_and_zookeeper_acls(
         assert refused["ok"] is False and refused["failed"] == 3, refused
         for row in refused["bookies"]:
             assert row["ok"] is False and "requires authentication" in row["error"], row["error"]
+            assert "--auth-token-file" in row["error"], row["error"]

@@ -11,10 +11,18 @@ import time
 from typing import Any, Final
 
 from walkit._core.auth import TokenAuth
+from walkit.errors import AuthenticationError, WalkitError
 from walkit.net import TLSConfig
 from walkit.net._auth import read_token_file
 
-__all__ = ["AUTH_TOKEN_ENV", "TLS_ENV", "add_tls_options", "connect_options", "read_token_file"]
+__all__ = [
+    "AUTH_TOKEN_ENV",
+    "TLS_ENV",
+    "add_tls_options",
+    "connect_options",
+    "describe_error",
+    "read_token_file",
+]
 
 AUTH_TOKEN_ENV: Final = "WALKIT_AUTH_TOKEN_FILE"
 
@@ -70,3 +78,12 @@ def auth_config(args: argparse.Namespace) -> TokenAuth | None:
     """The token from ``--auth-token-file`` or the environment (None: no authentication)."""
     path = getattr(args, "auth_token_file", None) or os.environ.get(AUTH_TOKEN_ENV) or None
     return None if path is None else read_token_file(path)
+
+
+def describe_error(exc: WalkitError) -> str:
+    """``exc`` as a subcommand reports it. A bookie's refusal names the library's way to send
+    a token; a command line user's way is an option of its own, so it is named too."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, AuthenticationError):
+        text += f" (walkit commands: --auth-token-file PATH, or ${AUTH_TOKEN_ENV})"
+    return text

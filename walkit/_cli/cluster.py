@@ -16,7 +16,7 @@ from typing import Any, Final, TextIO, final
 
 import trio
 
-from walkit._cli._connect import connect_options
+from walkit._cli._connect import connect_options, describe_error
 from walkit._cli.output import emit, emit_record
 from walkit._core.types import BookieId, BookieInfo
 from walkit.errors import InvalidArgumentError, NotEnoughBookiesError, WalkitError
@@ -146,7 +146,7 @@ async def _check_one(client: Any, bookie: BookieId, timeout: float) -> dict[str,
     except trio.TooSlowError:
         row["error"] = f"no answer within {timeout:g} s"
     except WalkitError as exc:
-        row["error"] = f"{type(exc).__name__}: {exc}"
+        row["error"] = describe_error(exc)
     finally:
         if ledger_id is not None:
             with trio.move_on_after(timeout) as cleanup, trio.CancelScope(shield=True):
