@@ -60,6 +60,31 @@ async def test_append_figures_are_scraped(memory_url: str, tmp_path: Path) -> No
     assert buckets == sorted(buckets)  # cumulative
     assert 0.5 in APPEND_BUCKETS  # the alert rules' threshold is a bucket bound
     assert got[("walkit_ledger_ensemble_changes_total", ())] == 0
+    # The log's appends are the log's: none is counted again as a ledger append.
+    assert got[("walkit_ledger_append_seconds_count", ())] == 0
+
+
+async def test_ledger_appends_are_scraped(memory_url: str, tmp_path: Path) -> None:
+    """Ledger writers used directly (BookKeeper's ledger API) report their own latency."""
+    registry = CollectorRegistry()
+    async with (
+        cluster(memory_url, tmp_path, 3),
+        connect(memory_url, metrics_registry=registry) as client,
+    ):
+        async with await client.create_ledger(3, 3, 2) as lw:
+            for i in range(4):
+                await lw.append(b"%02d" % i)
+            await lw.append_batch([b"abc"] * 3)
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in registry.collect()
+        for s in family.samples
+    }
+    assert got[("walkit_ledger_appended_entries_total", ())] == 7
+    assert got[("walkit_ledger_appended_bytes_total", ())] == 4 * 2 + 3 * 3
+    assert got[("walkit_ledger_append_seconds_count", ())] == 7
+    assert got[("walkit_ledger_append_seconds_bucket", (("le", "+Inf"),))] == 7
+    assert 0 < got[("walkit_ledger_append_seconds_sum", ())] < 7 * 10
 
 
 async def test_ensemble_changes_recoveries_and_reader_lag(memory_url: str, tmp_path: Path) -> None:

@@ -72,6 +72,9 @@ class ClientMetrics:
 
     def __init__(self) -> None:
         self._appends: dict[str, AppendStats] = {}
+        #: Appends through the ledger API (ledger writers used directly: applications,
+        #: snapshots, staged ledgers), per entry; a log's are in its own ``appends``.
+        self.ledger_appends = AppendStats()
         self.ensemble_changes = 0
         self.recoveries = 0
         self._readers: dict[str, weakref.WeakSet[Any]] = {}
@@ -127,6 +130,19 @@ class ClientMetrics:
             "Payload bytes of the records appended and acknowledged",
             labels=["log"],
         )
+        ledger_latency = HistogramMetricFamily(
+            "walkit_ledger_append_seconds",
+            "Seconds from a ledger append's call to its acknowledgement, per entry, for ledger "
+            "writers used directly (a log's appends are in walkit_log_append_seconds)",
+        )
+        ledger_entries = CounterMetricFamily(
+            "walkit_ledger_appended_entries",
+            "Entries appended and acknowledged through ledger writers used directly",
+        )
+        ledger_bytes = CounterMetricFamily(
+            "walkit_ledger_appended_bytes",
+            "Payload bytes of those entries",
+        )
         changes = CounterMetricFamily(
             "walkit_ledger_ensemble_changes",
             "Ensemble changes of this client's ledger writers (a bookie replaced after a "
@@ -162,9 +178,14 @@ class ClientMetrics:
         )
         if with_samples:
             self._samples(latency, records, size, reader_lag, commit_lag, behind, released)
+            ledger = self.ledger_appends
+            ledger_latency.add_metric([], _buckets(ledger), sum_value=ledger.seconds)
+            ledger_entries.add_metric([], ledger.records)
+            ledger_bytes.add_metric([], ledger.bytes)
             changes.add_metric([], self.ensemble_changes)
             recoveries.add_metric([], self.recoveries)
-        yield from (latency, records, size, changes, recoveries)
+        yield from (latency, records, size, ledger_latency, ledger_entries, ledger_bytes)
+        yield from (changes, recoveries)
         yield from (reader_lag, commit_lag, behind, released)
 
     def _samples(
@@ -180,13 +201,7 @@ class ClientMetrics:
         # (Read while the event loop may add to them: each number is read once, so a scrape
         # sees every bucket at most one append apart, as prometheus' own histograms do.)
         for log, stats in list(self._appends.items()):
-            counts = list(stats.buckets)
-            cumulative = 0
-            buckets: list[tuple[str, float]] = []
-            for bound, n in zip((*APPEND_BUCKETS, float("inf")), counts, strict=True):
-                cumulative += n
-                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-            latency.add_metric([log], buckets, sum_value=stats.seconds)
+            latency.add_metric([log], _buckets(stats), sum_value=stats.seconds)
             records.add_metric([log], stats.records)
             size.add_metric([log], stats.bytes)
         for log, readers in list(self._readers.items()):
@@ -237,3 +252,13 @@ def client_metrics(registry: Any) -> ClientMetrics | None:
         raise ConfigurationError(f"metrics_registry: {exc}") from None
     _BY_REGISTRY[registry] = found
     return found
+
+
+def _buckets(stats: AppendStats) -> list[tuple[str, float]]:
+    """``stats``' buckets as a prometheus histogram's cumulative counts."""
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, n in zip((*APPEND_BUCKETS, float("inf")), list(stats.buckets), strict=True):
+        cumulative += n
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+    return buckets

@@ -133,6 +133,8 @@ class LedgerWriter:
     ) -> None:
         self._context = context
         self._time = context.loop.time
+        #: Where direct appends report their latency when the client keeps metrics.
+        self._appends = None if context.metrics is None else context.metrics.ledger_appends
         self._md = WriterMetadata(context, metadata, version)
         self.id = metadata.ledger_id
         self._digest: DigestManager = context.digest_manager(metadata, password)
@@ -254,6 +256,7 @@ class LedgerWriter:
         """
         data = _payload(payload)
         self._check_appendable(len(data))
+        t0 = self._time()
         if self._admission.locked() or self._tracker.pending_count >= self._max_pending:
             async with self._admission:  # FIFO: ids follow the order of the calls
                 while self._tracker.pending_count >= self._max_pending:
@@ -262,7 +265,10 @@ class LedgerWriter:
                 entry_id = self._add((data,))
         else:
             entry_id = self._add((data,))
-        return await self._wait_acknowledged(entry_id)
+        acknowledged = await self._wait_acknowledged(entry_id)
+        if self._appends is not None:
+            self._appends.observe(self._time() - t0, 1, len(data))
+        return acknowledged
 
     async def append_batch(self, payloads: Sequence[bytes]) -> list[int]:
         """Append several entries, pipelined; returns their (consecutive) ids once all are
@@ -276,6 +282,7 @@ class LedgerWriter:
         if not datas:
             await anyio.lowlevel.checkpoint()
             return []
+        t0 = self._time()
         first = self._tracker.next_entry_id
         if (
             not self._admission.locked()
@@ -298,6 +305,8 @@ class LedgerWriter:
                     last = self._add(chunk)
                     done += len(chunk)
         await self._wait_acknowledged(last)
+        if self._appends is not None:
+            self._appends.observe(self._time() - t0, len(datas), sum(len(d) for d in datas))
         return list(range(first, last + 1))
 
     async def read(self, first: int, last: int) -> list[Entry]:
