@@ -45,6 +45,7 @@ class Options:
     port: int = 0
     lease_timeout: float = 1.0
     snapshot_every: int = 10_000
+    snapshot_ratio: float = 1.0
     max_body: int = 64 * 1024
     #: Commands per group commit, at most.
     max_batch: int = 512
@@ -176,7 +177,10 @@ class KVService:
                     async with self._connect() as log:
                         if self._replica is None:
                             self._replica = Replica(
-                                log, self.state, snapshot_every=opts.snapshot_every
+                                log,
+                                self.state,
+                                snapshot_every=opts.snapshot_every,
+                                snapshot_ratio=opts.snapshot_ratio,
                             )
                         else:  # what was applied stays: the new handle reads on from there
                             self._replica.log = log

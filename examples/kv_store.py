@@ -229,6 +229,12 @@ def serve_main(argv: list[str]) -> None:
         "--snapshot-every", type=_positive(int), default=10_000, help="commands per snapshot"
     )
     parser.add_argument(
+        "--snapshot-ratio",
+        type=_positive(float),
+        default=1.0,
+        help="and a snapshot waits until the log since the last one is this many times its size",
+    )
+    parser.add_argument(
         "--max-body", type=_positive(int), default=64 * 1024, help="largest value, in bytes"
     )
     parser.add_argument("--ensemble", type=_positive(int), default=3, help="E of the log's ledgers")
@@ -299,6 +305,7 @@ def serve_main(argv: list[str]) -> None:
         port=port,
         lease_timeout=args.lease_timeout,
         snapshot_every=int(args.snapshot_every),
+        snapshot_ratio=float(args.snapshot_ratio),
         max_body=int(args.max_body),
         max_connections=None if args.max_connections is None else int(args.max_connections),
         idle_timeout=float(args.idle_timeout),

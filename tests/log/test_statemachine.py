@@ -262,3 +262,49 @@ async def test_a_snapshot_in_chunks_is_the_state_at_its_position(
             assert await leader.submit(b"c0+1") == machine.values["c0"]
             await leader.snapshot()
         assert json.loads(await (await log.latest_snapshot()).read()) == machine.values  # type: ignore[union-attr]
+
+
+class Padded(Counters):
+    """A state whose snapshot is large beside its commands; counts its snapshots."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshots = 0
+
+    def snapshot(self) -> bytes:
+        self.snapshots += 1
+        return json.dumps(self.values).encode() + b" " * 1000
+
+    def restore(self, data: bytes) -> None:
+        super().restore(data.strip())
+
+
+async def test_snapshot_ratio_waits_for_as_much_log_as_the_last_snapshot(
+    memory_url: str, tmp_path: Path
+) -> None:
+    async with cluster(memory_url, tmp_path, 3), connect(memory_url) as client:
+        log = await Log.open(client, "ratio")
+        for bad in (0, -1.0, True, "1", float("inf")):
+            with pytest.raises(ConfigurationError, match="snapshot_ratio"):
+                Replica(log, Padded(), snapshot_ratio=bad)  # type: ignore[arg-type]
+        machine = Padded()
+        replica = Replica(log, machine, snapshot_every=5, snapshot_ratio=1.0)
+        commands = [b"c%d+1" % (i % 3) for i in range(300)]  # 5 bytes each
+        async with replica.lead() as leader:
+            await leader.submit_batch(commands[:5])  # no snapshot yet: the first one is due
+            for c in commands[5:]:
+                await leader.submit(c)
+        # The first after 5 records; the next once 5-byte records add up to its ~1,030 bytes
+        # (about 206 records later): 2 in all, where snapshot_every=5 alone makes 60.
+        assert machine.snapshots == 2
+        assert machine.values == expected(commands)
+        size = (await log.latest_snapshot()).size  # type: ignore[union-attr]
+        assert size > 1000
+
+        # A replica that restored that snapshot knows its size: a few records are not enough.
+        other = Padded()
+        again = Replica(log, other, snapshot_every=5, snapshot_ratio=1.0)
+        async with again.lead() as leader:
+            for c in commands[:20]:
+                await leader.submit(c)
+        assert other.snapshots == 0 and other.restores == 1

@@ -68,9 +68,11 @@ class Replica:
     """One copy of a state machine, kept up to date from a log (see the module docs).
 
     ``snapshot_every``: a leader saves a snapshot after this many applied records (None:
-    never by itself; :meth:`Leader.snapshot` saves one on demand). ``truncate``: after a
-    snapshot, the leader truncates the log at the oldest snapshot still kept, so the log always
-    covers every kept snapshot.
+    never by itself; :meth:`Leader.snapshot` saves one on demand). ``snapshot_ratio``: also
+    wait until the records applied since the last snapshot hold this many times its size in
+    bytes, so that a large state is not written again for a little log (LogCabin's
+    ``snapshotRatio``). ``truncate``: after a snapshot, the leader truncates the log at the
+    oldest snapshot still kept, so the log always covers every kept snapshot.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class Replica:
         machine: StateMachine,
         *,
         snapshot_every: int | None = 10_000,
+        snapshot_ratio: float | None = None,
         truncate: bool = True,
     ) -> None:
         if snapshot_every is not None and (
@@ -89,15 +92,28 @@ class Replica:
             raise ConfigurationError(
                 f"snapshot_every must be an int >= 1 or None, not {snapshot_every!r}"
             )
+        if snapshot_ratio is not None and (
+            isinstance(snapshot_ratio, bool)
+            or not isinstance(snapshot_ratio, int | float)
+            or not 0 < snapshot_ratio < float("inf")
+        ):
+            raise ConfigurationError(
+                f"snapshot_ratio must be a number > 0 or None, not {snapshot_ratio!r}"
+            )
         self.log = log
         self.machine = machine
         self.snapshot_every = snapshot_every
+        self.snapshot_ratio = snapshot_ratio
         self.truncate = truncate
         #: The position of the last record applied (EARLIEST before any).
         self.applied_position = LogPosition.EARLIEST
         #: Records applied by this replica (replayed ones included; a restore does not count).
         self.applied_count = 0
         self._since_snapshot = 0
+        #: Payload bytes applied since the last snapshot, and that snapshot's size (None: none
+        #: known), for ``snapshot_ratio``.
+        self._since_snapshot_bytes = 0
+        self._snapshot_size: int | None = None
         self._recovered = False
         self._busy = False
         #: Set (and replaced) when a record is applied while someone waits in wait_applied:
@@ -193,6 +209,7 @@ class Replica:
         snap = await self.log.latest_snapshot()
         if snap is not None:
             self.machine.restore(await snap.read())
+            self._snapshot_size = snap.size
             self.applied_position = snap.position
             self._progress.set()
             self._progress = anyio.Event()
@@ -202,6 +219,7 @@ class Replica:
                 f"log {self.log.name} was truncated past this replica and has no snapshot"
             )
         self._since_snapshot = 0
+        self._since_snapshot_bytes = 0
         self._recovered = True
 
     async def _catch_up(self, *, end: LogPosition | None, follow: bool) -> None:
@@ -226,6 +244,7 @@ class Replica:
         self.applied_position = position
         self.applied_count += 1
         self._since_snapshot += 1
+        self._since_snapshot_bytes += len(record.payload)
         if self._waited:
             self._waited = False
             self._progress.set()
@@ -362,6 +381,9 @@ class Leader:
         every = replica.snapshot_every
         if every is None or replica._since_snapshot < every or self._snapshotting:
             return
+        ratio, size = replica.snapshot_ratio, replica._snapshot_size
+        if ratio is not None and size is not None and replica._since_snapshot_bytes < ratio * size:
+            return
         data = replica.machine.snapshot()  # the state exactly at applied_position
         try:
             self._tasks.start_soon(self._save_quietly, replica.applied_position, data)
@@ -380,8 +402,10 @@ class Leader:
     async def _save(self, pos: LogPosition, data: bytes | Iterable[bytes]) -> None:
         replica = self._replica
         replica._since_snapshot = 0
+        replica._since_snapshot_bytes = 0
         owner = replica.log
-        await owner.save_snapshot(pos, _cooperative(data))
+        saved = await owner.save_snapshot(pos, _cooperative(data))
+        replica._snapshot_size = saved.size
         if replica.truncate:
             kept = await owner.snapshots()
             if kept:
