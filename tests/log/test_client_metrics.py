@@ -71,10 +71,11 @@ async def test_ledger_appends_are_scraped(memory_url: str, tmp_path: Path) -> No
         cluster(memory_url, tmp_path, 3),
         connect(memory_url, metrics_registry=registry) as client,
     ):
-        async with await client.create_ledger(3, 3, 2) as lw:
-            for i in range(4):
-                await lw.append(b"%02d" % i)
-            await lw.append_batch([b"abc"] * 3)
+        lw = await client.create_ledger(3, 3, 2)
+        for i in range(4):
+            await lw.append(b"%02d" % i)
+        await lw.append_batch([b"abc"] * 3)
+        await lw.close()
     got = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in registry.collect()
