@@ -13,16 +13,56 @@ carries the LAC anyway.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import final
 
 import anyio
 
+from walkit._core.add_tracker import AddTracker
+from walkit._core.wire import Response, WriteLacRequest, encode_frame
 from walkit._logging import get_logger
+from walkit.errors import ClientClosedError, WalkitError
+from walkit.net._connection import BookieConnection
 
 log = get_logger(__name__)
 
-__all__ = ["ExplicitLac"]
+__all__ = ["ExplicitLac", "write_lac"]
+
+
+@final
+class _Ignore:
+    """Answers nobody waits for (explicit LAC writes)."""
+
+    __slots__ = ()
+
+    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
+        pass
+
+    def on_error(self, tag: int, error: WalkitError) -> None:
+        pass
+
+
+_IGNORE = _Ignore()
+
+
+def write_lac(
+    ledger_id: int,
+    key: bytes,
+    conns: Sequence[BookieConnection],
+    tracker: AddTracker,
+    timeout: float,
+    lac: int,
+) -> None:
+    """Send ``lac`` to the writer's bookies (``conns``, by slot; not the blocked ones)."""
+    for slot, conn in enumerate(conns):
+        if tracker.is_blocked(slot):
+            continue
+        rid = conn.new_request_id()
+        frame = encode_frame(WriteLacRequest(rid, ledger_id, lac, key))
+        try:
+            conn.send((frame,), rid, _IGNORE, 0, timeout)
+        except ClientClosedError:
+            return
 
 
 @final

@@ -4,11 +4,13 @@ The decisions are :class:`walkit._core.add_tracker.AddTracker`'s and
 :mod:`walkit._core.ensemble_change`'s; this module moves bytes and waits. An append encodes its
 packet once, queues one frame per bookie of its write set on the shared connections (no task
 per entry), and waits until the tracker says its entry is acknowledged. Answers come back as
-calls on per-slot handlers. Ensemble changes run in :mod:`walkit.ledger._ensemble_changes`.
+calls on per-slot handlers. A failed add goes to :mod:`walkit.ledger._ensemble_changes`, which
+stops the writer or replaces the bookie.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, final
@@ -18,29 +20,21 @@ import anyio.abc
 
 from walkit._core.add_tracker import AddTracker, PendingAdd
 from walkit._core.digest import DigestManager
-from walkit._core.ensemble_change import (
-    AddFailure,
-    on_add_failure,
-)
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import BookieId, Entry
-from walkit._core.wire import Response, StatusCode, WriteLacRequest, encode_frame
+from walkit._core.wire import Response, StatusCode
 from walkit._logging import get_logger
 from walkit.errors import (
-    BookieTimeoutError,
     ClientClosedError,
     InvalidArgumentError,
     LedgerClosedError,
     NoSuchEntryError,
-    UnauthorizedAccessError,
     WalkitError,
-    WriterFencedError,
 )
 from walkit.ledger._context import ClientContext, status_error
 from walkit.ledger._ensemble_changes import EnsembleChanges
-from walkit.ledger._explicit_lac import ExplicitLac
+from walkit.ledger._explicit_lac import ExplicitLac, write_lac
 from walkit.ledger._reads import read_entries
-from walkit.ledger._replacements import choose_replacements
 from walkit.ledger._writer_metadata import WriterMetadata
 from walkit.net._connection import BookieConnection
 
@@ -103,22 +97,6 @@ class _SlotSink:
 
 
 @final
-class _Ignore:
-    """Answers nobody waits for (explicit LAC writes)."""
-
-    __slots__ = ()
-
-    def on_response(self, tag: int, status: int, msg: Response | None) -> None:
-        pass
-
-    def on_error(self, tag: int, error: WalkitError) -> None:
-        pass
-
-
-_IGNORE = _Ignore()
-
-
-@final
 class LedgerWriter:
     """The single writer of one ledger (from :meth:`walkit.Client.create_ledger`).
 
@@ -165,7 +143,9 @@ class LedgerWriter:
             else ExplicitLac(
                 interval,
                 lambda: self._tracker.last_add_confirmed,
-                self._write_lac,
+                functools.partial(
+                    write_lac, self.id, self._key, self._conns, self._tracker, opts.add_timeout
+                ),
                 lambda: self._error is not None,
             )
         )
@@ -173,11 +153,11 @@ class LedgerWriter:
         self._closing = False
         self._closed = False
         self._changes = EnsembleChanges(
-            self.id,
+            context,
+            self._md,
             self._tracker,
-            context.rng,
-            slots=metadata.ensemble_size,
-            commit=self._commit_new_fragment,
+            self._ensemble,
+            repoint=self._repoint,
             resend=self._queue,
             fail=self._fail,
             failed=lambda: self._error is not None,
@@ -186,8 +166,6 @@ class LedgerWriter:
         self._tasks: anyio.abc.TaskGroup | None = None
         #: Custom metadata the close adds (see ``close``).
         self._close_custom: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None
-        #: Bookies that refused this ledger's key (UNAUTHORIZED): never a replacement.
-        self._refused: set[BookieId] = set()
 
     def __repr__(self) -> str:
         return (
@@ -454,49 +432,8 @@ class LedgerWriter:
     # --- failures --------------------------------------------------------------------------
 
     def _write_failed(self, slot: int, error: WalkitError) -> None:
-        if self._error is not None or self._closed:
-            return
-        action = on_add_failure(error)
-        if action is AddFailure.WRITER_FENCED:
-            self._fail(
-                WriterFencedError(
-                    f"ledger {self.id} was fenced by another client; entries after "
-                    f"{self.last_add_confirmed} may or may not be written"
-                )
-            )
-            return
-        if action is AddFailure.STOP:
-            self._fail(error)
-            return
-        bookie = self._ensemble[slot]
-        # UNAUTHORIZED: the ledger id was claimed on this bookie with another key, or (with
-        # authentication on) this client's principal may not add there. Either way it will
-        # never take this ledger's adds, so it is never chosen again as a replacement for it.
-        if isinstance(error, UnauthorizedAccessError) and bookie not in self._refused:
-            self._refused.add(bookie)
-            log.warning(
-                "ledger_key_refused",
-                ledger_id=self.id,
-                bookie=str(bookie),
-                error=str(error),
-                detail=(
-                    "the bookie refuses this ledger's adds: the ledger id holds another key "
-                    "there, or this client's principal is not authorized to add (the bookie's "
-                    "log says which); replacing the bookie"
-                ),
-            )
-        if self._tracker.is_blocked(slot):
-            return
-        log.info(
-            "bookie_write_failed",
-            ledger_id=self.id,
-            bookie=str(bookie),
-            slot=slot,
-            error=str(error),
-            timeout=isinstance(error, BookieTimeoutError),
-        )
-        if self._tracker.on_bookie_failure(slot):
-            self._changes.start(self._tasks)
+        if self._error is None and not self._closed:
+            self._changes.write_failed(slot, error, self._tasks)
 
     def _fail(self, error: WalkitError) -> None:
         """The writer cannot go on: fail every pending append with ``error``."""
@@ -522,23 +459,13 @@ class LedgerWriter:
 
     # --- ensemble change -------------------------------------------------------------------
 
-    async def _commit_new_fragment(self, first_entry: int, slots: frozenset[int]) -> None:
-        context = self._context
-        current = tuple(self._ensemble)
-        replacements = choose_replacements(context, self._md.current, current, slots, self._refused)
-        await self._md.add_fragment(current, first_entry, replacements)
+    def _repoint(self, replacements: Mapping[int, BookieId]) -> None:
+        """An ensemble change committed: the replaced slots send to their new bookies, and
+        answers from the old ones no longer count."""
         for slot, bookie in replacements.items():
             self._ensemble[slot] = bookie
-            self._conns[slot] = context.pool.get(bookie)
+            self._conns[slot] = self._context.pool.get(bookie)
             self._sinks[slot] = _SlotSink(self, slot)
-        if context.metrics is not None:
-            context.metrics.ensemble_changes += 1
-        log.info(
-            "ensemble_changed",
-            ledger_id=self.id,
-            first_entry=first_entry,
-            replaced={str(current[s]): str(b) for s, b in replacements.items()},
-        )
 
     # --- background ------------------------------------------------------------------------
 
@@ -554,17 +481,6 @@ class LedgerWriter:
 
     def _stop(self) -> None:
         self._scope.cancel()
-
-    def _write_lac(self, lac: int) -> None:
-        for slot, conn in enumerate(self._conns):
-            if self._tracker.is_blocked(slot):
-                continue
-            rid = conn.new_request_id()
-            frame = encode_frame(WriteLacRequest(rid, self.id, lac, self._key))
-            try:
-                conn.send((frame,), rid, _IGNORE, 0, self._context.options.add_timeout)
-            except ClientClosedError:
-                return
 
     # --- close -----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """What every built-in policy shares: membership, the stabilized topology, location resolution
-and read ordering. Subclasses decide ``new_ensemble`` and ``replace_bookie``."""
+(from the sources in :mod:`._locations`) and read ordering. Subclasses decide ``new_ensemble``
+and ``replace_bookie``."""
 
 from __future__ import annotations
 
@@ -21,16 +22,10 @@ from walkit.errors import (
     NotEnoughBookiesError,
 )
 from walkit.placement._config import PlacementConfig
+from walkit.placement._locations import Locations, location_sources
 from walkit.placement._metrics import PlacementMetrics
 from walkit.placement._policy import EnsemblePlacementPolicy, PlacementResources
-from walkit.placement._resolvers import (
-    LocationResolver,
-    ScriptLocationResolver,
-    StaticLocationResolver,
-    reload_resolvers,
-    resolve_with,
-)
-from walkit.placement._topology import NetworkTopology, normalize_location, region_of
+from walkit.placement._topology import NetworkTopology, region_of
 
 log = get_logger(__name__)
 
@@ -89,10 +84,12 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         self._topology = NetworkTopology()
         # Where bookies that left were, for ensembles that still hold them (bounded).
         self._last_location: dict[BookieId, str] = {}
-        self._resolvers: list[Any] = []
         self._metrics = PlacementMetrics(None)
         self._local_region: str | None = None
         self.config = PlacementConfig()
+        self._locations = Locations(
+            [], self.config.default_rack, uses_locations=self.uses_locations, metrics=self._metrics
+        )
         self._rng = random.Random()
         self._clock: Callable[[], float] = anyio.current_time
 
@@ -112,26 +109,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             raise ConfigurationError("PlacementResources.clock must be a zero-argument callable")
         if res.random is not None and not isinstance(res.random, random.Random):
             raise ConfigurationError("PlacementResources.random must be a random.Random")
-        resolvers: list[Any] = []
-        if res.resolver is not None:
-            if not (isinstance(res.resolver, LocationResolver) or callable(res.resolver)):
-                raise ConfigurationError(
-                    "PlacementResources.resolver must have .resolve(names) or be callable"
-                )
-            resolvers.append(res.resolver)
-        if self.uses_locations:
-            if cfg.locations:
-                resolvers.append(StaticLocationResolver(cfg.locations))
-            if cfg.locations_file:
-                resolvers.append(StaticLocationResolver.from_file(cfg.locations_file))
-            if cfg.location_script:
-                resolvers.append(
-                    ScriptLocationResolver(
-                        cfg.location_script,
-                        timeout=cfg.location_script_timeout,
-                        max_args=cfg.location_script_max_args,
-                    )
-                )
+        resolvers = location_sources(cfg, res.resolver, self.uses_locations)
         with self._lock:
             self._metrics.close()
             self.config = cfg
@@ -141,13 +119,18 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             else:
                 self._rng = res.random
             self._clock = res.clock if res.clock is not None else anyio.current_time
-            self._resolvers = resolvers
             self._metrics = PlacementMetrics(res.metrics_registry)
+            self._locations = Locations(
+                resolvers,
+                cfg.default_rack,
+                uses_locations=self.uses_locations,
+                metrics=self._metrics,
+            )
             self._reresolve_all = bool(self._topology)
             self._closed = False
         local = cfg.local_region
         if local is None and cfg.local_host is not None:
-            loc = self._resolve_hosts([cfg.local_host]).get(cfg.local_host)
+            loc = self._locations.resolve_hosts([cfg.local_host]).get(cfg.local_host)
             local = None if loc is None else region_of(loc)
         self._local_region = local
 
@@ -164,12 +147,12 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             self._prepared.clear()
             self._last_location.clear()
             self._topology = NetworkTopology()
-            reload_resolvers(self._resolvers)
+            self._locations.reload()
             self._metrics.close()
 
     def reload_locations(self) -> None:
         """Drop cached locations; every bookie is resolved again at the next cluster change."""
-        reload_resolvers(self._resolvers)
+        self._locations.reload()
         with self._lock:
             self._reresolve_all = True
 
@@ -290,10 +273,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         """True when resolving a location may block (a location script is configured, or a
         resolver says ``blocking = True``): async callers should use
         :func:`apply_cluster_change`, which resolves in a worker thread."""
-        return any(
-            isinstance(r, ScriptLocationResolver) or getattr(r, "blocking", False)
-            for r in self._resolvers
-        )
+        return self._locations.may_block
 
     def prepare_cluster_change(
         self, writable: Set[BookieInfo] | Set[BookieId], readonly: Set[BookieInfo] | Set[BookieId]
@@ -306,7 +286,7 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         with self._lock:
             self._check_open()
             todo = self._needs_resolution(registered)
-        resolved = self._resolve(todo, registered)
+        resolved = self._locations.resolve(todo, registered)
         with self._lock:
             self._prepared.update({b: (registered[b], found) for b, found in resolved.items()})
 
@@ -335,12 +315,13 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
             if hit is not None and hit[0] == registered[b]:
                 resolved[b] = hit[1]
         # Resolution may run a script: do it without holding the lock.
-        resolved.update(self._resolve([b for b in todo if b not in resolved], registered))
+        locations = self._locations
+        resolved.update(locations.resolve([b for b in todo if b not in resolved], registered))
         with self._lock:
             period = self.config.stabilize_period
             for b, (loc, fell_back) in resolved.items():
                 self._topology.add(b, loc)
-                if fell_back and self._resolvers:
+                if fell_back and locations.resolvers:
                     self._fallback.add(b)
                 else:
                     self._fallback.discard(b)
@@ -408,47 +389,6 @@ class BasePlacementPolicy(EnsemblePlacementPolicy):
         return GONE
 
     # --- locations --------------------------------------------------------------------------
-
-    def _resolve(
-        self, bookies: list[BookieId], registered: Mapping[BookieId, str | None]
-    ) -> dict[BookieId, tuple[str, bool]]:
-        """bookie -> (location, fell back to the default rack)."""
-        default = self.config.default_rack
-        if not self.uses_locations:
-            return {b: (default, False) for b in bookies}
-        out: dict[BookieId, tuple[str, bool]] = {}
-        pending: list[BookieId] = []
-        for b in bookies:
-            reg = registered.get(b)
-            if reg is not None:
-                try:
-                    out[b] = (normalize_location(reg), False)
-                    continue
-                except InvalidArgumentError as exc:
-                    log.warning("placement.bad_registered_location", bookie=str(b), error=str(exc))
-            pending.append(b)
-        if pending:
-            found = self._resolve_hosts(sorted({b.host for b in pending}))
-            for b in pending:
-                loc = found.get(b.host)
-                if loc is None:
-                    out[b] = (default, True)
-                    log.info("placement.location_default", bookie=str(b), location=default)
-                else:
-                    out[b] = (loc, False)
-            self._metrics.fallback(sum(1 for b in pending if found.get(b.host) is None))
-        return out
-
-    def _resolve_hosts(self, hosts: list[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for resolver in list(self._resolvers):
-            rest = [h for h in hosts if h not in found]
-            if not rest:
-                break
-            for host, loc in zip(rest, resolve_with(resolver, rest), strict=True):
-                if loc is not None:
-                    found[host] = loc
-        return found
 
     def _forget(self, bookie: BookieId) -> None:
         """Take a bookie out of the topology, remembering where it was (lock held)."""

@@ -28,13 +28,8 @@ from walkit._core.wire import (
 )
 from walkit._logging import get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.server._connection import (
-    HEADER_END,
-    REFUSE_DRAIN,
-    Connection,
-    Peer,
-    RequestHandler,
-)
+from walkit_bookie.server._connection import Connection, Peer, RequestHandler
+from walkit_bookie.server._refusals import HEADER_END, REFUSE_DRAIN
 from walkit_bookie.server._stats import BookieStats
 
 log = get_logger(__name__)

@@ -11,6 +11,9 @@ bytes, and its peer must take queued answers within ``send_timeout``. At ``max_c
 a newcomer closes the connection idle longest instead of being refused (``_admission``),
 and while the answers queued over all connections are at their bound, a connection whose peer
 takes none of them is closed after ``evict_unread_after`` (see ``RequestHandler``).
+
+A connection's authentication is in :mod:`._authentication`; what bad input is reported and
+answered, and the linger before closing, in :mod:`._refusals`.
 """
 
 from __future__ import annotations
@@ -22,26 +25,21 @@ from typing import TYPE_CHECKING, Protocol, final
 import trio
 
 from walkit._core.wire import (
-    AuthRequest,
-    AuthResponse,
-    ErrorResponse,
     FrameDecoder,
     Message,
     StatusCode,
     decode_message,
-    encode_frame,
-    peek_request_id,
 )
 from walkit._logging import get_logger
 from walkit.errors import (
-    AuthenticationError,
     FrameTooLargeError,
     RemoteProtocolError,
-    UnsupportedVersionError,
 )
 from walkit.net import principal_of
 from walkit.net._direct import direct_fd, unwritten, write_now
 from walkit.net._receive import Receiver
+from walkit_bookie.server._authentication import authenticate, on_connect
+from walkit_bookie.server._refusals import linger, refuse_frame, refuse_message
 
 if TYPE_CHECKING:
     from walkit._core.auth import Authenticator
@@ -56,9 +54,6 @@ log = get_logger(__name__)
 #: RECEIVE_SIZE: a connection costs memory in proportion to what it sends.
 FIRST_RECEIVE_SIZE = 16 * 1024
 RECEIVE_SIZE = 1024 * 1024
-#: Most bytes drained from a peer after refusing its input, before closing (see ``_linger``).
-REFUSE_DRAIN = 256 * 1024
-HEADER_END = 4 + 10  # length prefix + version, type, request id
 #: A partial frame this small is never refused for the partial-frame budget.
 _PARTIAL_FREE = 64 * 1024
 _CLOSE_GRACE = 1.0  # seconds to flush answers before closing a connection
@@ -167,17 +162,11 @@ class Connection:
         self._handler = handler
         #: The peer's host address ("" if unknown), counted per address.
         self.address = address
-        #: Who the client is: the subject of its verified TLS certificate, else None.
-        self.principal = principal_of(stream)
-        authenticator = handler.authenticator
-        #: Whether requests are served (always, with authentication off).
-        self.authenticated = True
-        if authenticator is not None:
-            principal = authenticator.on_connect(self.principal)
-            self.authenticated = principal is not None
-            if principal is not None:
-                self.principal = principal
-                handler.stats.auth_ok += 1
+        #: Who the client is (the subject of its verified TLS certificate, else None, until
+        #: an AUTH request proves one), and whether its requests are served.
+        self.principal, self.authenticated = on_connect(
+            handler.authenticator, handler.stats, principal_of(stream)
+        )
         self._stream = stream
         self._out: list[bytes | memoryview] = []
         self._unsent = 0
@@ -402,7 +391,9 @@ class Connection:
             self._partial = held
             limit = handler.config.max_partial_frame_bytes
             if held > _PARTIAL_FREE and handler.stats.partial_frame_bytes > limit:
-                self._refuse_frame(
+                refuse_frame(
+                    self,
+                    handler.bad_input,
                     data,
                     fed,
                     consumed,
@@ -429,7 +420,7 @@ class Connection:
             try:
                 body = decoder.next_frame()
             except FrameTooLargeError as exc:
-                self._refuse_frame(data, fed, consumed, str(exc))
+                refuse_frame(self, handler.bad_input, data, fed, consumed, str(exc))
                 raise _Close from exc
             except RemoteProtocolError as exc:
                 handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
@@ -441,7 +432,8 @@ class Connection:
             try:
                 message = decode_message(body)
             except RemoteProtocolError as exc:
-                self._bad_message(body, exc)
+                if not refuse_message(self, handler.bad_input, body, exc):
+                    raise _Close from exc
                 continue
             if self.authenticated:
                 handler.handle(self, body, message)
@@ -462,92 +454,11 @@ class Connection:
         handler.bad_input.report(kind, peer=self.peer, error=error)
         raise _TimedOut
 
-    def _refuse_frame(
-        self,
-        data: bytes | bytearray | memoryview,
-        fed: int,
-        consumed: int,
-        reason: str,
-        status: StatusCode = StatusCode.BAD_REQUEST,
-        kind: str = "frame_too_large",
-    ) -> None:
-        # The refused frame starts at stream offset ``consumed``; answer with its request id
-        # if its header is in the chunk at hand.
-        chunk_start = fed - len(data)
-        request_id = 0
-        if consumed >= chunk_start and consumed + HEADER_END <= fed:
-            at = consumed - chunk_start + 4
-            request_id = peek_request_id(bytes(data[at : at + 10])) or 0
-        self._handler.bad_input.report(kind, peer=self.peer, request_id=request_id, error=reason)
-        self.send(encode_frame(ErrorResponse(request_id, status, reason)))
-
     def _authenticate(self, message: Message) -> None:
-        """The first request of a connection a bookie with authentication on has not
-        authenticated yet: an AUTH request, checked, or anything else, refused. A refusal is
-        answered AUTH_REQUIRED and closes the connection."""
         handler = self._handler
-        authenticator = handler.authenticator
-        assert authenticator is not None
-        rid = message.request_id
-        if isinstance(message, AuthRequest):
-            try:
-                principal = authenticator.authenticate(
-                    message.method, message.credentials, self.principal
-                )
-            except AuthenticationError as exc:
-                handler.stats.auth_refused += 1
-                handler.bad_input.report(
-                    "auth_refused", peer=self.peer, method=message.method[:64], error=str(exc)
-                )
-                self.send(encode_frame(AuthResponse(rid, StatusCode.AUTH_REQUIRED, str(exc))))
-                raise _Close from exc
-            self.principal = principal
-            self.authenticated = True
-            handler.stats.auth_ok += 1
-            log.debug("client_authenticated", peer=self.peer, principal=principal)
-            self.send(encode_frame(AuthResponse(rid, StatusCode.OK, principal)))
-            return
-        handler.stats.auth_refused += 1
-        handler.bad_input.report(
-            "auth_required", peer=self.peer, request=type(message).__name__, request_id=rid
-        )
-        why = (
-            "this bookie requires authentication: connect with "
-            "walkit.Client.connect(url, auth=...) (see docs/security.md)"
-        )
-        self.send(encode_frame(ErrorResponse(rid, StatusCode.AUTH_REQUIRED, why)))
-        raise _Close
-
-    def _bad_message(self, body: bytes, exc: RemoteProtocolError) -> None:
-        request_id = peek_request_id(body)
-        if request_id is None:
-            self._handler.bad_input.report("bad_message_closing", peer=self.peer, error=str(exc))
-            raise _Close from exc
-        status = (
-            StatusCode.BAD_VERSION
-            if isinstance(exc, UnsupportedVersionError)
-            else StatusCode.BAD_REQUEST
-        )
-        self._handler.bad_input.report(
-            "bad_message", peer=self.peer, request_id=request_id, error=str(exc)
-        )
-        self.send(encode_frame(ErrorResponse(request_id, status, str(exc))))
-
-    async def _linger(self) -> None:
-        """After refusing input: half-close, then drain what the peer still sends, briefly and
-        boundedly. Closing with unread input would reset the connection, and the reset can
-        destroy the answer that says why before the peer reads it."""
-        stream = self._stream
-        if not isinstance(stream, trio.abc.HalfCloseableStream) or self._out or self._unsent:
-            return  # not a TCP stream, or the writer is still sending (then it is broken)
-        try:
-            with trio.move_on_after(_CLOSE_GRACE):
-                await stream.send_eof()
-                drained = 0
-                while drained < REFUSE_DRAIN and (chunk := await stream.receive_some(65536)):
-                    drained += len(chunk)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
-            pass
+        assert handler.authenticator is not None
+        if not authenticate(self, handler.authenticator, handler.stats, handler.bad_input, message):
+            raise _Close
 
     async def serve(self) -> None:
         handler = self._handler
@@ -569,8 +480,9 @@ class Connection:
                 except _TimedOut:
                     nursery.cancel_scope.cancel()
                 await self._drain()
-                if refused:
-                    await self._linger()
+                if refused and not self._out and not self._unsent:
+                    # (with answers still queued the writer is still sending: it is broken)
+                    await linger(self._stream, _CLOSE_GRACE)
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
