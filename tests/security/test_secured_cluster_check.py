@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests._cluster import process_cluster
-from tests._zookeeper import ZooKeeperServer, unique_root
+from tests._zookeeper import ZooKeeperServer
 from tests.cli._run import walkit
-from tests.security.test_secured_consumers import ZK_USER, pki, private
+from tests.security._secured import pki, secured_cluster
 
-__all__ = ["pki"]  # (the fixture of test_secured_consumers, used here too)
+__all__ = ["pki"]  # (a fixture)
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.processes]
 
@@ -28,13 +28,10 @@ def test_cluster_check_with_tls_tokens_and_zookeeper_acls(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    root = unique_root(request.node.name)
-    zk_credentials = private(tmp_path / "zk-credentials", ZK_USER + "\n")
-    url = f"{zookeeper_server.url(root)}?credentials_file={zk_credentials}"
-    token_file = private(tmp_path / "client-token", TOKEN + "\n")
-    args = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]),
-            "--auth", "token",
-            "--auth-token-file", str(private(tmp_path / "tokens", f"ops:{TOKEN}\n"))]  # fmt: skip
+    cluster_setup = secured_cluster(
+        zookeeper_server, pki, tmp_path, request, principal="ops", token=TOKEN
+    )
+    url, token_file, args = cluster_setup.url, cluster_setup.token_file, cluster_setup.bookie_args
     with process_cluster(url, tmp_path, 3, extra_args=args) as cluster:
         secured = walkit(
             "cluster", "check", "--metadata", url, "--json",

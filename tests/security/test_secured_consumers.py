@@ -6,44 +6,26 @@ with the same TLS and token options as the rest of the CLI."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-import trustme
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 import walkit
 from tests._cluster import process_cluster
-from tests._zookeeper import ZooKeeperServer, unique_root
+from tests._zookeeper import ZooKeeperServer
 from tests.log.test_cli_log import walkit as walkit_cli
+from tests.security._secured import ZK_USER, pki, secured_cluster
 from walkit.log import log_path
+
+__all__ = ["pki"]  # (a fixture)
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.processes]
 
 NO_HANG = 60.0
 TOKEN = "consumers-s3cret-token"
-ZK_USER = "walkit:zk-s3cret"
-
-
-def private(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(0o600)
-    return path
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Iterator[dict[str, Path]]:
-    ca = trustme.CA()
-    files = {"ca": tmp_path / "ca.pem"}
-    ca.cert_pem.write_to_path(str(files["ca"]))
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    files["cert"], files["key"] = tmp_path / "bookie.pem", tmp_path / "bookie.key"
-    files["cert"].write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
-    cert.private_key_pem.write_to_path(str(files["key"]))
-    yield files
 
 
 def acl_of(zk: KazooClient, path: str) -> list[tuple[str, str, int]]:
@@ -57,13 +39,11 @@ async def test_consumers_on_tls_tokens_and_zookeeper_acls(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    root = unique_root(request.node.name)
-    zk_credentials = private(tmp_path / "zk-credentials", ZK_USER + "\n")
-    url = f"{zookeeper_server.url(root)}?credentials_file={zk_credentials}"
-    token_file = private(tmp_path / "client-token", TOKEN + "\n")
-    args = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]),
-            "--auth", "token",
-            "--auth-token-file", str(private(tmp_path / "tokens", f"app:{TOKEN}\n"))]  # fmt: skip
+    cluster_setup = secured_cluster(
+        zookeeper_server, pki, tmp_path, request, principal="app", token=TOKEN
+    )
+    url, token_file, args = cluster_setup.url, cluster_setup.token_file, cluster_setup.bookie_args
+    root = cluster_setup.root
     tls = walkit.TLSConfig(ca=pki["ca"])
     auth = walkit.TokenAuth(token=TOKEN)
     with process_cluster(url, tmp_path, 3, extra_args=args), trio.fail_after(NO_HANG):
