@@ -249,7 +249,7 @@ async def test_a_snapshot_in_chunks_is_the_state_at_its_position(
                 yield b"{"
                 raise ValueError("a bug in the machine")
 
-            for bad in ("text", 42, [b"{", "x"], failing()):
+            for bad in ("text", 42, [b"{", "x"], [b"{", None, b"}"], failing()):
                 machine.bad = bad
                 with pytest.raises(InvalidArgumentError, match="snapshot"):
                     await leader.snapshot()

@@ -430,13 +430,13 @@ def _cooperative(data: object) -> bytes | AsyncIterator[bytes]:
         it = iter(parts)
         while True:
             try:
-                chunk = next(it, None)
+                chunk = next(it)
+            except StopIteration:
+                return
             except Exception as exc:  # the machine's bug: this snapshot fails, not the leader
                 raise InvalidArgumentError(
                     f"the state machine's snapshot raised {type(exc).__name__}: {exc}"
                 ) from exc
-            if chunk is None:
-                return
             if not isinstance(chunk, bytes | bytearray | memoryview):
                 raise InvalidArgumentError(
                     f"snapshot chunks must be bytes, not {type(chunk).__name__}"
