@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -197,8 +198,8 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+        if not 0 < value < math.inf:  # (nan and inf are floats too)
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
         return value
 
     return parse
