@@ -199,7 +199,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
         if not 0 < value < math.inf:  # (nan and inf are floats too)
-            raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
+            raise argparse.ArgumentTypeError(f"must be > 0 (and finite), not {text}")
         return value
 
     return parse

@@ -65,6 +65,8 @@ async def test_serve_refuses_bad_options(tmp_path: Path) -> None:
             (("--metadata", url, "--http", "nonsense"), 2, "expected HOST:PORT"),
             (("--metadata", url, "--http", "127.0.0.1:99999"), 2, "expected HOST:PORT"),
             (("--metadata", url, "--lease-timeout", "0"), 2, "must be > 0"),
+            (("--metadata", url, "--lease-timeout", "nan"), 2, "must be > 0"),
+            (("--metadata", url, "--snapshot-ratio", "inf"), 2, "must be > 0"),
             (("--metadata", url, "--max-body", "big"), 2, "not a number"),
             (("--metadata", "bogus://x"), 1, "ConfigurationError: bad metadata URL"),
             (("--metadata", url, "--http", f"127.0.0.1:{port}"), 1, "Address already in use"),
