@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -75,7 +76,9 @@ async def test_log_commands(tmp_path: Path) -> None:
         assert start.returncode == 0
         lines = start.stdout.decode().splitlines()
         assert lines[0].split() == ["POSITION", "TIME", "KEY", "SIZE", "PAYLOAD"]
-        assert lines[1].split() == [str(positions[8]), "-", "-", "7", "order-8"]  # no clock
+        fields = lines[1].split()  # stamped by the client's wall clock, the default
+        assert fields[0] == str(positions[8]) and fields[2:] == ["-", "7", "order-8"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", fields[1]), fields
 
         # Errors: a clear message, a non-zero status.
         missing = await walkit(url, "log", "show", "nope")

@@ -78,11 +78,11 @@ async def test_keys_headers_and_timestamps_read_back(memory_url: str, tmp_path: 
 async def test_without_a_wall_clock_records_have_no_timestamp(
     memory_url: str, tmp_path: Path
 ) -> None:
-    """A client without ``wall_clock`` stamps nothing: its entries are record sets of version
-    1, as before timestamps; a timestamp given to the append is kept."""
+    """A client connected with ``wall_clock=None`` stamps nothing: its entries are record sets
+    of version 1, as before timestamps; a timestamp given to the append is kept."""
     async with (
         cluster(memory_url, tmp_path, 3),
-        connect(memory_url) as client,
+        connect(memory_url, wall_clock=None) as client,
         Log.open(client, "unstamped") as log,
     ):
         async with log.writer() as w:

@@ -39,7 +39,8 @@ async def test_bad_options_are_configuration_errors(
 
 
 async def test_age_retention_and_gc_need_a_wall_clock(memory_url: str) -> None:
-    async with connect(memory_url) as client:
+    """Only a client that turned stamping off (``wall_clock=None``) is refused."""
+    async with connect(memory_url, wall_clock=None) as client:
         with pytest.raises(ConfigurationError, match="wall_clock"):
             await Log.open(client, "x", retain_age=60)
         log = await Log.open(client, "x")

@@ -6,7 +6,7 @@ record model), and their checks.
   name may repeat. Given as such pairs or as a mapping; stored and read back as a tuple of
   pairs. No headers (None or empty) read back as None.
 - ``timestamp``: milliseconds since the Unix epoch, an int from 0 to 2^63-1, or None (the
-  writer's clock then gives one, if the client has a ``wall_clock``).
+  writer's clock then gives one, unless the client was connected with ``wall_clock=None``).
 
 Pure code: the writer checks what an append was given here, before it queues the record.
 """

@@ -7,6 +7,7 @@ two in step.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypedDict, final
 
@@ -108,7 +109,10 @@ class ClientOptions:
         attrs.Factory(dict), "options passed to the placement policy's initialize"
     )
     wall_clock: Callable[[], float] | None = CLOCK.field(  # noqa: RUF009  (an attrs field)
-        None, "wall clock (seconds since the epoch) for ledgers' creation time; None stores 0"
+        time.time,
+        "wall clock (seconds since the epoch) that stamps records and ledgers' creation time "
+        "(the system's, time.time, unless given; the simulation gives its MockClock's); None: "
+        "stamp nothing (records have no timestamp, retain_age and orphan collection refuse)",
     )
     metrics_registry: Any = REGISTRY.field(  # noqa: RUF009  (an attrs field)
         None,

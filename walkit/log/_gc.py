@@ -70,7 +70,7 @@ async def collect_orphans(
     when the log was created with one of its own (default: the one stored with the log; the
     ledgers of a log that no longer exists are deleted without a password check).
 
-    Needs a client with a ``wall_clock`` (ConfigurationError otherwise): ages come from the
+    Needs the wall clock (ConfigurationError for a client connected with ``wall_clock=None``): ages come from the
     ledgers' creation times. Ledgers of unknown age are never deleted.
     """
     from walkit.errors import ConfigurationError
@@ -80,7 +80,10 @@ async def collect_orphans(
     context = client._context
     clock = context.options.wall_clock
     if clock is None:
-        raise ConfigurationError("orphan collection needs a client with a wall_clock")
+        raise ConfigurationError(
+            "orphan collection needs a wall clock, and this client was connected with "
+            "wall_clock=None"
+        )
     now_ms = int(clock() * 1000)
     grace_ms = int(grace * 1000)
     wanted = None if name is None else name.encode()

@@ -102,7 +102,7 @@ class StagedLedger:
     ledger_id: int
     job: str
     part: int
-    #: Wall-clock milliseconds at creation (0 when the client has no ``wall_clock``).
+    #: Wall-clock milliseconds at creation (0 from a client connected with ``wall_clock=None``).
     ctime_ms: int
     #: Whether the ledger is closed (its task finished writing it, or it was recovered).
     closed: bool

@@ -241,8 +241,8 @@ class Log:
             options = attrs.evolve(options, password=md.config.password)
         if options.retain_age is not None and context.options.wall_clock is None:
             raise ConfigurationError(
-                f"log {name}: retain_age needs a client with a wall_clock "
-                "(Client.connect(..., wall_clock=time.time))"
+                f"log {name}: retain_age needs records' timestamps, and this client stamps "
+                "none (it was connected with wall_clock=None)"
             )
         return cls(client, name, options, md.config)
 
@@ -413,7 +413,10 @@ class Log:
             except InvalidArgumentError as exc:
                 raise ConfigurationError(str(exc)) from None
         if limits.age is not None and self._client._context.options.wall_clock is None:
-            raise ConfigurationError("retain_age needs a client with a wall_clock")
+            raise ConfigurationError(
+                "retain_age needs records' timestamps, and this client stamps none "
+                "(it was connected with wall_clock=None)"
+            )
         return await apply_retention(self, limits, dry_run=dry_run)
 
     @staticmethod
@@ -439,7 +442,7 @@ class Log:
     ) -> list[Orphan]:
         """Delete the ledgers tagged with log ``name`` (None: any log) that the log does not
         list and that were created over ``grace`` seconds ago (``dry_run``: only list them).
-        Needs a client with a ``wall_clock``. See :mod:`walkit.log._gc`."""
+        Needs the wall clock (refused for a client connected with ``wall_clock=None``). See :mod:`walkit.log._gc`."""
         return await collect_orphans(client, name, grace=grace, dry_run=dry_run, password=password)
 
     # --- internals -------------------------------------------------------------------------

@@ -133,7 +133,7 @@ class LogOptions:
     retain_age: float | None = optional(SECONDS).field(
         None,
         "retention: ... or once their newest record is older than this many seconds "
-        "(needs a client with a wall_clock). Never the current ledger, nor the latest "
+        "(needs timestamps: not with wall_clock=None). Never the current ledger, nor the latest "
         "snapshot's or later ones",
     )
     max_backlog_records: int | None = optional(count(0)).field(
@@ -155,7 +155,7 @@ class LogOptions:
         3600.0,
         "after a takeover, the writer deletes (in the background) ledgers tagged with the "
         "log's name that the log does not list and that were created over this many "
-        "seconds ago (None: never; needs a client with a wall_clock)",
+        "seconds ago (None: never; needs timestamps: not with wall_clock=None)",
     )
 
     @trace_context.validator

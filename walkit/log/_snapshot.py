@@ -45,7 +45,7 @@ class Snapshot:
     ledger_id: int
     size: int
     crc32c: int
-    #: Wall-clock milliseconds at save time (0 when the client has no ``wall_clock``).
+    #: Wall-clock milliseconds at save time (0 from a client connected with ``wall_clock=None``).
     time_ms: int
     _log: LogContext = attrs.field(repr=False, eq=False)
 

@@ -167,7 +167,7 @@ class LogWriter:
 
         ``key`` (bytes), ``headers`` ((name, value) pairs of str and bytes, or a mapping) and
         ``timestamp`` (ms since the epoch; default: the writer's wall clock when it sends the
-        record's entry, none without a ``wall_clock``) come back on the reader's
+        record's entry, none from a client connected with ``wall_clock=None``) come back on the reader's
         :class:`LogRecord`.
 
         Records from concurrent tasks share entries (record sets, see ``batch_bytes``) and get

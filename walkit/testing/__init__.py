@@ -4,7 +4,8 @@
   pause, partitions, refused connects, resets), all driven by one seeded ``random.Random``.
 - :class:`SimCluster`: real bookies on simulated storage (crash loses what was not synced),
   a memory metadata store (versions, ephemerals, session expiry) and real clients.
-- :func:`run`: ``trio.run`` on a ``MockClock`` with trio's scheduler seeded, so a seed replays.
+- :func:`run`: ``trio.run`` on a ``MockClock`` with trio's scheduler seeded, so a seed replays;
+  :func:`sim_wall_clock`, the wall clock a :class:`SimCluster` gives its clients.
 - :class:`History` and the pure checkers (``check_*``): what clients were told, and whether the
   protocol's invariants held; :class:`ConsumerHistory` and :func:`check_consumers` for durable
   consumers (nothing committed is delivered again, nothing uncommitted is lost to retention).
@@ -44,6 +45,7 @@ from walkit.testing._network import LinkFaults, SimClientStream, SimNetwork, Sim
 from walkit.testing._proxy import Direction, FaultProxy
 from walkit.testing._runner import (
     SEED_ENV,
+    SIM_EPOCH,
     STALL_STEPS,
     SimulationStalled,
     StallGuard,
@@ -51,12 +53,14 @@ from walkit.testing._runner import (
     replay_hint,
     run,
     seed_from_env,
+    sim_wall_clock,
 )
 from walkit.testing._wgl import LinearizabilityResult, Model, TimedOperation, check_linearizable
 
 __all__ = [
     "BOOKIE_PORT",
     "SEED_ENV",
+    "SIM_EPOCH",
     "STALL_STEPS",
     "AddAcked",
     "AddFailed",
@@ -102,4 +106,5 @@ __all__ = [
     "replay_hint",
     "run",
     "seed_from_env",
+    "sim_wall_clock",
 ]

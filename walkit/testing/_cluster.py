@@ -44,6 +44,7 @@ from walkit.testing._runner import (
     deterministic_scheduling,
     replay_hint,
     seed_from_env,
+    sim_wall_clock,
 )
 from walkit_bookie import Bookie, BookieConfig, MemoryStorage
 
@@ -330,7 +331,8 @@ class SimCluster:
     async def client(self, name: str = "client", **options: Any) -> AsyncIterator[Client]:
         """A real :class:`walkit.Client` on the network node ``name``, seeded from the run's seed.
 
-        ``options`` are client options (they override the cluster's ``client_options``).
+        ``options`` are client options (they override the cluster's ``client_options``). Its
+        wall clock is :func:`sim_wall_clock` unless they give another.
         """
         self._check_running()
         n = self._clients.get(name, 0)
@@ -341,6 +343,7 @@ class SimCluster:
             "random_seed", derive_rng(self.seed, f"placement:{name}#{n}").getrandbits(63)
         )
         merged.setdefault("placement", "default")
+        merged.setdefault("wall_clock", sim_wall_clock)
         async with Client.connect(
             self.metadata_url,
             network=self.network.node(name),

@@ -120,6 +120,19 @@ class StallGuard(trio.abc.Instrument):
         )
 
 
+#: Where a simulation's wall clock starts: 2023-11-14T22:13:20Z, in seconds since the epoch.
+SIM_EPOCH = 1_700_000_000.0
+
+
+def sim_wall_clock() -> float:
+    """The simulation's wall clock: :data:`SIM_EPOCH` plus trio's current (Mock) time.
+
+    What :class:`SimCluster` gives its clients as ``wall_clock``, so that records' timestamps,
+    ages and retention replay from a seed like everything else; a real client stamps with
+    ``time.time``."""
+    return SIM_EPOCH + trio.current_time()
+
+
 def seed_from_env(default: int | None = None) -> int:
     """The seed in ``WALKIT_SIM_SEED`` if set, else ``default``, else a fresh random one."""
     text = os.environ.get(SEED_ENV, "").strip()
