@@ -37,6 +37,7 @@ from walkit._logging import get_logger
 from walkit.errors import AuthenticationError, BookieIOError
 from walkit.net import principal_of
 from walkit_bookie.server import _health as health
+from walkit_bookie.server._linger import linger
 from walkit_bookie.server._metrics import AdminTarget
 
 log = get_logger(__name__)
@@ -364,7 +365,7 @@ async def _answer(
         answer = _Answer(500, f"{exc}\n".encode())
     exchange.evictable = True  # made: a peer slow to take it may be closed for a newcomer
     await _send(exchange, answer)
-    await _linger(exchange.stream)
+    await linger(exchange.stream, grace=_LINGER, limit=_LINGER_BYTES)
 
 
 async def _refuse(exchange: _Exchange) -> None:
@@ -379,7 +380,7 @@ async def _refuse(exchange: _Exchange) -> None:
             pass
     busy = _Answer(503, b"too many admin connections\n", headers=(("Retry-After", "1"),))
     await _send(exchange, busy)
-    await _linger(exchange.stream)
+    await linger(exchange.stream, grace=_LINGER, limit=_LINGER_BYTES)
 
 
 async def _handle(
@@ -411,21 +412,6 @@ async def _handle(
         log.exception("admin_connection_failed", error=str(exc))
     finally:
         await trio.aclose_forcefully(stream)
-
-
-async def _linger(stream: trio.abc.Stream) -> None:
-    """Half-close, then drain what the peer still sends (briefly, boundedly): closing with
-    unread input resets the connection, which can destroy the answer before it is read."""
-    if not isinstance(stream, trio.abc.HalfCloseableStream):
-        return
-    await stream.send_eof()
-    drained = 0
-    with trio.move_on_after(_LINGER):
-        while drained < _LINGER_BYTES:
-            chunk = await stream.receive_some(16384)
-            if not chunk:
-                return
-            drained += len(chunk)
 
 
 async def serve_admin(

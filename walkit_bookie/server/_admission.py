@@ -29,6 +29,7 @@ from walkit._core.wire import (
 from walkit._logging import get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._connection import Connection, Peer, RequestHandler
+from walkit_bookie.server._linger import linger
 from walkit_bookie.server._refusals import HEADER_END, REFUSE_DRAIN
 from walkit_bookie.server._stats import BookieStats
 
@@ -212,13 +213,7 @@ async def _refuse_connection(
     frame = encode_frame(ErrorResponse(request_id or 0, StatusCode.TOO_MANY_REQUESTS, why))
     with trio.move_on_after(_REFUSE_WAIT):
         await stream.send_all(frame)
-        if isinstance(stream, trio.abc.HalfCloseableStream):
-            # Closing with unread input would reset the connection, which can destroy the
-            # answer before the client reads it: half-close, drain a little, then close.
-            await stream.send_eof()
-            drained = 0
-            while drained < REFUSE_DRAIN and (chunk := await stream.receive_some(16384)):
-                drained += len(chunk)
+    await linger(stream, grace=_REFUSE_WAIT, limit=REFUSE_DRAIN)
 
 
 def _only_broken(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ and while the answers queued over all connections are at their bound, a connecti
 takes none of them is closed after ``evict_unread_after`` (see ``RequestHandler``).
 
 A connection's authentication is in :mod:`._authentication`; what bad input is reported and
-answered, and the linger before closing, in :mod:`._refusals`.
+answered, in :mod:`._refusals`; the linger before closing, in :mod:`._linger`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from walkit.net import principal_of
 from walkit.net._direct import direct_fd, unwritten, write_now
 from walkit.net._receive import Receiver
 from walkit_bookie.server._authentication import authenticate, on_connect
-from walkit_bookie.server._refusals import linger, refuse_frame, refuse_message
+from walkit_bookie.server._linger import linger
+from walkit_bookie.server._refusals import REFUSE_DRAIN, refuse_frame, refuse_message
 
 if TYPE_CHECKING:
     from walkit._core.auth import Authenticator
@@ -482,7 +483,7 @@ class Connection:
                 await self._drain()
                 if refused and not self._out and not self._unsent:
                     # (with answers still queued the writer is still sending: it is broken)
-                    await linger(self._stream, _CLOSE_GRACE)
+                    await linger(self._stream, grace=_CLOSE_GRACE, limit=REFUSE_DRAIN)
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True

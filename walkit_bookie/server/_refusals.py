@@ -2,15 +2,13 @@
 
 Bad input is reported to the bookie's :class:`~._badinput.BadInputLog` (counted, logged at a
 bounded rate) and, when its request id can be read, answered with an error the client raises.
-A connection closed for it lingers first: closing with unread input would reset it, and the
-reset can destroy the answer that says why before the peer reads it.
+A connection closed for it lingers first (:func:`._linger.linger`): closing with unread input
+would reset it, and the reset can destroy the answer that says why before the peer reads it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
-
-import trio
 
 from walkit._core.wire import ErrorResponse, StatusCode, encode_frame, peek_request_id
 from walkit.errors import RemoteProtocolError, UnsupportedVersionError
@@ -18,9 +16,9 @@ from walkit.errors import RemoteProtocolError, UnsupportedVersionError
 if TYPE_CHECKING:
     from walkit_bookie.server._badinput import BadInputLog
 
-__all__ = ["HEADER_END", "REFUSE_DRAIN", "linger", "refuse_frame", "refuse_message"]
+__all__ = ["HEADER_END", "REFUSE_DRAIN", "refuse_frame", "refuse_message"]
 
-#: Most bytes drained from a peer after refusing its input, before closing (see ``linger``).
+#: Most bytes drained from a peer after refusing its input, before closing (``._linger``).
 REFUSE_DRAIN = 256 * 1024
 HEADER_END = 4 + 10  # length prefix + version, type, request id
 
@@ -72,18 +70,3 @@ def refuse_message(
     bad_input.report("bad_message", peer=conn.peer, request_id=request_id, error=str(exc))
     conn.send(encode_frame(ErrorResponse(request_id, status, str(exc))))
     return True
-
-
-async def linger(stream: trio.abc.Stream, grace: float) -> None:
-    """After refusing input: half-close, then drain what the peer still sends, for at most
-    ``grace`` seconds and REFUSE_DRAIN bytes (see the module docs)."""
-    if not isinstance(stream, trio.abc.HalfCloseableStream):
-        return  # not a TCP stream
-    try:
-        with trio.move_on_after(grace):
-            await stream.send_eof()
-            drained = 0
-            while drained < REFUSE_DRAIN and (chunk := await stream.receive_some(65536)):
-                drained += len(chunk)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
-        pass
