@@ -191,15 +191,50 @@ class Bookie:
                 await self._shutdown()
 
     async def _start(self, nursery: trio.Nursery) -> BookieId:
+        """Start in the order BookKeeper's bookie does: the cluster's identity, the listening
+        socket (the bookie's id is its address), the cookie check, storage (journal replay),
+        the background services, the registration that makes it visible, autorecovery."""
+        instance_id, known = await self._cluster_instance_id()
+        bookie_id = await self._listen(nursery)
+        if self._registration is not None:
+            await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())
+        self.handler.ledgers = await self.storage.open(
+            bookie_id, instance_id, instance_id_is_known=known
+        )
+        if self._registration is not None:
+            await self._registration.store_cookie(bookie_id, self.config)
+        self._check_disk()
+        await self._start_services(nursery)
+        if self._registration is not None:
+            if self.admin_address is not None:
+                self._registration.info["http_port"] = self.admin_address[1]
+            await nursery.start(self._registration.run, bookie_id, self._mode_source)
+        if (self.config.autorecovery or self.config.fragment_copies) and self._metadata is not None:
+            self._start_autorecovery(nursery, bookie_id)
+        self._ready.set()
+        log.info(
+            "bookie_started",
+            bookie_id=str(bookie_id),
+            ledgers=self.ledger_count,
+            read_only=self.read_only,
+            data_dirs=list(self.config.data_dirs),
+        )
+        return bookie_id
+
+    async def _cluster_instance_id(self) -> tuple[str, bool]:
+        """The cluster's instance id from the metadata store, and True; without a store, a
+        random one, and False."""
+        if self._metadata is None:
+            return uuid.UUID(int=self._rng.getrandbits(128), version=4).hex, False
+        self._registration = Registration(
+            self._metadata, self.config, reopen=self._reopen_metadata, rng=self._rng
+        )
+        return await self._registration.cluster_instance_id(), True
+
+    async def _listen(self, nursery: trio.Nursery) -> BookieId:
+        """Listen for clients (on the port this bookie had before, when it was given 0) and
+        return the id clients reach it by."""
         config = self.config
-        instance_id = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
-        known = False
-        if self._metadata is not None:
-            self._registration = Registration(
-                self._metadata, config, reopen=self._reopen_metadata, rng=self._rng
-            )
-            instance_id = await self._registration.cluster_instance_id()
-            known = True
         port = config.port
         recorded = self.storage.recorded_bookie_id()
         if port == 0 and recorded is not None:
@@ -218,19 +253,17 @@ class Bookie:
             # Listening on a wildcard (or behind NAT): register what clients can reach.
             bookie_id = BookieId(config.advertised_address, bookie_id.port)
         self.bookie_id = self.handler.bookie_id = bookie_id
-        if self._registration is not None:
-            await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())
-        self.handler.ledgers = await self.storage.open(
-            bookie_id, instance_id, instance_id_is_known=known
-        )
-        if self._registration is not None:
-            await self._registration.store_cookie(bookie_id, config)
-        self._check_disk()
+        return bookie_id
+
+    async def _start_services(self, nursery: trio.Nursery) -> None:
+        """The request handler, checkpoints, disk checks, garbage collection, the memory
+        watch, and the admin endpoint if it has a port."""
         nursery.start_soon(self.handler.run)
         nursery.start_soon(self._checkpoint_loop)
         nursery.start_soon(self._disk_check_loop)
         nursery.start_soon(self.gc.run)
         nursery.start_soon(self.memory.run)
+        config = self.config
         if config.http_port is not None:
             self.admin_address = await nursery.start(
                 functools.partial(
@@ -242,62 +275,53 @@ class Bookie:
                     ssl_context=config.admin_server_context(),
                 )
             )
-        if self._registration is not None:
-            if self.admin_address is not None:
-                self._registration.info["http_port"] = self.admin_address[1]
-            await nursery.start(self._registration.run, bookie_id, self._mode_source)
-        if (config.autorecovery or config.fragment_copies) and self._metadata is not None:
-            from walkit.autorecovery import AutorecoveryOptions, run_bookie_autorecovery
-            from walkit.net._auth import read_token_file
-            from walkit_bookie.server._local import LocalCopyStore
 
-            options = AutorecoveryOptions()  # with the bookie's rate limits, if it has any
-            if config.rereplication_entries_per_second is not None:
-                entries = config.rereplication_entries_per_second
-                options = attrs.evolve(options, entries_per_second=entries)
-            if config.rereplication_bytes_per_second is not None:
-                rate = config.rereplication_bytes_per_second
-                options = attrs.evolve(options, bytes_per_second=rate)
-            token_file = config.autorecovery_token_file
-            auth = None if token_file is None else read_token_file(token_file)
-            if auth is None and config.auth == "token":
-                log.warning(
-                    "autorecovery_without_credentials",
-                    detail="bookies that authenticate by token refuse this bookie's "
-                    "autorecovery worker: give --autorecovery-token-file",
-                )
-            if config.tls_cert is not None and config.tls_ca is None:
-                log.warning(
-                    "autorecovery_tls_without_ca",
-                    detail="this bookie's autorecovery worker checks the other bookies' "
-                    "certificates against the system's trust store: give --tls-ca (the CA "
-                    "that signs them) unless a public CA does",
-                )
+    def _start_autorecovery(self, nursery: trio.Nursery, bookie_id: BookieId) -> None:
+        """The autorecovery worker embedded in this bookie, with its rate limits and the
+        credentials it shows other bookies."""
+        from walkit.autorecovery import AutorecoveryOptions, run_bookie_autorecovery
+        from walkit.net._auth import read_token_file
+        from walkit_bookie.server._local import LocalCopyStore
 
-            nursery.start_soon(
-                functools.partial(
-                    run_bookie_autorecovery,
-                    self._metadata.url,
-                    bookie_id,
-                    lost_bookie_delay=config.lost_bookie_delay,
-                    options=options,
-                    local=LocalCopyStore(self.handler, bookie_id),
-                    background=config.autorecovery,
-                    fragment_copies=config.fragment_copies,
-                    tls_files=(config.tls_cert, config.tls_key, config.tls_ca),
-                    auth=auth,
-                    registry=self.registry,
-                )
+        config = self.config
+        assert self._metadata is not None
+        options = AutorecoveryOptions()  # with the bookie's rate limits, if it has any
+        if config.rereplication_entries_per_second is not None:
+            entries = config.rereplication_entries_per_second
+            options = attrs.evolve(options, entries_per_second=entries)
+        if config.rereplication_bytes_per_second is not None:
+            rate = config.rereplication_bytes_per_second
+            options = attrs.evolve(options, bytes_per_second=rate)
+        token_file = config.autorecovery_token_file
+        auth = None if token_file is None else read_token_file(token_file)
+        if auth is None and config.auth == "token":
+            log.warning(
+                "autorecovery_without_credentials",
+                detail="bookies that authenticate by token refuse this bookie's "
+                "autorecovery worker: give --autorecovery-token-file",
             )
-        self._ready.set()
-        log.info(
-            "bookie_started",
-            bookie_id=str(bookie_id),
-            ledgers=self.ledger_count,
-            read_only=self.read_only,
-            data_dirs=list(config.data_dirs),
+        if config.tls_cert is not None and config.tls_ca is None:
+            log.warning(
+                "autorecovery_tls_without_ca",
+                detail="this bookie's autorecovery worker checks the other bookies' "
+                "certificates against the system's trust store: give --tls-ca (the CA "
+                "that signs them) unless a public CA does",
+            )
+        nursery.start_soon(
+            functools.partial(
+                run_bookie_autorecovery,
+                self._metadata.url,
+                bookie_id,
+                lost_bookie_delay=config.lost_bookie_delay,
+                options=options,
+                local=LocalCopyStore(self.handler, bookie_id),
+                background=config.autorecovery,
+                fragment_copies=config.fragment_copies,
+                tls_files=(config.tls_cert, config.tls_key, config.tls_ca),
+                auth=auth,
+                registry=self.registry,
+            )
         )
-        return bookie_id
 
     def _mode_source(self) -> tuple[bool, trio.Event]:
         """(read only now, an event set at the next change) for the registration task."""
