@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, final
 
 import anyio
@@ -216,6 +216,74 @@ class Healer:
         )
         return swapped
 
+    def _no_replacement(self, ledger_id: int, chosen: NoReplacement) -> HealOutcome:
+        """No bookie can take a lost copy: say so (once per ledger and reason, as passes
+        repeat every poll interval) and leave the marker for a later pass."""
+        reason = (
+            f"no valid replacement for {chosen.gap.bookie} in fragment "
+            f"{chosen.gap.first_entry}: {chosen.reason}"
+        )
+        said = self.last_problem.get(ledger_id) == reason
+        self.last_problem[ledger_id] = reason
+        (log.debug if said else log.warning)(
+            "rereplication_no_replacement",
+            ledger_id=ledger_id,
+            bookie_id=str(chosen.gap.bookie),
+            first_entry=chosen.gap.first_entry,
+            reason=chosen.reason,
+        )
+        return HealOutcome.NO_REPLACEMENT
+
+    async def _copy_gaps(
+        self,
+        md: LedgerMetadata,
+        gaps: Sequence[FragmentGap],
+        chosen: Mapping[tuple[int, int], BookieId],
+        password: bytes,
+        lost: set[BookieId],
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        """Store each gap's entries on its chosen replacement: copied by the replacement
+        itself where it can, else read from the surviving copies and written here. Raises
+        TargetFailedError for a replacement that could not store them."""
+        digests = DigestManager(md.ledger_id, md.digest, password)
+        key = master_key(password)
+        for gap in gaps:
+            target = chosen[(gap.first_entry, gap.index)]
+            if await self._copied_by_target(md, gap, target, key, lost, progress):
+                continue
+            await copy_fragment(
+                self.client._context,
+                md,
+                gap,
+                target,
+                key=key,
+                digests=digests,
+                limiter=self.limiter,
+                window=self.options.window,
+                skip=lost,
+                metrics=self.metrics,
+                progress=progress,
+                local=self.local,
+            )
+
+    def _healed(
+        self,
+        ledger_id: int,
+        gaps: Sequence[FragmentGap],
+        chosen: Mapping[tuple[int, int], BookieId],
+    ) -> None:
+        log.info(
+            "ledger_rereplicated",
+            ledger_id=ledger_id,
+            replaced={str(g.bookie): str(chosen[(g.first_entry, g.index)]) for g in gaps},
+            fragments=len({g.first_entry for g in gaps}),
+            to_this_bookie=sum(
+                1 for b in chosen.values() if self.local and b == self.local.bookie_id
+            ),
+        )
+        self.last_problem.pop(ledger_id, None)
+
     async def heal(
         self,
         ledger_id: int,
@@ -277,45 +345,12 @@ class Healer:
             gaps = gaps_for(md, lost)
             chosen = choose_replacements(context.placement, md, gaps, avoid=lost | unusable)
             if isinstance(chosen, NoReplacement):
-                reason = (
-                    f"no valid replacement for {chosen.gap.bookie} in fragment "
-                    f"{chosen.gap.first_entry}: {chosen.reason}"
-                )
-                # Said once per ledger and reason: passes repeat every poll interval.
-                said = self.last_problem.get(ledger_id) == reason
-                self.last_problem[ledger_id] = reason
-                (log.debug if said else log.warning)(
-                    "rereplication_no_replacement",
-                    ledger_id=ledger_id,
-                    bookie_id=str(chosen.gap.bookie),
-                    first_entry=chosen.gap.first_entry,
-                    reason=chosen.reason,
-                )
-                return HealOutcome.NO_REPLACEMENT
+                return self._no_replacement(ledger_id, chosen)
             chosen = self._with_local(chosen, gaps, lost | unusable)
             if local_only and (self.local is None or self.local.bookie_id not in chosen.values()):
                 return HealOutcome.DEFERRED
-            digests = DigestManager(ledger_id, md.digest, password)
-            key = master_key(password)
             try:
-                for gap in gaps:
-                    target = chosen[(gap.first_entry, gap.index)]
-                    if await self._copied_by_target(md, gap, target, key, lost, progress):
-                        continue
-                    await copy_fragment(
-                        context,
-                        md,
-                        gap,
-                        target,
-                        key=key,
-                        digests=digests,
-                        limiter=self.limiter,
-                        window=self.options.window,
-                        skip=lost,
-                        metrics=self.metrics,
-                        progress=progress,
-                        local=self.local,
-                    )
+                await self._copy_gaps(md, gaps, chosen, password, lost, progress)
             except TargetFailedError as exc:
                 unusable.add(exc.target)
                 log.info(
@@ -328,16 +363,7 @@ class Healer:
             old = {(g.first_entry, g.index): g.bookie for g in gaps}
             if not await self._swap_bookies(md, version, chosen, old):
                 continue  # the ledger changed meanwhile: plan again (copies are idempotent)
-            log.info(
-                "ledger_rereplicated",
-                ledger_id=ledger_id,
-                replaced={str(g.bookie): str(chosen[k]) for k, g in zip(old, gaps, strict=True)},
-                fragments=len({g.first_entry for g in gaps}),
-                to_this_bookie=sum(
-                    1 for b in chosen.values() if self.local and b == self.local.bookie_id
-                ),
-            )
-            self.last_problem.pop(ledger_id, None)
+            self._healed(ledger_id, gaps, chosen)
             if await self.urm.remove(ledger_id, marker_version):
                 self._forget(ledger_id)
                 self.metrics.healed(anyio.current_time() - started)
