@@ -306,46 +306,9 @@ async def link_ledgers(
     """
     owner._check_open()
     ids = [int(i) for i in ledger_ids]
-    if len(set(ids)) != len(ids):
-        raise InvalidArgumentError(f"a ledger to link is repeated: {ids}")
-    if expected_last_entries is not None and len(expected_last_entries) != len(ids):
-        raise InvalidArgumentError("expected_last_entries must have one entry per ledger")
-    if record_counts is not None and len(record_counts) != len(ids):
-        raise InvalidArgumentError("record_counts must have one count per ledger")
-    if job is not None:
-        check_job(job)
-    mark = None
-    if sink is not None:
-        query_id, batch_id = sink
-        if not isinstance(query_id, str) or not query_id:
-            raise InvalidArgumentError(f"a sink's query id is a non-empty string: {query_id!r}")
-        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-            raise InvalidArgumentError(f"a sink's batch id is an int >= 0: {batch_id!r}")
-        mark = SinkMark(query_id, batch_id)
-    client = owner.client
-    context = client._context
-
-    md, _version = await fetch_log(context, owner.name)
-    listed = {lg.ledger_id for lg in md.ledgers}
-    last_entries: dict[int, int] = {}
-    if not (ids and all(i in listed for i in ids)):
-        for n, ledger_id in enumerate(ids):
-            if ledger_id in listed:
-                raise InvalidArgumentError(
-                    f"log {owner.name}: ledger {ledger_id} belongs to the log already"
-                )
-            staged = await _staged_info(client, owner.name, ledger_id)
-            if staged is None:
-                raise InvalidArgumentError(
-                    f"ledger {ledger_id} was not staged for log {owner.name}"
-                )
-            last = await recover_ledger(owner, ledger_id)
-            if expected_last_entries is not None and expected_last_entries[n] != last:
-                raise InvalidArgumentError(
-                    f"ledger {ledger_id} ends at entry {last}, not at "
-                    f"{expected_last_entries[n]} as its writer reported"
-                )
-            last_entries[ledger_id] = last
+    mark = _checked_link(ids, job, sink, expected_last_entries, record_counts)
+    context = owner.client._context
+    last_entries = await _close_staged(owner, ids, expected_last_entries)
     to_link = [i for i in ids if last_entries.get(i, 0) >= 0]
     empty = [i for i in ids if last_entries.get(i, 0) < 0]
 
@@ -374,18 +337,7 @@ async def link_ledgers(
         for lg in plan.linked:
             if lg.ledger_id not in last_entries:
                 last_entries[lg.ledger_id] = await recover_ledger(owner, lg.ledger_id)
-    if plan.dropped:
-        await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
-    garbage = list(empty)
-    if plan.replayed:
-        garbage += to_link
-    if garbage:
-        await owner._delete_ledgers(garbage, "replayed" if plan.replayed else "empty")
-    if job is not None:
-        await end_job(owner, job)
-        linked = {lg.ledger_id for lg in plan.linked}
-        leftovers = [s.ledger_id for s in await staged_ledgers(owner, job)]
-        await owner._delete_ledgers([i for i in leftovers if i not in linked], "leftover")
+    await _delete_unlinked(owner, plan, empty + to_link if plan.replayed else empty, job)
     counts = {} if record_counts is None else dict(zip(ids, record_counts, strict=True))
     records = 0
     for lg in plan.linked:
@@ -409,6 +361,76 @@ async def link_ledgers(
         fenced=sorted(recovered),
     )
     return result
+
+
+def _checked_link(
+    ids: list[int],
+    job: str | None,
+    sink: tuple[str, int] | None,
+    expected_last_entries: Sequence[int] | None,
+    record_counts: Sequence[int] | None,
+) -> SinkMark | None:
+    """Refuse link arguments that can never work (InvalidArgumentError); the sink's mark."""
+    if len(set(ids)) != len(ids):
+        raise InvalidArgumentError(f"a ledger to link is repeated: {ids}")
+    if expected_last_entries is not None and len(expected_last_entries) != len(ids):
+        raise InvalidArgumentError("expected_last_entries must have one entry per ledger")
+    if record_counts is not None and len(record_counts) != len(ids):
+        raise InvalidArgumentError("record_counts must have one count per ledger")
+    if job is not None:
+        check_job(job)
+    if sink is None:
+        return None
+    query_id, batch_id = sink
+    if not isinstance(query_id, str) or not query_id:
+        raise InvalidArgumentError(f"a sink's query id is a non-empty string: {query_id!r}")
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+        raise InvalidArgumentError(f"a sink's batch id is an int >= 0: {batch_id!r}")
+    return SinkMark(query_id, batch_id)
+
+
+async def _close_staged(
+    owner: LogContext, ids: list[int], expected_last_entries: Sequence[int] | None
+) -> dict[int, int]:
+    """Recover (close at their ends) the staged ledgers to link, checked against what their
+    writers reported; {ledger id: last entry}. Empty when the log lists them all already (a
+    retry of a link that got through: its CAS decides)."""
+    md, _version = await fetch_log(owner.client._context, owner.name)
+    listed = {lg.ledger_id for lg in md.ledgers}
+    last_entries: dict[int, int] = {}
+    if ids and all(i in listed for i in ids):
+        return last_entries
+    for n, ledger_id in enumerate(ids):
+        if ledger_id in listed:
+            raise InvalidArgumentError(
+                f"log {owner.name}: ledger {ledger_id} belongs to the log already"
+            )
+        if await _staged_info(owner.client, owner.name, ledger_id) is None:
+            raise InvalidArgumentError(f"ledger {ledger_id} was not staged for log {owner.name}")
+        last = await recover_ledger(owner, ledger_id)
+        if expected_last_entries is not None and expected_last_entries[n] != last:
+            raise InvalidArgumentError(
+                f"ledger {ledger_id} ends at entry {last}, not at "
+                f"{expected_last_entries[n]} as its writer reported"
+            )
+        last_entries[ledger_id] = last
+    return last_entries
+
+
+async def _delete_unlinked(
+    owner: LogContext, plan: Link, garbage: list[int], job: str | None
+) -> None:
+    """After the link's CAS: delete the ledgers it dropped (empty), ``garbage`` (empty ones,
+    or all of a replayed batch), and the job's leftovers (failed task attempts)."""
+    if plan.dropped:
+        await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
+    if garbage:
+        await owner._delete_ledgers(garbage, "replayed" if plan.replayed else "empty")
+    if job is not None:
+        await end_job(owner, job)
+        linked = {lg.ledger_id for lg in plan.linked}
+        leftovers = [s.ledger_id for s in await staged_ledgers(owner, job)]
+        await owner._delete_ledgers([i for i in leftovers if i not in linked], "leftover")
 
 
 async def _records_in(owner: LogContext, ledger_id: int, last: int, reported: int | None) -> int:
