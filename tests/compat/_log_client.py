@@ -8,7 +8,9 @@ log.writer(), append, log.reader(follow=False)).
     python _log_client.py read URL LOG        prints "REC <position> <payload>" for every
                                               record, then "END"
 
-Both print "VERSION <walkit version> <file of the walkit package>" first. A writer whose
+Both print "VERSION <walkit version> <file of the walkit package>" first. Both connect with
+``wall_clock=None``, as docs/operations.md ("Upgrades") asks of writers while readers of the
+release remain: a stamped record is a record set of a version the release cannot read. A writer whose
 append fails (a bookie went away mid-change) prints "ERR ..." and takes the log over again:
 what an application does; records whose append failed are not acknowledged.
 """
@@ -40,7 +42,7 @@ async def write(url: str, name: str, tag: str) -> None:
     count = 0
     # E=3, Qw=3, Qa=2 over four bookies: appends go on while one bookie is away.
     async with (
-        Client.connect(url) as client,
+        Client.connect(url, wall_clock=None) as client,
         Log.open(client, name, ensemble_size=3, write_quorum=3, ack_quorum=2) as log,
         trio.open_nursery() as nursery,
     ):
@@ -61,7 +63,10 @@ async def write(url: str, name: str, tag: str) -> None:
 
 
 async def read(url: str, name: str) -> None:
-    async with Client.connect(url) as client, Log.open(client, name, create=False) as log:
+    async with (
+        Client.connect(url, wall_clock=None) as client,
+        Log.open(client, name, create=False) as log,
+    ):
         async for record in log.reader(follow=False):
             say("REC", record.position, record.payload.decode())
     say("END")

@@ -143,8 +143,9 @@ def test_export_to_parquet_batch_and_streaming(
     assert (
         f"exported 20 new records of log {name}; {stream_out} holds 20" in capsys.readouterr().out
     )
-    # A takeover, and record sets of three records (3 B + 4 B each, 10 B of header).
-    trio.run(append_records, url, name, [b"b%02d" % i for i in range(9)], 7, 36)
+    # A takeover, and record sets of three records (3 B + 4 B each, 10 B of header, and the
+    # 8 B timestamp of an entry the client's wall clock stamps).
+    trio.run(append_records, url, name, [b"b%02d" % i for i in range(9)], 7, 39)
     assert export.main(command) == 0
     assert f"exported 9 new records of log {name}; {stream_out} holds 29" in capsys.readouterr().out
     assert parquet_records(stream_out) == read_records(url, name)
