@@ -39,6 +39,7 @@ from walkit.errors import (
     LedgerFencedError,
     LedgerInRecoveryError,
     NoSuchLedgerError,
+    NoSuchLogError,
     WalkitError,
     WriterFencedError,
 )
@@ -124,6 +125,8 @@ class LogWriter:
         metrics = owner.client._context.metrics
         self._appends = None if metrics is None else metrics.appends(owner.name)
         self._clock = owner.client._context.loop.time
+        #: Record sets whose appending call was cancelled while it waited (see ``close``).
+        self._abandoned: list[RecordBatch] = []
 
     def _current(self) -> tuple[int, LedgerWriter]:
         roller = self._roller
@@ -210,6 +213,9 @@ class LogWriter:
             await batch.wait()
         except WalkitError as exc:
             raise await self._append_error(batch.lw, exc) from exc
+        except BaseException:  # cancelled: the record was handed over, nobody will hear
+            self._abandon([batch])
+            raise
         if stats is not None:
             stats.observe(self._clock() - t0, 1, len(record))
         return LogPosition._of(batch.seq, batch.entry_id, slot)
@@ -316,8 +322,15 @@ class LogWriter:
                 self._producers.sent(tag, batch)
                 added.append((batch, slot))
         batcher.added(flush=flush)
-        for batch in dict.fromkeys(b for b, _slot in added):
-            await self._outcome(batch)
+        batches = list(dict.fromkeys(b for b, _slot in added))
+        for i, batch in enumerate(batches):
+            try:
+                await self._outcome(batch)
+            except WalkitError:
+                raise
+            except BaseException:  # cancelled: the records were handed over
+                self._abandon(batches[i:])
+                raise
         if stats is not None and added:
             size = sum(map(len, records[len(known) :]))
             stats.observe(self._clock() - t0, len(added), size)
@@ -372,7 +385,15 @@ class LogWriter:
 
     async def close(self) -> None:
         """Wait for pending appends and close the current ledger (its last acknowledged record
-        is recorded). Raises WriterFencedError if another writer took over. Idempotent."""
+        is recorded). Idempotent.
+
+        Closing a writer that another writer fenced, or whose log was deleted, succeeds (as
+        trio's ``aclose`` does for a broken resource): every call that could not complete
+        raised already. It raises only when records handed over could not be made durable and
+        no call raised that (an append cancelled while it waited for them): WriterFencedError
+        if another writer took over, else the append's error; once. A ledger that cannot be
+        closed for another reason (no bookies, no metadata store) raises that error.
+        """
         state, roller = self._state, self._roller
         if state.closed:
             await anyio.lowlevel.checkpoint()
@@ -383,6 +404,7 @@ class LogWriter:
         last = self._batches.flush()
         if last is not None:  # the records queued before close are sent and waited for
             await last.settled()
+        await self._settle_abandoned()
         await roller.old_closed.wait()
         lw = roller.lw
         if state.error is not None:
@@ -390,18 +412,24 @@ class LogWriter:
             with contextlib.suppress(WalkitError):
                 await lw.close()
             self._mark_closed()
-            raise state.again()
+            self._raise_unreported()
+            return
         try:
             await lw.close(custom_metadata=roller.record_count(lw))
-        except (LedgerFencedError, LedgerInRecoveryError) as exc:
+        except (LedgerFencedError, LedgerInRecoveryError):
             self._mark_closed()
-            why = f"ledger {lw.id} was recovered by another writer"
-            raise await state.gone_or(state.fenced(why)) from exc
+            await state.gone_or(state.fenced(f"ledger {lw.id} was recovered by another writer"))
+            self._raise_unreported()
+            return
         except NoSuchLedgerError as exc:  # deleted with its log?
             self._mark_closed()
-            raise await state.gone_or(exc) from exc
+            if not isinstance(await state.gone_or(exc), NoSuchLogError):
+                raise
+            self._raise_unreported()
+            return
         self._mark_closed()
         log.debug("log_writer_closed", log=self._log.name, ledger_id=lw.id)
+        self._raise_unreported()
 
     async def aclose(self) -> None:
         """:meth:`close` under the name every async handle closes with."""
@@ -425,6 +453,26 @@ class LogWriter:
         self._mark_closed()
 
     # --- internals -------------------------------------------------------------------------
+
+    def _abandon(self, batches: list[RecordBatch]) -> None:
+        """Record sets whose appending call stopped waiting: ``close`` looks at their outcome."""
+        if len(self._abandoned) >= 64:  # (the acknowledged ones need no look)
+            self._abandoned = [b for b in self._abandoned if not b.acked]
+        self._abandoned += batches
+
+    async def _settle_abandoned(self) -> None:
+        """Wait for the record sets no caller waits for; note the first that failed."""
+        abandoned, self._abandoned = self._abandoned, []
+        for batch in abandoned:
+            try:
+                await batch.wait()
+            except WalkitError as exc:
+                self._state.lost(self._append_failed(batch.lw, exc))
+
+    def _raise_unreported(self) -> None:
+        error = self._state.take_unreported()
+        if error is not None:
+            raise error
 
     def _mark_closed(self) -> None:
         self._state.closed = True

@@ -3,6 +3,10 @@
 The writer and its ledger roller (:mod:`walkit.log._roll`) share one state: the first error
 that stops the writer (fenced by another writer's takeover, the log deleted, a ledger closed
 short) is kept and raised again, as a fresh copy, by every later call.
+
+Closing follows trio's ``aclose`` contract (closing a broken resource succeeds): ``close``
+raises only for records the application handed over that could not be made durable and that
+no call reported (:attr:`WriterState.unreported`), e.g. an append cancelled while it waited.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def _copy(error: WalkitError) -> WalkitError:
 class WriterState:
     """The state of one log writer (see the module docs)."""
 
-    __slots__ = ("_log", "closed", "closing", "error")
+    __slots__ = ("_log", "closed", "closing", "error", "unreported")
 
     def __init__(self, owner: LogContext) -> None:
         self._log = owner
@@ -43,6 +47,9 @@ class WriterState:
         self.error: WalkitError | None = None
         self.closing = False
         self.closed = False
+        #: Why records handed over were not made durable, when no call raised it (an append
+        #: cancelled while it waited, a thread interrupted): ``close`` raises it, once.
+        self.unreported: WalkitError | None = None
 
     def stopped(self) -> bool:
         """Closing, closed, fenced or failed."""
@@ -55,11 +62,6 @@ class WriterState:
         if self.closing or self.closed:
             raise LedgerClosedError(f"the writer of log {self._log.name} is closed")
 
-    def again(self) -> WalkitError:
-        """A copy of what stopped the writer, to raise (each raise gets its own traceback)."""
-        assert self.error is not None
-        return _copy(self.error)
-
     def stop(self, error: WalkitError) -> WalkitError:
         """Stop the writer with ``error`` (it replaces an earlier one); a copy to raise."""
         self.error = error
@@ -69,6 +71,16 @@ class WriterState:
         """Stop the writer with ``error`` unless something stopped it already."""
         if self.error is None:
             self.error = error
+
+    def lost(self, error: WalkitError) -> None:
+        """Records handed over failed with ``error`` and no call will raise it."""
+        if self.unreported is None:
+            self.unreported = self.error if self.error is not None else error
+
+    def take_unreported(self) -> WalkitError | None:
+        """What ``close`` must raise (a copy), once; None if every failure was reported."""
+        error, self.unreported = self.unreported, None
+        return None if error is None else _copy(error)
 
     def fenced(self, why: str) -> WalkitError:
         """Another writer took the log over (the first reason is kept); the error to raise."""

@@ -56,12 +56,14 @@ def _copy(error: BaseException) -> BaseException:
 class _Append:
     """One thread's append waiting in the queue: its records and, once known, the outcome."""
 
-    __slots__ = ("done", "error", "positions", "records")
+    __slots__ = ("abandoned", "done", "error", "positions", "records")
 
     def __init__(self, records: list[bytes | Record]) -> None:
         self.records = records
         self.positions: list[LogPosition] = []
         self.error: BaseException | None = None
+        #: The thread stopped waiting (interrupted): a failure is the writer's to report.
+        self.abandoned = False
         # Held until the outcome is known: the thread waits by acquiring it again (a lock is
         # the cheapest thing one thread can release for another).
         self.done = threading.Lock()
@@ -108,7 +110,14 @@ class _AppendQueue:
             self._scheduled = True
         if wake and not self._thread.loop.run_sync_soon(self._set_wake):
             raise ClientClosedError("the client is closed")
-        call.done.acquire()
+        try:
+            call.done.acquire()
+        except BaseException:  # (KeyboardInterrupt) the records were handed over
+            call.abandoned = True
+            if call.done.acquire(blocking=False) and isinstance(call.error, WalkitError):
+                # Settled meanwhile: note the failure in the loop (close reports it).
+                self._thread.loop.run_sync_soon(self._writer._state.lost, call.error)
+            raise
         if call.error is not None:
             raise call.error
         return call.positions
@@ -157,9 +166,11 @@ class _AppendQueue:
                 self._expected += len(group)
             self._settle(group, positions, None)
 
-    @staticmethod
     def _settle(
-        group: list[_Append], positions: list[LogPosition] | None, error: BaseException | None
+        self,
+        group: list[_Append],
+        positions: list[LogPosition] | None,
+        error: BaseException | None,
     ) -> None:
         start = 0
         for call in group:
@@ -173,6 +184,8 @@ class _AppendQueue:
                     if isinstance(error, Exception)
                     else ClientClosedError("the client was closed during the append")
                 )
+                if call.abandoned and isinstance(error, WalkitError):
+                    self._writer._state.lost(error)  # no thread will raise it
             call.done.release()
 
 
