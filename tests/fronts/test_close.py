@@ -8,7 +8,11 @@ not be made durable and no call raised that.
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -168,3 +172,82 @@ def test_close_raises_a_failure_no_call_reported(cluster: ProcessCluster, front:
             assert b"lost" not in await _payloads(log2)
 
     front.run(scenario)
+
+
+_INTERRUPTED_THREAD = """
+import inspect, os, signal, sys, threading, time
+import walkit, walkit.sync
+from walkit.sync import _log
+
+url, name = sys.argv[1], sys.argv[2]
+source, first = inspect.getsourcelines(_log._AppendQueue.append)
+WAIT_LINE = first + next(i for i, line in enumerate(source) if "call.done.acquire()" in line)
+
+def interrupt_when_waiting(main):
+    # SIGINT once the main thread waits for its append's outcome (the bookies are paused,
+    # so it waits until then), not before its records were queued.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)
+        if frame is not None and frame.f_code.co_name == "append" and frame.f_lineno == WAIT_LINE:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.01)
+
+with walkit.sync.Client.connect(url) as client, walkit.sync.Log.open(client, name) as log:
+    old = log.writer()
+    old.append(b"kept")
+    with walkit.sync.Client.connect(url) as other, walkit.sync.Log.open(other, name) as log2:
+        with log2.writer() as new:
+            new.append(b"new")
+    print("pause", flush=True)
+    sys.stdin.readline()
+    threading.Thread(target=interrupt_when_waiting, args=(threading.get_ident(),)).start()
+    try:
+        old.append(b"lost")
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    sys.stdin.readline()  # the bookies run again
+    try:
+        old.close()
+    except walkit.WriterFencedError:
+        print("close raised", flush=True)
+    old.close()
+    print("closed quietly", flush=True)
+"""
+
+
+def test_an_interrupted_threads_lost_append_is_raised_by_close(cluster: ProcessCluster) -> None:
+    """walkit.sync: a thread interrupted (Ctrl-C) while its append waited handed the record
+    over; the bookies refuse it (the log was taken over): close raises that, once."""
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED_THREAD, cluster.metadata_url, "close-interrupted"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "pause"
+        for bookie in cluster.bookies:
+            bookie.pause()
+        try:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "interrupted"
+        finally:
+            for bookie in cluster.bookies:
+                bookie.resume()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert out.split("\n")[:2] == ["close raised", "closed quietly"]
