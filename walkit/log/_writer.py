@@ -125,8 +125,6 @@ class LogWriter:
         metrics = owner.client._context.metrics
         self._appends = None if metrics is None else metrics.appends(owner.name)
         self._clock = owner.client._context.loop.time
-        #: Record sets whose appending call was cancelled while it waited (see ``close``).
-        self._abandoned: list[RecordBatch] = []
 
     def _current(self) -> tuple[int, LedgerWriter]:
         roller = self._roller
@@ -214,7 +212,7 @@ class LogWriter:
         except WalkitError as exc:
             raise await self._append_error(batch.lw, exc) from exc
         except BaseException:  # cancelled: the record was handed over, nobody will hear
-            self._abandon([batch])
+            self._state.abandon([batch])
             raise
         if stats is not None:
             stats.observe(self._clock() - t0, 1, len(record))
@@ -329,7 +327,7 @@ class LogWriter:
             except WalkitError:
                 raise
             except BaseException:  # cancelled: the records were handed over
-                self._abandon(batches[i:])
+                self._state.abandon(batches[i:])
                 raise
         if stats is not None and added:
             size = sum(map(len, records[len(known) :]))
@@ -404,7 +402,7 @@ class LogWriter:
         last = self._batches.flush()
         if last is not None:  # the records queued before close are sent and waited for
             await last.settled()
-        await self._settle_abandoned()
+        await state.settle_abandoned(self._append_failed)
         await roller.old_closed.wait()
         lw = roller.lw
         if state.error is not None:
@@ -412,24 +410,24 @@ class LogWriter:
             with contextlib.suppress(WalkitError):
                 await lw.close()
             self._mark_closed()
-            self._raise_unreported()
+            state.raise_unreported()
             return
         try:
             await lw.close(custom_metadata=roller.record_count(lw))
         except (LedgerFencedError, LedgerInRecoveryError):
             self._mark_closed()
             await state.gone_or(state.fenced(f"ledger {lw.id} was recovered by another writer"))
-            self._raise_unreported()
+            state.raise_unreported()
             return
         except NoSuchLedgerError as exc:  # deleted with its log?
             self._mark_closed()
             if not isinstance(await state.gone_or(exc), NoSuchLogError):
                 raise
-            self._raise_unreported()
+            state.raise_unreported()
             return
         self._mark_closed()
         log.debug("log_writer_closed", log=self._log.name, ledger_id=lw.id)
-        self._raise_unreported()
+        state.raise_unreported()
 
     async def aclose(self) -> None:
         """:meth:`close` under the name every async handle closes with."""
@@ -453,26 +451,6 @@ class LogWriter:
         self._mark_closed()
 
     # --- internals -------------------------------------------------------------------------
-
-    def _abandon(self, batches: list[RecordBatch]) -> None:
-        """Record sets whose appending call stopped waiting: ``close`` looks at their outcome."""
-        if len(self._abandoned) >= 64:  # (the acknowledged ones need no look)
-            self._abandoned = [b for b in self._abandoned if not b.acked]
-        self._abandoned += batches
-
-    async def _settle_abandoned(self) -> None:
-        """Wait for the record sets no caller waits for; note the first that failed."""
-        abandoned, self._abandoned = self._abandoned, []
-        for batch in abandoned:
-            try:
-                await batch.wait()
-            except WalkitError as exc:
-                self._state.lost(self._append_failed(batch.lw, exc))
-
-    def _raise_unreported(self) -> None:
-        error = self._state.take_unreported()
-        if error is not None:
-            raise error
 
     def _mark_closed(self) -> None:
         self._state.closed = True

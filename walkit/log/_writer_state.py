@@ -11,6 +11,7 @@ no call reported (:attr:`WriterState.unreported`), e.g. an append cancelled whil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
 from walkit._logging import get_logger
@@ -18,6 +19,8 @@ from walkit.errors import LedgerClosedError, NoSuchLogError, WalkitError, Writer
 from walkit.log._store import fetch_log
 
 if TYPE_CHECKING:
+    from walkit.ledger import LedgerWriter
+    from walkit.log._batches import RecordBatch
     from walkit.log._context import LogContext
 
 #: The writer's events (log_writer_fenced, log_rolled...) keep the writer's logger name, which
@@ -39,7 +42,7 @@ def _copy(error: WalkitError) -> WalkitError:
 class WriterState:
     """The state of one log writer (see the module docs)."""
 
-    __slots__ = ("_log", "closed", "closing", "error", "unreported")
+    __slots__ = ("_abandoned", "_log", "closed", "closing", "error", "unreported")
 
     def __init__(self, owner: LogContext) -> None:
         self._log = owner
@@ -50,6 +53,8 @@ class WriterState:
         #: Why records handed over were not made durable, when no call raised it (an append
         #: cancelled while it waited, a thread interrupted): ``close`` raises it, once.
         self.unreported: WalkitError | None = None
+        #: Record sets whose appending call stopped waiting (cancelled): close looks at them.
+        self._abandoned: list[RecordBatch] = []
 
     def stopped(self) -> bool:
         """Closing, closed, fenced or failed."""
@@ -77,10 +82,29 @@ class WriterState:
         if self.unreported is None:
             self.unreported = self.error if self.error is not None else error
 
-    def take_unreported(self) -> WalkitError | None:
-        """What ``close`` must raise (a copy), once; None if every failure was reported."""
+    def abandon(self, batches: list[RecordBatch]) -> None:
+        """Record sets whose appending call stopped waiting: ``close`` looks at their outcome."""
+        if len(self._abandoned) >= 64:  # (the acknowledged ones need no look)
+            self._abandoned = [b for b in self._abandoned if not b.acked]
+        self._abandoned += batches
+
+    async def settle_abandoned(
+        self, failed: Callable[[LedgerWriter | None, WalkitError], WalkitError]
+    ) -> None:
+        """Wait for the record sets no caller waits for; note the first that failed (as
+        ``failed`` says an append would have raised it)."""
+        abandoned, self._abandoned = self._abandoned, []
+        for batch in abandoned:
+            try:
+                await batch.wait()
+            except WalkitError as exc:
+                self.lost(failed(batch.lw, exc))
+
+    def raise_unreported(self) -> None:
+        """Raise (a copy of) what no call reported, once."""
         error, self.unreported = self.unreported, None
-        return None if error is None else _copy(error)
+        if error is not None:
+            raise _copy(error)
 
     def fenced(self, why: str) -> WalkitError:
         """Another writer took the log over (the first reason is kept); the error to raise."""
