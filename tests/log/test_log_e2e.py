@@ -196,8 +196,7 @@ async def test_second_writer_fences_the_first_and_nothing_acknowledged_is_lost(
             await w1.append(b"late")
         with pytest.raises(WriterFencedError):
             await w1.truncate(w1.first_position)
-        with pytest.raises(WriterFencedError):
-            await w1.close()
+        await w1.close()  # quiet: each append that failed raised the fence already
         history.check(await read_all(log2), await read_all(log1))
         assert len(history.acked_by("w1.0")) >= 21
         # The old writer's ledger was recovered (closed) by the takeover; the log's ledgers

@@ -253,8 +253,7 @@ async def test_a_new_writer_learns_producers_from_the_tail(memory_url: str, tmp_
             assert (await new.append(b"a6", producer_id="kv-client", sequence=6)) > positions[5]
         with pytest.raises(WriterFencedError):
             await old.append(b"a6", producer_id="kv-client", sequence=6)
-        with pytest.raises(WriterFencedError):
-            await old.close()
+        await old.close()  # quiet: the append said so
         got = await read_all(log)
         assert [r.payload for r in got] == [b"a%d" % s for s in range(7)]
 
@@ -338,8 +337,7 @@ async def test_a_new_writer_recognises_a_retried_batch(memory_url: str, tmp_path
             assert again[:20] == first
         with pytest.raises(WriterFencedError):
             await old.append_batch([b"late"], producer_id="kv", sequence=50)
-        with pytest.raises(WriterFencedError):
-            await old.close()
+        await old.close()  # quiet: the append said so
         got = await read_all(log)
         assert [r.payload for r in got] == payloads
         assert [r.position for r in got] == again

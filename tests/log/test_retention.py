@@ -88,8 +88,7 @@ async def test_a_reader_recovering_the_old_ledger_is_not_a_takeover(
                 with pytest.raises(WriterFencedError):
                     await w.append(b"lost")
                 pos = await thief.append(b"c")
-            with pytest.raises(WriterFencedError):
-                await w.close()
+            await w.close()  # quiet: the append raised the fence already
         assert pos.ledger_seq > LogPosition.EARLIEST.ledger_seq
         assert [r.payload async for r in log.reader(follow=False)] == [b"a", b"b", b"c"]
 
@@ -102,12 +101,12 @@ async def test_an_idle_writer_of_a_deleted_log_gets_no_such_log(
         w = await log.writer()
         await w.append(b"a")
         await Log.delete(client, "idle")
-        with pytest.raises(NoSuchLogError):
-            await w.close()
+        await w.close()  # quiet: closing a broken writer succeeds (nothing handed over failed)
+        with pytest.raises(NoSuchLogError):  # but it says why it is broken
+            await w.append(b"x")
         w = await (await Log.open(client, "idle")).writer()  # a new log of that name
         await w.append(b"b")
         await Log.delete(client, "idle")
         with pytest.raises(NoSuchLogError):
             await w.append(b"c")
-        with pytest.raises(NoSuchLogError):
-            await w.close()
+        await w.close()  # quiet: the append said so

@@ -39,6 +39,7 @@ from walkit.errors import (
     LedgerFencedError,
     LedgerInRecoveryError,
     NoSuchLedgerError,
+    NoSuchLogError,
     WalkitError,
     WriterFencedError,
 )
@@ -210,6 +211,9 @@ class LogWriter:
             await batch.wait()
         except WalkitError as exc:
             raise await self._append_error(batch.lw, exc) from exc
+        except BaseException:  # cancelled: the record was handed over, nobody will hear
+            self._state.abandon([batch])
+            raise
         if stats is not None:
             stats.observe(self._clock() - t0, 1, len(record))
         return LogPosition._of(batch.seq, batch.entry_id, slot)
@@ -316,8 +320,15 @@ class LogWriter:
                 self._producers.sent(tag, batch)
                 added.append((batch, slot))
         batcher.added(flush=flush)
-        for batch in dict.fromkeys(b for b, _slot in added):
-            await self._outcome(batch)
+        batches = list(dict.fromkeys(b for b, _slot in added))
+        for i, batch in enumerate(batches):
+            try:
+                await self._outcome(batch)
+            except WalkitError:
+                raise
+            except BaseException:  # cancelled: the records were handed over
+                self._state.abandon(batches[i:])
+                raise
         if stats is not None and added:
             size = sum(map(len, records[len(known) :]))
             stats.observe(self._clock() - t0, len(added), size)
@@ -372,7 +383,15 @@ class LogWriter:
 
     async def close(self) -> None:
         """Wait for pending appends and close the current ledger (its last acknowledged record
-        is recorded). Raises WriterFencedError if another writer took over. Idempotent."""
+        is recorded). Idempotent.
+
+        Closing a writer that another writer fenced, or whose log was deleted, succeeds (as
+        trio's ``aclose`` does for a broken resource): every call that could not complete
+        raised already. It raises only when records handed over could not be made durable and
+        no call raised that (an append cancelled while it waited for them): WriterFencedError
+        if another writer took over, else the append's error; once. A ledger that cannot be
+        closed for another reason (no bookies, no metadata store) raises that error.
+        """
         state, roller = self._state, self._roller
         if state.closed:
             await anyio.lowlevel.checkpoint()
@@ -383,6 +402,7 @@ class LogWriter:
         last = self._batches.flush()
         if last is not None:  # the records queued before close are sent and waited for
             await last.settled()
+        await state.settle_abandoned(self._append_failed)
         await roller.old_closed.wait()
         lw = roller.lw
         if state.error is not None:
@@ -390,18 +410,24 @@ class LogWriter:
             with contextlib.suppress(WalkitError):
                 await lw.close()
             self._mark_closed()
-            raise state.again()
+            state.raise_unreported()
+            return
         try:
             await lw.close(custom_metadata=roller.record_count(lw))
-        except (LedgerFencedError, LedgerInRecoveryError) as exc:
+        except (LedgerFencedError, LedgerInRecoveryError):
             self._mark_closed()
-            why = f"ledger {lw.id} was recovered by another writer"
-            raise await state.gone_or(state.fenced(why)) from exc
+            await state.gone_or(state.fenced(f"ledger {lw.id} was recovered by another writer"))
+            state.raise_unreported()
+            return
         except NoSuchLedgerError as exc:  # deleted with its log?
             self._mark_closed()
-            raise await state.gone_or(exc) from exc
+            if not isinstance(await state.gone_or(exc), NoSuchLogError):
+                raise
+            state.raise_unreported()
+            return
         self._mark_closed()
         log.debug("log_writer_closed", log=self._log.name, ledger_id=lw.id)
+        state.raise_unreported()
 
     async def aclose(self) -> None:
         """:meth:`close` under the name every async handle closes with."""

@@ -20,11 +20,13 @@ concurrent tasks' do. See docs/log.md, "Which API?", for threads, forking and sh
 from walkit.sync._client import Client, LedgerReader, LedgerWriter
 from walkit.sync._election import LeaderElection
 from walkit.sync._log import Log, LogConsumer, LogReader, LogWriter, Snapshot
+from walkit.sync._replica import Leader, Replica
 from walkit.sync._thread import Backend
 
 __all__ = [
     "Backend",
     "Client",
+    "Leader",
     "LeaderElection",
     "LedgerReader",
     "LedgerWriter",
@@ -32,5 +34,6 @@ __all__ = [
     "LogConsumer",
     "LogReader",
     "LogWriter",
+    "Replica",
     "Snapshot",
 ]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Unpack, final
 
 import walkit
+from walkit._core.auth import AuthProvider
 from walkit._core.digest import DigestType
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.types import Entry
+from walkit.ledger import ClientOptions
+from walkit.ledger._options import ClientOptionsDict
+from walkit.net import TLSConfig
+from walkit.placement import EnsemblePlacementPolicy
 from walkit.sync._thread import Backend, LoopThread
 
 __all__ = ["Client", "LedgerReader", "LedgerWriter"]
@@ -33,16 +38,30 @@ class Client:
         return f"walkit.sync.Client({self.url!r})"
 
     @staticmethod
-    def connect(url: str, *, backend: Backend = "asyncio", **options: Any) -> Client:
+    def connect(
+        url: str,
+        *,
+        placement: str | EnsemblePlacementPolicy = "default",
+        tls: TLSConfig | None = None,
+        auth: AuthProvider | None = None,
+        options: ClientOptions | None = None,
+        backend: Backend = "asyncio",
+        **kwargs: Unpack[ClientOptionsDict],
+    ) -> Client:
         """Connect to the cluster whose metadata is at ``url``; returns a connected client, to
         use as ``with walkit.sync.Client.connect(url) as client:`` (or close it).
 
-        The options are :meth:`walkit.Client.connect`'s. ``backend``: the event loop in the
-        client's thread, "asyncio" (default), "uvloop" (installed separately) or "trio".
+        The arguments are :meth:`walkit.Client.connect`'s (but the simulation's ``network``
+        and ``rng``). ``backend``: the event loop in the client's thread, "asyncio"
+        (default), "uvloop" (installed separately) or "trio".
         """
         thread = LoopThread(backend)
         try:
-            cm = thread.context(walkit.Client.connect(url, **options))
+            cm = thread.context(
+                walkit.Client.connect(
+                    url, placement=placement, tls=tls, auth=auth, options=options, **kwargs
+                )
+            )
             client = cm.__enter__()
         except BaseException:
             thread.stop()
@@ -95,6 +114,7 @@ class Client:
         digest: str | DigestType = "crc32c",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        store_password: bool = True,
     ) -> LedgerWriter:
         """:meth:`walkit.Client.create_ledger`, blocking."""
 
@@ -106,6 +126,7 @@ class Client:
                 digest=digest,
                 password=password,
                 custom_metadata=custom_metadata,
+                store_password=store_password,
             )
 
         return LedgerWriter(self._thread, self._thread.call(create))
@@ -168,8 +189,36 @@ class LedgerWriter:
     def read(self, first: int, last: int) -> list[Entry]:
         return self._thread.call(self._writer.read, first, last)
 
-    def close(self) -> None:
-        self._thread.call(self._writer.close)
+    @property
+    def pending_count(self) -> int:
+        """Entries sent and not acknowledged yet."""
+        return self._writer.pending_count
+
+    @property
+    def has_room(self) -> bool:
+        """Whether another entry fits under ``max_pending_adds`` now."""
+        return self._writer.has_room
+
+    def check_acknowledged(self, entry_id: int) -> None:
+        """Raise the writer's error unless ``entry_id`` is acknowledged."""
+        self._writer.check_acknowledged(entry_id)
+
+    @property
+    def length(self) -> int:
+        """Total payload bytes of the acknowledged entries."""
+        return self._writer.length
+
+    def close(
+        self,
+        *,
+        custom_metadata: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
+    ) -> None:
+        """:meth:`walkit.LedgerWriter.close`, blocking."""
+
+        async def close() -> None:
+            await self._writer.close(custom_metadata=custom_metadata)
+
+        self._thread.call(close)
 
     def __enter__(self) -> LedgerWriter:
         return self
@@ -209,6 +258,21 @@ class LedgerReader:
 
     def read(self, first: int, last: int) -> list[Entry]:
         return self._thread.call(self._reader.read, first, last)
+
+    def close(self) -> None:
+        """:meth:`walkit.LedgerReader.aclose`, blocking."""
+        self._thread.call(self._reader.aclose)
+
+    def __enter__(self) -> LedgerReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def read_last_add_confirmed(self) -> int:
         return self._thread.call(self._reader.read_last_add_confirmed)

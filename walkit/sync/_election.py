@@ -71,6 +71,11 @@ class LeaderElection:
         """Grows by one each time the role or the known leader changes."""
         return self._election.generation
 
+    @property
+    def step_downs(self) -> int:
+        """How many times this candidate stepped down as leader."""
+        return self._election.step_downs
+
     def start(self) -> None:
         """Take part; returns once the first round is decided (leader or follower)."""
 

@@ -19,18 +19,29 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Protocol, final
+from typing import Any, Protocol, Unpack, final
 
 import anyio
 import anyio.abc
 import attrs
 
 import walkit
+from walkit._core.digest import DigestType
 from walkit._core.log_position import LogPosition
 from walkit._core.record import Record
 from walkit.errors import ClientClosedError, InvalidArgumentError, WalkitError
-from walkit.log import ConsumerInfo, LogMetadata, LogRecord
-from walkit.sync._client import Client
+from walkit.log import (
+    ConsumerInfo,
+    LinkResult,
+    LogMetadata,
+    LogOptions,
+    LogOptionsDict,
+    LogRecord,
+    Orphan,
+    RetentionResult,
+    StagedLedger,
+)
+from walkit.sync._client import Client, LedgerWriter
 from walkit.sync._thread import LoopThread
 
 __all__ = ["Log", "LogConsumer", "LogReader", "LogWriter", "Snapshot"]
@@ -56,12 +67,14 @@ def _copy(error: BaseException) -> BaseException:
 class _Append:
     """One thread's append waiting in the queue: its records and, once known, the outcome."""
 
-    __slots__ = ("done", "error", "positions", "records")
+    __slots__ = ("abandoned", "done", "error", "positions", "records")
 
     def __init__(self, records: list[bytes | Record]) -> None:
         self.records = records
         self.positions: list[LogPosition] = []
         self.error: BaseException | None = None
+        #: The thread stopped waiting (interrupted): a failure is the writer's to report.
+        self.abandoned = False
         # Held until the outcome is known: the thread waits by acquiring it again (a lock is
         # the cheapest thing one thread can release for another).
         self.done = threading.Lock()
@@ -108,7 +121,14 @@ class _AppendQueue:
             self._scheduled = True
         if wake and not self._thread.loop.run_sync_soon(self._set_wake):
             raise ClientClosedError("the client is closed")
-        call.done.acquire()
+        try:
+            call.done.acquire()
+        except BaseException:  # (KeyboardInterrupt) the records were handed over
+            call.abandoned = True
+            if call.done.acquire(blocking=False) and isinstance(call.error, WalkitError):
+                # Settled meanwhile: note the failure in the loop (close reports it).
+                self._thread.loop.run_sync_soon(self._writer._state.lost, call.error)
+            raise
         if call.error is not None:
             raise call.error
         return call.positions
@@ -157,9 +177,11 @@ class _AppendQueue:
                 self._expected += len(group)
             self._settle(group, positions, None)
 
-    @staticmethod
     def _settle(
-        group: list[_Append], positions: list[LogPosition] | None, error: BaseException | None
+        self,
+        group: list[_Append],
+        positions: list[LogPosition] | None,
+        error: BaseException | None,
     ) -> None:
         start = 0
         for call in group:
@@ -173,6 +195,8 @@ class _AppendQueue:
                     if isinstance(error, Exception)
                     else ClientClosedError("the client was closed during the append")
                 )
+                if call.abandoned and isinstance(error, WalkitError):
+                    self._writer._state.lost(error)  # no thread will raise it
             call.done.release()
 
 
@@ -222,6 +246,15 @@ class LogWriter:
         return self._writer
 
     @property
+    def ledger_seq(self) -> int:
+        """The sequence number of the ledger new records go to."""
+        return self._writer.ledger_seq
+
+    @property
+    def ledger_id(self) -> int:
+        return self._writer.ledger_id
+
+    @property
     def end_position(self) -> LogPosition:
         return self._writer.end_position
 
@@ -236,9 +269,25 @@ class LogWriter:
         key: bytes | None = None,
         headers: Any = None,
         timestamp: int | None = None,
+        producer_id: str | None = None,
+        sequence: int | None = None,
     ) -> LogPosition:
         """Append one record (with its ``key``, ``headers``, ``timestamp``, as
-        :meth:`walkit.LogWriter.append`); its position once it is durable."""
+        :meth:`walkit.LogWriter.append`); its position once it is durable. With
+        ``producer_id`` and ``sequence``, idempotent as :meth:`walkit.LogWriter.append`."""
+        if producer_id is not None or sequence is not None:
+
+            async def tagged() -> LogPosition:
+                return await self._writer.append(
+                    payload,
+                    key=key,
+                    headers=headers,
+                    timestamp=timestamp,
+                    producer_id=producer_id,
+                    sequence=sequence,
+                )
+
+            return self._thread.call(tagged)
         item: bytes | Record
         if key is None and headers is None and timestamp is None:
             item = _record(payload)
@@ -254,20 +303,24 @@ class LogWriter:
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
+        flush: bool = False,
     ) -> list[LogPosition]:
         """Append several records (bytes, or :class:`walkit.Record`), in order; their
         positions once all are durable. With ``producer_id`` and ``sequence``, idempotent as
-        :meth:`walkit.LogWriter.append_batch`."""
+        :meth:`walkit.LogWriter.append_batch`; ``flush`` as there too (the batch goes
+        straight to the writer instead of joining other threads' records)."""
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
         records = [_record(p) for p in payloads]
         if self._trace:
             records = [_traced(r) for r in records]
-        if producer_id is None and sequence is None:
+        if producer_id is None and sequence is None and not flush:
             return self._queue.append(records) if records else []
 
         async def tagged() -> list[LogPosition]:
-            return await self._writer._append_batch(records, producer_id, sequence, trace=False)
+            return await self._writer._append_batch(
+                records, producer_id, sequence, trace=False, flush=flush
+            )
 
         return self._thread.call(tagged)
 
@@ -369,6 +422,26 @@ class LogReader(_Records):
         """Where the next record will be looked for."""
         return self._buffer[0].position if self._buffer else self._reader.position
 
+    def close(self) -> None:
+        """Stop reading (:meth:`walkit.LogReader.aclose`); iteration then ends. Idempotent."""
+        self._buffer.clear()
+        self._thread.call(self._reader.aclose)
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def lag_records(self) -> int:
+        """:meth:`walkit.LogReader.lag_records`, with the records this iterator holds."""
+        return len(self._buffer) + self._thread.run_sync(self._reader.lag_records)
+
 
 @final
 class LogConsumer(_Records):
@@ -401,9 +474,32 @@ class LogConsumer(_Records):
         """Where the next record will be looked for."""
         return self._buffer[0].position if self._buffer else self._consumer.position
 
+    @property
+    def commit_lag(self) -> int:
+        """Records handed out by this consumer and not committed yet (0 without metrics)."""
+        return self._consumer.commit_lag
+
+    def reader_lag(self) -> int:
+        """:meth:`walkit.LogConsumer.reader_lag`, with the records this iterator holds."""
+        return len(self._buffer) + self._thread.run_sync(self._consumer.reader_lag)
+
     def register(self) -> LogPosition:
         """Create the consumer unless it exists; where it resumes."""
         return self._thread.call(self._consumer.register)
+
+    def __enter__(self) -> LogConsumer:
+        """``with log.consumer(name) as consumer:`` registers it first."""
+        self.register()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._buffer.clear()
+        self._thread.call(self._consumer.__aexit__, exc_type, exc, tb)
 
     def commit(self, pos: LogPosition | str) -> None:
         """Commit every record up to ``pos`` (inclusive), as :meth:`walkit.LogConsumer.commit`."""
@@ -422,18 +518,52 @@ class Snapshot:
     def __init__(self, thread: LoopThread, snapshot: walkit.Snapshot) -> None:
         self._thread = thread
         self._snapshot = snapshot
-        self.position = snapshot.position
-        self.ledger_id = snapshot.ledger_id
-        self.size = snapshot.size
-        self.crc32c = snapshot.crc32c
-        self.time_ms = snapshot.time_ms
 
     def __repr__(self) -> str:
         return f"walkit.sync.{self._snapshot!r}"
 
+    @property
+    def position(self) -> LogPosition:
+        """The position of the last record the snapshot's state includes."""
+        return self._snapshot.position
+
+    @property
+    def ledger_id(self) -> int:
+        return self._snapshot.ledger_id
+
+    @property
+    def size(self) -> int:
+        return self._snapshot.size
+
+    @property
+    def crc32c(self) -> int:
+        return self._snapshot.crc32c
+
+    @property
+    def time_ms(self) -> int:
+        return self._snapshot.time_ms
+
     def read(self) -> bytes:
         """The snapshot's bytes (checked against the size and CRC32C saved with it)."""
         return self._thread.call(self._snapshot.read)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The snapshot's bytes, chunk by chunk, as saved (one call into the loop a chunk)."""
+        chunks = self._snapshot.chunks()
+
+        async def next_chunk() -> bytes | None:
+            return await anext(chunks, None)
+
+        try:
+            while (chunk := self._thread.call(next_chunk)) is not None:
+                yield chunk
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                self._thread.call(aclose)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.chunks()
 
 
 async def _from_thread(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
@@ -466,9 +596,34 @@ class Log:
         return f"walkit.sync.{self._log!r}"
 
     @staticmethod
-    def open(client: Client, name: str, **options: Any) -> Log:
-        """Open log ``name`` (created if missing) with :meth:`walkit.Log.open`'s options."""
-        cm = client.thread.context(walkit.Log.open(client.async_client, name, **options))
+    def open(
+        client: Client,
+        name: str,
+        *,
+        create: bool = True,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        digest: str | DigestType | None = None,
+        store_password: bool | None = None,
+        options: LogOptions | None = None,
+        **kwargs: Unpack[LogOptionsDict],
+    ) -> Log:
+        """Open log ``name`` (created if missing, unless ``create=False``); the arguments are
+        :meth:`walkit.Log.open`'s."""
+        opener = walkit.Log.open(
+            client.async_client,
+            name,
+            create=create,
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            digest=digest,
+            store_password=store_password,
+            options=options,
+            **kwargs,
+        )
+        cm = client.thread.context(opener)
         return Log(client, cm.__enter__(), cm)
 
     @staticmethod
@@ -480,9 +635,31 @@ class Log:
 
         return client.thread.call(delete)
 
+    @staticmethod
+    def collect_orphans(
+        client: Client,
+        name: str | None = None,
+        *,
+        grace: float = 3600.0,
+        dry_run: bool = False,
+        password: bytes | None = None,
+    ) -> list[Orphan]:
+        """:meth:`walkit.Log.collect_orphans`, blocking."""
+
+        async def collect() -> list[Orphan]:
+            return await walkit.Log.collect_orphans(
+                client.async_client, name, grace=grace, dry_run=dry_run, password=password
+            )
+
+        return client.thread.call(collect)
+
     @property
     def async_log(self) -> walkit.Log:
         return self._log
+
+    @property
+    def client(self) -> Client:
+        return self._client
 
     @property
     def options(self) -> walkit.LogOptions:
@@ -564,13 +741,71 @@ class Log:
     def snapshots(self) -> list[Snapshot]:
         return [Snapshot(self._thread, s) for s in self._thread.call(self._log.snapshots)]
 
-    def apply_retention(self, **limits: Any) -> Any:
+    def apply_retention(
+        self,
+        *,
+        retain_records: int | None = None,
+        retain_bytes: int | None = None,
+        retain_age: float | None = None,
+        dry_run: bool = False,
+    ) -> RetentionResult:
         """:meth:`walkit.Log.apply_retention`, blocking."""
 
-        async def apply() -> Any:
-            return await self._log.apply_retention(**limits)
+        async def apply() -> RetentionResult:
+            return await self._log.apply_retention(
+                retain_records=retain_records,
+                retain_bytes=retain_bytes,
+                retain_age=retain_age,
+                dry_run=dry_run,
+            )
 
         return self._thread.call(apply)
+
+    # --- staged ledgers: bulk writes linked into the log (docs/log.md) ----------------------
+
+    def stage_ledger(self, job: str, part: int, *, record_sets: bool = False) -> LedgerWriter:
+        """:meth:`walkit.Log.stage_ledger`, blocking."""
+
+        async def stage() -> walkit.LedgerWriter:
+            return await self._log.stage_ledger(job, part, record_sets=record_sets)
+
+        return LedgerWriter(self._thread, self._thread.call(stage))
+
+    def link_ledgers(
+        self,
+        ledger_ids: Sequence[int],
+        *,
+        job: str | None = None,
+        sink: tuple[str, int] | None = None,
+        expected_last_entries: Sequence[int] | None = None,
+        record_counts: Sequence[int] | None = None,
+    ) -> LinkResult:
+        """:meth:`walkit.Log.link_ledgers`, blocking."""
+
+        async def link() -> LinkResult:
+            return await self._log.link_ledgers(
+                ledger_ids,
+                job=job,
+                sink=sink,
+                expected_last_entries=expected_last_entries,
+                record_counts=record_counts,
+            )
+
+        return self._thread.call(link)
+
+    def staged_ledgers(self, job: str | None = None) -> list[StagedLedger]:
+        """:meth:`walkit.Log.staged_ledgers`, blocking."""
+        return self._thread.call(self._log.staged_ledgers, job)
+
+    def discard_staged(
+        self, job: str | None = None, *, created_before_ms: int | None = None
+    ) -> list[int]:
+        """:meth:`walkit.Log.discard_staged`, blocking."""
+
+        async def discard() -> list[int]:
+            return await self._log.discard_staged(job, created_before_ms=created_before_ms)
+
+        return self._thread.call(discard)
 
     def close(self) -> None:
         cm, self._exit = self._exit, None
