@@ -40,10 +40,9 @@ from walkit._core.options import (
     optional,
 )
 from walkit._core.wire import DEFAULT_MAX_FRAME_SIZE
-from walkit._private_file import read_private_text
 from walkit.errors import ConfigurationError
 from walkit.net import TLSConfig
-from walkit.net._tls import CLIENT_AUTH_MODES
+from walkit.shared import CLIENT_AUTH_MODES, read_private_text
 
 MiB = 1024 * 1024
 #: Listening addresses that mean "every interface": never a registered address.

@@ -24,13 +24,17 @@ from typing import Any, ClassVar, final
 import attrs
 import trio
 
-from walkit._cli._args import add_options, given
 from walkit._core.options import SWITCH, TEXT, choice, declared, optional
-from walkit._groups import leaves as group_leaves
-from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
-from walkit._private_file import read_private_text
 from walkit.errors import ConfigurationError, WalkitError
-from walkit.net._auth import read_token_file as read_auth_token_file
+from walkit.shared import (
+    LOG_FORMATS,
+    configure_cli_logging,
+    get_logger,
+    group_leaves,
+    read_private_text,
+)
+from walkit.shared import read_token_file as read_auth_token_file
+from walkit.shared.cli import add_options, given
 from walkit_bookie._config import BookieConfig
 from walkit_bookie._config_file import read_config_file
 from walkit_bookie.lifecycle import Bookie

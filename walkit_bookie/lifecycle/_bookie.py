@@ -17,11 +17,10 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from walkit._core.types import BookieId
-from walkit._groups import collapse
-from walkit._logging import get_logger
 from walkit.errors import BookieIOError, WalkitError
 from walkit.metadata import MetadataStore
 from walkit.net import Network, TcpNetwork, TlsNetwork
+from walkit.shared import collapse, get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.lifecycle._memory import MemoryReturn
 from walkit_bookie.lifecycle._registration import Registration
@@ -280,7 +279,7 @@ class Bookie:
         """The autorecovery worker embedded in this bookie, with its rate limits and the
         credentials it shows other bookies."""
         from walkit.autorecovery import AutorecoveryOptions, run_bookie_autorecovery
-        from walkit.net._auth import read_token_file
+        from walkit.shared import read_token_file
         from walkit_bookie.server._local import LocalCopyStore
 
         config = self.config

@@ -19,7 +19,7 @@ from typing import final
 
 import trio
 
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 
 log = get_logger(__name__)
 

@@ -11,9 +11,6 @@ import trio
 
 from walkit._core.backoff import Backoff, Jitter
 from walkit._core.types import BookieId
-from walkit._groups import collapse
-from walkit._logging import get_logger
-from walkit._retry import pause
 from walkit.errors import (
     ClientClosedError,
     CookieError,
@@ -36,6 +33,7 @@ from walkit.metadata import (
     set_bookie_read_only,
     write_cookie,
 )
+from walkit.shared import collapse, get_logger, pause
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.storage import LAYOUT_VERSION
 

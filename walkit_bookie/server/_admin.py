@@ -33,9 +33,9 @@ import h11
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from walkit._logging import get_logger
 from walkit.errors import AuthenticationError, BookieIOError
 from walkit.net import principal_of
+from walkit.shared import get_logger
 from walkit_bookie.server import _health as health
 from walkit_bookie.server._linger import linger
 from walkit_bookie.server._metrics import AdminTarget

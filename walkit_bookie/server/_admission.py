@@ -26,7 +26,7 @@ from walkit._core.wire import (
     encode_frame,
     peek_request_id,
 )
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._connection import Connection, Peer, RequestHandler
 from walkit_bookie.server._linger import linger

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from walkit._core.wire import AuthRequest, AuthResponse, ErrorResponse, StatusCode, encode_frame
-from walkit._logging import get_logger
 from walkit.errors import AuthenticationError
+from walkit.shared import get_logger
 
 if TYPE_CHECKING:
     from walkit._core.auth import Authenticator

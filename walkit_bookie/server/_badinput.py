@@ -13,7 +13,7 @@ from typing import Any, final
 
 import trio
 
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 
 log = get_logger(__name__)
 

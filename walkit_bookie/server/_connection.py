@@ -30,14 +30,12 @@ from walkit._core.wire import (
     StatusCode,
     decode_message,
 )
-from walkit._logging import get_logger
 from walkit.errors import (
     FrameTooLargeError,
     RemoteProtocolError,
 )
 from walkit.net import principal_of
-from walkit.net._direct import direct_fd, unwritten, write_now
-from walkit.net._receive import Receiver
+from walkit.shared import Receiver, direct_fd, get_logger, unwritten, write_now
 from walkit_bookie.server._authentication import authenticate, on_connect
 from walkit_bookie.server._linger import linger
 from walkit_bookie.server._refusals import REFUSE_DRAIN, refuse_frame, refuse_message

@@ -32,7 +32,7 @@ from walkit._core.wire import (
     StatusCode,
     encode_frame,
 )
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 
 if TYPE_CHECKING:
     from walkit_bookie._config import BookieConfig

@@ -27,7 +27,7 @@ from walkit._core.wire import (
     decode_message,
     status_name,
 )
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 
 if TYPE_CHECKING:
     from walkit_bookie.server._requests import RequestHandler

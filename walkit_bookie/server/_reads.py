@@ -29,7 +29,7 @@ from walkit._core.wire import (
     encode_frame,
     encode_read_response_parts,
 )
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 from walkit_bookie.server._connection import Peer
 from walkit_bookie.server._disk_reads import DiskReads
 from walkit_bookie.server._state import RequestState

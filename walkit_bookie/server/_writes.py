@@ -33,7 +33,7 @@ from walkit._core.wire import (
     encode_add_response,
     encode_frame,
 )
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 from walkit_bookie.server._connection import Peer
 from walkit_bookie.server._state import RequestState
 from walkit_bookie.storage import (

@@ -12,7 +12,7 @@ from typing import final
 
 import trio
 
-from walkit._logging import get_logger
+from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage, batches, choose
 from walkit_bookie.storage._entrylog import EntryLogger

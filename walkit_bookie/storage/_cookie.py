@@ -17,8 +17,8 @@ from typing import final
 
 import attrs
 
-from walkit._logging import get_logger
 from walkit.errors import BookieIOError, CookieError
+from walkit.shared import get_logger
 
 log = get_logger(__name__)
 

@@ -23,7 +23,6 @@ import attrs
 import trio
 
 from walkit._core.types import BookieId
-from walkit._logging import get_logger
 from walkit.errors import WalkitError
 from walkit.metadata import (
     INSTANCE_ID_PATH,
@@ -31,6 +30,7 @@ from walkit.metadata import (
     MetadataStore,
     collect_overreplicated,
 )
+from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.storage._compaction import CompactionResult
 from walkit_bookie.storage._storage import BookieStorage

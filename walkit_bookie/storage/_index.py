@@ -23,8 +23,8 @@ from typing import Any, final
 
 import lmdb
 
-from walkit._logging import get_logger
 from walkit.errors import BookieIOError
+from walkit.shared import get_logger
 from walkit_bookie.storage._journal import LogMark
 from walkit_bookie.storage._ledger import LedgerInfo
 

@@ -25,8 +25,8 @@ import crc32c
 import trio
 
 from walkit._core.wire import Request
-from walkit._logging import get_logger
 from walkit.errors import BookieIOError
+from walkit.shared import get_logger
 from walkit_bookie.storage._cookie import fsync_dir
 from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
 

@@ -29,8 +29,8 @@ from walkit._core.wire import (
     WriteLacRequest,
     decode_message,
 )
-from walkit._logging import get_logger
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
+from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage
 from walkit_bookie.storage._compactor import Compactor
