@@ -558,11 +558,6 @@ class BookieConfig:
             return self.disk_usage_lwm
         return max(0.0, self.disk_usage_threshold - 0.05)
 
-    @property
-    def registered_host(self) -> str:
-        """The host clients are told to connect to."""
-        return self.advertised_address or self.host
-
     def __attrs_post_init__(self) -> None:
         self._check_tls()
         self._check_auth()

@@ -129,8 +129,11 @@ async def test_compaction_reclaims_space_and_every_live_entry_reads_back(tmp_pat
         again = await bookie.collect_garbage("major")
         assert again.result is not None and again.result.entries_moved == 0
         kept_usage = sorted((u.log_id, u.live) for u in bookie.storage.entry_log_usage())
+        # A removed log leaves no usage behind: a log goes only once nothing in it is live.
+        assert not {log_id for log_id, _live in kept_usage} & set(by_log)
     async with running_bookie(cfg) as (bookie, bid), connect(bid) as c:
         await _check(c, live, [2, 3, 5])
+        # Nor in the usage table on disk (read back at start).
         assert sorted((u.log_id, u.live) for u in bookie.storage.entry_log_usage()) == kept_usage
 
 

@@ -75,10 +75,6 @@ class ReplicaRead:
         self.outstanding += 1
         return slot
 
-    @property
-    def untried(self) -> int:
-        return len(self._order) - self._next
-
     def start(self) -> int:
         if not self._order:
             self.failed = True

@@ -744,12 +744,6 @@ def encode_batch_read_response_parts(
     return parts
 
 
-def batch_read_response_size(packet_sizes: int, count: int) -> int:
-    """The frame size (length prefix included) of a BatchReadResponse of ``count`` packets
-    of ``packet_sizes`` bytes in all."""
-    return _LEN.size + _HEAD.size + _BREAD_RESP.size + count * _PACKET_LEN.size + packet_sizes
-
-
 #: ``encode_add_response(request_id, status, ledger_id, entry_id)``: the frame of that
 #: AddResponse, in one pack (the bookie answers one per add).
 encode_add_response = functools.partial(ADD_RESPONSE_FRAME.pack, *ADD_RESPONSE_HEAD)

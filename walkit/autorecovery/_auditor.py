@@ -79,10 +79,6 @@ class Auditor:
         #: The bookies the last check marked ledgers for.
         self._marked_for: set[BookieId] = set()
 
-    @property
-    def is_auditor(self) -> bool:
-        return self.election.is_leader
-
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:

@@ -357,12 +357,5 @@ class Index:
         self._remember_usage(delta)
         return count, size
 
-    def forget_log(self, log_id: int) -> None:
-        """Drop whatever usage is recorded for a log that was removed."""
-        delta: UsageDelta = {log_id: {lid: -n for lid, n in self.usage.get(log_id, {}).items()}}
-        if delta[log_id]:
-            self._write(lambda txn: self._apply_usage(txn, delta))
-            self._remember_usage(delta)
-
     def close(self) -> None:
         self._env.close()
