@@ -370,7 +370,7 @@ def report(results: Results, args: argparse.Namespace) -> str:
     if rs is not None:
         lines += [
             "",
-            "Targets (issue 12), 100 B records: append_batch "
+            "Targets, 100 B records: append_batch "
             f"{rs[f'append_batch {BATCH}']['records_per_s']:,.0f}/s (target 150,000); "
             f"{TASKS} tasks {rs[f'{TASKS} tasks']['records_per_s']:,.0f}/s (target 60,000); "
             f"1 in flight p50 {rs['1 in flight']['p50_ms']:.2f} ms (target "

@@ -1,4 +1,4 @@
-"""Autorecovery across real `walkit-bookie` processes (the scenario of issue 13).
+"""Autorecovery across real `walkit-bookie` processes (bookies killed and wiped, ledgers healed with nobody's help).
 
 4 bookies, E=Qw=3 Qa=2, 2,000 entries in closed ledgers. One bookie is SIGKILLed and its data
 dir wiped; the bookies' own auditor and workers heal every ledger. Then two more bookies are

@@ -1,4 +1,4 @@
-"""Frame fuzzing against a live bookie process (issue 11, item 6).
+"""Frame fuzzing against a live bookie process, as an attacker on the network would.
 
 Hypothesis builds frames with the codec of ``walkit._core.wire`` and damages them: wrong
 length prefixes (short, long, zero, above the maximum), wrong versions and types, fields

@@ -1,4 +1,4 @@
-"""Real network faults between real processes (issue 11, item 6).
+"""Real network faults between real processes (partitions and packet loss in network namespaces).
 
 Each bookie is a ``walkit-bookie`` process in its own network namespace, on a bridge; the
 writer, a tailing reader and a second client that takes the ledger over run in the root

@@ -1,4 +1,4 @@
-"""The bookie's admin endpoint and address options (issue 11, finding 7)."""
+"""The bookie's admin endpoint and address options, probed as an attacker would."""
 
 from __future__ import annotations
 

@@ -333,7 +333,7 @@ async def test_tls_certificate_authentication(pki: dict[str, Path], tmp_path: Pa
         assert all(b.running for b in cluster.bookies)
 
 
-# --- junk-key claims with authentication on (issue 11, finding 3) --------------------------
+# --- junk-key claims with authentication on --------------------------
 
 
 async def test_junk_key_claims_are_refused_with_authentication_on(

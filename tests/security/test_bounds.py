@@ -1,5 +1,5 @@
-"""Bounded resources against hostile clients (issue 11, findings 2, 4 and 6), on real bookies:
-in-process bookies over TCP, and bookie processes where memory or the log file is measured."""
+"""Bounded resources against hostile clients (reads in flight, idle and partial connections,
+floods), on real bookies: in-process bookies over TCP, and bookie processes where memory or the log file is measured."""
 
 from __future__ import annotations
 

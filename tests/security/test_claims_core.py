@@ -1,4 +1,4 @@
-"""The pure decisions about bookies that refuse a ledger's key (issue 11, finding 3)."""
+"""The pure decisions about bookies that refuse a ledger's key (junk-key claims)."""
 
 from __future__ import annotations
 

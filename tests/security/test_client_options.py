@@ -1,5 +1,5 @@
-"""Client options that can never work are configuration errors at connect or create time
-(issue 11, finding 8), not a misleading failure later."""
+"""Client options that can never work are configuration errors (ConfigurationError)
+at connect or create time, not a misleading failure later."""
 
 from __future__ import annotations
 

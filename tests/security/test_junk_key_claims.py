@@ -1,4 +1,4 @@
-"""Junk-key claims (issue 11, finding 3) replayed against real bookie processes.
+"""Junk-key claims (ledger ids claimed ahead with a wrong master key) replayed against real bookie processes.
 
 A fence or an add with a junk master key, for a ledger id a bookie has not seen yet, makes
 that bookie hold the junk key for the id: it refuses the real writer's adds and the real

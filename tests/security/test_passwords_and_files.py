@@ -1,5 +1,5 @@
 """Delete needs the password; password hashes are salted; stored files are private
-(issue 11, finding 5, the parts without TLS)."""
+(the parts without TLS)."""
 
 from __future__ import annotations
 
