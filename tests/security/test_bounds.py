@@ -1,5 +1,6 @@
 """Bounded resources against hostile clients (reads in flight, idle and partial connections,
-floods), on real bookies: in-process bookies over TCP, and bookie processes where memory or the log file is measured."""
+floods), on real bookies: in-process bookies over TCP, and bookie processes where memory or
+the log file is measured."""
 
 from __future__ import annotations
 
