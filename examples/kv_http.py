@@ -19,6 +19,13 @@ connection idle longest, else the one whose request has been arriving longest, e
 whose answer has gone untaken longest, and gets a 503 only if every handler is running. The
 deadlines are checked by one sweep per server every few hundredths of a second, so a request
 costs a float store, not a timer.
+
+What a connection holds is bounded by construction (docs/kv.md, "Limits"): the bytes of an
+unfinished head are counted as they arrive, not when a header line ends (httptools keeps the
+line in one growing object until then); reading and answering pause while the peer leaves
+``MAX_UNSENT`` bytes of answers untaken, and it is closed if it takes nothing for
+``request_timeout``; a connection answers at most ``TURN`` requests per turn of the loop; a
+refused request is answered after the requests before it, then the connection closes.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ import httptools
 MAX_HEAD = 16 * 1024
 #: Requests read ahead of the one being answered, on one connection, before reading pauses.
 MAX_PIPELINED = 32
+#: Bytes of requests (bodies and heads) read ahead on one connection before reading pauses.
+MAX_QUEUED_BYTES = 128 * 1024
 #: Bytes handed to the parser at a time. Between slices the connection counts the bytes of an
 #: unfinished head (httptools keeps an unfinished header in one growing bytes object and
 #: reports it only when its line ends) and stops parsing while answers are backed up, so one
@@ -272,7 +281,7 @@ class _Connection(asyncio.Protocol):
         self._head_size = 0
         self._in_message = False
         #: Requests whole and not answered yet (the first is being answered if ``_busy``).
-        self._queue: deque[tuple[Request, bool]] = deque()
+        self._queue: deque[tuple[Request, bool, int]] = deque()
         self._busy = False
         self._paused_reading = False
         self._answer_head = False
@@ -292,6 +301,8 @@ class _Connection(asyncio.Protocol):
         self._parsing = False
         self._progress = False
         self._dropped = 0
+        #: Bytes of the requests read ahead (bodies and heads), for ``MAX_QUEUED_BYTES``.
+        self._queued_bytes = 0
         self._budget = TURN
         self._resuming = False
 
@@ -413,7 +424,11 @@ class _Connection(asyncio.Protocol):
         self._parse()
 
     def _backed_up(self) -> bool:
-        return self._blocked or len(self._queue) > MAX_PIPELINED
+        return (
+            self._blocked
+            or len(self._queue) > MAX_PIPELINED
+            or self._queued_bytes > MAX_QUEUED_BYTES
+        )
 
     def _parse(self) -> None:
         """Feed what was read to the parser a slice at a time, while answers are not backed
@@ -567,7 +582,9 @@ class _Connection(asyncio.Protocol):
             b"".join(self._body),
             time.perf_counter(),
         )
-        self._queue.append((request, self.parser.should_keep_alive()))
+        size = len(request.body) + self._head_size
+        self._queue.append((request, self.parser.should_keep_alive(), size))
+        self._queued_bytes += size
         if not self._busy and not self._blocked:
             self._next()
 
@@ -580,7 +597,7 @@ class _Connection(asyncio.Protocol):
         while queue and not self._busy and not self._blocked and not self.closed:
             if not self._turn():
                 return
-            request, keep_alive = queue[0]
+            request, keep_alive, _size = queue[0]
             self._busy = True
             self._answer_head = request.method == "HEAD"
             self._answer_close = not keep_alive
@@ -617,7 +634,8 @@ class _Connection(asyncio.Protocol):
         """Write the answer to the oldest queued request."""
         if self.closed or self.transport is None:
             return  # the peer left (or was closed for a newcomer) while its handler ran
-        request, _keep_alive = self._queue.popleft()
+        request, _keep_alive, size = self._queue.popleft()
+        self._queued_bytes -= size
         self._busy = False
         if self.server.observe is not None:
             self.server.observe(request, response, time.perf_counter())
