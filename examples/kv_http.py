@@ -653,8 +653,10 @@ class _Connection(asyncio.Protocol):
         if self.closed or self._busy or self._blocked or self._queue:
             return
         self._settle()
-        self._after_answers()
-        self._parse()
+        if self._refusal is not None or self._eof:
+            self._after_answers()
+        if self._unparsed or self._paused_reading:
+            self._parse()
 
     def _after_answers(self) -> None:
         """Every answer due has gone out: the refusal owed, or the close the peer asked for."""
