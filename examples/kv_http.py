@@ -19,6 +19,13 @@ connection idle longest, else the one whose request has been arriving longest, e
 whose answer has gone untaken longest, and gets a 503 only if every handler is running. The
 deadlines are checked by one sweep per server every few hundredths of a second, so a request
 costs a float store, not a timer.
+
+What a connection holds is bounded by construction (docs/kv.md, "Limits"): the bytes of an
+unfinished head are counted as they arrive, not when a header line ends (httptools keeps the
+line in one growing object until then); reading and answering pause while the peer leaves
+``MAX_UNSENT`` bytes of answers untaken, and it is closed if it takes nothing for
+``request_timeout``; a connection answers at most ``TURN`` requests per turn of the loop; a
+refused request is answered after the requests before it, then the connection closes.
 """
 
 from __future__ import annotations
@@ -43,9 +50,26 @@ import httptools
 MAX_HEAD = 16 * 1024
 #: Requests read ahead of the one being answered, on one connection, before reading pauses.
 MAX_PIPELINED = 32
+#: Bytes of requests (bodies and heads) read ahead on one connection before reading pauses.
+MAX_QUEUED_BYTES = 128 * 1024
+#: Bytes handed to the parser at a time. Between slices the connection counts the bytes of an
+#: unfinished head (httptools keeps an unfinished header in one growing bytes object and
+#: reports it only when its line ends) and stops parsing while answers are backed up, so one
+#: slice is the most either can overshoot by.
+SLICE = 4096
+#: Answers (or slices parsed) per connection per turn of the event loop: a peer that pipelines
+#: thousands of requests in one write gets them answered a few at a time, between the turns
+#: of every other connection and of the service's own work (its metadata session included).
+TURN = 8
+#: Bytes of answers a connection buffers before it stops reading and answering, and waits for
+#: its peer to take them (asyncio's write-buffer high-water mark; the low one is a quarter).
+MAX_UNSENT = 64 * 1024
 _REASONS = {int(s): s.phrase.encode() for s in http.HTTPStatus}
 _STATUS_LINES = {code: b"HTTP/1.1 %d %s\r\n" % (code, reason) for code, reason in _REASONS.items()}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: A request's path when its percent-decoding is not UTF-8 (compared by identity): the
+#: connection answers 400 and the handler never sees it.
+BAD_PATH = "\x00 path not UTF-8"
 
 
 @final
@@ -130,7 +154,13 @@ def encode(response: Response, *, head: bool = False, close: bool = False) -> by
 #: idle between requests, else one whose request is arriving, else one whose answer its peer
 #: is not taking; never one whose handler is running.
 _IDLE, _ARRIVING, _ANSWERING, _SENDING = "idle", "arriving", "answering", "sending"
-_EVICTION_ORDER = {_IDLE: 0, _ARRIVING: 1, _SENDING: 2}
+#: Refused, its answer sent and its side shut: reading and dropping what the peer still sends
+#: (a close with unread bytes resets the connection, and the peer would lose the answer).
+_LINGERING = "lingering"
+_EVICTION_ORDER = {_LINGERING: -1, _IDLE: 0, _ARRIVING: 1, _SENDING: 2}
+#: Seconds, and bytes, a refused connection drops of what its peer still sends before it closes.
+LINGER = 2.0
+LINGER_BYTES = 1 << 20
 
 
 def _victim(slots: set[_Connection]) -> _Connection | None:
@@ -251,12 +281,30 @@ class _Connection(asyncio.Protocol):
         self._head_size = 0
         self._in_message = False
         #: Requests whole and not answered yet (the first is being answered if ``_busy``).
-        self._queue: deque[tuple[Request, bool]] = deque()
+        self._queue: deque[tuple[Request, bool, int]] = deque()
         self._busy = False
         self._paused_reading = False
         self._answer_head = False
         self._answer_close = False
         self._eof = False
+        #: Bytes read and not yet parsed (parsing stops while answers are backed up).
+        self._unparsed = b""
+        #: Bytes parsed with no progress (a body byte or a head's end): an unfinished head or
+        #: trailer section. Counted per slice, so at most ``SLICE`` over the truth.
+        self._stalled = 0
+        self._headers_done = False
+        #: The peer is not taking answers (the write buffer is over its high-water mark).
+        self._blocked = False
+        self._blocked_deadline = float("inf")
+        #: The answer (and close) owed after the queued requests' answers: a refused request.
+        self._refusal: bytes | None = None
+        self._parsing = False
+        self._progress = False
+        self._dropped = 0
+        #: Bytes of the requests read ahead (bodies and heads), for ``MAX_QUEUED_BYTES``.
+        self._queued_bytes = 0
+        self._budget = TURN
+        self._resuming = False
 
     @property
     def reading(self) -> bool:
@@ -265,6 +313,9 @@ class _Connection(asyncio.Protocol):
 
     def _enter(self, state: str, timeout: float | None) -> None:
         now = self.server.loop.time()
+        if self._blocked:  # the peer takes nothing: its deadline holds whatever else happens
+            self.state, self.since, self.deadline = _SENDING, now, self._blocked_deadline
+            return
         self.state, self.since = state, now
         self.deadline = float("inf") if timeout is None else now + timeout
 
@@ -287,7 +338,7 @@ class _Connection(asyncio.Protocol):
             victim.close(abort=True)
         stats.open += 1
         stats.slots.add(self)
-        transport.set_write_buffer_limits(high=256 * 1024)
+        transport.set_write_buffer_limits(high=MAX_UNSENT)
         self._enter(_IDLE, server.limits.idle_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -298,6 +349,7 @@ class _Connection(asyncio.Protocol):
             self.server.stats.open -= 1
         self.closed = True
         self._queue.clear()
+        self._unparsed = b""
 
     def close(self, *, abort: bool = False) -> None:
         if self.closed or self.transport is None:
@@ -323,36 +375,131 @@ class _Connection(asyncio.Protocol):
         elif state == _SENDING:
             stats.timed_out += 1  # the peer does not take its answer
             self.close(abort=True)
+        elif state == _LINGERING:
+            self.close()
         else:
             self.deadline = float("inf")
 
     def pause_writing(self) -> None:
-        # The peer is not taking its answers: it has request_timeout to start again.
+        # The peer is not taking its answers: stop reading and answering (what is unsent stays
+        # bounded), and give it request_timeout to take some, across pipelined requests.
         self._enter(_SENDING, self.server.limits.request_timeout)
+        self._blocked, self._blocked_deadline = True, self.deadline
+        self._pause_reading()
 
     def resume_writing(self) -> None:
-        if self.state == _SENDING:
-            self._settle()
+        self._blocked, self._blocked_deadline = False, float("inf")
+        self._budget = TURN
+        if self.closed:
+            return
+        if self._busy:
+            self._enter(_ANSWERING, None)  # its answer, when ready, answers on
+        else:
+            self._next()
+
+    def _pause_reading(self) -> None:
+        if not self._paused_reading and self.transport is not None and not self.closed:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._paused_reading and self.transport is not None and not self.closed:
+            self._paused_reading = False
+            self.transport.resume_reading()
 
     # --- reading --------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if self._refusal is not None:  # (reading resumes once the refusal went out)
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES:
+                self.close(abort=True)
+            return
         if self.state == _IDLE:
             self._enter(_ARRIVING, self.server.limits.request_timeout)
+        self._unparsed = self._unparsed + data if self._unparsed else data
+        self._budget = TURN
+        self._parse()
+
+    def _backed_up(self) -> bool:
+        return (
+            self._blocked
+            or len(self._queue) > MAX_PIPELINED
+            or self._queued_bytes > MAX_QUEUED_BYTES
+        )
+
+    def _parse(self) -> None:
+        """Feed what was read to the parser a slice at a time, while answers are not backed
+        up; count the bytes of an unfinished head as they arrive."""
+        if self._parsing:
+            return  # (an answer went out from a parser callback: the loop below goes on)
+        self._parsing = True
         try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            refused = exc.__context__
-            if isinstance(refused, _Refuse):
-                self._refuse(refused.status, str(refused))
+            self._parse_slices()
+        finally:
+            self._parsing = False
+        if self._refusal is not None or self.closed:
+            return  # (a refused connection reads only to drop, once its answer went out)
+        if self._unparsed or self._backed_up():
+            self._pause_reading()  # nothing more is read until this is parsed and answered
+        else:
+            self._resume_reading()
+
+    def _turn(self) -> bool:
+        """Take one unit of this turn's budget; when spent, go on at the loop's next turn."""
+        if self._budget > 0:
+            self._budget -= 1
+            return True
+        if not self._resuming:
+            self._resuming = True
+            self.server.loop.call_soon(self._resume)
+        return False
+
+    def _resume(self) -> None:
+        self._resuming = False
+        self._budget = TURN
+        self._next()
+
+    def _parse_slices(self) -> None:
+        feed = self.parser.feed_data
+        while self._unparsed and not self.closed and self._refusal is None:
+            if self._backed_up() or not self._turn():
+                return
+            data = self._unparsed
+            if len(data) > SLICE:
+                piece, self._unparsed = data[:SLICE], data[SLICE:]
             else:
-                self._refuse(500, f"internal error: {type(refused).__name__}: {refused}")
-        except httptools.HttpParserUpgrade:
-            self._refuse(400, "bad request: protocol upgrades are not served here")
-        except httptools.HttpParserError as exc:
-            self._refuse(400, f"bad request: {exc}")
+                piece, self._unparsed = data, b""
+            self._progress = False
+            try:
+                feed(piece)
+            except httptools.HttpParserCallbackError as exc:
+                refused = exc.__context__
+                if isinstance(refused, _Refuse):
+                    self._refuse(refused.status, str(refused))
+                else:
+                    self._refuse(500, f"internal error: {type(refused).__name__}: {refused}")
+                return
+            except httptools.HttpParserUpgrade:
+                self._refuse(400, "bad request: protocol upgrades are not served here")
+                return
+            except httptools.HttpParserError as exc:
+                self._refuse(400, f"bad request: {exc}")
+                return
+            if not self._in_message:
+                self._stalled = 0
+            elif self._progress:
+                self._stalled = len(piece)  # (an upper bound: the head began in this slice)
+            else:
+                self._stalled += len(piece)
+            if self._stalled > MAX_HEAD + SLICE:
+                if self._headers_done:
+                    self._refuse(431, f"trailer section over {MAX_HEAD} bytes")
+                else:
+                    self._refuse(431, f"request head over {MAX_HEAD} bytes")
+                return
 
     def eof_received(self) -> bool | None:
         self._eof = True
@@ -367,6 +514,8 @@ class _Connection(asyncio.Protocol):
         self._body = []
         self._body_size = 0
         self._head_size = 0
+        self._headers_done = False
+        self._progress = True
         if self.state == _IDLE:  # (pipelined: the previous answer went out meanwhile)
             self._enter(_ARRIVING, self.server.limits.request_timeout)
 
@@ -376,7 +525,13 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._grow_head(len(name) + len(value) + 4)
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        headers = self._headers
+        if key in headers:  # one field, its values in order (RFC 9110 section 5.3)
+            if key == "host":
+                raise _Refuse(400, "bad request: more than one Host field")
+            text = headers[key] + ", " + text
+        headers[key] = text
 
     def _grow_head(self, size: int) -> None:
         self._head_size += size
@@ -384,8 +539,23 @@ class _Connection(asyncio.Protocol):
             raise _Refuse(431, f"request head over {MAX_HEAD} bytes")
 
     def on_headers_complete(self) -> None:
-        if self.parser.should_upgrade():  # (else the parser stops after this request)
+        self._headers_done = self._progress = True
+        parser, headers = self.parser, self._headers
+        if parser.should_upgrade():  # (else the parser stops after this request)
             raise _Refuse(400, "bad request: protocol upgrades are not served here")
+        version = parser.get_http_version()
+        if version not in ("1.1", "1.0"):  # RFC 9110 section 15.6.6
+            raise _Refuse(505, f"HTTP/{version} is not supported; this server speaks HTTP/1.1")
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            # RFC 9112 section 6.1: framing that HTTP/1.0 does not know is faulty; a coding
+            # the server does not implement gets 501.
+            if version == "1.0":
+                raise _Refuse(400, "bad request: Transfer-Encoding in an HTTP/1.0 request")
+            if coding.strip().lower() != "chunked":
+                raise _Refuse(501, f"transfer coding {coding!r} not implemented (only chunked)")
+        if version == "1.1" and "host" not in headers:  # RFC 9112 section 3.2
+            raise _Refuse(400, "bad request: no Host field")
         max_body = self.server.max_body
         length = self._headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > max_body:
@@ -394,6 +564,7 @@ class _Connection(asyncio.Protocol):
             self.transport.write(_CONTINUE)  # curl waits for it, for bodies over 1 KiB
 
     def on_body(self, body: bytes) -> None:
+        self._progress = True
         self._body_size += len(body)
         if self._body_size > self.server.max_body:
             raise _Refuse(413, f"body over {self.server.max_body} bytes")
@@ -401,6 +572,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._in_message = False
+        self._progress = True
         if self.closed:
             return
         request = _request(
@@ -410,32 +582,41 @@ class _Connection(asyncio.Protocol):
             b"".join(self._body),
             time.perf_counter(),
         )
-        self._queue.append((request, self.parser.should_keep_alive()))
-        if not self._busy:
+        size = len(request.body) + self._head_size
+        self._queue.append((request, self.parser.should_keep_alive(), size))
+        self._queued_bytes += size
+        if not self._busy and not self._blocked:
             self._next()
-        elif len(self._queue) > MAX_PIPELINED and self.transport and not self._paused_reading:
-            self._paused_reading = True
-            self.transport.pause_reading()
 
     # --- answering ------------------------------------------------------------------------
 
     def _next(self) -> None:
-        """Answer the oldest queued request."""
-        request, keep_alive = self._queue[0]
-        self._busy = True
-        self._answer_head = request.method == "HEAD"
-        self._answer_close = not keep_alive
-        self._enter(_ANSWERING, None)
-        try:
-            result = self.server.handler(request)
-        except Exception as exc:  # the connection (and the process) lives on
-            self._answer(error(500, f"internal error: {type(exc).__name__}: {exc}"))
+        """Answer the queued requests in order, while the peer takes the answers; a handler
+        that answers later (an awaitable) resumes this loop when it does."""
+        queue = self._queue
+        while queue and not self._busy and not self._blocked and not self.closed:
+            if not self._turn():
+                return
+            request, keep_alive, _size = queue[0]
+            self._busy = True
+            self._answer_head = request.method == "HEAD"
+            self._answer_close = not keep_alive
+            self._enter(_ANSWERING, None)
+            if request.path is BAD_PATH:  # refused here; the connection serves on
+                self._send(error(400, "bad request: the path is not UTF-8 once percent-decoded"))
+                continue
+            try:
+                result = self.server.handler(request)
+            except Exception as exc:  # the connection (and the process) lives on
+                self._send(error(500, f"internal error: {type(exc).__name__}: {exc}"))
+                continue
+            if isinstance(result, Response):
+                self._send(result)
+                continue
+            future = asyncio.ensure_future(result)
+            future.add_done_callback(self._answered)
             return
-        if isinstance(result, Response):
-            self._answer(result)
-            return
-        future = asyncio.ensure_future(result)
-        future.add_done_callback(self._answered)
+        self._drained()
 
     def _answered(self, future: asyncio.Future[Response]) -> None:
         if future.cancelled():
@@ -443,14 +624,18 @@ class _Connection(asyncio.Protocol):
             return
         exc = future.exception()
         if exc is not None:
-            self._answer(error(500, f"internal error: {type(exc).__name__}: {exc}"))
+            self._send(error(500, f"internal error: {type(exc).__name__}: {exc}"))
         else:
-            self._answer(future.result())
+            self._send(future.result())
+        self._budget = TURN
+        self._next()
 
-    def _answer(self, response: Response) -> None:
+    def _send(self, response: Response) -> None:
+        """Write the answer to the oldest queued request."""
         if self.closed or self.transport is None:
             return  # the peer left (or was closed for a newcomer) while its handler ran
-        request, _keep_alive = self._queue.popleft()
+        request, _keep_alive, size = self._queue.popleft()
+        self._queued_bytes -= size
         self._busy = False
         if self.server.observe is not None:
             self.server.observe(request, response, time.perf_counter())
@@ -459,20 +644,34 @@ class _Connection(asyncio.Protocol):
             data = encode(response, head=self._answer_head, close=close)
         except ValueError as exc:
             data = encode(error(500, f"internal error: {exc}"), close=close)
-        self.transport.write(data)
+        self.transport.write(data)  # (may call pause_writing)
         if close:
             self.close()
+
+    def _drained(self) -> None:
+        """No answer in progress: settle, send what is owed after the answers, read on."""
+        if self.closed or self._busy or self._blocked or self._queue:
             return
-        if self._eof and not self._queue:
+        self._settle()
+        if self._refusal is not None or self._eof:
+            self._after_answers()
+        if self._unparsed or self._paused_reading:
+            self._parse()
+
+    def _after_answers(self) -> None:
+        """Every answer due has gone out: the refusal owed, or the close the peer asked for."""
+        if self._queue or self._busy or self.closed or self.transport is None:
+            return
+        if self._refusal is not None:
+            self.transport.write(self._refusal)
+            if self._eof or not self.transport.can_write_eof():
+                self.close()
+                return
+            self.transport.write_eof()  # the answer, then the end; drop what still comes
+            self._enter(_LINGERING, min(LINGER, self.server.limits.request_timeout))
+            self._resume_reading()
+        elif self._eof:
             self.close()
-            return
-        if self._queue:
-            if self._paused_reading and len(self._queue) <= MAX_PIPELINED // 2:
-                self._paused_reading = False
-                self.transport.resume_reading()
-            self._next()
-        elif self.state != _SENDING:
-            self._settle()
 
     def _settle(self) -> None:
         """Between answers: idle, or a pipelined request is arriving."""
@@ -485,12 +684,17 @@ class _Connection(asyncio.Protocol):
             self._enter(_IDLE, limits.idle_timeout)
 
     def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` (unless an answer is due first) and close."""
-        if self.closed or self.transport is None:
+        """Answer ``status`` and close, once the requests before it on the connection are
+        answered (RFC 9112 section 9.3.2: answers go out in the order of the requests)."""
+        if self.closed or self.transport is None or self._refusal is not None:
             return
-        if not self._busy and not self._queue:
-            self.transport.write(encode(error(status, message), close=True))
-        self.close()
+        self._refusal = encode(error(status, message), close=True)
+        self._unparsed = b""
+        self._in_message = False
+        self._pause_reading()
+        if not self._busy:
+            self._settle()
+        self._after_answers()
 
 
 def _request(
@@ -502,7 +706,7 @@ def _request(
         try:
             path = urllib.parse.unquote(raw_path, errors="strict")
         except UnicodeDecodeError:
-            path = "\x00bad"  # refused by the router
+            path = BAD_PATH  # answered 400 by the connection
     return Request(
         method.decode("ascii", "replace").upper(),
         path,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, final
@@ -34,6 +35,8 @@ from walkit.statemachine import Leader, Replica
 
 MAX_KEY = 1024
 KV_PREFIX = "/v1/kv/"
+#: Seconds a rendered /metrics answer is served again while nothing it counts changed.
+METRICS_TTL = 1.0
 
 
 @final
@@ -118,6 +121,7 @@ class KVService:
         self.state = KVState()
         self._replica: Replica | None = None
         self.metrics = Metrics(self.state, options.quota_bytes)
+        self._scraped: tuple[tuple[int, bool, int, int, int], float, Response] | None = None
         #: Growth of the PUTs admitted under the quota and not applied yet.
         self._reserved = 0
         self.election: LeaderElection | None = None
@@ -434,17 +438,32 @@ class KVService:
         if path == "/readyz" and request.method in ("GET", "HEAD"):
             return self._readiness()
         if path == "/metrics" and request.method in ("GET", "HEAD"):
-            self.metrics.applied.set(self._replica.applied_count if self._replica else 0)
-            return Response(
-                200,
-                generate_latest(self.metrics.registry),
-                content_type="text/plain; version=0.0.4; charset=utf-8",
-            )
+            return self._scrape()
         return error(404, f"no such endpoint: {request.method} {path}")
 
     async def _readiness(self) -> Response:
         # A coroutine only here: the probe awaits a lease check or a read of the log.
         return json_response(*await kv_health.readiness(self))
+
+    def _scrape(self) -> Response:
+        """The metrics, rendered at most once per ``METRICS_TTL`` while nothing was applied
+        and the role and connection counts stayed: a render costs milliseconds, and a peer
+        pipelining ``/metrics`` would otherwise cost the loop (and the lead) one per request."""
+        applied = self._replica.applied_count if self._replica else 0
+        http = self.metrics.http
+        key = (applied, self._leader is not None, http.open, http.refused, http.timed_out)
+        now = time.monotonic()
+        cached = self._scraped
+        if cached is not None and cached[0] == key and now - cached[1] < METRICS_TTL:
+            return cached[2]
+        self.metrics.applied.set(applied)
+        response = Response(
+            200,
+            generate_latest(self.metrics.registry),
+            content_type="text/plain; version=0.0.4; charset=utf-8",
+        )
+        self._scraped = (key, now, response)
+        return response
 
     def status(self) -> dict[str, Any]:
         election = self.election

@@ -361,7 +361,10 @@ async def pipelined_and_closing() -> None:
         # Pipelined requests, answered at once or later, come back in order.
         stream = await _connect(port)
         await stream.send(
-            _get(b"one") + _get(path=b"/now") + _get(b"two") + b"HEAD /now HTTP/1.1\r\n\r\n"
+            _get(b"one")
+            + _get(path=b"/now")
+            + _get(b"two")
+            + b"HEAD /now HTTP/1.1\r\nhost: t\r\n\r\n"
         )
         got = await _read_until(stream, b"content-length: 3\r\n\r\n")
         bodies = [part.rpartition(b"\r\n\r\n")[2] for part in got.split(b"HTTP/1.1 ")[1:]]
