@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs walkit with the given extras into it.
+# Creates .venv (if missing) and installs walkit with the bookie extra (the sandbox's bookies)
+# and the given extras into it.
 # Usage: scripts/setup.sh [extras]   e.g. scripts/setup.sh dev
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-}"
+extras="bookie${1:+,$1}"
 if ! command -v python3 >/dev/null; then
   echo "walkit needs python3 (>= 3.11); install it first" >&2; exit 1
 fi
@@ -21,8 +22,6 @@ pip_install() {
 }
 : >"$log"
 pip_install --upgrade pip
-spec="."
-[ -n "$extras" ] && spec=".[${extras}]"
-echo "setup: installing walkit${extras:+ with extras [$extras]} into .venv"
-pip_install -e "$spec"
+echo "setup: installing walkit with extras [$extras] into .venv"
+pip_install -e ".[${extras}]"
 .venv/bin/python -c 'import walkit, walkit_bookie' || { echo "setup: install failed" >&2; exit 1; }

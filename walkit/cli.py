@@ -15,6 +15,9 @@
     walkit cluster check [--timeout SECONDS]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
+The connection options (``--metadata``, ``--placement``, ``--tls-ca/--tls-cert/--tls-key``,
+``--auth-token-file``) go before or after the command: ``walkit --metadata URL bookies`` and
+``walkit bookies --metadata URL`` are the same.
 Logs go to stderr: WARNING and above by default; ``--log-level`` and ``--log-format`` (before or
 after the command) change that, ``-v`` is ``--log-level debug`` and ``--log-json`` is
 ``--log-format json``.
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,7 +35,12 @@ from pathlib import Path
 import trio
 
 from walkit._cli._args import at_least
-from walkit._cli._connect import add_tls_options
+from walkit._cli._connect import (
+    accept_connection_options,
+    add_connection_options,
+    check_connection_options,
+    connection,
+)
 from walkit._logging import LOG_FORMATS, configure_cli_logging
 from walkit.errors import WalkitError
 
@@ -91,7 +98,7 @@ def log_settings(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _metadata_url(args: argparse.Namespace) -> str:
-    url = args.metadata or os.environ.get("WALKIT_METADATA")
+    url = connection(args).metadata
     if not url:
         raise SystemExit(
             "walkit: error: no metadata URL: pass --metadata URL or set WALKIT_METADATA"
@@ -111,21 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     _add_log_options(parser, top=True)
+    add_connection_options(parser)
+    # Only a command says which connection options it takes (check_connection_options).
+    accept_connection_options(parser, ())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_metadata(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         _add_log_options(p, top=False)
-        p.add_argument(
-            "--metadata",
-            help="metadata URL (zk://, sqlite:///, memory://); default $WALKIT_METADATA",
-        )
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
-        p.add_argument(
-            "--placement",
-            default="default",
-            help="placement policy: name, module:Class, or entry point",
-        )
-        add_tls_options(p)
+        add_connection_options(p)
         return p
 
     sandbox = sub.add_parser(
@@ -144,9 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path(".walkit/sandbox"),
         help="where the bookies' data, the sqlite metadata and sandbox.json live",
     )
-    sandbox.add_argument(
-        "--metadata",
-        default=None,
+    accept_connection_options(
+        sandbox,
+        ["metadata"],
         help="metadata URL; default: sqlite:///DATA_DIR/metadata.db (or the one used last time)",
     )
     sandbox.add_argument("--host", default="127.0.0.1", help="address the bookies listen on")
@@ -253,6 +254,7 @@ async def _until_interrupted(command: Callable[[], Awaitable[int]]) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_connection_options(parser, args)
     level, fmt = log_settings(args)
     configure_cli_logging(level, fmt)
     from walkit._cli import admin, sandbox
@@ -260,11 +262,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     command: Callable[[], Awaitable[int]]
     if args.command == "sandbox":
+        from walkit._extras import require_bookie_extra
+
+        require_bookie_extra("walkit sandbox")
         command = functools.partial(
             sandbox.run_sandbox,
             args.data_dir,
             args.bookies,
-            args.metadata,
+            getattr(args, "metadata", None),
             args.host,
             exit_on_bookie_failure=args.exit_on_bookie_failure,
             bookie_args=["--log-level", level, "--log-format", fmt],

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any, final
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from walkit._logging import get_logger
 
 log = get_logger(__name__)
@@ -34,6 +32,8 @@ class AutorecoveryMetrics:
         self.ledgers_healed = 0
         if registry is None:
             return
+        # Only with a registry: prometheus_client is not a dependency of the client install.
+        from prometheus_client import Counter, Gauge, Histogram
 
         try:
             self._underreplicated = Gauge(

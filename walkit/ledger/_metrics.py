@@ -14,16 +14,19 @@ import bisect
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, Final, Protocol, final
-
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 from walkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    # Imported where the families are built: a client is given a registry only when
+    # prometheus_client is installed (it is not a dependency of the client install).
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
 
 __all__ = ["APPEND_BUCKETS", "AppendStats", "ClientMetrics", "client_metrics"]
 
@@ -116,6 +119,12 @@ class ClientMetrics:
         yield from self._families(with_samples=True)
 
     def _families(self, *, with_samples: bool = False) -> Iterator[Metric]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
         latency = HistogramMetricFamily(
             "walkit_log_append_seconds",
             "Seconds from a log append's call to its acknowledgement (a quorum of bookies "

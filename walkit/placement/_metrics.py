@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import Counter, Gauge
-
 from walkit._logging import get_logger
 
 log = get_logger(__name__)
@@ -22,6 +20,8 @@ class PlacementMetrics:
         self._bookies: Any = None
         if registry is None:
             return
+        # Only with a registry: prometheus_client is not a dependency of the client install.
+        from prometheus_client import Counter, Gauge
 
         try:
             self._placements = Counter(

@@ -15,12 +15,15 @@ else; ``tests/structure/test_private_imports.py`` holds it to that.
 - the wire's fast paths: :class:`Receiver` (frames out of a socket's bytes) and
   :func:`direct_fd`, :func:`write_now`, :func:`unwritten` (sending without a copy when the
   socket has room);
-- security: :func:`read_token_file` and :data:`CLIENT_AUTH_MODES`.
+- security: :func:`read_token_file` and :data:`CLIENT_AUTH_MODES`;
+- the ``bookie`` extra: :func:`missing_bookie_modules` and :func:`bookie_hint` (a client
+  install says what to install instead of which import failed).
 
 The command-line declarations both ``walkit`` and ``walkit-bookie`` use are in
 :mod:`walkit.shared.cli`.
 """
 
+from walkit._extras import bookie_hint, missing_bookie_modules
 from walkit._groups import collapse
 from walkit._groups import leaves as group_leaves
 from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
@@ -35,11 +38,13 @@ __all__ = [
     "CLIENT_AUTH_MODES",
     "LOG_FORMATS",
     "Receiver",
+    "bookie_hint",
     "collapse",
     "configure_cli_logging",
     "direct_fd",
     "get_logger",
     "group_leaves",
+    "missing_bookie_modules",
     "pause",
     "read_private_text",
     "read_token_file",
