@@ -5,7 +5,7 @@
 # runs the whole suite: lint, types, then pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh dev,spark
+bash scripts/setup.sh dev,spark,lake
 bash scripts/install-zookeeper.sh
 bash scripts/install-netfault-tools.sh
 bash scripts/install-prometheus.sh

@@ -416,6 +416,20 @@ class Log:
             raise ConfigurationError("retain_age needs a client with a wall_clock")
         return await apply_retention(self, limits, dry_run=dry_run)
 
+    # --- the lake (walkit.lake) --------------------------------------------------------------
+
+    async def offload(self) -> int:
+        """Offload every closed ledger of the log to its lake (``offload_to``) now, whatever
+        ``offload_after`` says: Parquet files committed to the log's Iceberg table, then
+        recorded in the log's metadata; delete the bookies' copies offloaded
+        ``offload_deletion_lag`` seconds ago; clean up after crashed offloads. Returns how
+        many ledgers this call offloaded. Raises ConfigurationError without ``offload_to``.
+        See ``docs/lake.md``."""
+        self._check_open()
+        from walkit.log._offload import offload
+
+        return await offload(self)
+
     @staticmethod
     async def delete(client: Client, name: str, *, password: bytes | None = None) -> list[int]:
         """Delete the log ``name``, its ledgers and its snapshots; returns the deleted ledger

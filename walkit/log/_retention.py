@@ -65,6 +65,20 @@ async def _stats(owner: LogContext, md: LogMetadata) -> list[LedgerStats]:
     client = owner.client
     stats: list[LedgerStats] = []
     for lg in md.ledgers:
+        lake = md.lake_ledger(lg.ledger_id)
+        if lake is not None:  # (its bookie copy may be gone: the offload record says it all)
+            stats.append(
+                LedgerStats(
+                    lg.seq,
+                    lg.ledger_id,
+                    closed=True,
+                    records=lake.records,
+                    size=lake.size,
+                    ctime_ms=lake.ctime_ms,
+                    entries=lake.entries,
+                )
+            )
+            continue
         try:
             lmd = await client.ledger_metadata(lg.ledger_id)
         except NoSuchLedgerError:

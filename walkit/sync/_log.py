@@ -572,6 +572,10 @@ class Log:
 
         return self._thread.call(apply)
 
+    def offload(self) -> int:
+        """:meth:`walkit.Log.offload`, blocking."""
+        return self._thread.call(self._log.offload)
+
     def close(self) -> None:
         cm, self._exit = self._exit, None
         if cm is not None:

@@ -1,0 +1,88 @@
+"""Offloading closed ledgers to a file:// lake with in-process bookies: what the table and the
+log's metadata hold afterwards, and that every record is there exactly once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.client.conftest import cluster, connect
+from walkit import Log
+from walkit.errors import ConfigurationError
+from walkit.lake._table import lake_of
+
+
+async def _fill(log: Log, ledgers: int, per_ledger: int) -> list[bytes]:
+    """Write ``ledgers`` ledgers of ``per_ledger`` records (with keys and timestamps) and
+    leave a last, current one holding one more record."""
+    payloads = []
+    async with log.writer() as w:
+        for i in range(ledgers * per_ledger + 1):
+            payload = f"record-{i:05d}".encode()
+            await w.append(payload, key=f"k{i % 7}".encode(), timestamp=1_700_000_000_000 + i)
+            payloads.append(payload)
+    return payloads
+
+
+async def test_offload_then_read_back_exactly_once(memory_url: str, tmp_path: Path) -> None:
+    lake_dir = tmp_path / "lake"
+    async with (
+        cluster(memory_url, tmp_path, 3),
+        connect(memory_url, wall_clock=time.time) as client,
+    ):
+        log = await Log.open(
+            client,
+            "orders",
+            roll_entries=10,
+            offload_to=f"file://{lake_dir}",
+            offload_deletion_lag=0,
+        )
+        payloads = await _fill(log, 3, 10)
+        before = [r async for r in log.reader(follow=False)]
+        offloaded = await log.offload()
+        md = await log.metadata()
+        assert offloaded == len(md.offloaded) >= 3
+        assert md.to_json()["format"] == 4
+        assert await log.offload() == 0  # nothing left
+        lake = lake_of(log.name, log.options.offload_to, log.options.offload_catalog)
+        assert lake is not None
+        table = lake.table()
+        assert table is not None
+        rows = (
+            table.scan()
+            .to_arrow()
+            .sort_by(
+                [("ledger_seq", "ascending"), ("entry_id", "ascending"), ("slot", "ascending")]
+            )
+        )
+        in_lake = sum(x.records for x in md.offloaded)
+        assert rows.num_rows == in_lake
+        assert rows.column("payload").to_pylist() == [r.payload for r in before[:in_lake]]
+        # The bookie copies of the ledgers a takeover does not need are gone.
+        keep = {lg.ledger_id for lg in md.to_recover()}
+        assert all(x.bookies_deleted == (x.ledger_id not in keep) for x in md.offloaded)
+        # Files: zstd Parquet with the reader's columns.
+        meta = pq.ParquetFile(md.offloaded[0].files[0].removeprefix("file://")).metadata
+        assert meta.row_group(0).column(0).compression == "ZSTD"
+        assert [r.payload async for r in log.reader(follow=False)] == payloads
+        after = [r async for r in log.reader(follow=False)]
+        assert after == before
+
+
+async def test_without_offload_to_offload_is_a_configuration_error(
+    memory_url: str, tmp_path: Path
+) -> None:
+    async with cluster(memory_url, tmp_path, 1), connect(memory_url) as client:
+        log = await Log.open(client, "plain", ensemble_size=1, write_quorum=1, ack_quorum=1)
+        with pytest.raises(ConfigurationError, match="offload_to"):
+            await log.offload()
+
+
+@pytest.mark.parametrize("uri", ["file://relative/dir", "http://x/y", "s3://", 42])
+async def test_bad_lake_uris_are_configuration_errors(memory_url: str, uri: object) -> None:
+    async with connect(memory_url) as client:
+        with pytest.raises(ConfigurationError, match="offload_to"):
+            await Log.open(client, "x", offload_to=uri)  # type: ignore[arg-type]
