@@ -164,6 +164,9 @@ class Lake:
             catalog.create_namespace(NAMESPACE)
         except NamespaceAlreadyExistsError:
             pass
+        except Exception:  # a race lost in the catalog's own store (a SQL unique key)
+            if (NAMESPACE,) not in catalog.list_namespaces():
+                raise
         try:
             return catalog.create_table(
                 self.identifier,
@@ -174,12 +177,20 @@ class Lake:
             )
         except TableAlreadyExistsError:
             return catalog.load_table(self.identifier)
+        except Exception:  # (the same race, for the table)
+            if not catalog.table_exists(self.identifier):
+                raise
+            return catalog.load_table(self.identifier)
 
 
 _TABLE_PROPERTIES: Final[dict[str, Any]] = {
     "walkit.lake-format": str(LAKE_FORMAT),
     "write.parquet.compression-codec": "zstd",
     "format-version": "2",
+    # A commit that lost a race must fail, not be rebased onto the winner's snapshot by
+    # pyiceberg: the offloader decides again from a fresh read (the winner may have committed
+    # the same ledger).
+    "commit.retry.num-retries": "0",
 }
 
 

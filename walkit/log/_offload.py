@@ -70,8 +70,6 @@ async def offload(
     clock = context.options.wall_clock
     now_ms = int(clock() * 1000) if clock is not None else None
     md, _version = await fetch_log(context, owner.name)
-    listed = {lg.ledger_id for lg in md.ledgers}
-    await anyio.to_thread.run_sync(sweep, lake, listed, (now_ms or 0) / 1000)
     closed: dict[int, int] = {}
     closed_at: dict[int, int] = {}
     for lg in md.ledgers[:-1]:
@@ -99,6 +97,10 @@ async def offload(
         if await _offload_one(owner, lake, by_id[ledger_id], hook, now_ms):
             done += 1
     await _delete_from_bookies(owner, hook, now_ms)
+    # Last, so that the files of a crashed or lost offload go in this very pass.
+    md, _version = await fetch_log(context, owner.name)
+    listed = {lg.ledger_id for lg in md.ledgers}
+    await anyio.to_thread.run_sync(sweep, lake, listed, (now_ms or 0) / 1000)
     return done
 
 
