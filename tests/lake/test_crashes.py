@@ -15,6 +15,9 @@ from walkit.lake._commit import table_files
 from walkit.lake._table import Lake, lake_of
 from walkit.log._offload import offload
 
+#: Records' timestamps: now, so that the writer's housekeeping (offload_after) leaves them.
+BASE_MS = int(time.time() * 1000)
+
 
 class Crash(Exception):
     """What the fault hook raises: the offloader dies there."""
@@ -25,7 +28,7 @@ async def _fill(log: Log, records: int) -> list[bytes]:
     async with log.writer() as w:
         for i in range(records):
             payload = f"r{i:04d}".encode()
-            await w.append(payload, key=b"k", timestamp=1_700_000_000_000 + i * 1000)
+            await w.append(payload, key=b"k", timestamp=BASE_MS + i * 1000)
             payloads.append(payload)
     return payloads
 

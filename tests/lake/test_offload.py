@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import anyio
 import pyarrow.parquet as pq
 import pytest
 
@@ -13,6 +14,9 @@ from tests.client.conftest import cluster, connect
 from walkit import Log
 from walkit.errors import ConfigurationError
 from walkit.lake._table import lake_of
+
+#: Records' timestamps: now, so that the writer's housekeeping (offload_after) leaves them.
+BASE_MS = int(time.time() * 1000)
 
 
 async def _fill(log: Log, ledgers: int, per_ledger: int) -> list[bytes]:
@@ -22,7 +26,7 @@ async def _fill(log: Log, ledgers: int, per_ledger: int) -> list[bytes]:
     async with log.writer() as w:
         for i in range(ledgers * per_ledger + 1):
             payload = f"record-{i:05d}".encode()
-            await w.append(payload, key=f"k{i % 7}".encode(), timestamp=1_700_000_000_000 + i)
+            await w.append(payload, key=f"k{i % 7}".encode(), timestamp=BASE_MS + i)
             payloads.append(payload)
     return payloads
 
@@ -86,3 +90,50 @@ async def test_bad_lake_uris_are_configuration_errors(memory_url: str, uri: obje
     async with connect(memory_url) as client:
         with pytest.raises(ConfigurationError, match="offload_to"):
             await Log.open(client, "x", offload_to=uri)  # type: ignore[arg-type]
+
+
+async def test_position_at_and_readers_across_the_lake_and_the_bookies(
+    memory_url: str, tmp_path: Path
+) -> None:
+    async with (
+        cluster(memory_url, tmp_path, 3),
+        connect(memory_url, wall_clock=time.time) as client,
+    ):
+        log = await Log.open(
+            client, "timed", roll_entries=10, offload_to=f"file://{tmp_path / 'lake'}"
+        )
+        payloads = await _fill(log, 4, 10)
+        before = {t: await log.position_at(BASE_MS + t) for t in (0, 5, 17, 33, 40, 99)}
+        assert await log.offload() >= 3
+        md = await log.metadata()
+        for t, pos in before.items():
+            assert await log.position_at(BASE_MS + t) == pos, t
+        # A reader started in the middle of an offloaded ledger, across into the bookies.
+        start = before[17]
+        assert md.lake_ledger(md.ledger_with_seq(start.ledger_seq).ledger_id) is not None  # type: ignore[union-attr]
+        got = [r.payload async for r in log.reader(start, follow=False)]
+        assert got == payloads[17:]
+        # A consumer reads the lake too.
+        consumer = log.consumer("c", follow=False)
+        assert [r.payload async for r in consumer] == payloads
+
+
+async def test_the_writer_offloads_as_it_rolls(memory_url: str, tmp_path: Path) -> None:
+    async with (
+        cluster(memory_url, tmp_path, 3),
+        connect(memory_url, wall_clock=time.time) as client,
+    ):
+        log = await Log.open(
+            client,
+            "rolling",
+            roll_entries=5,
+            offload_to=f"file://{tmp_path / 'lake'}",
+            offload_after=0,
+        )
+        payloads = await _fill(log, 4, 5)
+        async with log.writer() as w:  # a takeover's housekeeping offloads the closed ones
+            with anyio.fail_after(30):
+                while len((await log.metadata()).offloaded) < 4:  # noqa: ASYNC110 (no event to wait on)
+                    await anyio.sleep(0.05)
+            await w.append(b"last")
+        assert [r.payload async for r in log.reader(follow=False)] == [*payloads, b"last"]

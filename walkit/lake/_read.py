@@ -172,3 +172,26 @@ class LakeCursor:
 
 def unavailable(what: str) -> ConfigurationError:
     return ConfigurationError(f"{what} needs the lake extra: pip install 'walkit[lake]'")
+
+
+def first_at(
+    log_name: str,
+    offload_to: str | None,
+    catalog: Mapping[str, str] | None,
+    lake: LakeLedger,
+    at: int,
+) -> tuple[int, int] | None:
+    """(entry id, slot) of an offloaded ledger's first record whose timestamp is ``at`` ms or
+    later (None: none is); blocking."""
+    from walkit.lake._table import lake_of
+
+    if not lake.files:
+        return None
+    io = lake_io_of(lake_of(log_name, offload_to, catalog), lake.files[0])
+    table = read_ledger_table(io, lake, ["entry_id", "slot", "timestamp"])
+    stamps = table.column("timestamp").cast(pa.int64())
+    hits = pc.indices_nonzero(pc.fill_null(pc.greater_equal(stamps, at * 1000), False))
+    if len(hits) == 0:
+        return None
+    i = hits[0].as_py()
+    return table.column("entry_id")[i].as_py(), table.column("slot")[i].as_py()

@@ -205,3 +205,22 @@ async def _delete_from_bookies(owner: LogContext, hook: FaultHook, now_ms: int |
 
         await cas_log(context, owner.name, "offload: bookie copy deleted", decide)
         log.info("lake_bookie_copy_deleted", log=owner.name, ledger_id=ledger_id)
+
+
+async def drop_from_lake(owner: LogContext, dropped: tuple[LakeLedger, ...]) -> None:
+    """Remove ledgers that retention dropped from the lake: their rows (whole files), the
+    snapshots that named them, the files. A handle without ``offload_to`` leaves them to the
+    next offload pass's sweep (they are no longer listed)."""
+    opts = owner.options
+    lake = lake_of(owner.name, opts.offload_to, opts.offload_catalog)
+    if lake is None:
+        log.warning(
+            "lake_retention_left_files",
+            log=owner.name,
+            ledgers=[x.ledger_id for x in dropped],
+            why="this handle has no offload_to; the next offload pass removes them",
+        )
+        return
+    files = [f for x in dropped for f in x.files]
+    await anyio.to_thread.run_sync(drop_ledgers, lake, [x.ledger_id for x in dropped], files)
+    log.info("lake_ledgers_dropped", log=owner.name, ledgers=[x.ledger_id for x in dropped])

@@ -176,6 +176,10 @@ async def apply_retention(
             if context.metrics is not None:
                 context.metrics.consumer_released(owner.name, name)
         await owner._delete_ledgers([lg.ledger_id for lg in dropped], "retention")
+        if plan.truncation.dropped_lake:
+            from walkit.log._offload import drop_from_lake
+
+            await drop_from_lake(owner, plan.truncation.dropped_lake)
     return RetentionResult(
         plan.point,
         dropped,
@@ -186,12 +190,16 @@ async def apply_retention(
 
 
 async def housekeeping(owner: LogContext, *, takeover: bool) -> None:
-    """What a writer runs in the background after a roll (retention) and after its takeover
-    (retention, then orphan collection). Never raises: failures are logged, and the next
+    """What a writer runs in the background after a roll (offload to the lake, retention) and
+    after its takeover (the same, then orphan collection). Never raises: failures are logged, and the next
     roll or takeover tries again."""
     from walkit.log._gc import collect_orphans
 
     try:
+        if owner.options.offload_to is not None:  # (before retention: it may drop the rest)
+            from walkit.log._offload import offload
+
+            await offload(owner, respect_age=True)
         if limits_of(owner).any:
             await apply_retention(owner)
         grace = owner.options.orphan_gc_grace
