@@ -26,4 +26,4 @@ async def main(url: str, name: str, lake: str, step: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, *sys.argv[1:5])
+    trio.run(main, sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])
