@@ -4,12 +4,12 @@ that never imports walkit), then DuckDB and Polars when installed."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.client.conftest import cluster, connect
 from tests.lake.test_crashes import _fill
@@ -37,9 +37,13 @@ async def test_pyiceberg_duckdb_and_polars_read_the_table(memory_url: str, tmp_p
         payloads = await _fill(log, 16)
         await log.offload()
         in_lake = sum(x.records for x in (await log.metadata()).offloaded)
-    done = subprocess.run(
-        [sys.executable, "-c", READ, str(lake)], capture_output=True, text=True, timeout=120
-    )
+    with trio.fail_after(120):
+        done = await trio.run_process(
+            [sys.executable, "-c", READ, str(lake)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [p.decode() for p in payloads[:in_lake]]
 
@@ -49,7 +53,8 @@ async def test_pyiceberg_duckdb_and_polars_read_the_table(memory_url: str, tmp_p
     table = catalog.load_table("walkit.x_orders_2e_v2")
     duckdb = pytest.importorskip("duckdb")
     arrow = table.scan().to_arrow()
-    count = duckdb.sql("select count(*) from arrow where key = 'k'").fetchall()
+    count = duckdb.sql("select count(*) from arrow where key = 'k'").fetchall()  # (by name)
+    del arrow
     assert count == [(in_lake,)]
     polars = pytest.importorskip("polars")
     frame = polars.scan_iceberg(table).select(polars.len()).collect()
