@@ -57,3 +57,21 @@ async def test_retention_removes_lake_files_and_consumers_hold_it(
         rest = [r.payload async for r in log.reader(follow=False)]
         assert rest == payloads[len(payloads) - len(rest) :]
         assert len(rest) >= len(payloads) - 12
+
+
+async def test_deleting_the_log_drops_its_table_and_files(memory_url: str, tmp_path: Path) -> None:
+    async with (
+        cluster(memory_url, tmp_path, 3),
+        connect(memory_url, wall_clock=time.time) as client,
+    ):
+        log = await Log.open(
+            client, "doomed", roll_entries=5, offload_to=f"file://{tmp_path / 'lake'}"
+        )
+        await _fill(log, 16)
+        assert await log.offload() == 3
+        lake = _lake(log)
+        data = Path(lake.uri.root) / lake.table_name / "data"
+        assert len(list(data.iterdir())) == 3
+        await Log.delete(client, "doomed")
+        assert list(data.iterdir()) == []
+        assert lake.table(create=False) is None

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable
 from typing import Final
 
 from pyarrow import fs as pafs
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
@@ -27,7 +27,7 @@ from walkit.lake._table import Lake
 
 log = get_logger(__name__)
 
-__all__ = ["commit_ledger", "drop_ledgers", "ledger_files", "sweep", "table_files"]
+__all__ = ["commit_ledger", "drop_ledgers", "drop_table", "ledger_files", "sweep", "table_files"]
 
 #: Commits lost to other writers of the table before giving up (the next pass tries again).
 COMMIT_ATTEMPTS: Final = 20
@@ -172,4 +172,19 @@ def _delete(io: object, uri: str) -> None:
         io.delete(uri)
         log.info("lake_file_deleted", uri=uri)
     except FileNotFoundError:
+        pass
+
+
+def drop_table(lake: Lake, files: Iterable[str]) -> None:
+    """Drop the log's table and delete its data files (``files``, and any walkit named in its
+    data directory)."""
+    for uri in files:
+        _delete(lake.io, uri)
+    filesystem, base = _fs(lake)
+    for info in filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
+        if info.type == pafs.FileType.File and ledger_id_of_file(info.path) is not None:
+            _delete(lake.io, f"{lake.data_dir}/{info.path.rsplit('/', 1)[-1]}")
+    try:
+        lake.catalog.purge_table(lake.identifier)
+    except NoSuchTableError:
         pass

@@ -431,16 +431,24 @@ class Log:
         return await offload(self)
 
     @staticmethod
-    async def delete(client: Client, name: str, *, password: bytes | None = None) -> list[int]:
+    async def delete(
+        client: Client,
+        name: str,
+        *,
+        password: bytes | None = None,
+        offload_catalog: dict[str, str] | None = None,
+    ) -> list[int]:
         """Delete the log ``name``, its ledgers and its snapshots; returns the deleted ledger
         ids. Its readers and writers get NoSuchLogError from then on. ``password``: the
-        ledgers' password if the log was created with one (default: the stored one). Raises
-        NoSuchLogError if there is no such log.
+        ledgers' password if the log was created with one (default: the stored one). Its
+        offloaded ledgers leave the lake with their table (``offload_catalog``: the lake's
+        catalog properties, needed for an s3:// lake). Raises NoSuchLogError if there is no
+        such log.
 
         Log operations live on ``Log`` and ledger operations on the client, as DistributedLog's
         namespace sits above BookKeeper's client: ``Log.open``/``Log.delete`` pair as
         ``client.open_ledger``/``client.delete_ledger`` do, and the client knows no logs."""
-        return await delete_log(client, name, password=password)
+        return await delete_log(client, name, password=password, offload_catalog=offload_catalog)
 
     @staticmethod
     async def collect_orphans(

@@ -27,7 +27,7 @@ from walkit._core.record_set import uses_record_sets
 from walkit._core.time_search import ledger_time_range
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, InvalidArgumentError, NoSuchLedgerError, WalkitError
-from walkit.lake._commit import commit_ledger, drop_ledgers, sweep
+from walkit.lake._commit import commit_ledger, drop_ledgers, drop_table, sweep
 from walkit.lake._table import Lake, lake_of
 from walkit.lake._write import Columns, WrittenFiles, write_files
 from walkit.log._store import cas_log, fetch_log
@@ -224,3 +224,21 @@ async def drop_from_lake(owner: LogContext, dropped: tuple[LakeLedger, ...]) -> 
     files = [f for x in dropped for f in x.files]
     await anyio.to_thread.run_sync(drop_ledgers, lake, [x.ledger_id for x in dropped], files)
     log.info("lake_ledgers_dropped", log=owner.name, ledgers=[x.ledger_id for x in dropped])
+
+
+async def drop_lake_table(
+    name: str, offloaded: tuple[LakeLedger, ...], catalog: dict[str, str] | None
+) -> None:
+    """A deleted log's lake: its table dropped and its files deleted (the lake is where its
+    files are: ``<offload_to>/<table>/data/<file>``). Failures are logged, never raised: the
+    log is gone already."""
+    offload_to = offloaded[0].files[0].rsplit("/", 3)[0] if offloaded[0].files else None
+    try:
+        lake = lake_of(name, offload_to, catalog)
+        if lake is None:
+            return
+        files = [f for x in offloaded for f in x.files]
+        await anyio.to_thread.run_sync(drop_table, lake, files)
+        log.info("lake_table_dropped", log=name, table=lake.table_name)
+    except Exception as exc:  # (pyiceberg's and the object store's errors, not only ours)
+        log.warning("lake_table_drop_failed", log=name, error=str(exc))

@@ -472,11 +472,19 @@ class Log:
         return Log(client, cm.__enter__(), cm)
 
     @staticmethod
-    def delete(client: Client, name: str, *, password: bytes | None = None) -> list[int]:
+    def delete(
+        client: Client,
+        name: str,
+        *,
+        password: bytes | None = None,
+        offload_catalog: dict[str, str] | None = None,
+    ) -> list[int]:
         """:meth:`walkit.Log.delete`, blocking."""
 
         async def delete() -> list[int]:
-            return await walkit.Log.delete(client.async_client, name, password=password)
+            return await walkit.Log.delete(
+                client.async_client, name, password=password, offload_catalog=offload_catalog
+            )
 
         return client.thread.call(delete)
 
