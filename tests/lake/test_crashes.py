@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -33,6 +34,17 @@ async def _fill(log: Log, records: int) -> list[bytes]:
     return payloads
 
 
+def data_files(lake: Lake) -> set[str]:
+    """Every file under the table's data directory, as URIs."""
+    from pyarrow import fs
+
+    from walkit.lake._commit import _fs
+
+    filesystem, base = _fs(lake)
+    infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
+    return {f"{lake.data_dir}/{i.path.rsplit('/', 1)[-1]}" for i in infos}
+
+
 def _lake(log: Log) -> Lake:
     lake = lake_of(log.name, log.options.offload_to, log.options.offload_catalog)
     assert lake is not None
@@ -56,16 +68,13 @@ async def _check_exactly_once(log: Log, payloads: list[bytes]) -> None:
     assert len(keys) == len(set(keys)) == sum(x.records for x in md.offloaded)
     held = table_files(table)
     assert {lid: set(x.files) for lid in held for x in md.offloaded if x.ledger_id == lid} == held
-    on_disk = {
-        f"file://{p}" for p in map(str, (Path(lake.uri.root) / lake.table_name / "data").iterdir())
-    }
-    assert on_disk == set().union(*held.values())  # no orphan file
+    assert data_files(lake) == set().union(*held.values())  # no orphan file
     assert [r.payload async for r in log.reader(follow=False)] == payloads
 
 
 @pytest.mark.parametrize("step", ["files", "commit", "cas", "bookies"])
 async def test_a_crash_at_each_step_is_finished_by_the_next_pass(
-    memory_url: str, tmp_path: Path, step: str
+    memory_url: str, tmp_path: Path, step: str, lake_opts: dict[str, Any]
 ) -> None:
     async with (
         cluster(memory_url, tmp_path, 3),
@@ -75,8 +84,8 @@ async def test_a_crash_at_each_step_is_finished_by_the_next_pass(
             client,
             "crashy",
             roll_entries=5,
-            offload_to=f"file://{tmp_path / 'lake'}",
             offload_deletion_lag=0,
+            **lake_opts,
         )
         payloads = await _fill(log, 23)
 
@@ -92,16 +101,18 @@ async def test_a_crash_at_each_step_is_finished_by_the_next_pass(
         assert len(md.offloaded) == len(md.ledgers) - 1
 
 
-async def test_two_offloaders_at_once(memory_url: str, tmp_path: Path) -> None:
+async def test_two_offloaders_at_once(
+    memory_url: str, tmp_path: Path, lake_opts: dict[str, Any]
+) -> None:
     async with (
         cluster(memory_url, tmp_path, 3),
         connect(memory_url, wall_clock=time.time) as client,
         connect(memory_url, wall_clock=time.time) as other,
     ):
-        opts = {"roll_entries": 4, "offload_to": f"file://{tmp_path / 'lake'}"}
-        log = await Log.open(client, "raced", **opts)  # type: ignore[arg-type]
+        opts = {"roll_entries": 4, **lake_opts}
+        log = await Log.open(client, "raced", **opts)
         payloads = await _fill(log, 30)
-        twin = await Log.open(other, "raced", **opts)  # type: ignore[arg-type]
+        twin = await Log.open(other, "raced", **opts)
         counts: list[int] = []
 
         async def run(handle: Log) -> None:

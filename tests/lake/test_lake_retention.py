@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.client.conftest import cluster, connect
-from tests.lake.test_crashes import _fill, _lake
+from tests.lake.test_crashes import _fill, _lake, data_files
 from walkit import Log
 
 
 async def test_retention_removes_lake_files_and_consumers_hold_it(
-    memory_url: str, tmp_path: Path
+    memory_url: str, tmp_path: Path, lake_opts: dict[str, Any]
 ) -> None:
     async with (
         cluster(memory_url, tmp_path, 3),
@@ -22,8 +23,8 @@ async def test_retention_removes_lake_files_and_consumers_hold_it(
             client,
             "kept",
             roll_entries=5,
-            offload_to=f"file://{tmp_path / 'lake'}",
             offload_deletion_lag=0,
+            **lake_opts,
         )
         payloads = await _fill(log, 30)
         await log.offload()
@@ -50,10 +51,7 @@ async def test_retention_removes_lake_files_and_consumers_hold_it(
         in_table = set(table.scan().to_arrow().column("ledger_id").to_pylist())
         assert in_table == {x.ledger_id for x in after.offloaded}
         assert len(table.snapshots()) == 1  # expired
-        data = Path(lake.uri.root) / lake.table_name / "data"
-        assert {f"file://{p}" for p in data.iterdir()} == {
-            f for x in after.offloaded for f in x.files
-        }
+        assert data_files(lake) == {f for x in after.offloaded for f in x.files}
         rest = [r.payload async for r in log.reader(follow=False)]
         assert rest == payloads[len(payloads) - len(rest) :]
         assert len(rest) >= len(payloads) - 12

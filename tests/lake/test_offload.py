@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pyarrow.parquet as pq
@@ -93,15 +94,13 @@ async def test_bad_lake_uris_are_configuration_errors(memory_url: str, uri: obje
 
 
 async def test_position_at_and_readers_across_the_lake_and_the_bookies(
-    memory_url: str, tmp_path: Path
+    memory_url: str, tmp_path: Path, lake_opts: dict[str, Any]
 ) -> None:
     async with (
         cluster(memory_url, tmp_path, 3),
         connect(memory_url, wall_clock=time.time) as client,
     ):
-        log = await Log.open(
-            client, "timed", roll_entries=10, offload_to=f"file://{tmp_path / 'lake'}"
-        )
+        log = await Log.open(client, "timed", roll_entries=10, **lake_opts)
         payloads = await _fill(log, 4, 10)
         before = {t: await log.position_at(BASE_MS + t) for t in (0, 5, 17, 33, 40, 99)}
         assert await log.offload() >= 3
