@@ -13,7 +13,7 @@ import pytest
 
 from tests.client.conftest import cluster, connect
 from walkit import Log
-from walkit.errors import ConfigurationError
+from walkit.errors import ConfigurationError, NoSuchLogError
 from walkit.lake._table import lake_of
 
 #: Records' timestamps: now, so that the writer's housekeeping (offload_after) leaves them.
@@ -136,3 +136,27 @@ async def test_the_writer_offloads_as_it_rolls(memory_url: str, tmp_path: Path) 
                     await anyio.sleep(0.05)
             await w.append(b"last")
         assert [r.payload async for r in log.reader(follow=False)] == [*payloads, b"last"]
+
+
+async def test_metrics_of_offloads_and_lake_reads(memory_url: str, tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    async with (
+        cluster(memory_url, tmp_path, 3),
+        connect(memory_url, wall_clock=time.time, metrics_registry=registry) as client,
+    ):
+        log = await Log.open(client, "seen", roll_entries=10, offload_to=f"file://{tmp_path / 'l'}")
+        await _fill(log, 2, 10)
+        assert await log.offload() == 2
+        labels = {"log": "seen"}
+        assert registry.get_sample_value("walkit_lake_offloaded_ledgers_total", labels) == 2
+        assert registry.get_sample_value("walkit_lake_offloaded_files_total", labels) == 2
+        assert (registry.get_sample_value("walkit_lake_offloaded_bytes_total", labels) or 0) > 0
+        assert registry.get_sample_value("walkit_lake_offload_lag_seconds", labels) == 0
+        assert len([r async for r in log.reader(follow=False)]) == 21
+        assert registry.get_sample_value("walkit_lake_read_seconds_count", labels) == 2
+        await Log.delete(client, "seen")
+        with pytest.raises(NoSuchLogError):
+            await log.offload()
+        assert registry.get_sample_value("walkit_lake_offload_failures_total", labels) == 1

@@ -69,7 +69,10 @@ class LakeCursor:
         seq: int,
         start: LogPosition,
         start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object],
+        observe: Callable[[float, int], None] | None = None,
     ) -> None:
+        #: ``observe(seconds, bytes)`` of each row group the reader waited for (metrics).
+        self._observe = observe
         self._start_soon = start_soon
         self._merged_read = False
         self._io = io
@@ -111,7 +114,10 @@ class LakeCursor:
         if self._next is None:
             return None
         done, holder = self._next
+        waited = anyio.current_time()
         await done.wait()
+        if self._observe is not None and isinstance(holder[0], pa.Table):
+            self._observe(anyio.current_time() - waited, holder[0].nbytes)
         self._next = None
         self._start_ahead()
         if isinstance(holder[0], BaseException):

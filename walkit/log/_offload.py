@@ -64,7 +64,16 @@ async def offload(
     """Offload the log's closed ledgers (with ``respect_age``, only those ``offload_after``
     seconds old), delete the bookie copies ``offload_deletion_lag`` seconds after, and clean
     up after earlier crashes. Returns how many ledgers this call recorded as offloaded."""
-    hook = hook or _no_hook
+    metrics = owner.client._context.metrics
+    try:
+        return await _offload(owner, respect_age=respect_age, hook=hook or _no_hook)
+    except BaseException:
+        if metrics is not None:
+            metrics.lake(owner.name).failures += 1
+        raise
+
+
+async def _offload(owner: LogContext, *, respect_age: bool, hook: FaultHook) -> int:
     lake = lake_of_handle(owner)
     context = owner.client._context
     clock = context.options.wall_clock
@@ -96,6 +105,10 @@ async def offload(
     for ledger_id in chosen:
         if await _offload_one(owner, lake, by_id[ledger_id], hook, now_ms):
             done += 1
+    left = [closed_at[i] for i in closed if i not in chosen]
+    if context.metrics is not None and now_ms is not None:
+        oldest = min(left, default=now_ms)
+        context.metrics.lake(owner.name).lag_seconds = max(0.0, (now_ms - oldest) / 1000)
     await _delete_from_bookies(owner, hook, now_ms)
     # Last, so that the files of a crashed or lost offload go in this very pass.
     md, _version = await fetch_log(context, owner.name)
@@ -164,8 +177,8 @@ async def _offload_one(
         outcome=outcome,
     )
     metrics = owner.client._context.metrics
-    if metrics is not None and outcome == "recorded" and hasattr(metrics, "lake_offloaded"):
-        metrics.lake_offloaded(owner.name, written.lake_bytes, len(files))
+    if metrics is not None and outcome == "recorded":
+        metrics.lake(owner.name).offloaded(written.lake_bytes, len(files))
     return outcome == "recorded"
 
 

@@ -554,7 +554,15 @@ class LogReader:
         io = lake_io_of(here, lake.files[0]) if lake.files else None
         tasks = self._log.client._context.task_group
         self._ledger = ledger
-        self._lake = LakeCursor(io, lake, ledger.seq, self._pos, tasks.start_soon)
+        metrics = self._log.client._context.metrics
+        observe = None
+        if metrics is not None:
+            stats = metrics.lake(self._log.name)
+
+            def observe(seconds: float, size: int) -> None:
+                stats.reads.observe(seconds, 1, size)
+
+        self._lake = LakeCursor(io, lake, ledger.seq, self._pos, tasks.start_soon, observe)
 
     async def _lake_step(self) -> bool:
         cursor, ledger = self._lake, self._ledger
