@@ -6,7 +6,7 @@
 # runs the whole suite: lint, types, then pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh dev,spark,docs
+bash scripts/setup.sh dev,spark,lake,docs
 bash scripts/install-zookeeper.sh
 bash scripts/install-netfault-tools.sh
 bash scripts/install-prometheus.sh

@@ -24,6 +24,7 @@ API_PAGES = {
     "sync": ["walkit.sync"],
     "log": ["walkit.log"],
     "ledger": ["walkit.ledger"],
+    "lake": ["walkit.lake"],
     "statemachine": ["walkit.statemachine", "walkit.recipes"],
     "metadata": ["walkit.metadata"],
     "net": ["walkit.net"],

@@ -1,5 +1,5 @@
 """``walkit log list | show NAME | tail NAME [--from POS | --since TIME] [--follow] |
-retain NAME ... | delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run] |
+retain NAME ... | offload NAME --to URI | delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run] |
 consumers NAME | consumer delete NAME CONSUMER``."""
 
 from __future__ import annotations
@@ -148,6 +148,32 @@ def _add_maintenance(log_sub: Any, with_metadata: Any) -> None:
         "--dry-run", action="store_true", help="print what would go, change nothing"
     )
     retain.add_argument("--password", default=None, help=password_help)
+    offload = with_metadata(
+        log_sub.add_parser(
+            "offload",
+            help="offload a log's closed ledgers to its lake (an Iceberg table) now; see "
+            "docs/lake.md",
+        )
+    )
+    offload.add_argument("name")
+    offload.add_argument(
+        "--to", required=True, metavar="URI", help="the lake: file:///abs/dir or s3://bucket/prefix"
+    )
+    offload.add_argument(
+        "--catalog",
+        default=None,
+        metavar="JSON",
+        help="the pyiceberg catalog's properties as a JSON object (default for file://DIR: a "
+        "SQL catalog in DIR/catalog.db)",
+    )
+    offload.add_argument(
+        "--deletion-lag",
+        type=_seconds,
+        default=3600.0,
+        metavar="SECONDS",
+        help="delete the bookies' copies of ledgers offloaded this long ago (default: 3600)",
+    )
+    offload.add_argument("--password", default=None, help=password_help)
     delete = with_metadata(
         log_sub.add_parser("delete", help="delete a log with its ledgers and snapshots")
     )
@@ -179,6 +205,7 @@ def handler(args: argparse.Namespace) -> Any:
         "show": log_show,
         "tail": log_tail,
         "retain": log_retain,
+        "offload": log_offload,
         "delete": log_delete,
         "gc": log_gc,
         "consumers": log_consumers,
@@ -229,6 +256,10 @@ async def log_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
         ledgers: list[dict[str, Any]] = []
         for lg in md.ledgers:
             row: dict[str, Any] = {"seq": lg.seq, "ledger_id": lg.ledger_id}
+            lake = md.lake_ledger(lg.ledger_id)
+            row["where"] = (
+                "bookies" if lake is None else "lake" if lake.bookies_deleted else "lake+bookies"
+            )
             try:
                 lmd, _ = await manager.read(lg.ledger_id)
                 row.update(
@@ -238,7 +269,7 @@ async def log_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
                     ensemble=[str(b) for b in lmd.current_ensemble],
                 )
             except NoSuchLedgerError:
-                row["state"] = "MISSING"
+                row["state"] = "CLOSED" if lake is not None else "MISSING"
             ledgers.append(row)
     snapshots = [s.to_json() for s in md.snapshots]
     record: dict[str, Any] = {
@@ -260,7 +291,7 @@ async def log_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
     out.write("\nledgers:\n")
     emit(
         ledgers,
-        ["seq", "ledger_id", "state", "last_entry_id", "length", "ensemble"],
+        ["seq", "ledger_id", "where", "state", "last_entry_id", "length", "ensemble"],
         as_json=False,
         out=out,
     )
@@ -330,6 +361,41 @@ async def log_retain(url: str, args: argparse.Namespace, out: TextIO) -> int:
         "ledgers": [lg.ledger_id for lg in result.dropped],
         "records": result.records,
         "bytes": result.size,
+    }
+    emit_record(record, as_json=args.json, out=out)
+    return 0
+
+
+async def log_offload(url: str, args: argparse.Namespace, out: TextIO) -> int:
+    from walkit.client import Client
+    from walkit.log import Log
+
+    async with Client.connect(url, **connect_options(args)) as client:
+        secret = {} if args.password is None else {"password": args.password.encode()}
+        catalog = None
+        if args.catalog is not None:
+            from walkit.log._options import CATALOG
+
+            try:
+                catalog = CATALOG.from_text(args.catalog)
+            except ValueError as exc:
+                raise ConfigurationError(f"--catalog: {exc}") from None
+        log = await Log.open(
+            client,
+            args.name,
+            create=False,
+            offload_to=args.to,
+            offload_catalog=catalog,
+            offload_deletion_lag=args.deletion_lag,
+            **secret,
+        )
+        done = await log.offload()
+        md = await log.metadata()
+    record = {
+        "name": args.name,
+        "offloaded": done,
+        "in_lake": len(md.offloaded),
+        "bookie_copies_deleted": sum(1 for x in md.offloaded if x.bookies_deleted),
     }
     emit_record(record, as_json=args.json, out=out)
     return 0

@@ -28,6 +28,11 @@ A log that has had durable consumers (children of its node, ``walkit.log._consum
 so (``"consumers": true``) and is written as format 3, whatever its config: readers that
 predate consumers refuse it rather than apply retention without them.
 
+A log with ledgers offloaded to the lake (``walkit._core.lake``) lists them under
+``"offloaded"`` (one :class:`~walkit._core.lake.LakeLedger` each, in log order) and is written
+as format 4, whatever else it holds: readers that predate the lake would read those ledgers
+from the bookies, where they may be gone.
+
 Invariants (checked on every parse and every transition):
 
 - ledgers are ordered by ``seq``, which is strictly increasing, >= 1 and < ``next_seq``;
@@ -52,6 +57,7 @@ from typing import Any, Final, final
 import attrs
 
 from walkit._core.digest import DigestType
+from walkit._core.lake import LakeLedger
 from walkit._core.ledger_metadata import validate_quorums
 from walkit._core.log_position import MAX_COMPONENT, LogPosition
 from walkit.errors import (
@@ -67,6 +73,9 @@ FORMAT_VERSION_OPT_OUT: Final = 2
 #: The format of a log with durable consumers (``/logs/<name>/consumers``): readers that
 #: predate them would apply retention without them and delete what they have not committed.
 FORMAT_VERSION_CONSUMERS: Final = 3
+#: The format of a log with offloaded ledgers: readers that predate the lake would look for
+#: them on the bookies.
+FORMAT_VERSION_LAKE: Final = 4
 #: The snapshot format this walkit writes: the state's bytes cut into the entries of a closed
 #: ledger, in order, with their size and CRC32C in the record (docs/formats.md).
 SNAPSHOT_FORMAT: Final = 1
@@ -74,7 +83,12 @@ SNAPSHOT_FORMAT: Final = 1
 SNAPSHOT_FORMATS: Final = frozenset({1})
 
 #: The formats this walkit reads.
-_FORMATS: Final = (FORMAT_VERSION, FORMAT_VERSION_OPT_OUT, FORMAT_VERSION_CONSUMERS)
+_FORMATS: Final = (
+    FORMAT_VERSION,
+    FORMAT_VERSION_OPT_OUT,
+    FORMAT_VERSION_CONSUMERS,
+    FORMAT_VERSION_LAKE,
+)
 
 #: What a log name may look like (it is a metadata node name on every driver).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
@@ -173,6 +187,8 @@ class Truncation:
 
     metadata: LogMetadata
     dropped: tuple[LogLedger, ...]
+    #: The dropped ledgers that were offloaded (remove their files from the lake).
+    dropped_lake: tuple[LakeLedger, ...] = ()
 
 
 @final
@@ -230,6 +246,8 @@ class LogMetadata:
     sinks: tuple[SinkMark, ...] = ()
     #: Whether durable consumers were registered (their nodes are this node's children).
     consumers: bool = False
+    #: The listed ledgers offloaded to the lake, in log order.
+    offloaded: tuple[LakeLedger, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         _validate(self)
@@ -271,6 +289,24 @@ class LogMetadata:
     def latest_snapshot(self) -> SnapshotRecord | None:
         return self.snapshots[-1] if self.snapshots else None
 
+    def lake_ledger(self, ledger_id: int) -> LakeLedger | None:
+        """The offload record of a listed ledger (None: it lives on the bookies only)."""
+        for lake in self.offloaded:
+            if lake.ledger_id == ledger_id:
+                return lake
+        return None
+
+    def with_offloaded(self, lake: LakeLedger) -> LogMetadata:
+        """Record ``lake`` (a listed ledger's offload, or a change of it). Raises
+        InvalidArgumentError when its ledger is not listed (retention dropped it)."""
+        if not any(lg.ledger_id == lake.ledger_id for lg in self.ledgers):
+            raise InvalidArgumentError(
+                f"log {self.name}: ledger {lake.ledger_id} is not listed (truncated?)"
+            )
+        others = {x.ledger_id: x for x in self.offloaded if x.ledger_id != lake.ledger_id}
+        others[lake.ledger_id] = lake
+        return attrs.evolve(self, offloaded=_in_log_order(self.ledgers, others))
+
     def ledger_ids(self) -> set[int]:
         return {lg.ledger_id for lg in self.ledgers} | {s.ledger_id for s in self.snapshots}
 
@@ -298,7 +334,9 @@ class LogMetadata:
         dropped = tuple(lg for lg in self.to_recover() if recovered_last_entries[lg.ledger_id] < 0)
         kept = tuple(lg for lg in self.ledgers if lg not in dropped)
         new = LogLedger(self.next_seq, new_ledger_id)
-        md = attrs.evolve(self, ledgers=(*kept, new), next_seq=self.next_seq + 1)
+        md = attrs.evolve(
+            self, ledgers=(*kept, new), next_seq=self.next_seq + 1, offloaded=self._lake_of(kept)
+        )
         return Takeover(md, new, dropped)
 
     def to_recover_for_link(
@@ -374,7 +412,11 @@ class LogMetadata:
         kept = tuple(lg for lg in self.ledgers if lg not in dropped)
         new = tuple(LogLedger(self.next_seq + i, ledger_id) for i, ledger_id in enumerate(ids))
         md = attrs.evolve(
-            self, ledgers=(*kept, *new), next_seq=self.next_seq + len(ids), sinks=sinks
+            self,
+            ledgers=(*kept, *new),
+            next_seq=self.next_seq + len(ids),
+            sinks=sinks,
+            offloaded=self._lake_of(kept),
         )
         return Link(md, new, dropped)
 
@@ -397,7 +439,12 @@ class LogMetadata:
             return Truncation(self, ())
         dropped = tuple(lg for lg in self.ledgers if lg.seq < pos.ledger_seq)
         kept = tuple(lg for lg in self.ledgers if lg.seq >= pos.ledger_seq)
-        return Truncation(attrs.evolve(self, ledgers=kept, truncated=pos), dropped)
+        gone = {lg.ledger_id for lg in dropped}
+        return Truncation(
+            attrs.evolve(self, ledgers=kept, truncated=pos, offloaded=self._lake_of(kept)),
+            dropped,
+            tuple(x for x in self.offloaded if x.ledger_id in gone),
+        )
 
     def with_snapshot(
         self, record: SnapshotRecord, keep: int
@@ -425,6 +472,11 @@ class LogMetadata:
                 f"cannot {what} {pos}: log {self.name} has no ledger {pos.ledger_seq} yet"
             )
 
+    def _lake_of(self, kept: Sequence[LogLedger]) -> tuple[LakeLedger, ...]:
+        """The offload records of the ``kept`` ledgers."""
+        ids = {lg.ledger_id for lg in kept}
+        return tuple(x for x in self.offloaded if x.ledger_id in ids)
+
     def with_consumers(self) -> LogMetadata:
         """The log as one with durable consumers (format 3)."""
         return self if self.consumers else attrs.evolve(self, consumers=True)
@@ -434,6 +486,8 @@ class LogMetadata:
     @property
     def format(self) -> int:
         """The format this log's node is written in (the oldest that holds it)."""
+        if self.offloaded:
+            return FORMAT_VERSION_LAKE
         if self.consumers:
             return FORMAT_VERSION_CONSUMERS
         return FORMAT_VERSION if self.config.store_password else FORMAT_VERSION_OPT_OUT
@@ -453,6 +507,8 @@ class LogMetadata:
             doc["sinks"] = {m.query_id: m.batch_id for m in self.sinks}
         if self.consumers:
             doc["consumers"] = True
+        if self.offloaded:
+            doc["offloaded"] = [x.to_json() for x in self.offloaded]
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
     def to_json(self) -> dict[str, Any]:
@@ -491,7 +547,16 @@ class LogMetadata:
                     f"log {name}: format {FORMAT_VERSION_OPT_OUT} without store_password=false"
                 )
             consumers = _bool(doc.get("consumers", False))
-            if (doc["format"] == FORMAT_VERSION_CONSUMERS) != consumers:
+            offloaded = doc.get("offloaded", [])
+            if not isinstance(offloaded, list) or not all(isinstance(x, dict) for x in offloaded):
+                raise TypeError("offloaded is not a list of objects")
+            if (doc["format"] == FORMAT_VERSION_LAKE) != bool(offloaded):
+                raise InvalidMetadataError(
+                    f"log {name}: format {doc['format']} with {len(offloaded)} offloaded ledgers"
+                )
+            if doc["format"] != FORMAT_VERSION_LAKE and (
+                (doc["format"] == FORMAT_VERSION_CONSUMERS) != consumers
+            ):
                 raise InvalidMetadataError(
                     f"log {name}: format {doc['format']} with consumers={consumers}"
                 )
@@ -524,6 +589,7 @@ class LogMetadata:
                 ctime_ms=_int(doc.get("ctime_ms", 0)),
                 sinks=tuple(sorted(SinkMark(_str(q), _int(b)) for q, b in sinks.items())),
                 consumers=consumers,
+                offloaded=tuple(LakeLedger.from_json(x) for x in offloaded),
             )
         except InvalidMetadataError:
             raise
@@ -607,6 +673,20 @@ def _validate(md: LogMetadata) -> None:
         if not isinstance(mark.batch_id, int) or mark.batch_id < 0:
             raise InvalidMetadataError(f"log {name}: bad sink batch id {mark.batch_id!r}")
         previous_query = mark.query_id
+    order = [lg.ledger_id for lg in md.ledgers]
+    at = [order.index(x.ledger_id) if x.ledger_id in order else -1 for x in md.offloaded]
+    if any(i < 0 for i in at):
+        raise InvalidMetadataError(f"log {name}: an offloaded ledger is not listed")
+    if at != sorted(set(at)):
+        raise InvalidMetadataError(f"log {name}: offloaded ledgers out of order or repeated")
+    for lake in md.offloaded:
+        lake.check()
+
+
+def _in_log_order(
+    ledgers: Sequence[LogLedger], records: Mapping[int, LakeLedger]
+) -> tuple[LakeLedger, ...]:
+    return tuple(records[lg.ledger_id] for lg in ledgers if lg.ledger_id in records)
 
 
 def _int(value: object) -> int:

@@ -70,6 +70,28 @@ class AppendStats:
 
 
 @final
+class LakeStats:
+    """One log's offloads to its lake and reads from it, in this process."""
+
+    __slots__ = ("bytes", "failures", "files", "lag_seconds", "ledgers", "reads")
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.files = 0
+        self.ledgers = 0
+        self.failures = 0
+        #: Seconds since the oldest closed ledger not yet offloaded closed (at the last pass).
+        self.lag_seconds = 0.0
+        #: Row-group reads: latency buckets, count and bytes.
+        self.reads = AppendStats()
+
+    def offloaded(self, size: int, files: int) -> None:
+        self.bytes += size
+        self.files += files
+        self.ledgers += 1
+
+
+@final
 class ClientMetrics:
     """Every metric of the clients that share one registry (a prometheus collector)."""
 
@@ -84,6 +106,7 @@ class ClientMetrics:
         self._consumers: dict[tuple[str, str], weakref.WeakSet[Any]] = {}
         self._behind: Counter[tuple[str, str]] = Counter()
         self._released: Counter[tuple[str, str]] = Counter()
+        self._lake: dict[str, LakeStats] = {}
 
     # --- what the client reports -------------------------------------------------------------
 
@@ -92,6 +115,13 @@ class ClientMetrics:
         stats = self._appends.get(log)
         if stats is None:
             stats = self._appends[log] = AppendStats()
+        return stats
+
+    def lake(self, log: str) -> LakeStats:
+        """The lake figures of ``log`` (offloads, failures, lag, reads)."""
+        stats = self._lake.get(log)
+        if stats is None:
+            stats = self._lake[log] = LakeStats()
         return stats
 
     def track_reader(self, log: str, reader: _Reader) -> None:
@@ -196,6 +226,42 @@ class ClientMetrics:
         yield from (latency, records, size, ledger_latency, ledger_entries, ledger_bytes)
         yield from (changes, recoveries)
         yield from (reader_lag, commit_lag, behind, released)
+        yield from self._lake_families(with_samples)
+
+    def _lake_families(self, with_samples: bool) -> Iterator[Metric]:
+        made = {
+            "bytes": CounterMetricFamily(
+                "walkit_lake_offloaded_bytes", "Bytes of data files offloaded", labels=["log"]
+            ),
+            "files": CounterMetricFamily(
+                "walkit_lake_offloaded_files", "Data files offloaded", labels=["log"]
+            ),
+            "ledgers": CounterMetricFamily(
+                "walkit_lake_offloaded_ledgers", "Ledgers offloaded", labels=["log"]
+            ),
+            "failures": CounterMetricFamily(
+                "walkit_lake_offload_failures", "Offload passes that failed", labels=["log"]
+            ),
+        }
+        lag = GaugeMetricFamily(
+            "walkit_lake_offload_lag_seconds",
+            "Seconds since the oldest closed ledger not yet offloaded closed (its newest "
+            "record), as the last offload pass saw it",
+            labels=["log"],
+        )
+        reads = HistogramMetricFamily(
+            "walkit_lake_read_seconds",
+            "Seconds a log reader waited for a row group read from the lake",
+            labels=["log"],
+        )
+        if with_samples:
+            for log, stats in list(self._lake.items()):
+                for name, family in made.items():
+                    family.add_metric([log], getattr(stats, name))
+                lag.add_metric([log], stats.lag_seconds)
+                reads.add_metric([log], _buckets(stats.reads), sum_value=stats.reads.seconds)
+        yield from made.values()
+        yield from (lag, reads)
 
     def _samples(
         self,

@@ -44,7 +44,13 @@ __all__ = ["delete_log"]
 DELETE_ATTEMPTS: Final = 50
 
 
-async def delete_log(client: Client, name: str, *, password: bytes | None = None) -> list[int]:
+async def delete_log(
+    client: Client,
+    name: str,
+    *,
+    password: bytes | None = None,
+    offload_catalog: dict[str, str] | None = None,
+) -> list[int]:
     """Delete log ``name`` with its ledgers and snapshots; returns the ids of the ledgers it
     listed. ``password``: the ledgers' password if the log was created with one of its own
     (default: the one stored with the log). Raises NoSuchLogError."""
@@ -91,4 +97,8 @@ async def delete_log(client: Client, name: str, *, password: bytes | None = None
             pass
         except WalkitError as exc:  # left for `walkit log gc`
             log.warning("log_delete_ledger_failed", log=name, ledger_id=ledger_id, error=str(exc))
+    if md.offloaded:
+        from walkit.log._offload import drop_lake_table
+
+        await drop_lake_table(name, md.offloaded, offload_catalog)
     return ids

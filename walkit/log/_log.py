@@ -419,17 +419,39 @@ class Log:
             )
         return await apply_retention(self, limits, dry_run=dry_run)
 
+    # --- the lake (walkit.lake) --------------------------------------------------------------
+
+    async def offload(self) -> int:
+        """Offload every closed ledger of the log to its lake (``offload_to``) now, whatever
+        ``offload_after`` says: Parquet files committed to the log's Iceberg table, then
+        recorded in the log's metadata; delete the bookies' copies offloaded
+        ``offload_deletion_lag`` seconds ago; clean up after crashed offloads. Returns how
+        many ledgers this call offloaded. Raises ConfigurationError without ``offload_to``.
+        See ``docs/lake.md``."""
+        self._check_open()
+        from walkit.log._offload import offload
+
+        return await offload(self)
+
     @staticmethod
-    async def delete(client: Client, name: str, *, password: bytes | None = None) -> list[int]:
+    async def delete(
+        client: Client,
+        name: str,
+        *,
+        password: bytes | None = None,
+        offload_catalog: dict[str, str] | None = None,
+    ) -> list[int]:
         """Delete the log ``name``, its ledgers and its snapshots; returns the deleted ledger
         ids. Its readers and writers get NoSuchLogError from then on. ``password``: the
-        ledgers' password if the log was created with one (default: the stored one). Raises
-        NoSuchLogError if there is no such log.
+        ledgers' password if the log was created with one (default: the stored one). Its
+        offloaded ledgers leave the lake with their table (``offload_catalog``: the lake's
+        catalog properties, needed for an s3:// lake). Raises NoSuchLogError if there is no
+        such log.
 
         Log operations live on ``Log`` and ledger operations on the client, as DistributedLog's
         namespace sits above BookKeeper's client: ``Log.open``/``Log.delete`` pair as
         ``client.open_ledger``/``client.delete_ledger`` do, and the client knows no logs."""
-        return await delete_log(client, name, password=password)
+        return await delete_log(client, name, password=password, offload_catalog=offload_catalog)
 
     @staticmethod
     async def collect_orphans(

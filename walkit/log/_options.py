@@ -7,11 +7,13 @@ step.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final, TypedDict, final
 
 import attrs
 
+from walkit._core.lake import parse_lake_uri
 from walkit._core.options import (
     SECONDS,
     SWITCH,
@@ -41,6 +43,37 @@ def _password(value: Any) -> bytes:
     return bytes(value)
 
 
+def _offload_to_problem(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        parse_lake_uri(value)
+    except ConfigurationError as exc:
+        return str(exc).removeprefix("log option ")
+    return None
+
+
+def _read_catalog(text: str) -> dict[str, str]:
+    """Catalog properties on a command line: a JSON object of strings."""
+    found = json.loads(text)
+    if _catalog_problem(found) is not None:
+        raise ValueError("not a JSON object of strings")
+    return dict(found)
+
+
+def _catalog_problem(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return "must map strings to strings"
+    return None
+
+
+OFFLOAD_TO = Kind(problem=_offload_to_problem, metavar="URI")
+# (secret: catalog properties may hold credentials, and errors must not repeat them)
+CATALOG = Kind(problem=_catalog_problem, read=_read_catalog, secret=True, metavar="JSON")
 COMPRESSION = Kind(convert=_codec, choices=tuple(c.value for c in Codec), metavar="CODEC")
 PASSWORD = Kind(convert=_password, secret=True)
 BATCH_BYTES = number(
@@ -158,12 +191,39 @@ class LogOptions:
         "seconds ago (None: never; needs timestamps: not with wall_clock=None)",
     )
 
+    offload_to: str | None = optional(OFFLOAD_TO).field(
+        None,
+        "offload closed ledgers to this lake, file:///abs/dir or s3://bucket/prefix, as "
+        "Parquet files of an Apache Iceberg table (the lake extra; None: never; see "
+        "docs/lake.md)",
+    )
+    offload_after: float = SECONDS.field(
+        3600.0, "the writer offloads a ledger this many seconds after it closed"
+    )
+    offload_deletion_lag: float = SECONDS.field(
+        3600.0, "an offloaded ledger's bookie copy is deleted this many seconds after the offload"
+    )
+    offload_catalog: dict[str, str] | None = optional(CATALOG).field(  # noqa: RUF009 (immutable None default)
+        None,
+        "the properties of the lake's pyiceberg catalog (None: for a file:// lake, a SQL "
+        "catalog in DIR/catalog.db; an s3:// lake needs one)",
+        repr=False,
+    )
+
     @trace_context.validator
     def _otel_installed(self, _attribute: attrs.Attribute[bool], value: bool) -> None:
         """A log that carries trace context needs opentelemetry-api: say so when opened, not
         at the first append."""
         if value:
             from walkit.otel import check_available
+
+            check_available()
+
+    @offload_to.validator
+    def _lake_installed(self, _attribute: attrs.Attribute[str | None], value: str | None) -> None:
+        """A log that offloads needs the lake extra: say so when opened."""
+        if value is not None:
+            from walkit.lake import check_available
 
             check_available()
 
@@ -196,3 +256,7 @@ class LogOptionsDict(TypedDict, total=False):
     max_backlog_bytes: int | None
     stalled_ledger_timeout: float | None
     orphan_gc_grace: float | None
+    offload_to: str | None
+    offload_after: float
+    offload_deletion_lag: float
+    offload_catalog: dict[str, str] | None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
+from walkit._core.lake import LakeLedger
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
 from walkit._core.record import check_timestamp
@@ -62,12 +63,19 @@ async def _search(owner: LogContext, md: LogMetadata, at: int) -> LogPosition:
 
     over_ledgers = Bisection(0, len(ledgers))
     while not over_ledgers.done:
-        reader = await reader_of(ledgers[over_ledgers.probe])
-        greatest = await _ledger_max(reader)
+        probed = ledgers[over_ledgers.probe]
+        lake = md.lake_ledger(probed.ledger_id)
+        if lake is not None:  # offloaded: its record holds the range
+            greatest = lake.max_ts
+        else:
+            greatest = await _ledger_max(await reader_of(probed))
         over_ledgers.tell(greatest is not None and greatest >= at)
     if over_ledgers.result == len(ledgers):
         return await _end(md, reader_of)
     ledger = ledgers[over_ledgers.result]
+    lake = md.lake_ledger(ledger.ledger_id)
+    if lake is not None:
+        return await _in_lake(owner, ledger, lake, at)
     reader = await reader_of(ledger)
     over_entries = Bisection(0, _last_entry(reader) + 1)
     found: tuple[int, RecordSet] | None = None
@@ -88,6 +96,22 @@ async def _search(owner: LogContext, md: LogMetadata, at: int) -> LogPosition:
     assert slot is not None  # (its greatest timestamp is at or after ``at``)
     log.debug("log_position_at", log=owner.name, at=at, seq=ledger.seq, entry_id=entry_id)
     return LogPosition(ledger.seq, entry_id, slot)
+
+
+async def _in_lake(owner: LogContext, ledger: LogLedger, lake: LakeLedger, at: int) -> LogPosition:
+    """The first record at or after ``at`` of an offloaded ledger: a scan of its files'
+    position and timestamp columns (a few column chunks, not the payloads)."""
+    import anyio
+
+    from walkit.lake._read import first_at
+
+    opts = owner.options
+    found = await anyio.to_thread.run_sync(
+        first_at, owner.name, opts.offload_to, opts.offload_catalog, lake, at
+    )
+    if found is None:
+        return LogPosition(ledger.seq, lake.entries)
+    return LogPosition(ledger.seq, found[0], found[1])
 
 
 def _last_entry(reader: LedgerReader) -> int:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final, final
 import anyio
 
 from walkit._core.backoff import Backoff
+from walkit._core.lake import LakeLedger
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.log_position import LogPosition
 from walkit._core.log_tail import TailAction, check_tail
@@ -51,6 +52,7 @@ from walkit.log._store import fetch_log, log_path
 from walkit.metadata import WatchEvent
 
 if TYPE_CHECKING:
+    from walkit.lake._read import LakeCursor
     from walkit.log._context import LogContext
 
 log = get_logger(__name__)
@@ -187,6 +189,8 @@ class LogReader:
         self._resolved = False
         self._ledger: LogLedger | None = None
         self._reader: LedgerReader | None = None
+        #: Reading an offloaded ledger from the lake (``walkit.lake``) instead of the bookies.
+        self._lake: LakeCursor | None = None
         self._buffer: collections.deque[LogRecord] = collections.deque()
         #: Ranges being read ahead, in order (see :class:`_ReadAhead`).
         self._ahead: collections.deque[_ReadAhead] = collections.deque()
@@ -311,7 +315,8 @@ class LogReader:
                 self._drop_ledger()
                 md = await self._read_metadata()
                 listed = ledger is not None and md.ledger_with_seq(ledger.seq) == ledger
-                if listed and self._pos >= md.truncated:
+                offloaded = ledger is not None and md.lake_ledger(ledger.ledger_id) is not None
+                if listed and not offloaded and self._pos >= md.truncated:
                     raise
                 continue
             except WalkitError as exc:
@@ -331,6 +336,8 @@ class LogReader:
     async def _step(self) -> bool:
         """Fill the buffer or make progress; False when not following and nothing more is
         readable now."""
+        if self._lake is not None:
+            return await self._lake_step()
         if self._reader is None:
             return await self._locate()
         reader, ledger = self._reader, self._ledger
@@ -502,6 +509,10 @@ class LogReader:
                 if ledger is not None:
                     if ledger.seq > self._pos.ledger_seq:
                         self._pos = LogPosition(ledger.seq, 0)
+                    lake = md.lake_ledger(ledger.ledger_id)
+                    if lake is not None:
+                        self._open_lake(ledger, lake)
+                        return True
                     try:
                         self._reader = await self._log.client.open_ledger(
                             ledger.ledger_id, password=self._log.options.password
@@ -532,11 +543,45 @@ class LogReader:
         md, _version = await fetch_log(context, self._log.name)
         return md
 
+    # --- offloaded ledgers (walkit.lake) ---------------------------------------------------
+
+    def _open_lake(self, ledger: LogLedger, lake: LakeLedger) -> None:
+        from walkit.lake._read import LakeCursor, lake_io_of
+        from walkit.lake._table import lake_of
+
+        opts = self._log.options
+        here = lake_of(self._log.name, opts.offload_to, opts.offload_catalog)
+        io = lake_io_of(here, lake.files[0]) if lake.files else None
+        tasks = self._log.client._context.task_group
+        self._ledger = ledger
+        metrics = self._log.client._context.metrics
+        observe = None
+        if metrics is not None:
+            stats = metrics.lake(self._log.name)
+
+            def observe(seconds: float, size: int) -> None:
+                stats.reads.observe(seconds, 1, size)
+
+        self._lake = LakeCursor(io, lake, ledger.seq, self._pos, tasks.start_soon, observe)
+
+    async def _lake_step(self) -> bool:
+        cursor, ledger = self._lake, self._ledger
+        assert cursor is not None and ledger is not None
+        rows = await cursor.next_batch()
+        if rows is None:
+            self._move_past(ledger)
+            return True
+        self._buffer.extend(map(_make_record, rows))
+        last = rows[-1]
+        self._pos = LogPosition(ledger.seq, last[1], last[2] + 1)
+        return True
+
     def _move_past(self, ledger: LogLedger) -> None:
         self._pos = LogPosition(ledger.seq + 1, 0)
         self._drop_ledger()
 
     def _drop_ledger(self) -> None:
+        self._lake = None
         self._ahead.clear()
         self._reader = None
         self._ledger = None

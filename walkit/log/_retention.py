@@ -65,6 +65,20 @@ async def _stats(owner: LogContext, md: LogMetadata) -> list[LedgerStats]:
     client = owner.client
     stats: list[LedgerStats] = []
     for lg in md.ledgers:
+        lake = md.lake_ledger(lg.ledger_id)
+        if lake is not None:  # (its bookie copy may be gone: the offload record says it all)
+            stats.append(
+                LedgerStats(
+                    lg.seq,
+                    lg.ledger_id,
+                    closed=True,
+                    records=lake.records,
+                    size=lake.size,
+                    ctime_ms=lake.ctime_ms,
+                    entries=lake.entries,
+                )
+            )
+            continue
         try:
             lmd = await client.ledger_metadata(lg.ledger_id)
         except NoSuchLedgerError:
@@ -162,6 +176,10 @@ async def apply_retention(
             if context.metrics is not None:
                 context.metrics.consumer_released(owner.name, name)
         await owner._delete_ledgers([lg.ledger_id for lg in dropped], "retention")
+        if plan.truncation.dropped_lake:
+            from walkit.log._offload import drop_from_lake
+
+            await drop_from_lake(owner, plan.truncation.dropped_lake)
     return RetentionResult(
         plan.point,
         dropped,
@@ -172,12 +190,16 @@ async def apply_retention(
 
 
 async def housekeeping(owner: LogContext, *, takeover: bool) -> None:
-    """What a writer runs in the background after a roll (retention) and after its takeover
-    (retention, then orphan collection). Never raises: failures are logged, and the next
+    """What a writer runs in the background after a roll (offload to the lake, retention) and
+    after its takeover (the same, then orphan collection). Never raises: failures are logged, and the next
     roll or takeover tries again."""
     from walkit.log._gc import collect_orphans
 
     try:
+        if owner.options.offload_to is not None:  # (before retention: it may drop the rest)
+            from walkit.log._offload import offload
+
+            await offload(owner, respect_age=True)
         if limits_of(owner).any:
             await apply_retention(owner)
         grace = owner.options.orphan_gc_grace

@@ -627,11 +627,19 @@ class Log:
         return Log(client, cm.__enter__(), cm)
 
     @staticmethod
-    def delete(client: Client, name: str, *, password: bytes | None = None) -> list[int]:
+    def delete(
+        client: Client,
+        name: str,
+        *,
+        password: bytes | None = None,
+        offload_catalog: dict[str, str] | None = None,
+    ) -> list[int]:
         """:meth:`walkit.Log.delete`, blocking."""
 
         async def delete() -> list[int]:
-            return await walkit.Log.delete(client.async_client, name, password=password)
+            return await walkit.Log.delete(
+                client.async_client, name, password=password, offload_catalog=offload_catalog
+            )
 
         return client.thread.call(delete)
 
@@ -806,6 +814,10 @@ class Log:
             return await self._log.discard_staged(job, created_before_ms=created_before_ms)
 
         return self._thread.call(discard)
+
+    def offload(self) -> int:
+        """:meth:`walkit.Log.offload`, blocking."""
+        return self._thread.call(self._log.offload)
 
     def close(self) -> None:
         cm, self._exit = self._exit, None

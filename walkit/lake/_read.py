@@ -1,0 +1,203 @@
+"""Reading an offloaded ledger back as the log reader's records.
+
+A ledger's data files are read a row group at a time, in worker threads, one row group
+ahead of the one being handed out (a bounded cache: at most two row groups of a reader in
+memory). A ledger whose records span several days has one file per day; those are read whole
+and merged back into log order (rare: a ledger rolls long before a day passes on a busy log).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO, load_file_io
+
+from walkit._core.lake import LakeLedger
+from walkit._core.log_position import LogPosition
+from walkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from walkit.lake._table import Lake
+
+__all__ = ["LakeCursor", "lake_io_of", "read_ledger_table"]
+
+
+def check_installed() -> None:
+    from walkit.lake import check_available
+
+    check_available()
+
+
+def lake_io_of(lake: Lake | None, uri: str) -> FileIO:
+    """The FileIO to read ``uri`` with: the handle's lake's (its catalog properties: an S3
+    endpoint, credentials), else pyarrow's defaults (local files, the AWS credential chain)."""
+    props: Mapping[str, str] = {} if lake is None else lake.properties
+    return _io(tuple(props.items()), uri.split("://", 1)[0])
+
+
+@functools.lru_cache(maxsize=32)
+def _io(props: tuple[tuple[str, str], ...], scheme: str) -> FileIO:
+    return load_file_io(dict(props), f"{scheme}://")
+
+
+def _open(io: FileIO, uri: str) -> pq.ParquetFile:
+    return pq.ParquetFile(io.new_input(uri).open(seekable=True))
+
+
+def read_ledger_table(io: FileIO, lake: LakeLedger, columns: list[str] | None = None) -> pa.Table:
+    """Every row of an offloaded ledger, in log order (blocking)."""
+    tables = [_open(io, uri).read(columns=columns) for uri in lake.files]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if len(tables) > 1:
+        table = table.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
+    return table
+
+
+class LakeCursor:
+    """The records of one offloaded ledger from a position, batch by batch (a row group)."""
+
+    def __init__(
+        self,
+        io: FileIO | None,
+        lake: LakeLedger,
+        seq: int,
+        start: LogPosition,
+        start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], object],
+        observe: Callable[[float, int], None] | None = None,
+    ) -> None:
+        #: ``observe(seconds, bytes)`` of each row group the reader waited for (metrics).
+        self._observe = observe
+        self._start_soon = start_soon
+        self._merged_read = False
+        self._io = io
+        self._lake = lake
+        self._seq = seq
+        self._from = (start.entry_id, start.slot) if start.ledger_seq == seq else (0, 0)
+        self._file: pq.ParquetFile | None = None
+        self._groups: list[int] = []
+        self._next: Any = None  # the row group read ahead: (event, result holder)
+        self._merged = len(lake.files) > 1
+        self._done = not lake.files
+
+    async def next_batch(self) -> list[tuple[Any, ...]] | None:
+        """The next records as LogRecord fields (seq, entry, slot, payload, producer, key,
+        headers, timestamp); None when the ledger is done."""
+        while not self._done:
+            table = await self._next_table()
+            if table is None:
+                self._done = True
+                return None
+            rows = self._rows(table)
+            if rows:
+                return rows
+        return None
+
+    async def _next_table(self) -> pa.Table | None:
+        if self._merged:
+            if self._merged_read:
+                return None
+            self._merged_read = True
+            assert self._io is not None  # (files to read: an io for them)
+            return await anyio.to_thread.run_sync(read_ledger_table, self._io, self._lake)
+        if self._file is None:
+            assert self._io is not None
+            opened = await anyio.to_thread.run_sync(_open, self._io, self._lake.files[0])
+            self._file = opened
+            self._groups = list(range(opened.num_row_groups))
+            self._start_ahead()
+        if self._next is None:
+            return None
+        done, holder = self._next
+        waited = anyio.current_time()
+        await done.wait()
+        if self._observe is not None and isinstance(holder[0], pa.Table):
+            self._observe(anyio.current_time() - waited, holder[0].nbytes)
+        self._next = None
+        self._start_ahead()
+        if isinstance(holder[0], BaseException):
+            raise holder[0]
+        table: pa.Table = holder[0]
+        return table
+
+    def _start_ahead(self) -> None:
+        if not self._groups or self._file is None:
+            return
+        group = self._groups.pop(0)
+        done = anyio.Event()
+        holder: list[Any] = [None]
+        file = self._file
+
+        async def read() -> None:
+            try:
+                holder[0] = await anyio.to_thread.run_sync(file.read_row_group, group)
+            except Exception as exc:  # handed to the reader, which raises it
+                holder[0] = exc
+            finally:
+                done.set()
+
+        self._start_soon(read)
+        self._next = (done, holder)
+
+    def _rows(self, table: pa.Table) -> list[tuple[Any, ...]]:
+        entry_first, slot_first = self._from
+        if entry_first or slot_first:
+            entries = table.column("entry_id")
+            slots = table.column("slot")
+            keep = pc.or_(
+                pc.greater(entries, entry_first),
+                pc.and_(pc.equal(entries, entry_first), pc.greater_equal(slots, slot_first)),
+            )
+            table = table.filter(keep)
+        ts = table.column("timestamp").cast(pa.int64())
+        ms = pc.divide(ts, 1000).to_pylist()
+        headers = [
+            None if h is None else tuple((x["key"], x["value"]) for x in h)
+            for h in table.column("headers").to_pylist()
+        ]
+        seq = self._seq
+        return list(
+            zip(
+                [seq] * table.num_rows,
+                table.column("entry_id").to_pylist(),
+                table.column("slot").to_pylist(),
+                table.column("payload").to_pylist(),
+                [None] * table.num_rows,
+                table.column("key").to_pylist(),
+                headers,
+                ms,
+                strict=True,
+            )
+        )
+
+
+def unavailable(what: str) -> ConfigurationError:
+    return ConfigurationError(f"{what} needs the lake extra: pip install 'walkit[lake]'")
+
+
+def first_at(
+    log_name: str,
+    offload_to: str | None,
+    catalog: Mapping[str, str] | None,
+    lake: LakeLedger,
+    at: int,
+) -> tuple[int, int] | None:
+    """(entry id, slot) of an offloaded ledger's first record whose timestamp is ``at`` ms or
+    later (None: none is); blocking."""
+    from walkit.lake._table import lake_of
+
+    if not lake.files:
+        return None
+    io = lake_io_of(lake_of(log_name, offload_to, catalog), lake.files[0])
+    table = read_ledger_table(io, lake, ["entry_id", "slot", "timestamp"])
+    stamps = table.column("timestamp").cast(pa.int64())
+    hits = pc.indices_nonzero(pc.fill_null(pc.greater_equal(stamps, at * 1000), False))
+    if len(hits) == 0:
+        return None
+    i = hits[0].as_py()
+    return table.column("entry_id")[i].as_py(), table.column("slot")[i].as_py()
