@@ -26,6 +26,7 @@ from walkit._core.types import Entry
 from walkit._logging import get_logger
 from walkit.client import Client
 from walkit.errors import (
+    ConfigurationError,
     CorruptEntryError,
     NoSuchLedgerError,
     NoSuchLogError,
@@ -109,6 +110,19 @@ def _check_password(md: LedgerMetadata, password: bytes, what: str) -> None:
         ) from None
 
 
+def _check_on_bookies(md: LogMetadata, ledger_id: int, name: str) -> None:
+    """Refuse, in words, a ledger that lives only in the lake: this source reads the bookies
+    (a plain read would fail later with NoSuchLedgerError, and look like a race)."""
+    lake = md.lake_ledger(ledger_id)
+    if lake is not None and lake.bookies_deleted:
+        raise ConfigurationError(
+            f"walkit: ledger {ledger_id} of log {name!r} lives only in the lake (offloaded, "
+            "its bookies' copy deleted), and the Spark source reads the bookies: read the "
+            "log's Iceberg table (docs/lake.md), or start after it (startingPosition), or keep "
+            "offload_deletion_lag longer than the history Spark reads"
+        )
+
+
 async def _last_readable(client: Client, md: LedgerMetadata, password: bytes) -> int:
     """The last entry of a closed ledger, or the LAC of an open one as a reader that does
     not fence sees it."""
@@ -149,6 +163,7 @@ async def _log_state(client: Client, conn: Connection, name: str, from_seq: int)
             for ledger in md.ledgers:
                 if ledger.seq < from_seq and ledger != md.last:
                     continue  # (the last one tells where ``latest`` is)
+                _check_on_bookies(md, ledger.ledger_id, name)
                 lmd = await client.ledger_metadata(ledger.ledger_id)
                 password = conn.password if conn.password is not None else md.config.password
                 _check_password(lmd, password, f"log {name!r}")
