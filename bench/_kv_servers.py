@@ -2,7 +2,7 @@
 (examples/kv_http.py on httptools), uvicorn on httptools and uvicorn on h11 with
 ``h11_max_incomplete_event_size``. Each serves the same handler (a 100 B answer from a dict,
 what a serializable GET costs beside the parsing) in a process of its own on uvloop; wrk
-loads each in turn (``kv-get``), and each is then sent an unfinished header line (finding 1 of
+loads each in turn (``kv-get``), and each is then sent an unfinished header line (the first of
 the hostile-client probes) while its resident memory is read.
 
     python bench/_kv_servers.py [--seconds 3] [--connections 32] [--runs 2]

@@ -157,7 +157,7 @@ def main() -> None:
     service = OrderService(args.metadata, args.log, args.http, args.lease_timeout)
     # uvicorn says "Uvicorn running on http://HOST:PORT" once it serves. On h11 with a bound
     # on an unfinished head: on httptools (uvicorn's pick when it is installed) a header line
-    # that never ends grows without bound (uvicorn issue 157), and the limit cannot be set.
+    # that never ends grows without bound (uvicorn #157), and the limit cannot be set.
     uvicorn.run(
         create_app(service),
         host=host,

@@ -154,7 +154,7 @@ class _Service:
 
 
 async def _unfinished_header_line(service: _Service) -> None:
-    """Finding 1: a header line with no end. Refused 431 within a few KiB of the limit (what
+    """A header line with no end. Refused 431 within a few KiB of the limit (what
     the socket buffers took before the close aside), and the memory stays flat."""
     follower = next(r for r in service.reps if r is not service.leader)
     head = b"GET /v1/status HTTP/1.1\r\nHost: h\r\nX-Big: "
@@ -190,7 +190,7 @@ async def _unfinished_header_line(service: _Service) -> None:
 
 
 async def _reader_that_never_reads(service: _Service) -> None:
-    """Finding 2: pipelined GETs of a 64 KiB value on connections with a 4 KiB receive buffer,
+    """A peer that never reads: pipelined GETs of a 64 KiB value on connections with a 4 KiB receive buffer,
     never read. Reading stops once the answers back up; each such peer is closed after the
     request timeout, having taken only what the buffers held."""
     await service.put("big64k", b"b" * _BIG)
@@ -218,7 +218,7 @@ async def _reader_that_never_reads(service: _Service) -> None:
 
 
 async def _answers_before_refusals(service: _Service) -> None:
-    """Finding 3: a refused request is answered after the requests before it, then closed."""
+    """Every due answer is sent: a refused request is answered after the requests before it, then closed."""
     leader = service.leader
     put_a = b"PUT /v1/kv/ord-a HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nz"
     cases = [
