@@ -84,15 +84,45 @@ def _substitute(expr: str) -> str:
     return re.sub(r"\$\{?(\w+)\}?", lambda m: VARIABLES.get(m.group(1), m.group(0)), expr)
 
 
-def _panel_queries() -> list[tuple[str, str]]:
-    """(panel title and target, PromQL with the variables put in) of every panel."""
+#: Metrics of an application's client (its ``metrics_registry``), not of a bookie: the
+#: scrape test below runs bookies only, so their panels are checked against the client's own
+#: registry instead (``test_the_client_panels_query_metrics_the_client_exports``).
+CLIENT_METRICS = re.compile(r"\bwalkit_lake_\w+")
+
+
+def _panel_queries(*, client: bool = False) -> list[tuple[str, str]]:
+    """(panel title and target, PromQL with the variables put in) of every panel: those on
+    bookies' metrics, or (``client``) those on an application client's."""
     queries = []
     for panel in _dashboard()["panels"]:
         if panel["type"] == "row":
             continue
         for target in panel["targets"]:
+            if bool(CLIENT_METRICS.search(target["expr"])) != client:
+                continue
             queries.append((f"{panel['title']} [{target['refId']}]", _substitute(target["expr"])))
     return queries
+
+
+def test_the_client_panels_query_metrics_the_client_exports() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from walkit.ledger._metrics import client_metrics
+
+    registry = CollectorRegistry()
+    assert client_metrics(registry) is not None
+    exported = {sample.name for family in registry.collect() for sample in family.samples} | {
+        family.name for family in registry.collect()
+    }
+    wanted = {
+        name
+        for _title, expr in _panel_queries(client=True)
+        for name in CLIENT_METRICS.findall(expr)
+    }
+    assert wanted, "no client panels found"
+    # A histogram's _bucket and a counter's _total are exported from the family's name.
+    stems = {re.sub(r"_(bucket|total|count|sum)$", "", name) for name in wanted}
+    assert stems <= exported, sorted(stems - exported)
 
 
 def test_the_dashboard_is_well_formed() -> None:
@@ -204,7 +234,7 @@ def _every_rule_evaluated(prometheus: PrometheusServer) -> None:
         return rules if all(r["health"] != "unknown" for r in rules) else None
 
     rules = wait_for(evaluated, 60, "every rule evaluated once")
-    assert len(rules) == 10
+    assert len(rules) == 11
     broken = {r["name"]: r.get("lastError") for r in rules if r["health"] != "ok"}
     assert not broken, broken
 

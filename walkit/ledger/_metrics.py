@@ -229,6 +229,12 @@ class ClientMetrics:
         yield from self._lake_families(with_samples)
 
     def _lake_families(self, with_samples: bool) -> Iterator[Metric]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
         made = {
             "bytes": CounterMetricFamily(
                 "walkit_lake_offloaded_bytes", "Bytes of data files offloaded", labels=["log"]
