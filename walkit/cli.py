@@ -1,6 +1,6 @@
 """The `walkit` command: a sandbox cluster and admin commands in the spirit of the bookkeeper shell.
 
-    walkit [--log-level LEVEL] [--log-format console|json] COMMAND ...
+    walkit [--log-level LEVEL] [--log-format console|json] [CONNECTION OPTIONS] COMMAND ...
     walkit sandbox [--bookies 3] [--data-dir DIR] [--metadata URL] [--exit-on-bookie-failure]
     walkit bookies | ledgers [--metadata URL] [--json]
     walkit ledger show ID | ledger read ID [--first N] [--last N] [--password PW]

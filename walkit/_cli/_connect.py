@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 _OPTIONAL_TEXT = optional(TEXT)
+#: A policy's name, shown quoted in help: "(default 'default')".
+_POLICY = attrs.evolve(TEXT, metavar="POLICY", show=repr)
 
 AUTH_TOKEN_ENV: Final = "WALKIT_AUTH_TOKEN_FILE"
 
@@ -76,8 +78,10 @@ class ConnectionOptions:
     metadata: str | None = _OPTIONAL_TEXT.field(
         None, "metadata URL (zk://, sqlite:///, memory://); default $WALKIT_METADATA", metavar="URL"
     )
-    placement: str = TEXT.field(
-        "default", "placement policy: name, module:Class, or entry point", metavar="POLICY"
+    placement: str = _POLICY.field(
+        "default",
+        "placement policy: a name (default, rackaware, regionaware), module:Class, "
+        "or an entry point's name",
     )
     tls_ca: str | None = _OPTIONAL_TEXT.field(
         None,
