@@ -340,6 +340,41 @@ class ConsumerBackloggedError(LogTruncatedError):
         self.truncated = truncated
 
 
+class SchemaError(WalkitError):
+    """A typed log's value could not be made or read: a type that cannot be a log schema
+    (given to ``Log.open(..., schema=T)``), or a record that does not decode into the reader's
+    type (corrupt, written with a version the log's metadata does not have, or without a
+    schema). ``position``: the record's, when a record is at fault; its ``payload`` is still
+    readable."""
+
+    retryable = False
+
+    def __init__(
+        self, message: str = "", position: _Position | None = None, field: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.position = position
+        self.field = field
+
+
+class IncompatibleSchemaError(SchemaError):
+    """A writer's schema breaks the log's ``schema_compatibility`` rule against a version the
+    log has (``Log.open`` or ``log.writer()``; nothing was registered or fenced). ``field``:
+    the field at fault (dotted for nested records); ``rule``: the rule broken; ``version``:
+    the version it is incompatible with."""
+
+    def __init__(
+        self,
+        message: str = "",
+        field: str | None = None,
+        rule: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        super().__init__(message, None, field)
+        self.rule = rule
+        self.version = version
+
+
 class RereplicationError(LedgerRecoveryError):
     """A ledger could not be healed this time (no surviving copy reachable, no valid
     replacement bookie, unknown password); its under-replication marker stays."""
@@ -386,6 +421,7 @@ __all__ = [
     "EntryExistsError",
     "ForkedProcessError",
     "FrameTooLargeError",
+    "IncompatibleSchemaError",
     "InvalidArgumentError",
     "InvalidMetadataError",
     "LedgerClosedError",
@@ -409,6 +445,7 @@ __all__ = [
     "ProtocolError",
     "RemoteProtocolError",
     "RereplicationError",
+    "SchemaError",
     "SessionExpiredError",
     "TLSError",
     "TooManyRequestsError",

@@ -33,6 +33,13 @@ A log with ledgers offloaded to the lake (``walkit._core.lake``) lists them unde
 as format 4, whatever else it holds: readers that predate the lake would read those ledgers
 from the bookies, where they may be gone.
 
+A typed log (``Log.open(..., schema=T)``) keeps every version of its schema under
+``"schemas"`` (:class:`~walkit._core.schema.SchemaVersion`, oldest first, numbered from 1),
+and each ledger the version its records were written with (``"schema": N`` in its item of
+``"ledgers"``; absent: written without a schema): a ledger has one writer, and a writer one
+schema, so a record's version costs no byte of the record. Such a node is format 5, whatever
+else it holds: older writers would rewrite it without the versions.
+
 Invariants (checked on every parse and every transition):
 
 - ledgers are ordered by ``seq``, which is strictly increasing, >= 1 and < ``next_seq``;
@@ -60,9 +67,11 @@ from walkit._core.digest import DigestType
 from walkit._core.lake import LakeLedger
 from walkit._core.ledger_metadata import validate_quorums
 from walkit._core.log_position import MAX_COMPONENT, LogPosition
+from walkit._core.schema import SchemaVersion
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
+    SchemaError,
     WalkitError,
     WriterFencedError,
 )
@@ -76,6 +85,8 @@ FORMAT_VERSION_CONSUMERS: Final = 3
 #: The format of a log with offloaded ledgers: readers that predate the lake would look for
 #: them on the bookies.
 FORMAT_VERSION_LAKE: Final = 4
+#: The format of a typed log: its schema versions, and each ledger's version.
+FORMAT_VERSION_SCHEMAS: Final = 5
 #: The snapshot format this walkit writes: the state's bytes cut into the entries of a closed
 #: ledger, in order, with their size and CRC32C in the record (docs/formats.md).
 SNAPSHOT_FORMAT: Final = 1
@@ -88,6 +99,7 @@ _FORMATS: Final = (
     FORMAT_VERSION_OPT_OUT,
     FORMAT_VERSION_CONSUMERS,
     FORMAT_VERSION_LAKE,
+    FORMAT_VERSION_SCHEMAS,
 )
 
 #: What a log name may look like (it is a metadata node name on every driver).
@@ -147,10 +159,18 @@ class LedgerConfig:
 @final
 @attrs.frozen(order=True)
 class LogLedger:
-    """One ledger of the log: its sequence number (what positions carry) and its id."""
+    """One ledger of the log: its sequence number (what positions carry), its id, and the
+    schema version its records were written with (0: none)."""
 
     seq: int
     ledger_id: int
+    schema: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"seq": self.seq, "ledger_id": self.ledger_id}
+        if self.schema:
+            doc["schema"] = self.schema
+        return doc
 
 
 @final
@@ -248,6 +268,8 @@ class LogMetadata:
     consumers: bool = False
     #: The listed ledgers offloaded to the lake, in log order.
     offloaded: tuple[LakeLedger, ...] = ()
+    #: Every version of a typed log's schema, oldest first (``walkit._core.schema``).
+    schemas: tuple[SchemaVersion, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         _validate(self)
@@ -320,20 +342,22 @@ class LogMetadata:
     # --- transitions -----------------------------------------------------------------------
 
     def after_takeover(
-        self, recovered_last_entries: Mapping[int, int], new_ledger_id: int
+        self, recovered_last_entries: Mapping[int, int], new_ledger_id: int, schema: int = 0
     ) -> Takeover:
         """Append the new writer's ledger, dropping recovered ledgers that are empty.
 
         ``recovered_last_entries`` maps the id of each ledger of :meth:`to_recover` to the last
         entry id its recovery closed it at (-1: empty). Raises InvalidArgumentError if a ledger
         to recover is missing from it (the caller must recover both before taking over).
+        ``schema``: the version the new writer writes (0: none; see
+        :func:`walkit._core.schema.register` for adding it to :attr:`schemas` first).
         """
         for ledger in self.to_recover():
             if ledger.ledger_id not in recovered_last_entries:
                 raise InvalidArgumentError(f"ledger {ledger.ledger_id} was not recovered")
         dropped = tuple(lg for lg in self.to_recover() if recovered_last_entries[lg.ledger_id] < 0)
         kept = tuple(lg for lg in self.ledgers if lg not in dropped)
-        new = LogLedger(self.next_seq, new_ledger_id)
+        new = LogLedger(self.next_seq, new_ledger_id, schema)
         md = attrs.evolve(
             self, ledgers=(*kept, new), next_seq=self.next_seq + 1, offloaded=self._lake_of(kept)
         )
@@ -362,6 +386,7 @@ class LogMetadata:
         recovered_last_entries: Mapping[int, int],
         ledger_ids: Sequence[int],
         sink: SinkMark | None = None,
+        schema: int = 0,
     ) -> Link:
         """List the closed, non-empty ledgers ``ledger_ids`` last, in the given order, as if
         one writer had appended their records after the log's end; with ``sink``, record its
@@ -410,7 +435,9 @@ class LogMetadata:
                 raise InvalidArgumentError(f"ledger {ledger.ledger_id} was not recovered")
         dropped = tuple(lg for lg in self.to_recover() if recovered_last_entries[lg.ledger_id] < 0)
         kept = tuple(lg for lg in self.ledgers if lg not in dropped)
-        new = tuple(LogLedger(self.next_seq + i, ledger_id) for i, ledger_id in enumerate(ids))
+        new = tuple(
+            LogLedger(self.next_seq + i, ledger_id, schema) for i, ledger_id in enumerate(ids)
+        )
         md = attrs.evolve(
             self,
             ledgers=(*kept, *new),
@@ -428,7 +455,7 @@ class LogMetadata:
                 f"log {self.name}: another writer took over (ledger {current.ledger_id} is no "
                 "longer the log's current ledger)"
             )
-        new = LogLedger(self.next_seq, new_ledger_id)
+        new = LogLedger(self.next_seq, new_ledger_id, current.schema)
         return attrs.evolve(self, ledgers=(*self.ledgers, new), next_seq=self.next_seq + 1), new
 
     def truncated_at(self, pos: LogPosition) -> Truncation:
@@ -486,6 +513,8 @@ class LogMetadata:
     @property
     def format(self) -> int:
         """The format this log's node is written in (the oldest that holds it)."""
+        if self.schemas:
+            return FORMAT_VERSION_SCHEMAS
         if self.offloaded:
             return FORMAT_VERSION_LAKE
         if self.consumers:
@@ -498,7 +527,7 @@ class LogMetadata:
             "name": self.name,
             "config": self.config.to_json(),
             "next_seq": self.next_seq,
-            "ledgers": [{"seq": lg.seq, "ledger_id": lg.ledger_id} for lg in self.ledgers],
+            "ledgers": [lg.to_json() for lg in self.ledgers],
             "truncated": str(self.truncated),
             "snapshots": [s.to_json() for s in self.snapshots],
             "ctime_ms": self.ctime_ms,
@@ -509,6 +538,8 @@ class LogMetadata:
             doc["consumers"] = True
         if self.offloaded:
             doc["offloaded"] = [x.to_json() for x in self.offloaded]
+        if self.schemas:
+            doc["schemas"] = [v.to_json() for v in self.schemas]
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
     def to_json(self) -> dict[str, Any]:
@@ -550,11 +581,19 @@ class LogMetadata:
             offloaded = doc.get("offloaded", [])
             if not isinstance(offloaded, list) or not all(isinstance(x, dict) for x in offloaded):
                 raise TypeError("offloaded is not a list of objects")
-            if (doc["format"] == FORMAT_VERSION_LAKE) != bool(offloaded):
+            schemas = doc.get("schemas", [])
+            if not isinstance(schemas, list):
+                raise TypeError("schemas is not a list")
+            if (doc["format"] == FORMAT_VERSION_SCHEMAS) != bool(schemas):
+                raise InvalidMetadataError(
+                    f"log {name}: format {doc['format']} with {len(schemas)} schema versions"
+                )
+            layered = doc["format"] == FORMAT_VERSION_SCHEMAS  # (holds any of the others)
+            if not layered and (doc["format"] == FORMAT_VERSION_LAKE) != bool(offloaded):
                 raise InvalidMetadataError(
                     f"log {name}: format {doc['format']} with {len(offloaded)} offloaded ledgers"
                 )
-            if doc["format"] != FORMAT_VERSION_LAKE and (
+            if doc["format"] not in (FORMAT_VERSION_LAKE, FORMAT_VERSION_SCHEMAS) and (
                 (doc["format"] == FORMAT_VERSION_CONSUMERS) != consumers
             ):
                 raise InvalidMetadataError(
@@ -572,7 +611,10 @@ class LogMetadata:
                 ),
                 next_seq=_int(doc["next_seq"]),
                 ledgers=tuple(
-                    LogLedger(_int(item["seq"]), _int(item["ledger_id"])) for item in ledgers
+                    LogLedger(
+                        _int(item["seq"]), _int(item["ledger_id"]), _int(item.get("schema", 0))
+                    )
+                    for item in ledgers
                 ),
                 truncated=LogPosition.parse(_str(doc["truncated"])),
                 snapshots=tuple(
@@ -590,9 +632,12 @@ class LogMetadata:
                 sinks=tuple(sorted(SinkMark(_str(q), _int(b)) for q, b in sinks.items())),
                 consumers=consumers,
                 offloaded=tuple(LakeLedger.from_json(x) for x in offloaded),
+                schemas=tuple(SchemaVersion.from_json(v) for v in schemas),
             )
         except InvalidMetadataError:
             raise
+        except SchemaError as exc:
+            raise InvalidMetadataError(f"log {name}: a bad schema version: {exc}") from exc
         except (WalkitError, ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
             raise InvalidMetadataError(f"log {name}: malformed metadata: {exc}") from exc
 
@@ -681,6 +726,23 @@ def _validate(md: LogMetadata) -> None:
         raise InvalidMetadataError(f"log {name}: offloaded ledgers out of order or repeated")
     for lake in md.offloaded:
         lake.check()
+    _validate_schemas(md)
+
+
+def _validate_schemas(md: LogMetadata) -> None:
+    """Versions numbered 1, 2, ... with distinct schemas; ledgers name known versions."""
+    name = md.name
+    for number, version in enumerate(md.schemas, 1):
+        if version.version != number:
+            raise InvalidMetadataError(f"log {name}: schema versions out of order or missing")
+    if len({v.schema.canonical() for v in md.schemas}) != len(md.schemas):
+        raise InvalidMetadataError(f"log {name}: a schema is registered twice")
+    for lg in md.ledgers:
+        if not isinstance(lg.schema, int) or not 0 <= lg.schema <= len(md.schemas):
+            raise InvalidMetadataError(
+                f"log {name}: ledger {lg.ledger_id} names schema version {lg.schema!r}, which "
+                "the log does not have"
+            )
 
 
 def _in_log_order(
