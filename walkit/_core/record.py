@@ -138,16 +138,26 @@ def _payload(value: object) -> bytes:
 @attrs.frozen
 class Record:
     """A record to append with its key, headers or timestamp:
-    ``await writer.append_batch([walkit.Record(b"...", key=b"user-7"), b"plain"])``.
+    ``await writer.append_batch([walkit.Record(b"...", key=b"user-7"), b"plain"])``; on a
+    typed log (``Log.open(..., schema=T)``), the value instead of the payload:
+    ``walkit.Record(value=T(...), key=b"user-7")``.
 
     Checked when made (InvalidArgumentError); ``headers`` may be given as a mapping and are
-    kept as a tuple of (name, value) pairs (None when empty).
+    kept as a tuple of (name, value) pairs (None when empty). The value is checked by the
+    typed writer it is given to.
     """
 
-    payload: bytes = attrs.field(converter=_payload)
+    payload: bytes = attrs.field(default=b"", converter=_payload)
     key: bytes | None = attrs.field(default=None, kw_only=True, converter=_key)
     headers: Headers | None = attrs.field(default=None, kw_only=True, converter=_headers)
     timestamp: int | None = attrs.field(default=None, kw_only=True, converter=_timestamp)
+    #: A typed log's value (None: the record is ``payload``).
+    value: object = attrs.field(default=None, kw_only=True)
+
+    @value.validator
+    def _one_of(self, _attribute: attrs.Attribute[object], value: object) -> None:
+        if value is not None and self.payload:
+            raise InvalidArgumentError("a record has a payload or a value, not both")
 
     @property
     def extras(self) -> Extras | None:

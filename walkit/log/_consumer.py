@@ -11,7 +11,7 @@ skipped; ``skip_lost()`` accepts the loss and goes on at the log's first record.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Generic, final
 
 import anyio
 
@@ -22,6 +22,7 @@ from walkit.errors import ConsumerBackloggedError, InvalidArgumentError, LogTrun
 from walkit.log._consumers import commit_consumer, create_consumer, touch_log, wall_ms
 from walkit.log._reader import LogReader, LogRecord, latest_position
 from walkit.log._store import fetch_log
+from walkit.log._values import V
 
 if TYPE_CHECKING:
     from walkit.log._handle import LogHandle
@@ -32,7 +33,7 @@ __all__ = ["LogConsumer"]
 
 
 @final
-class LogConsumer:
+class LogConsumer(Generic[V]):
     """A durable named reader of a log (from :meth:`walkit.Log.consumer`).
 
     ``async for rec in consumer`` yields the records after its committed position (see
@@ -50,7 +51,7 @@ class LogConsumer:
         self._start = start
         self._follow = follow
         self._state: ConsumerState | None = None
-        self._reader: LogReader | None = None
+        self._reader: LogReader[V] | None = None
         self._lock = anyio.Lock()
         metrics = owner.client._context.metrics
         #: Records handed out and committed (for the commit-lag metric), when metrics are on.
@@ -116,16 +117,16 @@ class LogConsumer:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def __aiter__(self) -> LogConsumer:
+    def __aiter__(self) -> LogConsumer[V]:
         return self
 
-    async def __anext__(self) -> LogRecord:
+    async def __anext__(self) -> LogRecord[V]:
         record = await self.next()
         if record is None:
             raise StopAsyncIteration
         return record
 
-    async def next(self, *, timeout: float | None = None) -> LogRecord | None:
+    async def next(self, *, timeout: float | None = None) -> LogRecord[V] | None:
         """The next record; None when not following and nothing more is readable now, or after
         ``timeout`` seconds without a record. Raises ConsumerBackloggedError when records it
         had not committed are gone."""
@@ -140,7 +141,7 @@ class LogConsumer:
             self._count.handed_out(record[0], record[1], record[2])
         return record
 
-    def _buffered(self) -> LogRecord | None:
+    def _buffered(self) -> LogRecord[V] | None:
         """The next record if its reader has it at hand (no wait; for walkit.sync's chunks)."""
         reader = self._reader
         record = None if reader is None else reader._buffered()
@@ -148,14 +149,15 @@ class LogConsumer:
             self._count.handed_out(record[0], record[1], record[2])
         return record
 
-    async def _open_reader(self) -> LogReader:
+    async def _open_reader(self) -> LogReader[V]:
         await self.register()
         assert self._state is not None
         # (Made here, not by Log.reader: its lag is the consumer's in the metrics.)
-        self._reader = LogReader(
+        reader: LogReader[V] = LogReader(
             self._log, self._state.position, None, follow=self._follow, skip_truncated=False
         )
-        return self._reader
+        self._reader = reader
+        return reader
 
     async def _backlogged(self, exc: LogTruncatedError) -> ConsumerBackloggedError:
         owner = self._log
@@ -218,7 +220,7 @@ class LogConsumer:
 
     # --- lifetime ----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> LogConsumer:
+    async def __aenter__(self) -> LogConsumer[V]:
         await self.register()
         return self
 

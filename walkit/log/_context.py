@@ -9,13 +9,15 @@ this protocol instead, which ``Log`` satisfies structurally, so the arrows run o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
-    from walkit._core.log_metadata import LedgerConfig, LogMetadata
+    from walkit._core.log_metadata import LedgerConfig, LogLedger, LogMetadata
     from walkit.client import Client
     from walkit.ledger import LedgerWriter
     from walkit.log._options import LogOptions
+    from walkit.log._schema import LogSchema
+    from walkit.log._values import RecordValues
 
 __all__ = ["KIND_KEY", "LogContext"]
 
@@ -38,7 +40,12 @@ class LogContext(Protocol):
     @property
     def client(self) -> Client: ...
 
+    @property
+    def _typed(self) -> LogSchema[Any] | None: ...
+
     async def metadata(self) -> LogMetadata: ...
+
+    def _record_values(self, md: LogMetadata, ledger: LogLedger) -> RecordValues | None: ...
 
     def _check_open(self) -> None: ...
 

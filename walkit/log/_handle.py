@@ -7,7 +7,7 @@ it (see ``docs/architecture.md``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from walkit.log._context import LogContext
 
@@ -28,4 +28,4 @@ class LogHandle(LogContext, Protocol):
         end: LogPosition | str | None = None,
         follow: bool = True,
         skip_truncated: bool = True,
-    ) -> LogReader: ...
+    ) -> LogReader[Any]: ...

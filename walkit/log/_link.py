@@ -54,6 +54,7 @@ from walkit.errors import (
 from walkit.ledger import LedgerWriter
 from walkit.log._context import KIND_KEY
 from walkit.log._recovery import recover_ledger
+from walkit.log._registration import schema_step
 from walkit.log._store import fetch_log, write_log
 from walkit.metadata import Decision, cas_update
 
@@ -287,6 +288,7 @@ async def link_ledgers(
     sink: tuple[str, int] | None = None,
     expected_last_entries: Sequence[int] | None = None,
     record_counts: Sequence[int] | None = None,
+    schema_version: int | None = None,
 ) -> LinkResult:
     """Link the staged ledgers ``ledger_ids`` into ``owner``, in this order, with one CAS
     (see the module docs). The log's current writer is fenced (WriterFencedError from its next
@@ -303,6 +305,10 @@ async def link_ledgers(
     query committed this batch (or a later one) before, nothing is linked and the ledgers are
     deleted (``replayed``). ``job``: after the CAS, the job ends (:func:`end_job`) and its
     other staged ledgers (left by failed task attempts) are deleted.
+
+    The ledgers' records were written with ``owner``'s schema (registered in the same CAS, as
+    a takeover does; IncompatibleSchemaError), or with the log's ``schema_version`` when
+    given (a bulk writer that encoded values with the log's own schema, as Spark's does).
     """
     owner._check_open()
     ids = [int(i) for i in ledger_ids]
@@ -313,14 +319,16 @@ async def link_ledgers(
     empty = [i for i in ids if last_entries.get(i, 0) < 0]
 
     recovered: dict[int, int] = {}
+    schema = schema_step(owner, schema_version)
 
     async def decide(md: LogMetadata) -> Decision[LogMetadata, Link]:
+        registered, version = schema(md)  # (refused before anything is fenced)
         for lg in md.to_recover_for_link(to_link, mark):
             if lg.ledger_id not in recovered:  # fence the current writer
                 recovered[lg.ledger_id] = await recover_ledger(owner, lg.ledger_id)
         # After a lost race an earlier CAS of ours may even have got through: after_link
         # sees that as done_before.
-        plan = md.after_link(recovered, to_link, mark)
+        plan = registered.after_link(recovered, to_link, mark, version)
         return Decision(plan, None if plan.metadata == md else plan.metadata)
 
     _md, _version, plan = await cas_update(

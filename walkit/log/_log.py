@@ -19,13 +19,13 @@ import contextlib
 import warnings
 from collections.abc import AsyncIterable, Generator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Unpack, final
+from typing import TYPE_CHECKING, Any, Generic, Unpack, final
 
 import anyio
 import attrs
 
 from walkit._core.digest import DigestType
-from walkit._core.log_metadata import LedgerConfig, LogMetadata, check_log_name
+from walkit._core.log_metadata import LedgerConfig, LogLedger, LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition, position
 from walkit._core.record_set import FORMAT_KEY, FORMAT_RECORD_SETS
 from walkit._core.retention import RetentionLimits
@@ -59,10 +59,12 @@ from walkit.log._reader import LogReader
 from walkit.log._retention import RetentionResult, apply_retention, limits_of
 from walkit.log._snapshot import Snapshot, save_snapshot
 from walkit.log._store import create_or_read, read_log
+from walkit.log._values import RecordValues, V, raw_values
 from walkit.log._writer import LogWriter, take_over
 
 if TYPE_CHECKING:
     from walkit.client import Client
+    from walkit.log._schema import LogSchema
 
 log = get_logger(__name__)
 
@@ -70,7 +72,7 @@ __all__ = ["Log"]
 
 
 @final
-class _Opener:
+class _Opener(Generic[V]):
     """What :meth:`Log.open` returns: ``async with`` it, or ``await`` it."""
 
     def __init__(
@@ -81,17 +83,18 @@ class _Opener:
         config: dict[str, Any],
         options: LogOptions,
         explicit_password: bool,
+        schema: type[V] | None,
     ) -> None:
-        self._args = (client, name, create, config, options, explicit_password)
-        self._log: Log | None = None
+        self._args = (client, name, create, config, options, explicit_password, schema)
+        self._log: Log[V] | None = None
 
-    async def _open(self) -> Log:
+    async def _open(self) -> Log[V]:
         return await Log._open(*self._args)
 
-    def __await__(self) -> Generator[Any, None, Log]:
+    def __await__(self) -> Generator[Any, None, Log[V]]:
         return self._open().__await__()
 
-    async def __aenter__(self) -> Log:
+    async def __aenter__(self) -> Log[V]:
         self._log = await self._open()
         return self._log
 
@@ -106,18 +109,18 @@ class _Opener:
 
 
 @final
-class _WriterOpener:
+class _WriterOpener(Generic[V]):
     """What :meth:`Log.writer` returns: ``async with`` it (closes the writer at the end), or
     ``await`` it (then close it yourself)."""
 
-    def __init__(self, owner: Log) -> None:
+    def __init__(self, owner: Log[V]) -> None:
         self._owner = owner
-        self._writer: LogWriter | None = None
+        self._writer: LogWriter[V] | None = None
 
-    def __await__(self) -> Generator[Any, None, LogWriter]:
+    def __await__(self) -> Generator[Any, None, LogWriter[V]]:
         return take_over(self._owner).__await__()
 
-    async def __aenter__(self) -> LogWriter:
+    async def __aenter__(self) -> LogWriter[V]:
         self._writer = await take_over(self._owner)
         return self._writer
 
@@ -132,17 +135,27 @@ class _WriterOpener:
 
 
 @final
-class Log:
-    """A handle on one log (from :meth:`Log.open`)."""
+class Log(Generic[V]):
+    """A handle on one log (from :meth:`Log.open`); ``Log[T]`` for a log opened with
+    ``schema=T`` (its records' values are ``T``), ``Log`` (``Log[bytes]``) without."""
 
     def __init__(
-        self, client: Client, name: str, options: LogOptions, config: LedgerConfig
+        self,
+        client: Client,
+        name: str,
+        options: LogOptions,
+        config: LedgerConfig,
+        typed: LogSchema[V] | None = None,
     ) -> None:
         self._client = client
         self.name = name
         self.options = options
         self.config = config
         self._closed = False
+        #: The handle's schema (None: its values are the payloads).
+        self._typed = typed
+        #: How an untyped handle's records of a typed log's ledgers give their value.
+        self._raw_values: dict[int, RecordValues] = {}
 
     def __repr__(self) -> str:
         return f"Log({self.name!r})"
@@ -159,10 +172,18 @@ class Log:
         digest: str | DigestType | None = None,
         store_password: bool | None = None,
         options: LogOptions | None = None,
+        schema: type[V] | None = None,
         **kwargs: Unpack[LogOptionsDict],
-    ) -> _Opener:
+    ) -> _Opener[V]:
         """Open the log ``name`` (creating it unless ``create=False``); use as
         ``async with Log.open(client, name) as log:`` or ``log = await Log.open(...)``.
+
+        ``schema``: a dataclass, ``msgspec.Struct`` or pydantic model class: the log is typed
+        (the ``schema`` extra). Its writers append ``T`` values and register ``T``'s schema as
+        a new version of the log's schema if it is one (checked under the option
+        ``schema_compatibility``); its readers' records have ``value``, a ``T`` (see
+        ``docs/log.md``, "Typed records"). Opening checks ``T`` against the log's versions
+        already: IncompatibleSchemaError, or SchemaError for a type that cannot be a schema.
 
         ``ensemble_size``/``write_quorum``/``ack_quorum``/``digest`` say how the log's ledgers
         are made; they are fixed when the log is created (defaults 3/2/2/crc32c), and giving
@@ -203,7 +224,11 @@ class Log:
                     "metadata, where autorecovery finds it anyway"
                 )
             config["store_password"] = store_password
-        return _Opener(client, name, create, config, opts, explicit_password)
+        if schema is not None:
+            from walkit.log._schema import check_available
+
+            check_available()
+        return _Opener(client, name, create, config, opts, explicit_password, schema)
 
     @classmethod
     async def _open(
@@ -214,8 +239,14 @@ class Log:
         config: dict[str, Any],
         options: LogOptions,
         explicit_password: bool,
-    ) -> Log:
+        schema: type[V] | None = None,
+    ) -> Log[V]:
         context = client._context
+        typed = None
+        if schema is not None:
+            from walkit.log._schema import LogSchema
+
+            typed = LogSchema(name, schema, options.schema_compatibility)
         if create:
             try:
                 wanted = LedgerConfig(**config)
@@ -226,9 +257,10 @@ class Log:
                 secret = context.rng.getrandbits(256).to_bytes(32, "big").hex()
                 wanted = attrs.evolve(wanted, password_hex=secret)
             clock = context.options.wall_clock
-            fresh = LogMetadata(
-                name=name, config=wanted, ctime_ms=int(clock() * 1000) if clock else 0
-            )
+            now_ms = int(clock() * 1000) if clock else 0
+            fresh = LogMetadata(name=name, config=wanted, ctime_ms=now_ms)
+            if typed is not None:  # (a new typed log has its schema from the start)
+                fresh, _number = typed.registered(fresh, now_ms)
             md, _version, _created = await create_or_read(context, fresh)
         else:
             md, _version = await context.retry_metadata(lambda: read_log(context.store, name))
@@ -244,7 +276,9 @@ class Log:
                 f"log {name}: retain_age needs records' timestamps, and this client stamps "
                 "none (it was connected with wall_clock=None)"
             )
-        return cls(client, name, options, md.config)
+        if typed is not None:
+            typed.check(md)
+        return cls(client, name, options, md.config, typed)
 
     # --- handles ---------------------------------------------------------------------------
 
@@ -252,10 +286,19 @@ class Log:
     def client(self) -> Client:
         return self._client
 
-    def writer(self) -> _WriterOpener:
+    @property
+    def schema(self) -> type[V] | None:
+        """The type of the handle's values (``schema=`` of :meth:`open`; None: bytes)."""
+        return None if self._typed is None else self._typed.type
+
+    def writer(self) -> _WriterOpener[V]:
         """Take the log over for writing: fence and recover its last two ledgers (the previous
         writer gets WriterFencedError from then on), start a new ledger, and list it last with
-        a compare-and-set. Use as ``async with log.writer() as w:``."""
+        a compare-and-set. Use as ``async with log.writer() as w:``.
+
+        A typed handle registers its schema in that compare-and-set, checked under
+        ``schema_compatibility`` (IncompatibleSchemaError before anything is fenced, when the
+        log's versions already say so); an untyped one is refused on a typed log."""
         self._check_open()
         return _WriterOpener(self)
 
@@ -266,13 +309,13 @@ class Log:
         end: LogPosition | str | None = None,
         follow: bool = True,
         skip_truncated: bool = True,
-    ) -> LogReader:
+    ) -> LogReader[V]:
         """Records from ``start`` (inclusive; EARLIEST, LATEST, or a position) up to ``end``
         (exclusive, if given). With ``follow`` (default) the reader waits for new records when
         it reaches the end; without, iteration stops there. Records before the truncation
         point are skipped, or raise LogTruncatedError with ``skip_truncated=False``."""
         self._check_open()
-        reader = LogReader(
+        reader: LogReader[V] = LogReader(
             self,
             position(start),
             None if end is None else position(end),
@@ -288,7 +331,7 @@ class Log:
 
     def consumer(
         self, name: str, *, start: LogPosition | str = LogPosition.EARLIEST, follow: bool = True
-    ) -> LogConsumer:
+    ) -> LogConsumer[V]:
         """The durable consumer ``name``: a reader of the records after its committed
         position, whose ``commit(position)`` is kept in the metadata store, and for which
         retention keeps what it has not committed (see ``docs/log.md``). ``start`` (EARLIEST,
@@ -366,9 +409,12 @@ class Log:
         sink: tuple[str, int] | None = None,
         expected_last_entries: Sequence[int] | None = None,
         record_counts: Sequence[int] | None = None,
+        schema_version: int | None = None,
     ) -> LinkResult:
         """Fence the current writer and list the staged ledgers last, in this order, in one
-        compare-and-set (with ``sink=(query_id, batch_id)``: exactly once per batch). See
+        compare-and-set (with ``sink=(query_id, batch_id)``: exactly once per batch). On a
+        typed log the records are the handle's values (its schema is registered as a writer's
+        is), or those of the log's ``schema_version``. See
         :func:`walkit.log._link.link_ledgers`."""
         return await link_ledgers(
             self,
@@ -377,6 +423,7 @@ class Log:
             sink=sink,
             expected_last_entries=expected_last_entries,
             record_counts=record_counts,
+            schema_version=schema_version,
         )
 
     async def staged_ledgers(self, job: str | None = None) -> list[StagedLedger]:
@@ -502,6 +549,16 @@ class Log:
             custom_metadata=custom,
             store_password=cfg.store_password,
         )
+
+    def _record_values(self, md: LogMetadata, ledger: LogLedger) -> RecordValues | None:
+        """How the records of ``ledger`` give their value to this handle's readers (None:
+        the payload, and no schema version)."""
+        typed = self._typed
+        if typed is not None:
+            return typed.values(md, ledger.schema)
+        if ledger.schema == 0:
+            return None
+        return raw_values(self.name, ledger.schema, self._raw_values)
 
     async def _discard_ledger(self, lw: LedgerWriter) -> None:
         """Close and delete a ledger that never made it into the log (best effort)."""

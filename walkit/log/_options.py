@@ -24,6 +24,7 @@ from walkit._core.options import (
     options_from_kwargs,
 )
 from walkit._core.record_set import MAX_BODY_BYTES, Codec, check_codec_available
+from walkit._core.schema import Compatibility
 from walkit.errors import ConfigurationError
 
 __all__ = ["LogOptions", "LogOptionsDict"]
@@ -71,6 +72,21 @@ def _catalog_problem(value: Any) -> str | None:
     return None
 
 
+def _compatibility(value: Any) -> Compatibility:
+    if isinstance(value, Compatibility):
+        return value
+    try:
+        return Compatibility(value)
+    except ValueError:
+        known = ", ".join(c.value for c in Compatibility)
+        raise ConfigurationError(
+            f"log option schema_compatibility must be one of {known}, not {value!r}"
+        ) from None
+
+
+COMPATIBILITY = Kind(
+    convert=_compatibility, choices=tuple(c.value for c in Compatibility), metavar="RULE"
+)
 OFFLOAD_TO = Kind(problem=_offload_to_problem, metavar="URI")
 # (secret: catalog properties may hold credentials, and errors must not repeat them)
 CATALOG = Kind(problem=_catalog_problem, read=_read_catalog, secret=True, metavar="JSON")
@@ -210,6 +226,17 @@ class LogOptions:
         repr=False,
     )
 
+    schema_compatibility: Compatibility = attrs.field(
+        default=Compatibility.BACKWARD,
+        converter=_compatibility,
+        **COMPATIBILITY.option(
+            "what a writer's new schema version must keep (a log opened with schema=T): "
+            '"backward" (it reads what the latest version wrote), "forward" (the latest '
+            'reads what it writes), "full" (both), each also "_transitive" (against every '
+            'version), or "none"'
+        ),
+    )
+
     @trace_context.validator
     def _otel_installed(self, _attribute: attrs.Attribute[bool], value: bool) -> None:
         """A log that carries trace context needs opentelemetry-api: say so when opened, not
@@ -260,3 +287,4 @@ class LogOptionsDict(TypedDict, total=False):
     offload_after: float
     offload_deletion_lag: float
     offload_catalog: dict[str, str] | None
+    schema_compatibility: Compatibility | str

@@ -25,7 +25,7 @@ import collections
 import functools
 from collections.abc import AsyncIterator
 from itertools import repeat
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, Generic, final
 
 import anyio
 
@@ -49,6 +49,7 @@ from walkit.errors import (
 )
 from walkit.ledger import LedgerReader
 from walkit.log._store import fetch_log, log_path
+from walkit.log._values import RecordValues, V
 from walkit.metadata import WatchEvent
 
 if TYPE_CHECKING:
@@ -72,19 +73,29 @@ READ_BACKOFF: Final = Backoff(first=0.1, cap=2.0)
 
 
 _Fields = tuple[
-    int, int, int, bytes, "ProducerTag | None", "bytes | None", "Headers | None", "int | None"
+    int,
+    int,
+    int,
+    bytes,
+    "ProducerTag | None",
+    "bytes | None",
+    "Headers | None",
+    "int | None",
+    "RecordValues | None",
 ]
 
 
 @final
-class LogRecord(_Fields):
+class LogRecord(_Fields, Generic[V]):
     """One record: its ``position`` and ``payload``, its ``producer`` tag (when it was
     appended by an idempotent producer), its ``key``, ``headers`` and ``timestamp`` (ms since
-    the epoch), each None when the record has none. Immutable, hashable, equal when all
-    fields are.
+    the epoch), each None when the record has none; its ``value`` (a typed log's ``T``, else
+    the payload) and ``schema_version``. Immutable, equal when all fields are; hashable when
+    read without a schema.
 
     A tuple underneath, so that a reader makes one small object per record (a reader's cost
-    per record is mostly object creation); ``position`` is built when asked for.
+    per record is mostly object creation); ``position`` is built when asked for, and ``value``
+    decoded when asked for.
     """
 
     __slots__ = ()
@@ -98,8 +109,8 @@ class LogRecord(_Fields):
         key: bytes | None = None,
         headers: Headers | None = None,
         timestamp: int | None = None,
-    ) -> LogRecord:
-        return _new_record(
+    ) -> LogRecord[bytes]:
+        return _new_record(  # type: ignore[return-value]  # (made without a schema: bytes)
             cls,
             (
                 position.ledger_seq,
@@ -110,6 +121,7 @@ class LogRecord(_Fields):
                 key,
                 headers,
                 timestamp,
+                None,
             ),
         )
 
@@ -140,6 +152,24 @@ class LogRecord(_Fields):
         sent the record (None: neither; see ``docs/log.md``)."""
         return self[7]
 
+    @property
+    def value(self) -> V:
+        """The record's value: a ``T`` decoded from the payload for a reader of a log opened
+        with ``schema=T`` (each time it is asked for), the payload otherwise. SchemaError
+        (with the position) when the payload does not decode as ``T``, was written with a
+        version the log's metadata lacks, or without a schema."""
+        values = self[8]
+        if values is None:
+            return self[3]  # type: ignore[return-value]  # (an untyped log's V is bytes)
+        found: V = values.value(self)
+        return found
+
+    @property
+    def schema_version(self) -> int | None:
+        """The version of the log's schema the record was written with (None: none)."""
+        values = self[8]
+        return None if values is None or not values.version else values.version
+
     def __repr__(self) -> str:
         extra = "".join(
             f", {name}={value!r}"
@@ -148,7 +178,8 @@ class LogRecord(_Fields):
         )
         return (
             f"LogRecord(position={self.position!r}, payload={self.payload!r}, "
-            f"producer={self.producer!r}{extra})"
+            f"producer={self.producer!r}{extra}"
+            f"{'' if self[8] is None else f', schema_version={self.schema_version!r}'})"
         )
 
 
@@ -157,7 +188,7 @@ _make_record = functools.partial(_new_record, LogRecord)
 
 
 @final
-class LogReader:
+class LogReader(Generic[V]):
     """Async iterator over a log's records (from :meth:`walkit.Log.reader`).
 
     ``async for rec in reader`` yields :class:`LogRecord` in position order; with
@@ -189,9 +220,11 @@ class LogReader:
         self._resolved = False
         self._ledger: LogLedger | None = None
         self._reader: LedgerReader | None = None
+        #: How the records of the ledger being read give their value (None: the payload).
+        self._values: RecordValues | None = None
         #: Reading an offloaded ledger from the lake (``walkit.lake``) instead of the bookies.
         self._lake: LakeCursor | None = None
-        self._buffer: collections.deque[LogRecord] = collections.deque()
+        self._buffer: collections.deque[LogRecord[V]] = collections.deque()
         #: Ranges being read ahead, in order (see :class:`_ReadAhead`).
         self._ahead: collections.deque[_ReadAhead] = collections.deque()
         #: Entries per range read, from the sizes seen so far (RANGE_BYTES, read_batch).
@@ -226,7 +259,7 @@ class LogReader:
         entries = self._entries_read
         return buffered + (unread * self._records_read // entries if entries else unread)
 
-    def __aiter__(self) -> LogReader:
+    def __aiter__(self) -> LogReader[V]:
         return self
 
     async def aclose(self) -> None:
@@ -242,13 +275,13 @@ class LogReader:
         else:
             await anyio.lowlevel.checkpoint()
 
-    async def __aenter__(self) -> LogReader:
+    async def __aenter__(self) -> LogReader[V]:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def __anext__(self) -> LogRecord:
+    async def __anext__(self) -> LogRecord[V]:
         record = self._buffered()
         if record is None:
             record = await self._next()
@@ -258,7 +291,7 @@ class LogReader:
             await self._checkpoint_now_and_then()
         return record
 
-    async def next(self, *, timeout: float | None = None) -> LogRecord | None:
+    async def next(self, *, timeout: float | None = None) -> LogRecord[V] | None:
         """The next record; None at ``end``, when not following and nothing more is readable
         now, or after ``timeout`` seconds without a record."""
         record = self._buffered()
@@ -271,7 +304,7 @@ class LogReader:
             return await self._next()
         return None
 
-    def _buffered(self) -> LogRecord | None:
+    def _buffered(self) -> LogRecord[V] | None:
         """The next record if it is buffered and before ``end`` (the hot path: most records
         come from an entry already read)."""
         buffer = self._buffer
@@ -293,7 +326,7 @@ class LogReader:
             self._since_checkpoint = 0
             await anyio.lowlevel.checkpoint()
 
-    async def _next(self) -> LogRecord | None:
+    async def _next(self) -> LogRecord[V] | None:
         failures = 0
         while True:
             if self._buffer:
@@ -434,7 +467,7 @@ class LogReader:
         headers = record_set.headers
         times = record_set.timestamps
         # One record tuple per record, made in C: (seq, entry id, slot, payload, producer,
-        # key, headers, timestamp).
+        # key, headers, timestamp, values).
         self._buffer.extend(
             map(
                 _make_record,
@@ -447,6 +480,7 @@ class LogReader:
                     repeat(None) if keys is None else keys[first:],
                     repeat(None) if headers is None else headers[first:],
                     repeat(record_set.timestamp) if times is None else times[first:],
+                    repeat(self._values),
                 ),
             )
         )
@@ -509,6 +543,7 @@ class LogReader:
                 if ledger is not None:
                     if ledger.seq > self._pos.ledger_seq:
                         self._pos = LogPosition(ledger.seq, 0)
+                    self._values = self._log._record_values(md, ledger)
                     lake = md.lake_ledger(ledger.ledger_id)
                     if lake is not None:
                         self._open_lake(ledger, lake)
@@ -571,7 +606,8 @@ class LogReader:
         if rows is None:
             self._move_past(ledger)
             return True
-        self._buffer.extend(map(_make_record, rows))
+        values = self._values
+        self._buffer.extend(_make_record((*row, values)) for row in rows)
         last = rows[-1]
         self._pos = LogPosition(ledger.seq, last[1], last[2] + 1)
         return True
@@ -582,6 +618,7 @@ class LogReader:
 
     def _drop_ledger(self) -> None:
         self._lake = None
+        self._values = None
         self._ahead.clear()
         self._reader = None
         self._ledger = None

@@ -59,6 +59,11 @@ class RecordInput:
         extras: list[Extras | None] = []
         for item in items:
             if isinstance(item, Record):
+                if item.value is not None:
+                    raise InvalidArgumentError(
+                        "Record(value=...) is for a log opened with schema=T; this one takes "
+                        "bytes payloads"
+                    )
                 record, ex = item.payload, item.extras
             else:
                 record, ex = self.record(item), None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Generic, final
 
 import anyio
 
@@ -33,6 +33,7 @@ from walkit._core.record_set import TIMESTAMP_BYTES, ProducerTag, envelope_overh
 from walkit._logging import get_logger
 from walkit._retry import pause
 from walkit.errors import (
+    IncompatibleSchemaError,
     InvalidArgumentError,
     InvalidMetadataError,
     LedgerClosedError,
@@ -48,8 +49,10 @@ from walkit.log._batches import RecordBatch, RecordBatcher
 from walkit.log._producers import ProducerState, producer_tag, tail_start
 from walkit.log._record_input import RecordInput
 from walkit.log._recovery import recover_ledger
+from walkit.log._registration import SchemaStep, schema_step
 from walkit.log._roll import LedgerRoller
 from walkit.log._store import fetch_log, update_log, write_log
+from walkit.log._values import V
 from walkit.log._writer_state import WriterState, fenced_error
 from walkit.metadata import Decision, cas_update
 
@@ -76,7 +79,7 @@ def _clock_ms(clock: Callable[[], float]) -> int:
 
 
 @final
-class LogWriter:
+class LogWriter(Generic[V]):
     """The single writer of a log (from :meth:`walkit.Log.writer`).
 
     ``append``/``append_batch`` return positions once the records are durable (acknowledged by
@@ -93,6 +96,8 @@ class LogWriter:
         tail: LogPosition | None = None,
     ) -> None:
         self._log = owner
+        #: The log's schema (a typed handle's): what appends encode their values with.
+        self._typed = owner._typed
         #: Where this writer's records start: everything before it was written by earlier
         #: writers and is closed (a standby catches up to here before applying its own).
         self.first_position = LogPosition(ledger.seq, 0)
@@ -156,7 +161,7 @@ class LogWriter:
 
     async def append(
         self,
-        payload: bytes,
+        payload: V,
         *,
         key: bytes | None = None,
         headers: Any = None,
@@ -177,18 +182,24 @@ class LogWriter:
         log raises DuplicateRecordError with the first copy's ``position``, so a retry after
         an unknown outcome is stored once (see ``docs/log.md``).
 
+        On a typed log (``Log.open(..., schema=T)``) ``payload`` is a ``T`` value, stored
+        encoded (``docs/log.md``, "Typed records").
+
         Raises WriterFencedError (another writer took over; the record *may* be written),
         LedgerClosedError (after close), InvalidArgumentError (not bytes, too big, a bad key,
-        header or timestamp), and the ledger's errors (NotEnoughBookiesError ...).
+        header or timestamp; on a typed log, not a ``T`` or a field of the wrong type, named),
+        and the ledger's errors (NotEnoughBookiesError ...).
         """
         # (The common case, a bytes record without a producer, is checked inline: this runs
         # once per record.)
         stats = self._appends
         t0 = self._clock() if stats is not None else 0.0
-        if type(payload) is bytes and len(payload) <= self._input.max_record:
-            record = payload
+        typed = self._typed
+        data: object = payload if typed is None else typed.encode(payload)
+        if type(data) is bytes and len(data) <= self._input.max_record:
+            record = data
         else:
-            record = self._input.record(payload)
+            record = self._input.record(data)
         if key is None and headers is None and timestamp is None and not self._input.trace:
             extras = None
         else:
@@ -252,7 +263,7 @@ class LogWriter:
 
     async def append_batch(
         self,
-        payloads: Sequence[bytes | Record],
+        payloads: Sequence[V | Record],
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
@@ -260,7 +271,8 @@ class LogWriter:
     ) -> list[LogPosition]:
         """Append several records, in order, packed into as few entries as ``batch_bytes``
         allows and pipelined; returns their positions once all are durable. Each item is the
-        payload (bytes), or a :class:`walkit.Record` with its key, headers or timestamp.
+        payload (bytes), or a :class:`walkit.Record` with its key, headers or timestamp; on a
+        typed log, a ``T`` value or a ``Record(value=...)``.
 
         ``flush=True`` sends the last of those entries at once, beside the entries in flight,
         where it would otherwise wait for them and take more records: for a caller that makes
@@ -273,8 +285,14 @@ class LogWriter:
         DuplicateRecordError only when such a record is older than the positions the writer
         remembers (see ``docs/log.md``). Raises as :meth:`append`.
         """
+        typed = self._typed
+        items = payloads if typed is None else typed.encode_batch(payloads)
         return await self._append_batch(
-            payloads, producer_id, sequence, trace=self._input.trace, flush=flush
+            items,  # type: ignore[arg-type]  # (bytes or Records: encoded when typed)
+            producer_id,
+            sequence,
+            trace=self._input.trace,
+            flush=flush,
         )
 
     async def _append_batch(
@@ -433,7 +451,7 @@ class LogWriter:
         """:meth:`close` under the name every async handle closes with."""
         await self.close()
 
-    async def __aenter__(self) -> LogWriter:
+    async def __aenter__(self) -> LogWriter[V]:
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -495,11 +513,16 @@ class LogWriter:
 
 
 def _takeover_decision(
-    taken_from: LogMetadata, recovered: Mapping[int, int], new_id: int, current: LogMetadata
+    taken_from: LogMetadata,
+    recovered: Mapping[int, int],
+    new_id: int,
+    schema: SchemaStep,
+    current: LogMetadata,
 ) -> Decision[LogMetadata, Takeover | None]:
     """Link the new ledger ``new_id`` to the log read as ``current`` (``taken_from`` at the
     start of the takeover, whose last two ledgers are ``recovered``); None when another writer
-    moved the log on, so that the takeover starts over."""
+    moved the log on, so that the takeover starts over. ``schema`` registers the writer's
+    schema in the same change (:func:`walkit._core.log_schema.writer_schema`)."""
     if current.last is not None and current.last.ledger_id == new_id:
         # Our CAS went through before the store reported a failure.
         dropped = taken_from.after_takeover(recovered, new_id).dropped
@@ -509,17 +532,20 @@ def _takeover_decision(
     ):
         return Decision(None)
     # Unchanged, or a snapshot or truncation meanwhile: link the new ledger to what is there.
-    plan = current.after_takeover(recovered, new_id)
+    registered, version = schema(current)
+    plan = registered.after_takeover(recovered, new_id, version)
     return Decision(plan, plan.metadata)
 
 
-async def take_over(owner: LogHandle) -> LogWriter:
+async def take_over(owner: LogHandle) -> LogWriter[Any]:
     """Become the log's writer (see the module docs)."""
     owner._check_open()
     context = owner.client._context
     name = owner.name
+    schema = schema_step(owner)
     for attempt in range(owner.options.takeover_attempts):
         md, version = await fetch_log(context, name)
+        schema(md)  # (IncompatibleSchemaError before anything is fenced)
         recovered: dict[int, int] = {}
         gone = False
         for lg in md.to_recover():
@@ -536,14 +562,19 @@ async def take_over(owner: LogHandle) -> LogWriter:
         if gone:
             continue
         new_lw = await owner._create_ledger("data")
-        _md, version, plan = await cas_update(
-            f"log {name}: takeover",
-            read=functools.partial(fetch_log, context, name),
-            write=functools.partial(write_log, context),
-            decide=functools.partial(_takeover_decision, md, recovered, new_lw.id),
-            rng=context.rng,
-            current=(md, version),
-        )
+        try:
+            _md, version, plan = await cas_update(
+                f"log {name}: takeover",
+                read=functools.partial(fetch_log, context, name),
+                write=functools.partial(write_log, context),
+                decide=functools.partial(_takeover_decision, md, recovered, new_lw.id, schema),
+                rng=context.rng,
+                current=(md, version),
+            )
+        except IncompatibleSchemaError:
+            # Another writer registered a version meanwhile, and ours does not follow it.
+            await owner._discard_ledger(new_lw)
+            raise
         if plan is None:
             await owner._discard_ledger(new_lw)
             await pause(TAKEOVER_BACKOFF, attempt, context.rng)
@@ -560,7 +591,7 @@ async def take_over(owner: LogHandle) -> LogWriter:
             await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
         tail = [lg.seq for lg in md.to_recover()]
         # Producers are learned from the recovered tail, at the first tagged append.
-        writer = LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
+        writer: LogWriter[Any] = LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))
         writer._roller.start_housekeeping(takeover=True)
         writer._roller.start_timer()
         return writer

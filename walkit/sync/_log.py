@@ -19,7 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Protocol, Unpack, final
+from typing import Any, Generic, Protocol, Unpack, final
 
 import anyio
 import anyio.abc
@@ -41,6 +41,7 @@ from walkit.log import (
     RetentionResult,
     StagedLedger,
 )
+from walkit.log._values import V
 from walkit.sync._client import Client, LedgerWriter
 from walkit.sync._thread import LoopThread
 
@@ -85,7 +86,7 @@ class _Append:
 class _AppendQueue:
     """Appends from many threads, handed to the loop in groups (see the module docs)."""
 
-    def __init__(self, thread: LoopThread, writer: walkit.LogWriter) -> None:
+    def __init__(self, thread: LoopThread, writer: walkit.LogWriter[Any]) -> None:
         self._thread = thread
         self._writer = writer
         self._lock = threading.Lock()
@@ -220,16 +221,16 @@ def _traced(item: bytes | Record) -> Record:
 
 
 @final
-class LogWriter:
+class LogWriter(Generic[V]):
     """:class:`walkit.LogWriter`, blocking; ``append`` and ``append_batch`` may be called from
     many threads at once (see the module docs). A context manager: leaving it closes the
-    writer."""
+    writer. A typed log's values are encoded (and checked) in the calling thread."""
 
     def __init__(
         self,
         thread: LoopThread,
-        writer: walkit.LogWriter,
-        exit_stack: AbstractContextManager[walkit.LogWriter] | None = None,
+        writer: walkit.LogWriter[V],
+        exit_stack: AbstractContextManager[walkit.LogWriter[V]] | None = None,
     ) -> None:
         self._thread = thread
         self._writer = writer
@@ -237,12 +238,13 @@ class LogWriter:
         self._queue = _AppendQueue(thread, writer)
         self._queue.start()
         self._trace = writer._input.trace
+        self._typed = writer._typed
 
     def __repr__(self) -> str:
         return f"walkit.sync.{self._writer!r}"
 
     @property
-    def async_writer(self) -> walkit.LogWriter:
+    def async_writer(self) -> walkit.LogWriter[V]:
         return self._writer
 
     @property
@@ -264,7 +266,7 @@ class LogWriter:
 
     def append(
         self,
-        payload: bytes,
+        payload: V,
         *,
         key: bytes | None = None,
         headers: Any = None,
@@ -288,18 +290,20 @@ class LogWriter:
                 )
 
             return self._thread.call(tagged)
+        typed = self._typed
+        data: object = payload if typed is None else typed.encode(payload)
         item: bytes | Record
         if key is None and headers is None and timestamp is None:
-            item = _record(payload)
+            item = _record(data)
         else:
-            item = Record(payload, key=key, headers=headers, timestamp=timestamp)
+            item = Record(data, key=key, headers=headers, timestamp=timestamp)
         if self._trace:
             item = _traced(item)
         return self._queue.append([item])[0]
 
     def append_batch(
         self,
-        payloads: Sequence[bytes | Record],
+        payloads: Sequence[V | Record],
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
@@ -311,7 +315,9 @@ class LogWriter:
         straight to the writer instead of joining other threads' records)."""
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise InvalidArgumentError("append_batch takes a sequence of payloads")
-        records = [_record(p) for p in payloads]
+        typed = self._typed
+        items: Sequence[object] = payloads if typed is None else typed.encode_batch(payloads)
+        records = [_record(p) for p in items]
         if self._trace:
             records = [_traced(r) for r in records]
         if producer_id is None and sequence is None and not flush:
@@ -331,7 +337,7 @@ class LogWriter:
         """Wait for the appends in flight and close the writer (idempotent)."""
         self.__exit__(None, None, None)
 
-    def __enter__(self) -> LogWriter:
+    def __enter__(self) -> LogWriter[V]:
         return self
 
     def __exit__(
@@ -353,12 +359,12 @@ class LogWriter:
 class _RecordSource(Protocol):
     """What :class:`_Records` reads: an async LogReader or LogConsumer."""
 
-    async def next(self, *, timeout: float | None = None) -> LogRecord | None: ...
+    async def next(self, *, timeout: float | None = None) -> LogRecord[Any] | None: ...
 
-    def _buffered(self) -> LogRecord | None: ...
+    def _buffered(self) -> LogRecord[Any] | None: ...
 
 
-class _Records:
+class _Records(Generic[V]):
     """A plain iterator over the records of an async reader or consumer. Records come from
     the loop a chunk at a time, so catching up costs one call into the loop per chunk, not per
     record; ``timeout`` bounds each wait (iteration stops when nothing comes within it, and may
@@ -368,18 +374,18 @@ class _Records:
         self._thread = thread
         self._source = source
         self._timeout = timeout
-        self._buffer: collections.deque[LogRecord] = collections.deque()
+        self._buffer: collections.deque[LogRecord[V]] = collections.deque()
 
-    def __iter__(self) -> Iterator[LogRecord]:
+    def __iter__(self) -> Iterator[LogRecord[V]]:
         return self
 
-    def __next__(self) -> LogRecord:
+    def __next__(self) -> LogRecord[V]:
         record = self.next(timeout=self._timeout)
         if record is None:
             raise StopIteration
         return record
 
-    def next(self, *, timeout: float | None = None) -> LogRecord | None:
+    def next(self, *, timeout: float | None = None) -> LogRecord[V] | None:
         """The next record; None at ``end``, when not following and nothing more is readable
         now, or after ``timeout`` seconds without a record."""
         if not self._buffer:
@@ -388,7 +394,7 @@ class _Records:
                 return None
         return self._buffer.popleft()
 
-    async def _fill(self, timeout: float | None) -> list[LogRecord]:
+    async def _fill(self, timeout: float | None) -> list[LogRecord[V]]:
         first = await self._source.next(timeout=timeout)
         if first is None:
             return []
@@ -400,7 +406,7 @@ class _Records:
 
 
 @final
-class LogReader(_Records):
+class LogReader(_Records[V]):
     """A plain iterator over a log's records (from :meth:`Log.reader`).
 
     With ``follow`` it waits for new records at the end of the log; ``timeout`` bounds each
@@ -410,7 +416,9 @@ class LogReader(_Records):
     call into the loop per chunk, not per record.
     """
 
-    def __init__(self, thread: LoopThread, reader: walkit.LogReader, timeout: float | None) -> None:
+    def __init__(
+        self, thread: LoopThread, reader: walkit.LogReader[V], timeout: float | None
+    ) -> None:
         super().__init__(thread, reader, timeout)
         self._reader = reader
 
@@ -427,7 +435,7 @@ class LogReader(_Records):
         self._buffer.clear()
         self._thread.call(self._reader.aclose)
 
-    def __enter__(self) -> LogReader:
+    def __enter__(self) -> LogReader[V]:
         return self
 
     def __exit__(
@@ -444,14 +452,14 @@ class LogReader(_Records):
 
 
 @final
-class LogConsumer(_Records):
+class LogConsumer(_Records[V]):
     """:class:`walkit.LogConsumer`, blocking: a plain iterator of the records after the
     consumer's committed position (from :meth:`Log.consumer`), with :meth:`commit`.
     ``timeout`` bounds each wait as for :class:`LogReader`; records come from the loop a chunk
     at a time. ``next()`` raises ConsumerBackloggedError as the async one."""
 
     def __init__(
-        self, thread: LoopThread, consumer: walkit.LogConsumer, timeout: float | None
+        self, thread: LoopThread, consumer: walkit.LogConsumer[V], timeout: float | None
     ) -> None:
         super().__init__(thread, consumer, timeout)
         self._consumer = consumer
@@ -461,7 +469,7 @@ class LogConsumer(_Records):
         return f"walkit.sync.{self._consumer!r}"
 
     @property
-    def async_consumer(self) -> walkit.LogConsumer:
+    def async_consumer(self) -> walkit.LogConsumer[V]:
         return self._consumer
 
     @property
@@ -487,7 +495,7 @@ class LogConsumer(_Records):
         """Create the consumer unless it exists; where it resumes."""
         return self._thread.call(self._consumer.register)
 
-    def __enter__(self) -> LogConsumer:
+    def __enter__(self) -> LogConsumer[V]:
         """``with log.consumer(name) as consumer:`` registers it first."""
         self.register()
         return self
@@ -577,14 +585,14 @@ async def _from_thread(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
 
 
 @final
-class Log:
+class Log(Generic[V]):
     """:class:`walkit.Log`, blocking: ``with walkit.sync.Log.open(client, "orders") as log``."""
 
     def __init__(
         self,
         client: Client,
-        log: walkit.Log,
-        exit_stack: AbstractContextManager[walkit.Log] | None = None,
+        log: walkit.Log[V],
+        exit_stack: AbstractContextManager[walkit.Log[V]] | None = None,
     ) -> None:
         self._client = client
         self._thread = client.thread
@@ -607,10 +615,11 @@ class Log:
         digest: str | DigestType | None = None,
         store_password: bool | None = None,
         options: LogOptions | None = None,
+        schema: type[V] | None = None,
         **kwargs: Unpack[LogOptionsDict],
-    ) -> Log:
+    ) -> Log[V]:
         """Open log ``name`` (created if missing, unless ``create=False``); the arguments are
-        :meth:`walkit.Log.open`'s."""
+        :meth:`walkit.Log.open`'s (``schema=T``: a typed log)."""
         opener = walkit.Log.open(
             client.async_client,
             name,
@@ -621,6 +630,7 @@ class Log:
             digest=digest,
             store_password=store_password,
             options=options,
+            schema=schema,
             **kwargs,
         )
         cm = client.thread.context(opener)
@@ -662,8 +672,13 @@ class Log:
         return client.thread.call(collect)
 
     @property
-    def async_log(self) -> walkit.Log:
+    def async_log(self) -> walkit.Log[V]:
         return self._log
+
+    @property
+    def schema(self) -> type[V] | None:
+        """The type of the handle's values (``schema=`` of :meth:`open`; None: bytes)."""
+        return self._log.schema
 
     @property
     def client(self) -> Client:
@@ -673,7 +688,7 @@ class Log:
     def options(self) -> walkit.LogOptions:
         return self._log.options
 
-    def writer(self) -> LogWriter:
+    def writer(self) -> LogWriter[V]:
         """Take the log over for writing (fences the previous writer); a context manager."""
         cm = self._thread.context(self._log.writer())
         return LogWriter(self._thread, cm.__enter__(), cm)
@@ -686,11 +701,11 @@ class Log:
         follow: bool = True,
         skip_truncated: bool = True,
         timeout: float | None = None,
-    ) -> LogReader:
+    ) -> LogReader[V]:
         """Records from ``start`` as a plain iterator (see :class:`LogReader` for
         ``timeout``); the other arguments are :meth:`walkit.Log.reader`'s."""
 
-        def make() -> walkit.LogReader:
+        def make() -> walkit.LogReader[V]:
             return self._log.reader(start, end=end, follow=follow, skip_truncated=skip_truncated)
 
         return LogReader(self._thread, self._thread.run_sync(make), timeout)
@@ -702,12 +717,12 @@ class Log:
         start: LogPosition | str = LogPosition.EARLIEST,
         follow: bool = True,
         timeout: float | None = None,
-    ) -> LogConsumer:
+    ) -> LogConsumer[V]:
         """The durable consumer ``name`` as a plain iterator with ``commit()`` (see
         :class:`LogReader` for ``timeout``); the other arguments are
         :meth:`walkit.Log.consumer`'s."""
 
-        def make() -> walkit.LogConsumer:
+        def make() -> walkit.LogConsumer[V]:
             return self._log.consumer(name, start=start, follow=follow)
 
         return LogConsumer(self._thread, self._thread.run_sync(make), timeout)
@@ -787,6 +802,7 @@ class Log:
         sink: tuple[str, int] | None = None,
         expected_last_entries: Sequence[int] | None = None,
         record_counts: Sequence[int] | None = None,
+        schema_version: int | None = None,
     ) -> LinkResult:
         """:meth:`walkit.Log.link_ledgers`, blocking."""
 
@@ -797,6 +813,7 @@ class Log:
                 sink=sink,
                 expected_last_entries=expected_last_entries,
                 record_counts=record_counts,
+                schema_version=schema_version,
             )
 
         return self._thread.call(link)
@@ -826,7 +843,7 @@ class Log:
         else:
             self._thread.call(self._log.aclose)
 
-    def __enter__(self) -> Log:
+    def __enter__(self) -> Log[V]:
         return self
 
     def __exit__(
