@@ -93,6 +93,20 @@ class LogSchema(Generic[V]):
 
     # --- reads -------------------------------------------------------------------------------
 
+    def values_of_writer(self, version: int) -> RecordValues:
+        """The RecordValues of the records this handle's writer wrote (registered as
+        ``version``): a leader applies its own commands as its followers will read them."""
+        found = self._values.get(version)
+        if found is None:
+            found = self._values[version] = RecordValues(
+                self.log,
+                version,
+                self.codec.decode,
+                type_name=self.codec.name,
+                field_of=error_field,
+            )
+        return found
+
     def values(self, md: LogMetadata, version: int) -> RecordValues:
         """How the records a ledger of ``version`` holds decode into this handle's type."""
         found = self._values.get(version)

@@ -11,6 +11,10 @@ A standby runs ``await replica.follow()`` (apply records as they come) and, to t
 cancels it and enters ``replica.lead()``: the takeover fences the old leader, and the standby
 applies every record before its own first position before it accepts a command.
 
+On a typed log (``Log.open(client, name, schema=T)``) commands are ``T`` values: the leader
+submits them, and every replica's machine applies the value decoded from what the log holds
+(the leader's too, so that all replicas apply the same value).
+
 Commands are applied in log order, exactly once per replica: a submitted command is applied
 after every command appended before it (by this leader or an earlier one), and only once it is
 durable. If an append fails (fenced, no bookies ...), that command *may* still be in the log,
@@ -22,11 +26,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, Protocol, final
+from typing import Any, Generic, Protocol, final
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
+from typing_extensions import TypeVar
 
 from walkit._core.log_position import LogPosition
 from walkit._logging import get_logger
@@ -37,17 +42,24 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.log import Log, LogRecord, LogTruncatedError, LogWriter
+from walkit.log._reader import _make_record
+from walkit.log._values import RecordValues, V
 
 log = get_logger(__name__)
 
 __all__ = ["Leader", "Replica", "StateMachine"]
 
 
-class StateMachine(Protocol):
-    """What a replica drives. ``apply`` must be deterministic: every replica applies the same
-    commands in the same order and must end in the same state."""
+#: A machine's commands: bytes, or a typed log's values.
+C = TypeVar("C", default=bytes, contravariant=True)
 
-    def apply(self, command: bytes, position: LogPosition) -> Any:
+
+class StateMachine(Protocol[C]):
+    """What a replica drives. ``apply`` must be deterministic: every replica applies the same
+    commands in the same order and must end in the same state. ``StateMachine[T]`` takes a
+    typed log's ``T`` values as commands (``StateMachine``: bytes)."""
+
+    def apply(self, command: C, position: LogPosition) -> Any:
         """Apply one command; the return value goes back to whoever submitted it."""
 
     def snapshot(self) -> bytes | Iterable[bytes]:
@@ -64,7 +76,7 @@ class StateMachine(Protocol):
 
 
 @final
-class Replica:
+class Replica(Generic[V]):
     """One copy of a state machine, kept up to date from a log (see the module docs).
 
     ``snapshot_every``: a leader saves a snapshot after this many applied records (None:
@@ -77,8 +89,8 @@ class Replica:
 
     def __init__(
         self,
-        log: Log,
-        machine: StateMachine,
+        log: Log[V],
+        machine: StateMachine[V],
         *,
         snapshot_every: int | None = 10_000,
         snapshot_ratio: float | None = None,
@@ -155,7 +167,7 @@ class Replica:
             await self._catch_up(end=None, follow=True)
 
     @contextlib.asynccontextmanager
-    async def lead(self) -> AsyncIterator[Leader]:
+    async def lead(self) -> AsyncIterator[Leader[V]]:
         """Take the log over (fencing the previous leader), apply every record before this
         writer's first position, then yield a :class:`Leader`. Leaving the block closes the
         writer (after a snapshot being saved has finished)."""
@@ -164,7 +176,7 @@ class Replica:
                 await self._restore()
             writer = await self.log.writer()
             body_error: BaseException | None = None
-            leader: Leader | None = None
+            leader: Leader[V] | None = None
             try:
                 await self._catch_up(end=writer.first_position, follow=True)
                 async with anyio.create_task_group() as tasks:
@@ -238,9 +250,9 @@ class Replica:
         async for record in reader:
             self._apply(record)
 
-    def _apply(self, record: LogRecord) -> Any:
+    def _apply(self, record: LogRecord[V]) -> Any:
         position = record.position
-        result = self.machine.apply(record.payload, position)
+        result = self.machine.apply(record.value, position)
         self.applied_position = position
         self.applied_count += 1
         self._since_snapshot += 1
@@ -253,13 +265,21 @@ class Replica:
 
 
 @final
-class Leader:
+class Leader(Generic[V]):
     """The replica's handle while it owns the log (from :meth:`Replica.lead`)."""
 
-    def __init__(self, replica: Replica, writer: LogWriter, tasks: anyio.abc.TaskGroup) -> None:
+    def __init__(
+        self, replica: Replica[V], writer: LogWriter[V], tasks: anyio.abc.TaskGroup
+    ) -> None:
         self._replica = replica
         self._writer = writer
         self._tasks = tasks
+        typed = writer._typed
+        #: A typed log's schema, and how the leader's own records give their value.
+        self._typed = typed
+        self._values: RecordValues | None = None
+        if typed is not None:
+            self._values = typed.values_of_writer(writer._roller.ledger.schema)
         self._issued = 0
         self._turn = 0
         self._waiting: dict[int, anyio.Event] = {}
@@ -269,11 +289,11 @@ class Leader:
         self._stopped = False
 
     @property
-    def writer(self) -> LogWriter:
+    def writer(self) -> LogWriter[V]:
         return self._writer
 
     async def submit(
-        self, command: bytes, *, producer_id: str | None = None, sequence: int | None = None
+        self, command: V, *, producer_id: str | None = None, sequence: int | None = None
     ) -> Any:
         """Append ``command`` and, once it is durable and every earlier command is applied,
         apply it; returns what the machine's ``apply`` returned.
@@ -284,7 +304,7 @@ class Leader:
         """
         return (await self._submit([command], batch=False, tag=(producer_id, sequence)))[0]
 
-    async def submit_batch(self, commands: Sequence[bytes], *, flush: bool = False) -> list[Any]:
+    async def submit_batch(self, commands: Sequence[V], *, flush: bool = False) -> list[Any]:
         """Several commands, appended together (pipelined) and applied in order. ``flush``:
         their entry goes at once, beside those in flight (see ``LogWriter.append_batch``): a
         group commit that does not wait for the one before it."""
@@ -313,6 +333,10 @@ class Leader:
         flush: bool = False,
     ) -> list[Any]:
         self._check()
+        typed = self._typed
+        # A typed command is checked before it takes a ticket (InvalidArgumentError: nothing
+        # is written), and applied as the log holds it.
+        payloads = None if typed is None else [typed.encode(c) for c in commands]
         ticket = self._issued
         self._issued += 1
         # No checkpoint between taking the ticket and entering the append: tickets follow
@@ -340,9 +364,26 @@ class Leader:
         try:
             self._check()
             replica = self._replica
+            values = self._values
+            if payloads is None:
+                payloads = [bytes(cmd) for cmd in commands]
             results = [
-                replica._apply(LogRecord(pos, bytes(cmd)))
-                for pos, cmd in zip(positions, commands, strict=True)
+                replica._apply(
+                    _make_record(
+                        (
+                            pos.ledger_seq,
+                            pos.entry_id,
+                            pos.slot,
+                            payload,
+                            None,
+                            None,
+                            None,
+                            None,
+                            values,
+                        )
+                    )
+                )
+                for pos, payload in zip(positions, payloads, strict=True)
             ]
             self._maybe_snapshot()
             return results

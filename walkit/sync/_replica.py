@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any, final
+from typing import Any, Generic, final
 
 from walkit._core.log_position import LogPosition
+from walkit.log._values import V
 from walkit.statemachine import Leader as AsyncLeader
 from walkit.statemachine import Replica as AsyncReplica
 from walkit.statemachine import StateMachine
@@ -21,20 +22,20 @@ __all__ = ["Leader", "Replica"]
 
 
 @final
-class Leader:
+class Leader(Generic[V]):
     """:class:`walkit.statemachine.Leader`, blocking (from :meth:`Replica.lead`)."""
 
-    def __init__(self, thread: LoopThread, leader: AsyncLeader, writer: LogWriter) -> None:
+    def __init__(self, thread: LoopThread, leader: AsyncLeader[V], writer: LogWriter[V]) -> None:
         self._thread = thread
         self._leader = leader
         self._writer = writer
 
     @property
-    def writer(self) -> LogWriter:
+    def writer(self) -> LogWriter[V]:
         return self._writer
 
     def submit(
-        self, command: bytes, *, producer_id: str | None = None, sequence: int | None = None
+        self, command: V, *, producer_id: str | None = None, sequence: int | None = None
     ) -> Any:
         """:meth:`walkit.statemachine.Leader.submit`, blocking: what ``apply`` returned."""
 
@@ -43,7 +44,7 @@ class Leader:
 
         return self._thread.call(submit)
 
-    def submit_batch(self, commands: Sequence[bytes], *, flush: bool = False) -> list[Any]:
+    def submit_batch(self, commands: Sequence[V], *, flush: bool = False) -> list[Any]:
         """:meth:`walkit.statemachine.Leader.submit_batch`, blocking."""
 
         async def submit() -> list[Any]:
@@ -57,14 +58,14 @@ class Leader:
 
 
 @final
-class Replica:
+class Replica(Generic[V]):
     """:class:`walkit.statemachine.Replica` on a :class:`walkit.sync.Log`, blocking; the
     arguments are the async one's."""
 
     def __init__(
         self,
-        log: Log,
-        machine: StateMachine,
+        log: Log[V],
+        machine: StateMachine[V],
         *,
         snapshot_every: int | None = 10_000,
         snapshot_ratio: float | None = None,
@@ -73,7 +74,7 @@ class Replica:
         self._thread = log.client.thread
         self.log = log
 
-        def make() -> AsyncReplica:
+        def make() -> AsyncReplica[V]:
             return AsyncReplica(
                 log.async_log,
                 machine,
@@ -89,7 +90,7 @@ class Replica:
         return f"walkit.sync.{self._replica!r}"
 
     @property
-    def async_replica(self) -> AsyncReplica:
+    def async_replica(self) -> AsyncReplica[V]:
         return self._replica
 
     @property
@@ -120,7 +121,7 @@ class Replica:
         self._thread.call(self._replica.follow)
 
     @contextlib.contextmanager
-    def lead(self) -> Iterator[Leader]:
+    def lead(self) -> Iterator[Leader[V]]:
         """Take the log over (fencing the previous leader), catch up, then yield a
         :class:`Leader`; leaving the block closes the writer."""
         with self._thread.context(self._replica.lead()) as leader:
