@@ -1,4 +1,4 @@
-"""``walkit log list | show NAME | tail NAME [--from POS | --since TIME] [--follow] |
+"""``walkit log list | show NAME | schema NAME | tail NAME [--from POS | --since TIME] [--follow] |
 retain NAME ... | offload NAME --to URI | delete NAME [--yes] | gc [NAME] [--grace SECONDS] [--dry-run] |
 consumers NAME | consumer delete NAME CONSUMER``."""
 
@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from walkit._cli._args import argument_type
 from walkit._cli._connect import connect_options
 from walkit._cli.admin import _printable
+from walkit._cli.log_schema import RecordValueText, add_schema_parser, log_schema
 from walkit._cli.output import emit, emit_record
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition
@@ -64,7 +65,7 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     """Register ``log list|show|tail`` under the ``walkit`` command's subparsers."""
     log = sub.add_parser(
         "log",
-        help="inspect and maintain logs (list, show, tail, retain, delete, gc, consumers)",
+        help="inspect and maintain logs (list, show, schema, tail, retain, delete, gc, consumers)",
     )
     log_sub = log.add_subparsers(dest="log_command", required=True, metavar="ACTION")
     with_metadata(log_sub.add_parser("list", help="list logs"))
@@ -98,6 +99,7 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
         help="the log's ledger password (default: the one stored with the log)",
     )
 
+    add_schema_parser(log_sub, with_metadata)
     _add_maintenance(log_sub, with_metadata)
     _add_consumers(log_sub, with_metadata)
 
@@ -204,6 +206,7 @@ def handler(args: argparse.Namespace) -> Any:
         "list": log_list,
         "show": log_show,
         "tail": log_tail,
+        "schema": log_schema,
         "retain": log_retain,
         "offload": log_offload,
         "delete": log_delete,
@@ -308,11 +311,16 @@ async def log_tail(url: str, args: argparse.Namespace, out: TextIO) -> int:
         secret = {} if args.password is None else {"password": args.password.encode()}
         log = await Log.open(client, args.name, create=False, **secret)
         start = args.start if args.since is None else await log.position_at(args.since)
+        md = await log.metadata()
+        # A typed log's records show their values, as JSON (walkit._cli.log_schema).
+        values = RecordValueText(log, md) if md.schemas else None
         if not args.json:
-            out.write(f"{'POSITION':<14}  {'TIME':<24}  {'KEY':<12}  {'SIZE':>8}  PAYLOAD\n")
+            what = "PAYLOAD" if values is None else "VALUE"
+            out.write(f"{'POSITION':<14}  {'TIME':<24}  {'KEY':<12}  {'SIZE':>8}  {what}\n")
             out.flush()
         async for rec in log.reader(start, follow=args.follow):
             key = None if rec.key is None else _printable(rec.key)
+            value, problem = (None, None) if values is None else await values.value(rec)
             if args.json:  # one JSON object per line: the stream may not end
                 headers = rec.headers
                 line = json.dumps(
@@ -326,14 +334,30 @@ async def log_tail(url: str, args: argparse.Namespace, out: TextIO) -> int:
                         else [[name, _printable(value)] for name, value in headers],
                         "size": len(rec.payload),
                         "payload": _printable(rec.payload),
+                        **(
+                            {}
+                            if values is None
+                            else {
+                                "schema_version": rec.schema_version,
+                                "value": value,
+                                **({} if problem is None else {"value_error": problem}),
+                            }
+                        ),
                     }
                 )
                 out.write(line + "\n")
             else:
                 when = time_text(rec.timestamp) or "-"
+                shown = _printable(rec.payload)
+                if values is not None and rec.schema_version is not None:
+                    shown = (
+                        f"(does not decode: {problem}) {shown}"
+                        if problem is not None
+                        else json.dumps(value, ensure_ascii=False)
+                    )
                 out.write(
                     f"{rec.position!s:<14}  {when:<24}  {key or '-':<12}  {len(rec.payload):>8}  "
-                    f"{_printable(rec.payload)}\n"
+                    f"{shown}\n"
                 )
             out.flush()
     return 0
