@@ -271,3 +271,31 @@ async def test_a_schema_version_costs_no_byte_of_the_records(
         # (each log has its own generated password: compare the entries, not the ledgers)
         assert entries[0] == entries[1]
         assert decode_record_set(entries[0][0]).records[0] == codec.encode(values[0])
+
+
+def test_a_schema_without_msgspec_names_the_extra() -> None:
+    """Without msgspec (a client installed without the schema extra), Log.open(schema=...)
+    says what to install; a log without a schema never imports it."""
+    import subprocess
+    import sys
+
+    program = """
+import dataclasses, sys
+sys.modules["msgspec"] = None  # (as if not installed)
+import walkit
+from walkit.errors import ConfigurationError
+
+@dataclasses.dataclass
+class Order:
+    id: int
+
+try:
+    walkit.Log.open(None, "orders", schema=Order)
+except ConfigurationError as exc:
+    print(exc)
+walkit.Log.open(None, "orders")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "pip install 'walkit[schema]'" in done.stdout

@@ -59,7 +59,7 @@ from walkit.log._reader import LogReader
 from walkit.log._retention import RetentionResult, apply_retention, limits_of
 from walkit.log._snapshot import Snapshot, save_snapshot
 from walkit.log._store import create_or_read, read_log
-from walkit.log._values import RecordValues, V, raw_values
+from walkit.log._values import RecordValues, V, check_schema_extra, raw_values
 from walkit.log._writer import LogWriter, take_over
 
 if TYPE_CHECKING:
@@ -225,9 +225,7 @@ class Log(Generic[V]):
                 )
             config["store_password"] = store_password
         if schema is not None:
-            from walkit.log._schema import check_available
-
-            check_available()
+            check_schema_extra()
         return _Opener(client, name, create, config, opts, explicit_password, schema)
 
     @classmethod

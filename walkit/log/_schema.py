@@ -24,19 +24,7 @@ from walkit._core.schema_codec import ValueCodec, error_field
 from walkit.errors import InvalidArgumentError
 from walkit.log._values import RecordValues, V
 
-__all__ = ["LogSchema", "check_available"]
-
-
-def check_available() -> None:
-    """ConfigurationError when msgspec is missing (a typed log needs it)."""
-    from walkit.errors import ConfigurationError
-
-    try:
-        import msgspec  # noqa: F401
-    except ImportError:
-        raise ConfigurationError(
-            "a log with a schema needs msgspec: pip install 'walkit[schema]'"
-        ) from None
+__all__ = ["LogSchema"]
 
 
 @final

@@ -18,9 +18,9 @@ from typing import Any, Final, Protocol, final
 
 from typing_extensions import TypeVar
 
-from walkit.errors import SchemaError
+from walkit.errors import ConfigurationError, SchemaError
 
-__all__ = ["RecordValues", "V", "raw_values"]
+__all__ = ["RecordValues", "V", "check_schema_extra", "raw_values"]
 
 #: The type of a log's values: a typed log's schema type; bytes (the payload) without one.
 V = TypeVar("V", default=bytes)
@@ -108,3 +108,14 @@ def raw_values(log: str, version: int, cache: dict[int, RecordValues]) -> Record
     if found is None:
         found = cache[version] = RecordValues(log, version, None)
     return found
+
+
+def check_schema_extra() -> None:
+    """ConfigurationError when msgspec is missing: a log with a schema needs it (the
+    ``schema`` extra); here, apart from the modules that import it."""
+    try:
+        import msgspec  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            "a log with a schema needs msgspec: pip install 'walkit[schema]'"
+        ) from None

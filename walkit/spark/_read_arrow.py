@@ -34,6 +34,7 @@ from walkit._core.types import Entry
 from walkit.errors import CorruptEntryError
 from walkit.spark._read_io import Chunk
 from walkit.spark._read_schema import HEADERS_ARROW, LOG_ARROW, TIMESTAMP_ARROW
+from walkit.spark._values import VALUE_COLUMN, ValueColumn
 
 __all__ = ["EntryExtras", "log_batch", "record_set_payloads"]
 
@@ -159,8 +160,9 @@ def _nulls_ts(rows: int) -> pa.Array:
     return pa.nulls(rows, TIMESTAMP_ARROW)
 
 
-def log_batch(name: str, chunk: Chunk) -> pa.RecordBatch:
-    """One chunk of entries as rows of the log schema, cut at the range's slots."""
+def log_batch(name: str, chunk: Chunk, values: ValueColumn | None = None) -> pa.RecordBatch:
+    """One chunk of entries as rows of the log schema, cut at the range's slots; with
+    ``values``, a typed log's ``value`` column last (:mod:`walkit.spark._values`)."""
     rng, entries = chunk.range, chunk.entries
     first = entries[0].entry_id if entries else rng.first
     extras: EntryExtras | None = None
@@ -187,19 +189,22 @@ def log_batch(name: str, chunk: Chunk) -> pa.RecordBatch:
     positions = pc.binary_join_element_wise(
         f"{rng.seq}:", pc.cast(entry_ids, pa.string()), ":", pc.cast(slots, pa.string()), ""
     )
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(name, pa.string()), rows),
-            positions,
-            pa.repeat(pa.scalar(rng.seq, pa.int64()), rows),
-            pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), rows),
-            entry_ids,
-            slots,
-            payloads,
-            *_extra_columns(extras, counts, parents, rows),
-        ],
-        schema=LOG_ARROW,
-    )
+    columns = [
+        pa.repeat(pa.scalar(name, pa.string()), rows),
+        positions,
+        pa.repeat(pa.scalar(rng.seq, pa.int64()), rows),
+        pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), rows),
+        entry_ids,
+        slots,
+        payloads,
+        *_extra_columns(extras, counts, parents, rows),
+    ]
+    schema = LOG_ARROW
+    if values is not None:
+        column = values.column(payloads, rng.schema, positions)
+        columns.append(column)
+        schema = schema.append(pa.field(VALUE_COLUMN, column.type))
+    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
     if not entries:
         return batch
     # The range's slot cuts: records before first_slot of its first entry, and from end_slot

@@ -175,6 +175,7 @@ async def _log_state(client: Client, conn: Connection, name: str, from_seq: int)
                         lmd.is_closed,
                         last,
                         uses_record_sets(lmd.custom_metadata),
+                        ledger.schema,
                     )
                 )
         except NoSuchLedgerError:

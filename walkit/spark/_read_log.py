@@ -31,6 +31,7 @@ from walkit.spark._options import ReadOptions
 from walkit.spark._read_arrow import log_batch
 from walkit.spark._read_io import LogState, log_state, position_at, read_chunks, run
 from walkit.spark._read_plan import Range, pack, plan_log, resolve_latest
+from walkit.spark._values import ValueColumn
 
 log = get_logger(__name__)
 
@@ -53,8 +54,14 @@ class LogPartition(InputPartition):
         self.ranges = ranges
 
 
-def read_log_ranges(options: ReadOptions, name: str, ranges: Sequence[Range]) -> Iterator[Any]:
-    """The rows of ``ranges`` as Arrow batches (what a task of a log read yields)."""
+def read_log_ranges(
+    options: ReadOptions,
+    name: str,
+    ranges: Sequence[Range],
+    values: ValueColumn | None = None,
+) -> Iterator[Any]:
+    """The rows of ``ranges`` as Arrow batches (what a task of a log read yields); with
+    ``values``, a typed log's ``value`` column too."""
 
     def missing(rng: Range) -> None:
         message = (
@@ -69,7 +76,7 @@ def read_log_ranges(options: ReadOptions, name: str, ranges: Sequence[Range]) ->
 
     for chunk in read_chunks(options.connection, ranges, on_missing=missing):
         if chunk.entries:
-            yield log_batch(name, chunk)
+            yield log_batch(name, chunk, values)
 
 
 def start_position(
@@ -145,11 +152,13 @@ class _Bounds:
 class LogReader(DataSourceReader):
     """The batch reader of one log."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, values: ValueColumn | None = None) -> None:
         assert options.log is not None
         self.options = options
         self.name: str = options.log
         self.bounds = _Bounds()
+        #: A typed log's ``value`` column (None: the log has no schema).
+        self.values = values
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
@@ -173,7 +182,7 @@ class LogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, LogPartition)
-        return read_log_ranges(self.options, partition.log, partition.ranges)
+        return read_log_ranges(self.options, partition.log, partition.ranges, self.values)
 
 
 def _int_value(value: Any) -> int | None:

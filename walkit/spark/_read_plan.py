@@ -49,6 +49,8 @@ class LedgerView:
     closed: bool
     last: int
     record_sets: bool = False
+    #: The schema version its records were written with (0: none; a typed log's).
+    schema: int = 0
 
 
 @final
@@ -66,6 +68,8 @@ class Range:
     record_sets: bool = False
     first_slot: int = 0
     end_slot: int | None = None
+    #: The schema version of the ledger's records (0: none).
+    schema: int = 0
 
     @property
     def count(self) -> int:
@@ -82,6 +86,7 @@ class Range:
             self.record_sets,
             self.first_slot if first == self.first else 0,
             self.end_slot if last == self.last else None,
+            self.schema,
         )
 
 
@@ -155,6 +160,7 @@ def plan_log(
                     ledger.record_sets,
                     first_slot,
                     end_slot if limited else None,
+                    ledger.schema,
                 )
             )
             if budget is not None:

@@ -47,6 +47,7 @@ from walkit.spark._options import ReadOptions
 from walkit.spark._read_io import LogState, log_state, record_counts, run
 from walkit.spark._read_log import LogPartition, read_log_ranges, starting_position
 from walkit.spark._read_plan import cut_at_records, pack, plan_log, resolve_latest
+from walkit.spark._values import ValueColumn
 
 log = get_logger(__name__)
 
@@ -76,10 +77,12 @@ def offset_position(value: Any) -> LogPosition:
 class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The streaming reader of one log."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, values: ValueColumn | None = None) -> None:
         assert options.log is not None
         self.options = options
         self.name: str = options.log
+        #: A typed log's ``value`` column (None: the log has no schema).
+        self.values = values
         #: With ``trigger(availableNow=True)``: where the query stops.
         self.target: LogPosition | None = None
         #: What :meth:`reportLatestOffset` reports (None before the first ``latestOffset``).
@@ -193,7 +196,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, LogPartition)
-        return read_log_ranges(self.options, partition.log, partition.ranges)
+        return read_log_ranges(self.options, partition.log, partition.ranges, self.values)
 
     def commit(self, end: dict[str, Any]) -> None:
         """The micro-batch up to ``end`` is processed: with the ``consumer`` option, the

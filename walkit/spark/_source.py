@@ -51,7 +51,20 @@ class WalkitDataSource(DataSource):
         from walkit.spark._read_schema import LEDGER_SCHEMA, LOG_SCHEMA
 
         ledgers = any(str(key).lower() == "ledgers" for key in self.options)
-        return LEDGER_SCHEMA if ledgers else LOG_SCHEMA
+        if ledgers:
+            return LEDGER_SCHEMA
+        # A typed log has one more column: its values (walkit.spark._values). (The other
+        # options are checked by the reader.)
+        from walkit.spark._connect import connection
+        from walkit.spark._options import READ_OPTIONS, check_options, log_name
+        from walkit.spark._values import latest, log_versions, value_ddl
+
+        options = self.session.merged(check_options(self.options, READ_OPTIONS, "read"))
+        name = log_name(options)
+        if name is None:
+            return LOG_SCHEMA
+        found = latest(log_versions(connection(options), name) or ())
+        return LOG_SCHEMA if found is None else f"{LOG_SCHEMA}, {value_ddl(found[1])}"
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = read_options(self.options, streaming=False, session=self.session)
@@ -62,14 +75,17 @@ class WalkitDataSource(DataSource):
             return LedgersReader(options)
         from walkit.spark._read_log import FilteringLogReader, LogReader
 
-        return FilteringLogReader(options) if self.push_filters else LogReader(options)
+        values = _value_column(options, schema)
+        if self.push_filters:
+            return FilteringLogReader(options, values)
+        return LogReader(options, values)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from walkit.spark._read_stream import LogStreamReader
 
         options = read_options(self.options, streaming=True, session=self.session)
         _check_schema(schema, ledgers=False)
-        reader: DataSourceStreamReader = LogStreamReader(options)
+        reader: DataSourceStreamReader = LogStreamReader(options, _value_column(options, schema))
         return reader
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -94,11 +110,23 @@ def _check_schema(given: StructType, *, ledgers: bool) -> None:
 
     expected = list((LEDGER_ARROW if ledgers else LOG_ARROW).names)
     names = [field.name for field in given.fields]
+    if not ledgers and names == [*expected, "value"]:
+        return  # a typed log's (walkit.spark._values)
     if names != expected:
         raise ConfigurationError(
             f"walkit: a read has the fixed columns {', '.join(expected)}; the schema given "
             f"has {', '.join(names)} (leave out .schema(...))"
         )
+
+
+def _value_column(options: Any, given: StructType) -> Any:
+    """The ValueColumn of a log read whose schema has ``value`` (None: it has not)."""
+    names = [field.name for field in given.fields]
+    if "value" not in names:
+        return None
+    from walkit.spark._values import read_value_column
+
+    return read_value_column(options.connection, options.log, given.fields[-1].dataType)
 
 
 class _PushdownWalkitDataSource(WalkitDataSource):

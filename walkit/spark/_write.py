@@ -8,7 +8,8 @@ A log has one writer, so the tasks of a write do not append through it (see
   tagged with the job id and the partition id, and as a record-set ledger), packs the
   partition's payloads in order into record sets of up to the log's ``batch_bytes`` (64 KiB by
   default), appends those, closes the ledger, and sends (partition, ledger id, last entry id,
-  records) to the driver. The optional columns ``key``, ``headers`` and ``timestamp`` give
+  records) to the driver. A typed log takes a ``value`` struct column instead of ``payload``,
+  checked and encoded with the log's latest schema version (:mod:`walkit.spark._values`). The optional columns ``key``, ``headers`` and ``timestamp`` give
   each record's (a null: none; records without a timestamp get the task's clock when their
   entry is packed, as a log writer's do);
 - the driver's ``commit`` links the tasks' ledgers into the log, in partition order, with one
@@ -28,6 +29,7 @@ runs, and each task, commit or abort is one ``trio.run`` with a client of its ow
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -47,6 +49,7 @@ from walkit._core.record_set import (
     envelope_overhead,
     extras_size,
 )
+from walkit._core.schema import RecordType
 from walkit._core.time_search import TimeRange, entry_time_range, time_range_tag, widen
 from walkit._groups import collapse
 from walkit._logging import get_logger
@@ -56,6 +59,7 @@ from walkit.log import Log
 from walkit.log._link import MAX_JOB_LENGTH, discard_jobs
 from walkit.spark._connect import Connection, SessionOptions, connect, connection
 from walkit.spark._options import COMMON_OPTIONS, check_options, log_name
+from walkit.spark._values import ValueEncoder
 
 try:  # pyspark >= 4.1: the stream writer takes Arrow batches too
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -122,6 +126,10 @@ class WriteOptions:
     sink_id: str | None = None
     #: The query's checkpoint directory (the ``checkpointLocation`` option), if given.
     checkpoint: str | None = None
+    #: A typed log's write (a ``value`` column): the schema version its values are encoded
+    #: with, and that version's schema (None: a ``payload`` write).
+    value_version: int | None = None
+    value_schema: RecordType | None = None
 
 
 @final
@@ -198,6 +206,20 @@ def _payload_is_string(schema: StructType) -> bool:
     from pyspark.sql.types import BinaryType, StringType
 
     names = [field.name for field in schema.fields]
+    if "value" in names and "payload" in names:
+        raise ConfigurationError(
+            "walkit: the DataFrame to write has both 'payload' and 'value': a typed log's "
+            "records are values (a struct column 'value'), a plain log's are payloads"
+        )
+    if "value" in names:  # a typed log's values: checked against its schema by the driver
+        extra = [n for n in names if n not in ("value", *IGNORED_COLUMNS, *RECORD_COLUMNS)]
+        if extra:
+            raise ConfigurationError(
+                f"walkit: a typed log's record is a value (with an optional key, headers and "
+                f"timestamp), but the DataFrame to write also has the column(s) "
+                f"{', '.join(extra)}: put them into the 'value' struct"
+            )
+        return False
     if "payload" not in names:
         raise ConfigurationError(
             f"walkit: the DataFrame to write has no column 'payload' (its columns: "
@@ -278,7 +300,7 @@ def batch_writer(
 ) -> LogBatchWriter:
     """The writer of ``df.write.format("walkit").mode("append").save(LOG)``."""
     _refuse_overwrite(overwrite)
-    opts = write_options(options, schema, streaming=False, session=session)
+    opts = _typed(write_options(options, schema, streaming=False, session=session), schema)
     _run(_ensure_log, opts)
     return LogBatchWriter(opts, f"spark-{uuid.uuid4().hex}")
 
@@ -288,9 +310,38 @@ def stream_writer(
 ) -> LogStreamWriter:
     """The writer of ``df.writeStream.format("walkit").start(LOG)``."""
     _refuse_overwrite(overwrite)
-    opts = write_options(options, schema, streaming=True, session=session)
+    opts = _typed(write_options(options, schema, streaming=True, session=session), schema)
     _run(_ensure_log, opts)
     return LogStreamWriter(opts, uuid.uuid4().hex[:12])
+
+
+def _typed(opts: WriteOptions, schema: StructType) -> WriteOptions:
+    """A write into a typed log takes a ``value`` column matching the log's latest schema
+    version, and a plain log a ``payload`` (ConfigurationError otherwise)."""
+    from walkit.spark._values import check_value_type, latest, log_versions
+
+    names = [field.name for field in schema.fields]
+    found = latest(log_versions(opts.connection, opts.log) or ())
+    if "value" not in names:
+        if found is not None:
+            raise ConfigurationError(
+                f"walkit: log {opts.log!r} is typed (schema version {found[0]}, "
+                f"{found[1].name}): write a struct column 'value' of its fields, not payloads"
+            )
+        return opts
+    if found is None:
+        raise ConfigurationError(
+            f"walkit: the DataFrame has a 'value' column, but log {opts.log!r} has no schema "
+            "(or does not exist): create it with Log.open(client, name, schema=T) first, or "
+            "write payloads"
+        )
+    check_value_type(schema.fields[names.index("value")].dataType, found[1])
+    return attrs.evolve(opts, value_version=found[0], value_schema=found[1])
+
+
+@functools.lru_cache(maxsize=16)
+def _value_encoder(schema: RecordType) -> ValueEncoder:
+    return ValueEncoder(schema)
 
 
 def _refuse_overwrite(overwrite: bool) -> None:
@@ -440,6 +491,8 @@ def _payloads(
     record's key, headers and timestamp (None: the DataFrame has none of those columns)."""
     import pyarrow as pa
 
+    if opts.value_schema is not None:
+        return _typed_payloads(item, opts, opts.value_schema, part, done)
     if isinstance(item, pa.RecordBatch):
         column = item.column(item.schema.get_field_index("payload"))
         if column.null_count:
@@ -463,6 +516,28 @@ def _payloads(
         return [payload], None
     columns = {name: [_row_value(name, item[name])] for name in opts.record_columns}
     return [payload], _extras_rows(columns, 1, part, done)
+
+
+def _typed_payloads(
+    item: Any, opts: WriteOptions, schema: RecordType, part: int, done: int
+) -> tuple[list[bytes], list[Extras | None] | None]:
+    """:func:`_payloads` of a typed log: its ``value`` cells encoded (walkit.spark._values)."""
+    import pyarrow as pa
+
+    encoder = _value_encoder(schema)
+    if isinstance(item, pa.RecordBatch):
+        cells = item.column(item.schema.get_field_index("value")).to_pylist()
+        values = encoder.payloads(cells, part, done)
+        columns = {
+            name: _column_values(name, item.column(item.schema.get_field_index(name)))
+            for name in opts.record_columns
+        }
+    else:
+        values = encoder.payloads([item["value"]], part, done)
+        columns = {name: [_row_value(name, item[name])] for name in opts.record_columns}
+    if not opts.record_columns:
+        return values, None
+    return values, _extras_rows(columns, len(values), part, done)
 
 
 def _column_values(name: str, column: Any) -> list[Any]:
@@ -667,6 +742,7 @@ async def _commit(
             sink=sink,
             expected_last_entries=[m.last_entry_id for m in staged],
             record_counts=[m.records for m in staged],
+            schema_version=opts.value_version,
         )
         if sink is not None:  # this batch's other attempts, of this run or earlier ones
             await discard_jobs(owner, job, sorted({m.job for m in written}))
