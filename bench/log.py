@@ -23,6 +23,12 @@ is measured in the same run.
 timestamp, a client without a wall clock), ``stamped`` (the client's wall clock stamps each
 entry) or ``keyed`` (stamped, and each record has a 16-byte key and one header).
 
+``--typed ROUNDS`` also measures typed records (docs/log.md, "Typed records"): 100 B-class
+values of a dataclass and of a msgspec Struct against bytes records of the same size, appended
+from 64 tasks and read back (the reader asks each record for its ``value``), on trio,
+alternating the three kinds in each round (after the others); and, in this process, what
+encoding (with its check) and decoding one value costs: where the time goes.
+
 ``--metrics ROUNDS`` also measures what the client's metrics cost (``metrics_registry``): the
 trio front, alternating rounds without and with a registry in the same run (after the others).
 
@@ -50,6 +56,7 @@ from typing import Any
 
 import anyio
 import attrs
+import msgspec
 import trio
 from prometheus_client import CollectorRegistry
 
@@ -205,6 +212,88 @@ async def measure_log(
     return out
 
 
+class StructOrder(msgspec.Struct):
+    """A 100 B-class typed record (its encoding is ~100 bytes), as a Struct."""
+
+    id: int
+    user: str
+    amount: float
+    currency: str
+    note: str = ""
+
+
+def _typed_values(kind: str) -> tuple[Any, list[Any]]:
+    """The schema (None: bytes) and the values of ``kind``: bytes of the encoded value's
+    size, a dataclass, or a Struct."""
+    import dataclasses
+
+    order = dataclasses.make_dataclass(
+        "Order",
+        [("id", int), ("user", str), ("amount", float), ("currency", str), ("note", str, "")],
+    )
+    values = [
+        order(123_456 + i, f"user-{i % 1000:06d}", 19.99 + i, "EUR", "x" * 40) for i in range(64)
+    ]
+    if kind == "dataclass":
+        return order, values
+    if kind == "struct":
+        return StructOrder, [StructOrder(**dataclasses.asdict(v)) for v in values]
+    size = len(msgspec.msgpack.encode(values[0]))
+    return None, [os.urandom(size) for _ in values]
+
+
+async def measure_typed(
+    url: str, name: str, kind: str, seconds: float, bookies: list[int]
+) -> dict[str, dict[str, float]]:
+    """64 tasks appending values of ``kind`` (bytes, dataclass, struct), then a reader asking
+    every record for its value."""
+    schema, values = _typed_values(kind)
+    out: dict[str, dict[str, float]] = {}
+    async with Client.connect(url, wall_clock=None) as client:
+        log = await Log.open(
+            client, name, ensemble_size=3, write_quorum=3, ack_quorum=2, schema=schema
+        )
+        async with log.writer() as w:
+            await w.append_batch(values)  # warm up connections
+            turn = itertools.count()
+
+            async def single() -> int:
+                await w.append(values[next(turn) % 64])
+                return 1
+
+            meter = _Meter(bookies)
+            count, elapsed, lat = await _timed(seconds, TASKS, single)
+            out[f"{TASKS} tasks"] = _figures(count, elapsed, lat, *meter.read())
+        meter = _Meter(bookies)
+        t0 = time.perf_counter()
+        count = 0
+        async for record in log.reader("earliest", follow=False):
+            record.value  # noqa: B018  (what a typed reader does with each record)
+            count += 1
+        out["tail reader"] = _figures(count, time.perf_counter() - t0, [], *meter.read())
+    return out
+
+
+def typed_costs() -> dict[str, float]:
+    """µs per value, in this process: encoding with its check, and decoding."""
+    import timeit
+
+    from walkit._core.schema_codec import ValueCodec
+
+    out: dict[str, float] = {}
+    for kind in ("dataclass", "struct"):
+        schema, values = _typed_values(kind)
+        codec = ValueCodec(schema)
+        payload = codec.encode(values[0])
+        n = 20_000
+        encode = functools.partial(codec.encode, values[0])
+        decode = functools.partial(codec.decode, payload)
+        out[f"{kind} encode+check"] = timeit.timeit(encode, number=n) / n
+        out[f"{kind} decode"] = timeit.timeit(decode, number=n) / n
+        out[f"{kind} bytes"] = len(payload)
+    return {k: v * 1e6 if not k.endswith("bytes") else v for k, v in out.items()}
+
+
 def measure_sync(
     url: str,
     name: str,
@@ -276,6 +365,9 @@ Modes = dict[str, dict[str, float]]  # mode -> figures
 class Results:
     disk: dict[str, float]  # fdatasync_4k's figures, measured in the same run
     runs: dict[tuple[str, int], Modes] = attrs.Factory(dict)  # (label, record size) -> modes
+    #: Typed records: (kind, round) -> modes, and the codec's costs per value.
+    typed: dict[tuple[str, int], Modes] = attrs.Factory(dict)
+    typed_costs: dict[str, float] = attrs.Factory(dict)
 
 
 def run(args: argparse.Namespace) -> Results:
@@ -315,6 +407,20 @@ def run(args: argparse.Namespace) -> Results:
                             batch_bytes=1,
                         )
                     )
+            for round_ in range(args.typed):
+                for kind in ("bytes", "dataclass", "struct"):  # alternating, as for metrics
+                    results.typed[(kind, round_)] = trio.run(
+                        functools.partial(
+                            measure_typed,
+                            url,
+                            f"bench-typed-{kind}-{round_}",
+                            kind,
+                            args.seconds,
+                            pids,
+                        )
+                    )
+            if args.typed:
+                results.typed_costs = typed_costs()
             for round_ in range(args.metrics):
                 # Alternating, so that a drift of the machine (the disk, other load) falls on
                 # both alike.
@@ -377,9 +483,61 @@ def report(results: Results, args: argparse.Namespace) -> str:
             f"{2 * sync + 0.3:.2f} ms = 2 x fdatasync p50 + 0.3); tail reader "
             f"{rs['tail reader']['records_per_s']:,.0f}/s (target 500,000).",
         ]
+    lines += _typed_report(results)
     if args.plot:
         lines += ["", f"![throughput against p99 latency]({SVG.name})"]
     return "\n".join(lines) + "\n"
+
+
+def _median(xs: list[float]) -> float:
+    ordered = sorted(xs)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _typed_report(results: Results) -> list[str]:
+    """Typed records against bytes (medians of the rounds), and where the time goes."""
+    if not results.typed:
+        return []
+    rounds = 1 + max(r for _, r in results.typed)
+    lines = [
+        "",
+        f"Typed records (trio, 100 B-class values, {rounds} round(s) alternating bytes, "
+        "dataclass and msgspec Struct; medians):",
+        "",
+        "| records | 64 tasks records/s | p50 ms | client µs | tail reader records/s (value "
+        "read) | client µs | vs bytes: append | vs bytes: read |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    many = f"{TASKS} tasks"
+
+    def med(kind: str, mode: str, key: str) -> float:
+        return _median([results.typed[(kind, r)][mode][key] for r in range(rounds)])
+
+    base_append = med("bytes", many, "records_per_s")
+    base_read = med("bytes", "tail reader", "records_per_s")
+    for kind in ("bytes", "dataclass", "struct"):
+        append = med(kind, many, "records_per_s")
+        read = med(kind, "tail reader", "records_per_s")
+        lines.append(
+            f"| {kind} | {append:,.0f} | {med(kind, many, 'p50_ms'):.2f} | "
+            f"{med(kind, many, 'client_us'):.1f} | {read:,.0f} | "
+            f"{med(kind, 'tail reader', 'client_us'):.1f} | {append / base_append:.2f}x | "
+            f"{read / base_read:.2f}x |"
+        )
+    costs = results.typed_costs
+    if costs:
+        lines += [
+            "",
+            "Where the time goes (this process, one value of "
+            f"{costs['dataclass bytes']:.0f} B): encoding with its check "
+            f"{costs['dataclass encode+check']:.2f} µs for the dataclass, "
+            f"{costs['struct encode+check']:.2f} µs for the Struct (the check decodes what "
+            "was encoded, so that a field of the wrong type fails the append); decoding "
+            f"{costs['dataclass decode']:.2f} µs and {costs['struct decode']:.2f} µs. "
+            "Targets: append at 64 tasks >= 0.7x bytes, read >= 0.5x.",
+        ]
+    return lines
 
 
 def _front_targets(results: Results) -> list[str]:
@@ -480,6 +638,13 @@ def main() -> None:
         help="skip the one-record-per-entry runs",
     )
     parser.add_argument("--plot", action="store_true", help=f"draw {SVG.name} (matplotlib)")
+    parser.add_argument(
+        "--typed",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="also measure typed records (dataclass, msgspec Struct) against bytes, alternating",
+    )
     parser.add_argument(
         "--metrics",
         type=int,
