@@ -14,7 +14,7 @@ from walkit._cli._args import argument_type
 from walkit._cli._connect import connect_options
 from walkit._cli.admin import _printable
 from walkit._cli.log_schema import RecordValueText, add_schema_parser, log_schema
-from walkit._cli.output import emit, emit_record
+from walkit._cli.output import emit, emit_record, time_text
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._core.log_position import LogPosition
 from walkit._core.options import SECONDS, count
@@ -48,17 +48,6 @@ def time_arg(text: str) -> int:
     if ms < 0:
         raise argparse.ArgumentTypeError(f"bad time {text!r}: before 1970")
     return ms
-
-
-def time_text(ms: int | None) -> str | None:
-    """A record timestamp as ISO 8601 UTC with milliseconds (None: none)."""
-    if ms is None:
-        return None
-    try:
-        moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    except (OverflowError, ValueError, OSError):  # past year 9999
-        return str(ms)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def add_parsers(sub: Any, with_metadata: Any) -> None:

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any, TextIO
 
-from walkit._cli.output import emit
+from walkit._cli.output import emit, time_text
 
 if TYPE_CHECKING:
     from walkit._core.log_metadata import LogMetadata
@@ -29,7 +29,6 @@ def add_schema_parser(log_sub: Any, with_metadata: Any) -> None:
 
 
 async def log_schema(url: str, args: argparse.Namespace, out: TextIO) -> int:
-    from walkit._cli.log import time_text
     from walkit.log import read_log
     from walkit.metadata import open_metadata_store
 

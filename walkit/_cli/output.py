@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
@@ -49,3 +50,14 @@ def bytes_as_text(value: bytes) -> str:
     escaped the way Python writes it in a bytes literal (``\\xff``, ``\\n``)."""
     text = value.decode("utf-8", errors="backslashreplace")
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def time_text(ms: int | None) -> str | None:
+    """A record timestamp as ISO 8601 UTC with milliseconds (None: none)."""
+    if ms is None:
+        return None
+    try:
+        moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):  # past year 9999
+        return str(ms)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
