@@ -85,5 +85,11 @@ async def test_schema_and_tail_of_a_typed_log(tmp_path: Path) -> None:
         assert rows[2].endswith('{"id": 1, "user": "ann", "raw": "AP8="}')
         assert rows[1].endswith("before the schema")
 
+        shown = await walkit(url, "log", "show", "orders", "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert [lg["schema"] for lg in json.loads(shown.stdout)["ledgers"]] == [None, 1, 2]
+        plain_show = await walkit(url, "log", "show", "untyped", "--json")
+        assert "schema" not in plain_show.stdout.decode()  # a plain log's output is unchanged
+
         missing = await walkit(url, "log", "schema", "nope")
         assert missing.returncode != 0 and b"no log named 'nope'" in missing.stderr

@@ -299,3 +299,21 @@ walkit.Log.open(None, "orders")
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
     )
     assert "pip install 'walkit[schema]'" in done.stdout
+
+
+def test_a_record_of_a_version_the_metadata_lacks_raises_schema_error() -> None:
+    """(A ledger naming a version the log does not have is refused when the metadata is read;
+    this is the reader's own guard, for a record seen through a stale copy of it.)"""
+    from walkit._core.log_metadata import LogMetadata
+    from walkit._core.schema import Compatibility
+    from walkit.log._reader import _make_record
+    from walkit.log._schema import LogSchema
+    from walkit.log._values import RecordValues
+
+    typed = LogSchema("orders", OrderV1, Compatibility.BACKWARD)
+    md, _number = typed.registered(LogMetadata("orders"), 0)
+    values = typed.values(md, 3)
+    record: LogRecord[Any] = _make_record((2, 5, 1, b"\x80", None, None, None, None, values))
+    with pytest.raises(SchemaError, match="schema version 3, which the log's metadata does not"):
+        _ = record.value
+    assert isinstance(values, RecordValues) and values.version == 3

@@ -248,6 +248,8 @@ async def log_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
         ledgers: list[dict[str, Any]] = []
         for lg in md.ledgers:
             row: dict[str, Any] = {"seq": lg.seq, "ledger_id": lg.ledger_id}
+            if md.schemas:  # a typed log's: the schema version of the ledger's records
+                row["schema"] = lg.schema or None
             lake = md.lake_ledger(lg.ledger_id)
             row["where"] = (
                 "bookies" if lake is None else "lake" if lake.bookies_deleted else "lake+bookies"
@@ -281,12 +283,10 @@ async def log_show(url: str, args: argparse.Namespace, out: TextIO) -> int:
     )
     emit_record(record, as_json=False, out=out)
     out.write("\nledgers:\n")
-    emit(
-        ledgers,
-        ["seq", "ledger_id", "where", "state", "last_entry_id", "length", "ensemble"],
-        as_json=False,
-        out=out,
-    )
+    columns = ["seq", "ledger_id", "where", "state", "last_entry_id", "length", "ensemble"]
+    if md.schemas:
+        columns.insert(2, "schema")
+    emit(ledgers, columns, as_json=False, out=out)
     out.write("\nsnapshots:\n")
     emit(snapshots, ["position", "ledger_id", "size", "crc32c", "time_ms"], as_json=False, out=out)
     return 0

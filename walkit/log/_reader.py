@@ -90,8 +90,8 @@ class LogRecord(_Fields, Generic[V]):
     """One record: its ``position`` and ``payload``, its ``producer`` tag (when it was
     appended by an idempotent producer), its ``key``, ``headers`` and ``timestamp`` (ms since
     the epoch), each None when the record has none; its ``value`` (a typed log's ``T``, else
-    the payload) and ``schema_version``. Immutable, equal when all fields are; hashable when
-    read without a schema.
+    the payload) and ``schema_version``. Immutable, hashable, equal when all fields are (a
+    typed record holds how to decode its value, not the value).
 
     A tuple underneath, so that a reader makes one small object per record (a reader's cost
     per record is mostly object creation); ``position`` is built when asked for, and ``value``
