@@ -86,11 +86,14 @@ def test_the_api_pages_cover_every_public_module() -> None:
 
 
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
+    """A link to a missing page, and one to a missing heading of a page that exists (one build
+    reports both)."""
     copy = tmp_path / "repo"
     shutil.copytree(REPO / "docs", copy / "docs")
     shutil.copy(REPO / "mkdocs.yml", copy / "mkdocs.yml")
     page = copy / "docs" / "index.md"
-    page.write_text(page.read_text() + "\nSee [nowhere](no-such-page.md).\n")
+    broken = "See [nowhere](no-such-page.md) and [no heading](log.md#no-such-heading).\n"
+    page.write_text(page.read_text() + "\n" + broken)
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "s")],
         cwd=copy,
@@ -101,7 +104,9 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode != 0
-    assert "no-such-page.md" in done.stdout + done.stderr
+    warnings = [line for line in (done.stdout + done.stderr).splitlines() if "WARNING" in line]
+    assert any("no-such-page.md" in line for line in warnings)
+    assert any("#no-such-heading" in line for line in warnings)  # MkDocs' default: INFO
 
 
 def chromium() -> str | None:

@@ -64,6 +64,8 @@ T = TypeVar("T")
 #: The longest a watch poller sleeps with inotify and nothing written: what a lost inotify
 #: event can cost.
 _QUIET_MAX = 1.0
+#: Looks after a subscription or a wake-up by a write, _BUSY_GAP apart (``_watch_changes``).
+_WAKE_RECHECKS = 50
 #: With inotify, the least time between two looks (a file written all the time).
 _BUSY_GAP = 0.02
 
@@ -301,13 +303,25 @@ class SqliteMetadataStore(MetadataStore):
 
     async def _watch_changes(self, changes: FileChanges | None) -> None:
         db = self._db
+        # A write is visible to a look only once its writer has published it in the WAL
+        # index, shared memory that inotify does not see, after the -wal file's write that
+        # inotify reports (and a write made before the subscription reports nothing). So
+        # after the subscription, and after each wake-up, look again a while, _BUSY_GAP
+        # apart (a cheap peek each), before sleeping on the file.
+        rechecks = _WAKE_RECHECKS
         while True:
             if changes is not None and not changes.broken and not db.poll_due():
-                # Nothing new: sleep until the file is written, or the first session may
-                # expire (to reap it), or at the latest _QUIET_MAX.
-                quiet = db.until_first_expiry()
-                with anyio.move_on_after(_QUIET_MAX if quiet is None else min(quiet, _QUIET_MAX)):
-                    await changes.wait()
+                if rechecks:
+                    rechecks -= 1
+                else:
+                    # Nothing new: sleep until the file is written, or the first session may
+                    # expire (to reap it), or at the latest _QUIET_MAX.
+                    quiet = db.until_first_expiry()
+                    limit = _QUIET_MAX if quiet is None else min(quiet, _QUIET_MAX)
+                    with anyio.move_on_after(limit) as slept:
+                        await changes.wait()
+                    if not slept.cancelled_caught:
+                        rechecks = _WAKE_RECHECKS
             if db.poll_due():
                 try:
                     rows, missed = await self._call(db.poll)
