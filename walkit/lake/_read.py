@@ -25,7 +25,7 @@ from walkit.errors import ConfigurationError
 if TYPE_CHECKING:
     from walkit.lake._table import Lake
 
-__all__ = ["LakeCursor", "lake_io_of", "read_ledger_table"]
+__all__ = ["LakeCursor", "io_for", "lake_io_of", "read_ledger_table"]
 
 
 def check_installed() -> None:
@@ -37,8 +37,13 @@ def check_installed() -> None:
 def lake_io_of(lake: Lake | None, uri: str) -> FileIO:
     """The FileIO to read ``uri`` with: the handle's lake's (its catalog properties: an S3
     endpoint, credentials), else pyarrow's defaults (local files, the AWS credential chain)."""
-    props: Mapping[str, str] = {} if lake is None else lake.properties
-    return _io(tuple(props.items()), uri.split("://", 1)[0])
+    return io_for({} if lake is None else lake.properties, uri)
+
+
+def io_for(properties: Mapping[str, str], uri: str) -> FileIO:
+    """The FileIO to read ``uri`` with, given catalog properties (an S3 endpoint,
+    credentials; none: pyarrow's defaults). One per properties and scheme in a process."""
+    return _io(tuple(sorted(properties.items())), uri.split("://", 1)[0])
 
 
 @functools.lru_cache(maxsize=32)
