@@ -37,6 +37,7 @@ from walkit._core.schema import (
     SchemaType,
     SchemaVersion,
 )
+from walkit._schema_arrow import arrow_type
 from walkit.errors import ConfigurationError, InvalidArgumentError, SchemaError
 
 if TYPE_CHECKING:
@@ -63,13 +64,6 @@ _DDL: Final = {
     "string": "string",
     "bytes": "binary",
 }
-_ARROW: Final = {
-    "boolean": pa.bool_(),
-    "long": pa.int64(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "bytes": pa.binary(),
-}
 
 
 def _quoted(name: str) -> str:
@@ -89,21 +83,6 @@ def spark_ddl(tp: SchemaType) -> str:
     if isinstance(tp, EnumType):
         return "string"
     return "struct<" + ", ".join(f"{_quoted(f.name)}: {spark_ddl(f.type)}" for f in tp.fields) + ">"
-
-
-def arrow_type(tp: SchemaType) -> pa.DataType:
-    """The Arrow type of a schema type (what Spark reads the DDL type from)."""
-    if isinstance(tp, Primitive):
-        return _ARROW[tp.name]
-    if isinstance(tp, NullableType):
-        return arrow_type(tp.inner)
-    if isinstance(tp, ArrayType):
-        return pa.list_(arrow_type(tp.items))
-    if isinstance(tp, MapType):
-        return pa.map_(pa.string(), arrow_type(tp.values))
-    if isinstance(tp, EnumType):
-        return pa.string()
-    return pa.struct([(f.name, arrow_type(f.type)) for f in tp.fields])
 
 
 def value_ddl(schema: RecordType) -> str:
