@@ -142,6 +142,8 @@ class Lake:
         self.uri = uri
         self.table_name = table_name(log_name)
         self.identifier = (NAMESPACE, self.table_name)
+        #: Whether the catalog is the default one, in the lake's directory.
+        self.default_catalog = catalog is None
         if catalog is None:
             if uri.scheme != "file":
                 raise ConfigurationError(
@@ -171,7 +173,7 @@ class Lake:
 
     @functools.cached_property
     def catalog(self) -> Catalog:
-        if self.uri.scheme == "file":
+        if self.default_catalog:  # (its SQLite file goes in the lake's directory)
             import pathlib
 
             pathlib.Path(self.uri.root).mkdir(parents=True, exist_ok=True)
