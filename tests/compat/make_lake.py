@@ -9,7 +9,8 @@ names nothing of the machine, mapped to a copy when read, see ``_moved_io.py``),
 
 - ``lake/``: the lake's directory (the SQL catalog ``catalog.db``, the table ``orders/`` with
   its metadata and Parquet data files);
-- ``metadata.dump``: the metadata exported (the log's node lists the offloaded files);
+- ``metadata.dump``: the metadata exported (the log's node lists the offloaded files), less
+  the bookies' cookies;
 - ``expected.json``: the lake format, and every record as written (position, timestamp, key,
   headers, payload, producer tag, schema version and value).
 
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,6 +157,9 @@ async def make(name: str, root: Path) -> tuple[list[dict[str, Any]], bytes]:
             rows = await write_log(url, Path(work), f"file://{root}")
             async with await open_metadata_store(url) as store:
                 dump = (await export_metadata(store)).dump
+            # (not the bookies' cookies: they name the bookies' temporary data directories)
+            kept = tuple(n for n in dump.nodes if not n[0].startswith("/bookies/cookies/"))
+            dump = attrs.evolve(dump, nodes=kept)
         finally:
             forget_memory_tree(f"golden-lake-{name}")
     return rows, encode_dump(dump)

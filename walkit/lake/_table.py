@@ -4,7 +4,8 @@ Every log that offloads has one table, ``walkit.<table_name(log)>``
 (:func:`walkit._core.lake.table_name`), partitioned by ``day(timestamp)``, at
 ``<offload_to>/<table>``. Its columns are the Spark reader's (``walkit.spark``), less the
 ones a file does not need (``log``, ``position``: the table is the log's, and the position is
-``ledger_seq:entry_id:slot``).
+``ledger_seq:entry_id:slot``), with each record's ``producer`` tag, and a typed log's
+``value`` (:mod:`walkit.lake._columns`).
 
 The catalog is any pyiceberg catalog, given by its properties (``offload_catalog``); without
 one, a ``file://DIR`` lake keeps a SQL catalog in ``DIR/catalog.db`` (SQLite). Files are
