@@ -182,3 +182,29 @@ async def test_a_type_iceberg_cannot_promote_fails_the_offload_and_keeps_the_rec
             CountV2(10, 1.5),
             CountV2(11, 2.5),
         ]
+
+
+def test_a_record_that_does_not_decode_gets_a_null_value_and_keeps_its_bytes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The offload goes on past a record its schema cannot decode (its payload is in the
+    table), and says where it is."""
+    import msgspec
+
+    from walkit._core.schema_codec import plain_decoder
+    from walkit._core.schema_types import schema_of
+    from walkit._core.types import Entry
+    from walkit._schema_arrow import arrow_type
+    from walkit.lake._table import ARROW_SCHEMA
+    from walkit.lake._write import Columns
+
+    good = msgspec.msgpack.encode({"id": 1, "user": "ann", "amount": 2.5})
+    bad = b"\xc1 not msgpack"
+    columns = Columns(ledger_seq=3, ledger_id=30, schema_version=1)
+    columns.add([Entry(30, 0, good), Entry(30, 1, bad)], record_sets=False)
+    schema = ARROW_SCHEMA.append(pa.field("value", arrow_type(schema_of(OrderV1))))
+    with caplog.at_level("WARNING"):
+        table = columns.table(schema, plain_decoder(schema_of(OrderV1)))
+    assert table.column("value").to_pylist() == [{"id": 1, "user": "ann", "amount": 2.5}, None]
+    assert table.column("payload").to_pylist() == [good, bad]
+    assert "lake_value_not_decoded" in caplog.text and "3:1:0" in caplog.text
