@@ -3,6 +3,8 @@
 
 Each step ends at a fault hook (``hook(step, ledger_id)``; tests crash there):
 
+- ``columns``: the table has the lake format's columns and the log's latest schema's (once a
+  pass, before its first ledger);
 - ``files``: the ledger's data files are written;
 - ``commit``: the table holds them (or another offloader's);
 - ``cas``: the log's metadata records the ledger as offloaded;
@@ -106,6 +108,7 @@ async def _offload(owner: LogContext, *, respect_age: bool, hook: FaultHook) -> 
     done = 0
     if chosen:
         layout = await _layout(lake, md)
+        await hook("columns", chosen[0])
     for ledger_id in chosen:
         if await _offload_one(owner, lake, by_id[ledger_id], hook, now_ms, layout):
             done += 1
