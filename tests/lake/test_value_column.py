@@ -6,12 +6,15 @@ have a null value, and the log's readers still decode ``record.value`` from the 
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+import trio
 from pyiceberg.catalog import load_catalog
 
 from tests.client.conftest import cluster, connect
@@ -19,6 +22,17 @@ from tests.lake.test_crashes import BASE_MS
 from walkit import Log
 from walkit._core.lake import table_name
 from walkit.errors import SchemaError
+
+READ_VALUES = """
+import json, sys
+from pyiceberg.catalog.sql import SqlCatalog
+lake = sys.argv[1]
+catalog = SqlCatalog("walkit", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}")
+rows = catalog.load_table("walkit.orders").scan().to_arrow()
+rows = rows.sort_by([("ledger_seq", "ascending"), ("entry_id", "ascending"), ("slot", "ascending")])
+assert not any(m == "walkit" or m.startswith("walkit.") for m in sys.modules)
+print(json.dumps([[v["id"], v["region"]] for v in rows.column("value").to_pylist() if v]))
+"""
 
 
 @dataclasses.dataclass
@@ -151,6 +165,18 @@ async def test_a_typed_log_in_the_lake_has_typed_values_that_evolve(
             .collect()
         )
         assert frame.height == sum(1 for d in expect if d is not None and d["user"] == "ann")
+
+        if "offload_catalog" not in lake_opts:  # pyiceberg in a process without walkit
+            root = lake_opts["offload_to"].removeprefix("file://")
+            with trio.fail_after(120):
+                done = await trio.run_process(
+                    [sys.executable, "-c", READ_VALUES, root],
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout) == [[d["id"], d["region"]] for d in expect if d]
 
         # The log's reader over the lake still decodes each record's value from its payload.
         reader = [r async for r in v2.reader(follow=False)]
