@@ -217,8 +217,7 @@ def test_a_record_that_does_not_decode_gets_a_null_value_and_keeps_its_bytes(
     table), and says where it is."""
     import msgspec
 
-    from walkit._core.schema_codec import plain_decoder
-    from walkit._core.schema_types import schema_of
+    from walkit._core.schema_types import schema_of, struct_of
     from walkit._core.types import Entry
     from walkit._schema_arrow import arrow_type
     from walkit.lake._table import ARROW_SCHEMA
@@ -230,7 +229,36 @@ def test_a_record_that_does_not_decode_gets_a_null_value_and_keeps_its_bytes(
     columns.add([Entry(30, 0, good), Entry(30, 1, bad)], record_sets=False)
     schema = ARROW_SCHEMA.append(pa.field("value", arrow_type(schema_of(OrderV1))))
     with caplog.at_level("WARNING"):
-        table = columns.table(schema, plain_decoder(schema_of(OrderV1)))
+        table = columns.table(schema, msgspec.msgpack.Decoder(struct_of(schema_of(OrderV1))).decode)
     assert table.column("value").to_pylist() == [{"id": 1, "user": "ann", "amount": 2.5}, None]
     assert table.column("payload").to_pylist() == [good, bad]
     assert "lake_value_not_decoded" in caplog.text and "3:1:0" in caplog.text
+
+
+def test_values_of_every_kind_of_field_convert_as_their_dicts_would() -> None:
+    """The value column is built field by field from the decoded Structs: the same Arrow
+    values as converting each record's plain dict (enums, maps of bytes, nested and optional
+    records, lists, defaults of an older version's record, and a null value)."""
+    import msgspec
+
+    from tests.compat.test_schema_golden import Address, Kind, OrderV1, OrderV2
+    from walkit._core.schema_codec import ValueCodec, plain_decoder
+    from walkit._core.schema_types import schema_of, struct_of
+    from walkit._schema_arrow import arrow_type
+    from walkit.lake._write import struct_column
+
+    schema = schema_of(OrderV2)
+    payloads = [
+        ValueCodec(OrderV2).encode(
+            OrderV2(1, "ann", 9.5, "n", ["a"], {"k": b"\x00"}, Kind.SELL, Address("Lyon"), True)
+        ),
+        ValueCodec(OrderV1).encode(OrderV1(2, "bob", 3)),
+        ValueCodec(OrderV2).encode(OrderV2(3, "cy", 0.0)),
+    ]
+    decode = msgspec.msgpack.Decoder(struct_of(schema)).decode
+    type_ = arrow_type(schema)
+    built = struct_column([decode(payloads[0]), None, *map(decode, payloads[1:])], type_)
+    plain = plain_decoder(schema)
+    dicts = [plain(payloads[0]), None, *map(plain, payloads[1:])]
+    assert built.to_pylist() == pa.array(dicts, type_).to_pylist()
+    assert built.to_pylist()[2]["kind"] == "buy" and built.to_pylist()[1] is None

@@ -129,7 +129,8 @@ class _Layout:
     """The data files' columns this pass, and how a typed log's values are decoded for them."""
 
     schema: pa.Schema
-    decode: Callable[[bytes], dict[str, Any]] | None
+    #: payload -> the value as the latest schema's msgspec Struct (None: untyped).
+    decode: Callable[[bytes], Any] | None
 
 
 async def _layout(lake: Lake, md: LogMetadata) -> _Layout:
@@ -138,9 +139,11 @@ async def _layout(lake: Lake, md: LogMetadata) -> _Layout:
     schema = await anyio.to_thread.run_sync(table_columns, lake, latest)
     decode = None
     if latest is not None:
-        from walkit._core.schema_codec import plain_decoder
+        import msgspec
 
-        decode = plain_decoder(latest)
+        from walkit._core.schema_types import struct_of
+
+        decode = msgspec.msgpack.Decoder(struct_of(latest)).decode
     return _Layout(schema, decode)
 
 
