@@ -1,6 +1,6 @@
-"""A typed log's schema as Arrow types: the one mapping that the Spark source's ``value``
-column (``walkit.spark._values``) and the lake's ``value`` column (``walkit.lake``) share
-(needs pyarrow: the ``spark`` and ``lake`` extras).
+"""A typed log's schema as Arrow types: the ``value`` column's name and the one mapping that
+the Spark source's ``value`` column (``walkit.spark._values``) and the lake's ``value`` column
+(``walkit.lake``) share (needs pyarrow: the ``spark`` and ``lake`` extras).
 
 ``boolean``, ``long``, ``double``, ``string`` and ``bytes`` are Arrow's bool, int64, float64,
 string and binary; an array is a list, a map (string keys) a map, a record a struct, an enum
@@ -16,7 +16,10 @@ import pyarrow as pa
 
 from walkit._core.schema import ArrayType, EnumType, MapType, NullableType, Primitive, SchemaType
 
-__all__ = ["arrow_type"]
+__all__ = ["VALUE_COLUMN", "arrow_type"]
+
+#: The column of a typed log's values, in Spark's rows and in the lake's table.
+VALUE_COLUMN: Final = "value"
 
 _ARROW: Final = {
     "boolean": pa.bool_(),

@@ -24,15 +24,13 @@ from pyiceberg.table import Table
 
 from walkit._core.lake import LAKE_FORMAT
 from walkit._core.schema import RecordType
-from walkit._schema_arrow import arrow_type
+from walkit._schema_arrow import VALUE_COLUMN, arrow_type
 from walkit.errors import ConfigurationError, SchemaError
 from walkit.lake._commit import COMMIT_ATTEMPTS
 from walkit.lake._table import ARROW_SCHEMA, Lake
 
 __all__ = ["VALUE_COLUMN", "table_columns"]
 
-#: The column of a typed log's values.
-VALUE_COLUMN: Final = "value"
 _FORMAT_PROPERTY: Final = "walkit.lake-format"
 
 

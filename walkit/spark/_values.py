@@ -37,7 +37,7 @@ from walkit._core.schema import (
     SchemaType,
     SchemaVersion,
 )
-from walkit._schema_arrow import arrow_type
+from walkit._schema_arrow import VALUE_COLUMN, arrow_type
 from walkit.errors import ConfigurationError, InvalidArgumentError, SchemaError
 
 if TYPE_CHECKING:
@@ -54,8 +54,6 @@ __all__ = [
     "value_ddl",
 ]
 
-#: The column of a typed log's values.
-VALUE_COLUMN: Final = "value"
 
 _DDL: Final = {
     "boolean": "boolean",
