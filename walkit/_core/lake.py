@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: The layout of the lake's tables and files (docs/formats.md, "The lake").
-LAKE_FORMAT: Final = 1
+LAKE_FORMAT: Final = 2
 #: The Iceberg namespace of walkit's tables, by default.
 NAMESPACE: Final = "walkit"
 

@@ -4,13 +4,17 @@ A ledger's data files are read a row group at a time, in worker threads, one row
 ahead of the one being handed out (a bounded cache: at most two row groups of a reader in
 memory). A ledger whose records span several days has one file per day; those are read whole
 and merged back into log order (rare: a ledger rolls long before a day passes on a busy log).
+
+Files of every lake format read: a column a file lacks (``producer`` before format 2) is
+null for its rows. A typed log's ``value`` column is not read: a record's value is decoded
+from its payload, as for records read from the bookies.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import pyarrow as pa
@@ -20,6 +24,7 @@ from pyiceberg.io import FileIO, load_file_io
 
 from walkit._core.lake import LakeLedger
 from walkit._core.log_position import LogPosition
+from walkit._core.record_set import ProducerTag
 from walkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -51,13 +56,36 @@ def _io(props: tuple[tuple[str, str], ...], scheme: str) -> FileIO:
     return load_file_io(dict(props), f"{scheme}://")
 
 
+#: The columns a log reader reads (a file may lack the later ones).
+RECORD_COLUMNS: Final = (
+    "entry_id",
+    "slot",
+    "timestamp",
+    "key",
+    "headers",
+    "payload",
+    "producer",
+)
+
+
 def _open(io: FileIO, uri: str) -> pq.ParquetFile:
     return pq.ParquetFile(io.new_input(uri).open(seekable=True))
 
 
-def read_ledger_table(io: FileIO, lake: LakeLedger, columns: list[str] | None = None) -> pa.Table:
-    """Every row of an offloaded ledger, in log order (blocking)."""
-    tables = [_open(io, uri).read(columns=columns) for uri in lake.files]
+def _present(file: pq.ParquetFile, columns: Sequence[str]) -> list[str]:
+    names = set(file.schema_arrow.names)
+    return [c for c in columns if c in names]
+
+
+def read_ledger_table(
+    io: FileIO, lake: LakeLedger, columns: Sequence[str] = RECORD_COLUMNS
+) -> pa.Table:
+    """The ``columns`` of every row of an offloaded ledger that its files have, in log order
+    (blocking)."""
+    files = [_open(io, uri) for uri in lake.files]
+    tables = [f.read(columns=_present(f, columns)) for f in files]
+    if len(tables) > 1:  # (files of one ledger written by one offloader: the same columns)
+        tables = [t.select(tables[0].column_names) for t in tables]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if len(tables) > 1:
         table = table.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
@@ -140,7 +168,11 @@ class LakeCursor:
 
         async def read() -> None:
             try:
-                holder[0] = await anyio.to_thread.run_sync(file.read_row_group, group)
+                holder[0] = await anyio.to_thread.run_sync(
+                    functools.partial(
+                        file.read_row_group, group, columns=_present(file, RECORD_COLUMNS)
+                    )
+                )
             except Exception as exc:  # handed to the reader, which raises it
                 holder[0] = exc
             finally:
@@ -172,13 +204,26 @@ class LakeCursor:
                 table.column("entry_id").to_pylist(),
                 table.column("slot").to_pylist(),
                 table.column("payload").to_pylist(),
-                [None] * table.num_rows,
+                _producers(table),
                 table.column("key").to_pylist(),
                 headers,
                 ms,
                 strict=True,
             )
         )
+
+
+def _producers(table: pa.Table) -> list[ProducerTag | None]:
+    """The rows' producer tags (null, or no column: none)."""
+    if "producer" not in table.column_names:
+        return [None] * table.num_rows
+    column = table.column("producer")
+    if column.null_count == len(column):
+        return [None] * table.num_rows
+    return [
+        None if p is None else ProducerTag(p["producer_id"], p["sequence"])
+        for p in column.to_pylist()
+    ]
 
 
 def unavailable(what: str) -> ConfigurationError:

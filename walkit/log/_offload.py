@@ -3,6 +3,8 @@
 
 Each step ends at a fault hook (``hook(step, ledger_id)``; tests crash there):
 
+- ``columns``: the table has the lake format's columns and the log's latest schema's (once a
+  pass, before its first ledger);
 - ``files``: the ledger's data files are written;
 - ``commit``: the table holds them (or another offloader's);
 - ``cas``: the log's metadata records the ledger as offloaded;
@@ -16,10 +18,11 @@ a ledger in the table but not in the metadata is recorded; a deleted bookie copy
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import attrs
+import pyarrow as pa
 
 from walkit._core.lake import LakeLedger, to_delete_from_bookies, to_offload
 from walkit._core.log_metadata import LogLedger, LogMetadata
@@ -27,6 +30,7 @@ from walkit._core.record_set import uses_record_sets
 from walkit._core.time_search import ledger_time_range
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, InvalidArgumentError, NoSuchLedgerError, WalkitError
+from walkit.lake._columns import table_columns
 from walkit.lake._commit import commit_ledger, drop_ledgers, drop_table, sweep
 from walkit.lake._table import Lake, lake_of
 from walkit.lake._write import Columns, WrittenFiles, write_files
@@ -102,8 +106,11 @@ async def _offload(owner: LogContext, *, respect_age: bool, hook: FaultHook) -> 
     )
     by_id = {lg.ledger_id: lg for lg in md.ledgers}
     done = 0
+    if chosen:
+        layout = await _layout(lake, md)
+        await hook("columns", chosen[0])
     for ledger_id in chosen:
-        if await _offload_one(owner, lake, by_id[ledger_id], hook, now_ms):
+        if await _offload_one(owner, lake, by_id[ledger_id], hook, now_ms, layout):
             done += 1
     left = [closed_at[i] for i in closed if i not in chosen]
     if context.metrics is not None and now_ms is not None:
@@ -117,12 +124,40 @@ async def _offload(owner: LogContext, *, respect_age: bool, hook: FaultHook) -> 
     return done
 
 
+@attrs.frozen
+class _Layout:
+    """The data files' columns this pass, and how a typed log's values are decoded for them."""
+
+    schema: pa.Schema
+    #: payload -> the value as the latest schema's msgspec Struct (None: untyped).
+    decode: Callable[[bytes], Any] | None
+
+
+async def _layout(lake: Lake, md: LogMetadata) -> _Layout:
+    """Bring the table's columns up to date (the lake format's, the log's latest schema's)."""
+    latest = md.schemas[-1].schema if md.schemas else None
+    schema = await anyio.to_thread.run_sync(table_columns, lake, latest)
+    decode = None
+    if latest is not None:
+        import msgspec
+
+        from walkit._core.schema_types import struct_of
+
+        decode = msgspec.msgpack.Decoder(struct_of(latest)).decode
+    return _Layout(schema, decode)
+
+
 async def _offload_one(
-    owner: LogContext, lake: Lake, ledger: LogLedger, hook: FaultHook, now_ms: int | None
+    owner: LogContext,
+    lake: Lake,
+    ledger: LogLedger,
+    hook: FaultHook,
+    now_ms: int | None,
+    layout: _Layout,
 ) -> bool:
     reader = await owner.client.open_ledger(ledger.ledger_id, password=owner.options.password)
     record_sets = uses_record_sets(reader.metadata.custom_metadata)
-    columns = Columns(ledger.seq, ledger.ledger_id)
+    columns = Columns(ledger.seq, ledger.ledger_id, ledger.schema)
     last = reader.last_add_confirmed
     size = 0
     first = 0
@@ -131,7 +166,9 @@ async def _offload_one(
         size += sum(len(e.payload) for e in entries)
         columns.add(entries, record_sets)
         first = entries[-1].entry_id + 1
-    written: WrittenFiles = await anyio.to_thread.run_sync(write_files, lake, columns)
+    written: WrittenFiles = await anyio.to_thread.run_sync(
+        write_files, lake, columns, layout.schema, layout.decode
+    )
     await hook("files", ledger.ledger_id)
     files = await anyio.to_thread.run_sync(commit_ledger, lake, ledger.ledger_id, written.files)
     await hook("commit", ledger.ledger_id)
