@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import attrs
 
-from walkit._core.lake import LakeLedger, to_delete_from_bookies, to_offload
+from walkit._core.lake import LakeLedger, lake_of_file, to_delete_from_bookies, to_offload
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.record_set import uses_record_sets
 from walkit._core.time_search import ledger_time_range
@@ -245,7 +245,7 @@ async def drop_lake_table(
     """A deleted log's lake: its table dropped and its files deleted (the lake is where its
     files are: ``<offload_to>/<table>/data/<file>``). Failures are logged, never raised: the
     log is gone already."""
-    offload_to = offloaded[0].files[0].rsplit("/", 3)[0] if offloaded[0].files else None
+    offload_to = lake_of_file(offloaded[0].files[0]) if offloaded[0].files else None
     try:
         lake = lake_of(name, offload_to, catalog)
         if lake is None:
