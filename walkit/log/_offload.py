@@ -3,7 +3,7 @@
 
 Each step ends at a fault hook (``hook(step, ledger_id)``; tests crash there):
 
-- ``files``: the ledger's data files are written;
+- ``files``: the ledger's data files are written (and fsynced, on a ``file://`` lake);
 - ``commit``: the table holds them (or another offloader's);
 - ``cas``: the log's metadata records the ledger as offloaded;
 - ``bookies``: the bookies' copy is deleted, not yet recorded as gone.
@@ -28,6 +28,7 @@ from walkit._core.time_search import ledger_time_range
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, InvalidArgumentError, NoSuchLedgerError, WalkitError
 from walkit.lake._commit import commit_ledger, drop_ledgers, drop_table, sweep
+from walkit.lake._durable import sync_files
 from walkit.lake._table import Lake, lake_of
 from walkit.lake._write import Columns, WrittenFiles, write_files
 from walkit.log._store import cas_log, fetch_log
@@ -132,6 +133,8 @@ async def _offload_one(
         columns.add(entries, record_sets)
         first = entries[-1].entry_id + 1
     written: WrittenFiles = await anyio.to_thread.run_sync(write_files, lake, columns)
+    # (before the commit: the table must never name a file a power loss can take back)
+    await anyio.to_thread.run_sync(sync_files, lake.uri, written.files)
     await hook("files", ledger.ledger_id)
     files = await anyio.to_thread.run_sync(commit_ledger, lake, ledger.ledger_id, written.files)
     await hook("commit", ledger.ledger_id)
