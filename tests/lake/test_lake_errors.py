@@ -13,12 +13,13 @@ import pytest
 
 from tests._cluster import free_port
 from tests.client.conftest import cluster, connect
-from tests.lake._s3 import CREDENTIALS
+from tests.lake._s3 import CREDENTIALS, s3_server
 from walkit import Log
 from walkit.errors import (
     ConfigurationError,
     CorruptEntryError,
     CorruptLakeFileError,
+    LakeAccessError,
     LakeUnavailableError,
     NoSuchLogError,
 )
@@ -77,6 +78,44 @@ async def test_offload_to_an_unreachable_s3_endpoint_is_retryable_and_changes_no
         assert error.__cause__ is None and error.__suppress_context__, error
         assert (await log.metadata()).to_json() == before
         assert [r.payload async for r in log.reader(follow=False)] == payloads
+
+
+async def test_offload_with_credentials_s3_refuses_is_an_access_error(
+    memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    async with (
+        cluster(memory_url, tmp_path, 1),
+        connect(memory_url, wall_clock=time.time) as client,
+    ):
+        with s3_server(authenticate=True) as endpoint:
+            log = await Log.open(
+                client,
+                "orders",
+                roll_entries=5,
+                ensemble_size=1,
+                write_quorum=1,
+                ack_quorum=1,
+                offload_to="s3://guarded/lake",
+                offload_catalog={
+                    "type": "sql",
+                    "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+                    "warehouse": "s3://guarded/lake",
+                    "s3.endpoint": endpoint,
+                    "s3.region": "us-east-1",
+                    "s3.access-key-id": "AKIAUNKNOWN",
+                    "s3.secret-access-key": SECRET,
+                },
+            )
+            await _fill(log, 12)
+            before = (await log.metadata()).to_json()
+            with pytest.raises(LakeAccessError, match="refused access") as raised:
+                await log.offload()
+            assert not raised.value.retryable
+            assert isinstance(raised.value, LakeUnavailableError)
+            assert "log orders, ledger" in str(raised.value) and SECRET not in str(raised.value)
+            assert (await log.metadata()).to_json() == before
 
 
 async def test_a_deleted_or_truncated_data_file_is_a_clear_error_and_nothing_changes(

@@ -31,7 +31,19 @@ __all__ = ["check_catalog", "lake_error"]
 
 #: Modules whose exceptions are the lake's (the catalog's clients included).
 _LAKE_MODULES = ("pyiceberg", "pyarrow", "sqlalchemy", "requests", "urllib3", "botocore", "boto3")
-_DENIED = ("ACCESS_DENIED", "AccessDenied", "Access Denied", "Forbidden", "403")
+#: What pyarrow's S3 errors say (``AWS Error <TYPE>``) when credentials are refused.
+_DENIED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "Access Denied",
+    "Forbidden",
+    "INVALID_ACCESS_KEY_ID",
+    "InvalidAccessKeyId",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "SignatureDoesNotMatch",
+    "EXPIRED_TOKEN",
+    "ExpiredToken",
+)
 _MISSING = ("NO_SUCH_KEY", "NoSuchKey", "RESOURCE_NOT_FOUND", "Path does not exist")
 
 
