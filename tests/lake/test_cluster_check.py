@@ -83,6 +83,17 @@ async def test_a_file_lake_reachable_then_gone(tmp_path: Path) -> None:
         code, report, _text = await _check(url)
         assert code == 0, report
 
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog(
+            "walkit", uri=f"sqlite:///{lake_dir / 'catalog.db'}", warehouse=f"file://{lake_dir}"
+        )
+        catalog.drop_table(("walkit", "orders"))  # the catalog lost the log's table
+        code, report, _text = await _check(url)
+        assert code == 1, report
+        error = report["lakes"][0]["error"]
+        assert error == "log orders: table walkit.orders is not in the catalog", error
+
 
 async def test_an_s3_lake_reachable_then_on_a_closed_port_without_printing_secrets(
     tmp_path: Path, s3_endpoint: str
