@@ -18,8 +18,8 @@ import pytest
 import trio
 
 import walkit
-from tests.lake.conftest import s3_endpoint  # noqa: F401 (a fixture)
 from tests.lake._s3 import CREDENTIALS, lake_options
+from tests.lake.conftest import s3_endpoint  # noqa: F401 (a fixture)
 from walkit.errors import LogTruncatedError
 
 _names = itertools.count()
@@ -156,22 +156,26 @@ async def test_a_timestamp_filter_plans_no_offloaded_ledger_outside_it(
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
 
     from walkit.spark._options import read_options
-    from walkit.spark._read_log import FilteringLogReader
+    from walkit.spark._read_log import FilteringLogReader, LogPartition
 
     url, name = spark_metadata, f"lake-plan-{next(_names)}"
     lake = {"log": lake_options("file", tmp_path, None), "spark": {}}
-    expected, _ = await _filled(url, name, lake)
+    await _filled(url, name, lake)
     low = BASE_MS + 1000 * (2 * PER_LEDGER + 1)  # inside the third ledger
     high = BASE_MS + 1000 * (2 * PER_LEDGER + 5)
 
     def plan() -> list[Any]:
         reader = FilteringLogReader(read_options({"metadata": url, "path": name}, streaming=False))
         stamps = [
-            GreaterThanOrEqual(("timestamp",), datetime.datetime.fromtimestamp(low / 1000, datetime.UTC)),
+            GreaterThanOrEqual(
+                ("timestamp",), datetime.datetime.fromtimestamp(low / 1000, datetime.UTC)
+            ),
             LessThan(("timestamp",), datetime.datetime.fromtimestamp(high / 1000, datetime.UTC)),
         ]
         assert list(reader.pushFilters(stamps)) == []
-        return [rng for part in reader.partitions() for rng in part.ranges]
+        parts = reader.partitions()
+        assert all(isinstance(part, LogPartition) for part in parts)
+        return [rng for part in parts if isinstance(part, LogPartition) for rng in part.ranges]
 
     ranges = await trio.to_thread.run_sync(plan)
     lake_seqs = {rng.seq for rng in ranges if rng.lake is not None}

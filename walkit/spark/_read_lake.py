@@ -20,7 +20,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walkit.errors import CorruptEntryError
+from walkit.errors import CorruptLakeFileError
 from walkit.spark._read_schema import HEADERS_ARROW, LOG_ARROW
 from walkit.spark._values import VALUE_COLUMN
 
@@ -183,10 +183,12 @@ def _batch(name: str, rng: Range, table: pa.Table, values: ValueColumn | None) -
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _read_error(rng: Range, uri: str, exc: Exception) -> CorruptEntryError:
-    return CorruptEntryError(
+def _read_error(rng: Range, uri: str, exc: Exception) -> CorruptLakeFileError:
+    return CorruptLakeFileError(
         f"walkit: data file {uri} of offloaded ledger {rng.ledger_id} (sequence {rng.seq}) "
-        f"cannot be read: {exc}"
+        f"is not the Parquet file the offload wrote: {exc}",
+        file=uri,
+        ledger_id=rng.ledger_id,
     )
 
 
@@ -200,7 +202,7 @@ def lake_batches(
     """The rows of an offloaded ledger's range, in log order, as Arrow batches of the log
     schema (one per row group read). ``io`` is the lake's pyiceberg FileIO. Raises
     FileNotFoundError when a data file is gone (retention dropped the ledger after the
-    query was planned) and CorruptEntryError when one does not read as Parquet."""
+    query was planned) and CorruptLakeFileError when one does not read as Parquet."""
     lake = rng.lake
     assert lake is not None
     if len(lake.files) > 1:
