@@ -7,7 +7,10 @@ wire code, or a base a program may test with ``isinstance``.
 
 from __future__ import annotations
 
+import pytest
+
 import walkit
+import walkit_bookie
 from walkit import errors
 
 #: Each class's ``retryable``, as it was before the bases came.
@@ -164,6 +167,10 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
 }
 
 
+#: Raised only inside a bookie process: out of ``walkit.__all__``, still importable.
+BOOKIE_ONLY = {"CookieError"}
+
+
 def _classes() -> dict[str, type[errors.WalkitError]]:
     return {
         name: value
@@ -196,9 +203,9 @@ def test_the_wire_codes_build_the_same_classes() -> None:
     assert type(errors.error_for_code(999)) is errors.RemoteProtocolError
 
 
-def test_all_names_every_error_class_and_nothing_else() -> None:
+def test_all_names_every_error_class_but_the_bookie_only_ones() -> None:
     classes = set(_classes())
-    assert set(errors.__all__) == classes | {"error_for_code"}
+    assert set(errors.__all__) == (classes - BOOKIE_ONLY) | {"error_for_code"}
     assert len(errors.__all__) == len(set(errors.__all__))
 
 
@@ -206,3 +213,126 @@ def test_every_error_is_reexported_at_the_top_level() -> None:
     for name in errors.__all__:
         assert getattr(walkit, name) is getattr(errors, name)
         assert name in walkit.__all__
+
+
+def test_bookie_only_errors_left_the_top_level_with_a_warning() -> None:
+    for name in BOOKIE_ONLY:
+        assert name not in walkit.__all__
+        assert name not in vars(walkit)  # so that the old spelling goes through the warning
+        with pytest.warns(DeprecationWarning, match=f"walkit.{name} is raised only by the bookie"):
+            old = getattr(walkit, name)
+        assert old is getattr(errors, name)
+    with pytest.warns(DeprecationWarning):
+        from walkit import CookieError
+    assert CookieError is errors.CookieError
+    assert walkit_bookie.CookieError is errors.CookieError
+
+
+#: Each base, and the classes it must catch (with their subclasses).
+BASES: dict[type[errors.WalkitError], set[str]] = {
+    errors.RetryLaterError: {
+        "AuthenticationError",
+        "BookieIOError",
+        "BookieTimeoutError",
+        "BookieUnavailableError",
+        "LakeAccessError",
+        "LakeUnavailableError",
+        "LedgerRecoveryError",
+        "MetadataAccessError",
+        "MetadataStoreError",
+        "MetadataVersionError",
+        "NotEnoughBookiesError",
+        "RereplicationError",
+        "SessionExpiredError",
+        "TLSError",
+        "TooManyRequestsError",
+    },
+    errors.OwnershipLostError: {
+        "LedgerFencedError",
+        "LedgerInRecoveryError",
+        "SessionExpiredError",
+        "WriterFencedError",
+    },
+    errors.UsageError: {
+        "AuthenticationError",
+        "ClientClosedError",
+        "ConfigurationError",
+        "ForkedProcessError",
+        "InvalidArgumentError",
+        "LakeAccessError",
+        "MetadataAccessError",
+        "TLSError",
+        "UnauthorizedAccessError",
+        "WrongEventLoopError",
+    },
+    errors.DataError: {
+        "CorruptEntryError",
+        "CorruptLakeFileError",
+        "DigestMismatchError",
+        "EntryExistsError",
+        "IncompatibleSchemaError",
+        "InvalidMetadataError",
+        "SchemaError",
+    },
+    errors.NotFoundError: {
+        "ConsumerBackloggedError",
+        "LogTruncatedError",
+        "NoSuchConsumerError",
+        "NoSuchEntryError",
+        "NoSuchLedgerError",
+        "NoSuchLogError",
+        "NoSuchNodeError",
+    },
+}
+
+#: Errors under none of the bases: protocol errors (a bug or a bad peer), conflicts in the
+#: metadata, and the bookie's and the operator's own.
+UNDER_NO_BASE = {
+    "BadRequestError",
+    "BookieReadOnlyError",
+    "ClusterRunningError",
+    "CookieError",
+    "DuplicateRecordError",
+    "FrameTooLargeError",
+    "LedgerClosedError",
+    "LocalProtocolError",
+    "MetadataNotEmptyError",
+    "NodeExistsError",
+    "NodeNotEmptyError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "UnsupportedVersionError",
+}
+
+
+def test_each_base_catches_exactly_its_classes() -> None:
+    classes = _classes()
+    for base, members in BASES.items():
+        caught = set()
+        for name, cls in classes.items():
+            try:
+                raise cls("x")
+            except base:
+                caught.add(name)
+            except errors.WalkitError:
+                pass
+        assert caught - {base.__name__} == members, base.__name__
+    placed = set().union(*BASES.values()) | {b.__name__ for b in BASES}
+    assert set(classes) - placed - {"WalkitError"} == UNDER_NO_BASE
+
+
+def test_retry_later_means_retryable_but_for_ownership_and_usage() -> None:
+    for cls in _classes().values():
+        if issubclass(cls, errors.RetryLaterError):
+            expected = not issubclass(cls, (errors.OwnershipLostError, errors.UsageError))
+            assert cls.retryable is expected, cls.__name__
+        elif cls.retryable:
+            assert cls is errors.DigestMismatchError  # the one retryable error outside it
+
+
+def test_the_bases_are_walkit_errors_without_codes() -> None:
+    for base in BASES:
+        assert base.__name__ in errors.__all__
+        assert getattr(walkit, base.__name__) is base
+        assert base.__bases__ == (errors.WalkitError,)
+        assert "code" not in vars(base)
