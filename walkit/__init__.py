@@ -53,6 +53,17 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name in errors._BOOKIE_ONLY:
+        # Bookie-only errors left the client's namespace; the old spelling still works a while.
+        import warnings
+
+        warnings.warn(
+            f"walkit.{name} is raised only by the bookie: import it from walkit.errors "
+            "or walkit_bookie",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(errors, name)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'walkit' has no attribute {name!r}")

@@ -5,8 +5,25 @@ status code carry that code (``code``) so the bookie can put it on the wire and 
 turn it back into the same class. ``retryable`` says whether trying the same call again may
 succeed without anything else changing first.
 
-As in h11, errors are split by who is at fault: :class:`LocalProtocolError` is a bug or misuse on
-our side; :class:`RemoteProtocolError` is a peer that sent something we cannot accept.
+Five bases say what a caller can do about an error, and are what programs catch (as with
+httpx's ``TransportError``/``HTTPStatusError``); ``docs/ledgers.md``, "Errors", has the tree:
+
+- :class:`RetryLaterError`: the same call may succeed later, nothing else changing first.
+- :class:`OwnershipLostError`: another process fenced this one, or its session ended.
+- :class:`UsageError`: a bad argument, configuration or use; it fails the same way until fixed.
+- :class:`DataError`: stored or received data is not what it must be.
+- :class:`NotFoundError`: the ledger, entry, log, node or consumer does not exist.
+
+``retryable`` is each class's own, and stays the one word for "try again": a
+:class:`RetryLaterError` is retryable except when it is also an :class:`OwnershipLostError` or
+a :class:`UsageError` (``TLSError``, ``AuthenticationError``, ``MetadataAccessError``,
+``LakeAccessError``, ``SessionExpiredError``: they keep the transport or store base a program
+may already catch), so an ``except`` chain names those two first. Outside
+:class:`RetryLaterError` only :class:`DigestMismatchError` is retryable (another replica may
+hold a good copy).
+
+As in h11, protocol errors are split by who is at fault: :class:`LocalProtocolError` is a bug or
+misuse on our side; :class:`RemoteProtocolError` is a peer that sent something we cannot accept.
 """
 
 from __future__ import annotations
@@ -20,6 +37,41 @@ class WalkitError(Exception):
 
     code: ClassVar[int] = -1
     retryable: ClassVar[bool] = False
+
+
+# --- the bases programs catch ----------------------------------------------------------------
+
+
+class RetryLaterError(WalkitError):
+    """Trying the same call again later may succeed with nothing else changing first: a bookie
+    or the metadata store is slow, busy or unreachable, a race was lost, a lake is down.
+    ``retryable`` is True except for the subclasses that are also an
+    :class:`OwnershipLostError` or a :class:`UsageError` (see the module's docstring)."""
+
+    retryable = True
+
+
+class OwnershipLostError(WalkitError):
+    """This process no longer owns what it was writing: another process fenced the ledger or
+    took over the log, or its metadata session (and the ephemeral nodes and locks it held)
+    expired. An append that got it *may* be written; reopen (take over again) to go on."""
+
+
+class UsageError(WalkitError):
+    """A bad argument, configuration or use (a closed client, the wrong event loop, refused
+    credentials): the call fails the same way until the program or its configuration is
+    fixed."""
+
+
+class DataError(WalkitError):
+    """Data stored or received is not what it must be: a digest that does not verify, a corrupt
+    entry or lake file, metadata that does not parse, a record its schema cannot read, an
+    entry a bookie holds with other bytes."""
+
+
+class NotFoundError(WalkitError):
+    """The thing asked for does not exist: a ledger, an entry, a log, a metadata node, a
+    consumer."""
 
 
 # --- protocol and usage --------------------------------------------------------------------
@@ -47,46 +99,46 @@ class FrameTooLargeError(RemoteProtocolError):
     """A frame announced a length above the configured maximum."""
 
 
-class InvalidArgumentError(WalkitError, ValueError):
+class InvalidArgumentError(UsageError, ValueError):
     """A caller passed an argument that can never work (for example E < Qw)."""
 
 
-class ConfigurationError(WalkitError):
+class ConfigurationError(UsageError):
     """A URL, option, or configuration value is malformed or unsupported."""
 
 
-class InvalidMetadataError(WalkitError):
+class InvalidMetadataError(DataError):
     """Stored metadata could not be parsed or violates the protocol's rules."""
 
 
 # --- BookKeeper-style codes (the wire's status codes are these ``code`` values) --------------
 
 
-class NoSuchEntryError(WalkitError):
+class NoSuchEntryError(NotFoundError):
     """The entry does not exist (on that bookie, or past the LAC)."""
 
     code = 1
 
 
-class NoSuchLedgerError(WalkitError):
+class NoSuchLedgerError(NotFoundError):
     """The ledger does not exist (on that bookie, or in the metadata store)."""
 
     code = 2
 
 
-class LedgerFencedError(WalkitError):
+class LedgerFencedError(OwnershipLostError):
     """The ledger was fenced by a recovering reader; an add that got this *may* be written."""
 
     code = 3
 
 
-class UnauthorizedAccessError(WalkitError):
+class UnauthorizedAccessError(UsageError):
     """The password (master key) does not match the ledger's."""
 
     code = 4
 
 
-class TooManyRequestsError(WalkitError):
+class TooManyRequestsError(RetryLaterError):
     """The bookie is at its in-flight limit."""
 
     code = 5
@@ -99,7 +151,7 @@ class BookieReadOnlyError(WalkitError):
     code = 6
 
 
-class BookieIOError(WalkitError):
+class BookieIOError(RetryLaterError):
     """The bookie failed to read or write its storage."""
 
     code = 8
@@ -118,49 +170,49 @@ class LedgerClosedError(WalkitError):
     code = 10
 
 
-class DigestMismatchError(WalkitError):
+class DigestMismatchError(DataError):
     """An entry's digest did not verify (corrupt data or a wrong password)."""
 
     code = 11
     retryable = True
 
 
-class NotEnoughBookiesError(WalkitError):
+class NotEnoughBookiesError(RetryLaterError):
     """Placement cannot find enough (suitable) bookies."""
 
     code = 12
     retryable = True
 
 
-class BookieTimeoutError(WalkitError):
+class BookieTimeoutError(RetryLaterError):
     """A bookie did not answer in time."""
 
     code = 13
     retryable = True
 
 
-class BookieUnavailableError(WalkitError):
+class BookieUnavailableError(RetryLaterError):
     """A bookie could not be reached (connection refused, reset, or closed)."""
 
     code = 14
     retryable = True
 
 
-class MetadataVersionError(WalkitError):
+class MetadataVersionError(RetryLaterError):
     """A compare-and-set lost: the metadata changed since it was read."""
 
     code = 15
     retryable = True
 
 
-class MetadataStoreError(WalkitError):
+class MetadataStoreError(RetryLaterError):
     """The metadata store failed or could not be reached."""
 
     code = 16
     retryable = True
 
 
-class MetadataAccessError(MetadataStoreError):
+class MetadataAccessError(MetadataStoreError, UsageError):
     """The metadata store refused this client: a ZooKeeper ACL on walkit's nodes that its
     credentials do not satisfy, credentials the server rejected, or a TLS handshake with
     ZooKeeper that failed. A configuration problem (see ``docs/security.md``, "Metadata
@@ -175,20 +227,20 @@ class NodeExistsError(WalkitError):
     code = 17
 
 
-class NoSuchNodeError(WalkitError):
+class NoSuchNodeError(NotFoundError):
     """A metadata node does not exist."""
 
     code = 18
 
 
-class LedgerRecoveryError(WalkitError):
+class LedgerRecoveryError(RetryLaterError):
     """Recovery could not decide the ledger's end this time; running it again may succeed."""
 
     code = 19
     retryable = True
 
 
-class LedgerInRecoveryError(WalkitError):
+class LedgerInRecoveryError(OwnershipLostError):
     """The ledger is being recovered by a reader; the writer may not close it."""
 
     code = 20
@@ -210,7 +262,7 @@ class CookieError(WalkitError):
     code = 22
 
 
-class EntryExistsError(WalkitError):
+class EntryExistsError(DataError):
     """A bookie already stores this entry with other bytes and refused to replace them."""
 
     code = 26
@@ -222,20 +274,20 @@ class NodeNotEmptyError(WalkitError):
     code = 25
 
 
-class SessionExpiredError(MetadataStoreError):
+class SessionExpiredError(MetadataStoreError, OwnershipLostError):
     """The metadata session (and its ephemeral nodes) expired."""
 
     code = 23
     retryable = False
 
 
-class ClientClosedError(WalkitError):
+class ClientClosedError(UsageError):
     """The client (or handle) was closed."""
 
     code = 24
 
 
-class TLSError(BookieUnavailableError):
+class TLSError(BookieUnavailableError, UsageError):
     """TLS between a client and a bookie failed: a failed handshake, a certificate the other
     side does not trust, a client certificate the bookie requires, or TLS on one side only.
 
@@ -246,7 +298,7 @@ class TLSError(BookieUnavailableError):
     retryable = False
 
 
-class AuthenticationError(BookieUnavailableError):
+class AuthenticationError(BookieUnavailableError, UsageError):
     """A bookie refused this client's credentials, or requires authentication this client
     does not send (``walkit.Client.connect(url, auth=walkit.TokenAuth(...))``). A
     configuration problem (see ``docs/security.md``): trying again does not help."""
@@ -274,14 +326,14 @@ class LogTruncatedError(NoSuchEntryError):
     """Records a reader needs lie before the log's truncation point."""
 
 
-class CorruptEntryError(WalkitError):
+class CorruptEntryError(DataError):
     """An entry of a log ledger passed its digest but is not a well-formed record set (written
     by something other than a walkit log writer, or by a newer version)."""
 
     retryable = False
 
 
-class LakeUnavailableError(WalkitError):
+class LakeUnavailableError(RetryLaterError):
     """A log's lake (``offload_to``: its object store, local directory or Iceberg catalog)
     could not be reached or failed an operation: nothing was lost, and an offload tried again
     later finishes (``docs/lake.md``, "Errors"). The message names the log, the ledger and the
@@ -290,7 +342,7 @@ class LakeUnavailableError(WalkitError):
     retryable = True
 
 
-class LakeAccessError(LakeUnavailableError):
+class LakeAccessError(LakeUnavailableError, UsageError):
     """The lake refused this process (S3 access denied, a directory it may not write): a
     configuration problem of credentials or permissions; trying again does not help."""
 
@@ -310,7 +362,7 @@ class CorruptLakeFileError(CorruptEntryError):
         self.ledger_id = ledger_id
 
 
-class WrongEventLoopError(WalkitError, RuntimeError):
+class WrongEventLoopError(UsageError, RuntimeError):
     """An object bound to one event loop (trio's or asyncio's) was used from another thread or
     event loop: a client serves the loop it was created in (walkit.sync serves threads)."""
 
@@ -369,7 +421,7 @@ class ConsumerBackloggedError(LogTruncatedError):
         self.truncated = truncated
 
 
-class SchemaError(WalkitError):
+class SchemaError(DataError):
     """A typed log's value could not be made or read: a type that cannot be a log schema
     (given to ``Log.open(..., schema=T)``), or a record that does not decode into the reader's
     type (corrupt, written with a version the log's metadata does not have, or without a
@@ -430,8 +482,13 @@ def error_for_code(code: int, message: str = "") -> WalkitError:
     return cls(message)
 
 
+# Raised only inside a bookie process, never seen by a client: importable from here (and from
+# ``walkit_bookie``) but not in ``__all__``, so not in the client's top-level namespace.
+_BOOKIE_ONLY: frozenset[str] = frozenset({"CookieError"})
+
 # A literal list, so that type checkers see `walkit.WriterFencedError` and friends re-exported
-# by `from walkit.errors import *`; tests/core/test_errors_api.py checks it names every class.
+# by `from walkit.errors import *`; tests/core/test_errors_api.py checks it names every class
+# but those of _BOOKIE_ONLY.
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
@@ -443,9 +500,9 @@ __all__ = [
     "ClusterRunningError",
     "ConfigurationError",
     "ConsumerBackloggedError",
-    "CookieError",
     "CorruptEntryError",
     "CorruptLakeFileError",
+    "DataError",
     "DigestMismatchError",
     "DuplicateRecordError",
     "EntryExistsError",
@@ -474,15 +531,19 @@ __all__ = [
     "NodeExistsError",
     "NodeNotEmptyError",
     "NotEnoughBookiesError",
+    "NotFoundError",
+    "OwnershipLostError",
     "ProtocolError",
     "RemoteProtocolError",
     "RereplicationError",
+    "RetryLaterError",
     "SchemaError",
     "SessionExpiredError",
     "TLSError",
     "TooManyRequestsError",
     "UnauthorizedAccessError",
     "UnsupportedVersionError",
+    "UsageError",
     "WalkitError",
     "WriterFencedError",
     "WrongEventLoopError",

@@ -15,6 +15,7 @@ if _missing := missing_bookie_modules():
     # A client install (no bookie extra): say what to install, not which import failed.
     raise ModuleNotFoundError(bookie_hint("walkit_bookie", _missing), name=_missing[0])
 
+from walkit.errors import CookieError
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.lifecycle import Bookie
 from walkit_bookie.storage import (
@@ -29,6 +30,7 @@ __all__ = [
     "Bookie",
     "BookieConfig",
     "BookieStorage",
+    "CookieError",
     "DiskStorage",
     "LedgerInfo",
     "MemoryStorage",
