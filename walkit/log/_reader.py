@@ -602,14 +602,12 @@ class LogReader(Generic[V]):
     async def _lake_step(self) -> bool:
         cursor, ledger = self._lake, self._ledger
         assert cursor is not None and ledger is not None
-        rows = await cursor.next_batch()
-        if rows is None:
+        batch = await cursor.next_batch(self._values)
+        if batch is None:
             self._move_past(ledger)
             return True
-        values = self._values
-        self._buffer.extend(_make_record((*row, values)) for row in rows)
-        last = rows[-1]
-        self._pos = LogPosition(ledger.seq, last[1], last[2] + 1)
+        self._buffer.extend(map(_make_record, batch.rows))
+        self._pos = LogPosition(ledger.seq, batch.last_entry_id, batch.last_slot + 1)
         return True
 
     def _move_past(self, ledger: LogLedger) -> None:
