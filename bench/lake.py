@@ -8,24 +8,24 @@ spread over one day). One log is offloaded to a ``file://`` lake with
 takeover fences, are tiny ones written after); the other stays on the bookies. In one run:
 
 1. **offload rate**: records/s of ``await log.offload()`` over the closed ledgers, against
-   a plain ``log.reader(follow=False)`` over the same ledgers, on the bookies, just before
-   (target >= 0.8x);
+   a plain ``log.reader(follow=False)`` over the same ledgers, from the bookies, just before
+   (target >= 0.8x; one pass: a log is offloaded once);
 2. **lake reads**: the plain reader over the offloaded log (its ledgers read from the lake)
-   against the same reader over the other log (from the bookies), alternating (>= 1x);
+   against the same reader over the other log (from the bookies) (>= 1x);
 3. **Spark**: ``count()`` with a filter on ``timestamp`` that keeps 10 % of the rows, over the
    offloaded log against the other (>= 3x); a Spark source that reads only the bookies
    refuses a log whose ledgers live only in the lake, and the figure says "not available";
-4. **bytes**: the lake's data files against one bookie's copy of the same records (<= 0.5x):
-   the growth of one bookie's entry logs and index while the log was written, and the entries'
-   payload bytes as the log's metadata records them.
+4. **bytes**: the lake (data files, Iceberg's metadata and catalog) against one bookie's copy
+   of the same records (<= 0.5x): the growth of one bookie's entry logs and index while the
+   other log was written (checkpointed every 2 s, so that they hold it soon), and the entries'
+   payload bytes as the ledgers' metadata records them.
 
 Each figure comes with the CPU spent meanwhile: this process (the reader, the offloader and
-its pyarrow threads), the three bookies, Spark's JVM and Python workers. The offload is one
-pass per log, so each run writes a fresh log to offload; ``--runs N`` makes N of them and
-alternates the reads, and the report gives medians with their ranges. Load average at start
-and end; the bookies run at this process's niceness (``nice -n 10 python bench/lake.py``
-niceness them all alike). ``--profile`` prints where this process's time goes (cProfile) in
-one more offload and one more lake read.
+its pyarrow threads), the three bookies, Spark's JVM and Python workers. ``--runs N`` makes N
+rounds of 2. and 3., alternating which log goes first; the report gives each round's ratio
+and their median and range. Load average at start and end; the bookies run at this process's
+niceness (``nice -n 10 python bench/lake.py`` nices them all alike). ``--profile`` prints
+where this process's time goes (cProfile) in one more lake read and bookie read.
 
     python bench/lake.py [--records 2000000] [--runs 3] [--no-spark] [--profile] [--no-append]
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
+import functools
 import io
 import logging
 import os
@@ -316,14 +317,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # Alternating which goes first, so that a drift of the host falls on both.
                 for label, log_name, o in pair if n % 2 == 0 else pair[::-1]:
                     row[f"count_{label}"], row[f"read_{label}"] = meter(
-                        lambda log_name=log_name, o=o: trio.run(read, url, log_name, o)
+                        functools.partial(trio.run, read, url, log_name, o)
                     )
                 for label, log_name, _o in pair if n % 2 == 1 else pair[::-1]:
                     if spark is None:
                         continue
                     try:
                         row[f"rows_{label}"], row[f"spark_{label}"] = meter(
-                            lambda log_name=log_name: spark_count(spark, url, log_name, records)
+                            functools.partial(spark_count, spark, url, log_name, records)
                         )
                     except Exception as exc:  # (Py4J wraps the source's error)
                         if "lives only in the lake" not in str(exc) and not isinstance(

@@ -27,7 +27,7 @@ from walkit.errors import ConfigurationError
 if TYPE_CHECKING:
     from walkit.lake._table import Lake
 
-__all__ = ["Batch", "LakeCursor", "lake_io_of", "read_ledger_table"]
+__all__ = ["LakeCursor", "lake_io_of", "read_ledger_table"]
 
 
 def check_installed() -> None:
