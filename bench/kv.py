@@ -18,9 +18,12 @@ the Python client (``--load python``: h11 on trio in this process, ~180 µs per 
 takes a large share of a 2-core machine from both systems alike). The systems take turns
 within a run, in an order that rotates from run to run; each run records the load average and
 the disk's fdatasync rate. ``--compare-tree DIR`` adds the service as another checkout has it
-(its example and its walkit), for a before/after in the same run.
+(its example and its walkit), for a before/after in the same run. ``--http-servers
+kv_http,uvicorn-httptools,uvicorn-h11`` runs the service on each HTTP server in the turns
+(``kv_store.py serve --http-server``), with ratios to kv_http's.
 
     python bench/kv.py [--runs 3] [--seconds 5] [--load wrk|python] [--no-append] [--quick]
+        [--http-servers kv_http,uvicorn-httptools,uvicorn-h11] [--no-etcd]
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 CONNECTIONS = 64
 VALUE_SIZE = 100
 WARMUP = 1.0
+#: The other HTTP servers the service may run on (``--http-servers``).
+UVICORN = ("uvicorn-httptools", "uvicorn-h11")
 PHASES = ("put", "get_serializable", "get_linearizable")
 MODES = {
     "walkit": {"put": "kv-put", "get_serializable": "kv-get", "get_linearizable": "kv-get"},
@@ -96,9 +101,18 @@ def _phase(
     return m
 
 
-def _walkit(args: argparse.Namespace, load: Load, tmp: Path, tag: str, tree: Path | None) -> Result:
+def _walkit(
+    args: argparse.Namespace,
+    load: Load,
+    tmp: Path,
+    tag: str,
+    tree: Path | None,
+    server: str = "kv_http",
+) -> Result:
     out: Result = {}
     extra = tuple(shlex.split(args.serve_args if tree is None else args.compare_args))
+    if server != "kv_http":
+        extra += ("--http-server", server)
     with kv_service(tmp / f"kv-{tag}", 1.0, tree, extra) as (reps, bookies):
         leader = leader_of(reps)
         followers = [r for r in reps if r is not leader]
@@ -123,10 +137,10 @@ def _walkit(args: argparse.Namespace, load: Load, tmp: Path, tag: str, tree: Pat
                 args.connections,
             )
             out.update({f"{phase}_{k}": v for k, v in m.items()})
-        if tree is None and args.failovers:
+        if tree is None and server == "kv_http" and args.failovers:
             times = [failover_once(reps) for _ in range(args.failovers)]
             out["failover_default_s"] = statistics.median(times)
-    if tree is None and args.failovers:
+    if tree is None and server == "kv_http" and args.failovers:
         with kv_service(tmp / f"kv-short-{tag}", 0.3) as (reps, _bookies):
             times = [failover_once(reps) for _ in range(args.failovers)]
             out["failover_short_s"] = statistics.median(times)
@@ -158,6 +172,11 @@ def run_once(index: int, args: argparse.Namespace) -> dict[str, Result]:
     systems: list[tuple[str, Callable[[Path, str], Result]]] = [
         ("walkit", lambda tmp, tag: _walkit(args, load, tmp, tag, None))
     ]
+
+    def on(server: str) -> Callable[[Path, str], Result]:
+        return lambda tmp, tag: _walkit(args, load, tmp, tag, None, server)
+
+    systems += [(server, on(server)) for server in args.http_servers if server != "kv_http"]
     if args.compare_tree is not None:
         tree = Path(args.compare_tree).resolve()
         systems.append(("before", lambda tmp, tag: _walkit(args, load, tmp, tag, tree)))
@@ -193,6 +212,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--compare-args", default="", metavar="ARGS", help="more options for the compared tree's"
+    )
+    parser.add_argument(
+        "--http-servers",
+        type=lambda text: [s for s in text.split(",") if s],
+        default=["kv_http"],
+        metavar="LIST",
+        help="also run the service on these HTTP servers (comma-separated: kv_http, "
+        "uvicorn-httptools, uvicorn-h11), each its own system in the turns",
     )
     parser.add_argument("--no-append", action="store_true", help="do not touch docs/")
     parser.add_argument("--quick", action="store_true", help="1 run of 2 s, 1 failover each")
@@ -242,8 +269,9 @@ def _row(run: str, system: str, r: Result, gets: bool) -> str:
 
 def report(runs: list[dict[str, Result]], args: argparse.Namespace) -> str:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    systems = [s for s in ("walkit", "before", "etcd") if s in runs[0]]
+    systems = [s for s in ("walkit", *UVICORN, "before", "etcd") if s in runs[0]]
     names = {"walkit": "walkit KV", "before": "walkit KV (before)", "etcd": "etcd 3.4 gateway"}
+    names.update({s: f"walkit KV on {s}" for s in UVICORN})
     gets = not args.no_gets
     loader = (
         "wrk (bench/kv_wrk.lua, 2 threads)"
@@ -313,6 +341,22 @@ def report(runs: list[dict[str, Result]], args: argparse.Namespace) -> str:
             f"- {names[s]}, CPU per PUT (µs, medians): servers {_median(runs, s, 'put_cpu_us'):.0f}"
             f" ({parts}); the load generator {_median(runs, s, 'put_cpu_client_us'):.0f}."
         )
+    for server in [s for s in systems if s in UVICORN]:
+        cells = []
+        for phase in PHASES:
+            ratios = [r[server][f"{phase}_per_s"] / r["walkit"][f"{phase}_per_s"] for r in runs]
+            p99 = [
+                f"{r[server][f'{phase}_p99_ms']:.1f} vs {r['walkit'][f'{phase}_p99_ms']:.1f}"
+                for r in runs
+            ]
+            cells.append(
+                f"{phase.replace('get_', 'GET ').replace('put', 'PUT')}/s "
+                + ", ".join(f"{x:.2f}x" for x in ratios)
+                + f" (p99 ms {', '.join(p99)})"
+            )
+            if gets is False:
+                break
+        lines.append(f"- {names[server]} / on kv_http, per run: " + "; ".join(cells) + ".")
     if "failover_default_s" in runs[0]["walkit"]:
         for key, lease, bound in (
             ("failover_default_s", "default lease (1 s)", "2"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 from collections.abc import AsyncIterator
 from typing import Any, final
@@ -32,6 +33,9 @@ from walkit.recipes import LeaderElection
 
 #: Largest request head (request line and headers) uvicorn's h11 front buffers; past it, 431.
 MAX_HEAD = 16 * 1024
+#: Largest order body; past it, 413. uvicorn sets no limit, and Starlette's ``request.json()``
+#: would hold a body of any size in memory.
+MAX_BODY = 64 * 1024
 
 
 @final
@@ -107,6 +111,23 @@ class OrderService:
         return order_id, position
 
 
+async def _bounded_body(request: Request) -> bytes:
+    """The request's body, or 413 once it is known to be over ``MAX_BODY`` (from its
+    ``Content-Length`` before it arrives, else as it arrives: uvicorn stops reading while the
+    app has not taken what arrived, so no more than that is held)."""
+    # Connection: close, or uvicorn would read (and drop) the rest of the body, however long.
+    too_big = HTTPException(413, f"body over {MAX_BODY} bytes", {"connection": "close"})
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY:
+        raise too_big
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise too_big
+    return bytes(body)
+
+
 def create_app(service: OrderService) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -118,7 +139,7 @@ def create_app(service: OrderService) -> FastAPI:
     @app.post("/orders", status_code=201)
     async def place_order(request: Request) -> Any:
         try:
-            order = check_order(await request.json())
+            order = check_order(json.loads(await _bounded_body(request)))
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
         try:
@@ -158,6 +179,8 @@ def main() -> None:
     # uvicorn says "Uvicorn running on http://HOST:PORT" once it serves. On h11 with a bound
     # on an unfinished head: on httptools (uvicorn's pick when it is installed) a header line
     # that never ends grows without bound (uvicorn #157), and the limit cannot be set.
+    # uvicorn has no deadline for a request head to arrive, nor for a peer to take its
+    # answers: docs/kv.md ("Why this server") says what to put in front of it.
     uvicorn.run(
         create_app(service),
         host=host,

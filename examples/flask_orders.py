@@ -27,6 +27,18 @@ import walkit.sync
 
 #: How long the background threads wait at a time before looking whether to stop.
 _WAIT = 0.5
+#: waitress's bounds (its defaults are a 256 KiB head, a 1 GiB body, 100 connections on
+#: select(), and 120 s of inactivity). It counts a head's bytes as they arrive (431 past the
+#: limit), refuses a body over its limit (413), stops reading a connection whose answers are
+#: not taken, and closes one with nothing sent or received for ``channel_timeout``. It has no
+#: deadline for a head that keeps arriving slowly: docs/kv.md ("Why this server").
+WAITRESS_LIMITS: dict[str, Any] = {
+    "max_request_header_size": 16 * 1024,
+    "max_request_body_size": 64 * 1024,
+    "connection_limit": 1000,
+    "asyncore_use_poll": True,  # select() cannot watch descriptors past 1,023
+    "channel_timeout": 30,
+}
 
 
 @final
@@ -146,7 +158,7 @@ def main() -> None:
     service.start()
     try:
         server = waitress.create_server(
-            create_app(service), host=host, port=int(port), threads=args.threads
+            create_app(service), host=host, port=int(port), threads=args.threads, **WAITRESS_LIMITS
         )
         print(f"orders: serving http://{args.http}", flush=True)
         server.run()

@@ -67,6 +67,9 @@ class Options:
     #: the whole map in memory and replays it from the log, so without a bound a stranger's
     #: PUTs could grow it until every replica runs out of memory, again at each restart.
     quota_bytes: int = 1 << 30
+    #: The HTTP server: kv_http, or uvicorn (``uvicorn-httptools``, ``uvicorn-h11``) through
+    #: kv_asgi, for comparison (docs/kv.md, "Why this server").
+    http_server: str = "kv_http"
 
 
 #: What a write's answer is, given what the state machine's apply returned.
@@ -214,16 +217,31 @@ class KVService:
                 await self._follow_until(generation)
 
     async def _serve_http(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+        limits = Limits(
+            max_connections=self.options.max_connections,
+            idle_timeout=self.options.idle_timeout,
+            request_timeout=self.options.request_timeout,
+        )
+        if self.options.http_server != "kv_http":
+            from kv_asgi import serve_uvicorn
+
+            await serve_uvicorn(
+                self.handle,
+                self.options.host,
+                self.options.port,
+                parser=self.options.http_server.removeprefix("uvicorn-"),
+                max_body=self.options.max_body,
+                limits=limits,
+                observe=self._observe,
+                task_status=task_status,
+            )
+            return
         await serve(
             self.handle,
             self.options.host,
             self.options.port,
             max_body=self.options.max_body,
-            limits=Limits(
-                max_connections=self.options.max_connections,
-                idle_timeout=self.options.idle_timeout,
-                request_timeout=self.options.request_timeout,
-            ),
+            limits=limits,
             stats=self.metrics.http,
             observe=self._observe,
             task_status=task_status,

@@ -287,6 +287,13 @@ def serve_main(argv: list[str]) -> None:
         "this gets 507 (deletes still go)",
     )
     parser.add_argument(
+        "--http-server",
+        choices=["kv_http", "uvicorn-httptools", "uvicorn-h11"],
+        default="kv_http",
+        help="the HTTP server; the uvicorn ones are for comparison and lack bounds kv_http "
+        "keeps (docs/kv.md, 'Why this server')",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
     )
     args = parser.parse_args(argv)
@@ -314,6 +321,7 @@ def serve_main(argv: list[str]) -> None:
         quota_bytes=int(args.quota_bytes),
         group_commits=int(args.group_commits),
         group_commit_min=int(args.group_commit_min),
+        http_server=str(args.http_server),
     )
 
     @contextlib.asynccontextmanager

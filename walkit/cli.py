@@ -12,7 +12,7 @@
     walkit underreplicated | recover BOOKIE | bookie decommission BOOKIE
     walkit autorecovery status | enable | disable | delay SECONDS
     walkit metadata export URL FILE | import FILE URL | migrate --from URL --to URL [--force]
-    walkit cluster check [--timeout SECONDS]
+    walkit cluster check [--timeout SECONDS] [--lake URI] [--lake-catalog JSON]
 
 The metadata URL comes from ``--metadata`` or the ``WALKIT_METADATA`` environment variable.
 The connection options (``--metadata``, ``--placement``, ``--tls-ca/--tls-cert/--tls-key``,

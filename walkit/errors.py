@@ -281,6 +281,35 @@ class CorruptEntryError(WalkitError):
     retryable = False
 
 
+class LakeUnavailableError(WalkitError):
+    """A log's lake (``offload_to``: its object store, local directory or Iceberg catalog)
+    could not be reached or failed an operation: nothing was lost, and an offload tried again
+    later finishes (``docs/lake.md``, "Errors"). The message names the log, the ledger and the
+    file when one is concerned."""
+
+    retryable = True
+
+
+class LakeAccessError(LakeUnavailableError):
+    """The lake refused this process (S3 access denied, a directory it may not write): a
+    configuration problem of credentials or permissions; trying again does not help."""
+
+    retryable = False
+
+
+class CorruptLakeFileError(CorruptEntryError):
+    """A data file of an offloaded ledger is missing from the lake or is not the Parquet file
+    the offload wrote (truncated, overwritten). The log's metadata still lists it; the records
+    are readable again only once the file is restored (from a backup or the object store's
+    versions), or from the bookies while their copy is kept (``offload_deletion_lag``).
+    ``file``: the file's URI; ``ledger_id``: its ledger."""
+
+    def __init__(self, message: str = "", file: str | None = None, ledger_id: int | None = None):
+        super().__init__(message)
+        self.file = file
+        self.ledger_id = ledger_id
+
+
 class WrongEventLoopError(WalkitError, RuntimeError):
     """An object bound to one event loop (trio's or asyncio's) was used from another thread or
     event loop: a client serves the loop it was created in (walkit.sync serves threads)."""
@@ -416,6 +445,7 @@ __all__ = [
     "ConsumerBackloggedError",
     "CookieError",
     "CorruptEntryError",
+    "CorruptLakeFileError",
     "DigestMismatchError",
     "DuplicateRecordError",
     "EntryExistsError",
@@ -424,6 +454,8 @@ __all__ = [
     "IncompatibleSchemaError",
     "InvalidArgumentError",
     "InvalidMetadataError",
+    "LakeAccessError",
+    "LakeUnavailableError",
     "LedgerClosedError",
     "LedgerFencedError",
     "LedgerInRecoveryError",

@@ -3,6 +3,7 @@ the log options of a lake on it or on local files."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -30,13 +31,17 @@ def _free_port() -> int:
 
 
 @contextmanager
-def s3_server() -> Iterator[str]:
-    """``python -m moto.server`` on 127.0.0.1; yields its endpoint URL."""
+def s3_server(*, authenticate: bool = False) -> Iterator[str]:
+    """``python -m moto.server`` on 127.0.0.1; yields its endpoint URL. With ``authenticate``
+    it checks credentials as S3 does (moto's ``INITIAL_NO_AUTH_ACTION_COUNT=0``): keys it
+    does not know are refused."""
     port = _free_port()
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0") if authenticate else None
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -72,7 +72,7 @@ async def _check_exactly_once(log: Log, payloads: list[bytes]) -> None:
     assert [r.payload async for r in log.reader(follow=False)] == payloads
 
 
-@pytest.mark.parametrize("step", ["files", "commit", "cas", "bookies"])
+@pytest.mark.parametrize("step", ["columns", "files", "commit", "cas", "bookies"])
 async def test_a_crash_at_each_step_is_finished_by_the_next_pass(
     memory_url: str, tmp_path: Path, step: str, lake_opts: dict[str, Any]
 ) -> None:

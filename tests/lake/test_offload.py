@@ -11,6 +11,7 @@ import anyio
 import pyarrow.parquet as pq
 import pytest
 
+from tests._log_events import log_event
 from tests.client.conftest import cluster, connect
 from walkit import Log
 from walkit.errors import ConfigurationError, NoSuchLogError
@@ -131,9 +132,12 @@ async def test_the_writer_offloads_as_it_rolls(memory_url: str, tmp_path: Path) 
         )
         payloads = await _fill(log, 4, 5)
         async with log.writer() as w:  # a takeover's housekeeping offloads the closed ones
-            with anyio.fail_after(30):
-                while len((await log.metadata()).offloaded) < 4:  # noqa: ASYNC110 (no event to wait on)
-                    await anyio.sleep(0.05)
+            with anyio.fail_after(120):
+                while True:  # (each offload logs its event once its metadata CAS is done)
+                    with log_event("walkit.log._offload", "log_ledger_offloaded") as offloaded:
+                        if len((await log.metadata()).offloaded) >= 4:
+                            break
+                        await offloaded.wait()
             await w.append(b"last")
         assert [r.payload async for r in log.reader(follow=False)] == [*payloads, b"last"]
 

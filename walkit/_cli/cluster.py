@@ -1,11 +1,14 @@
-"""``walkit cluster check [--timeout SECONDS] [--json]``: write an entry through every writable
-bookie and read it back (BookKeeper's ``bookiesanity`` and health check, for the whole cluster).
+"""``walkit cluster check [--timeout SECONDS] [--lake URI] [--lake-catalog JSON] [--json]``:
+write an entry through every writable bookie and read it back (BookKeeper's ``bookiesanity``
+and health check, for the whole cluster), and check that every lake the logs offload to is
+reachable (``walkit._cli.cluster_lake``).
 
 For each bookie registered as writable, a ledger with E = Qw = Qa = 1 placed on that bookie
 alone (:class:`PinnedPlacement`: no other bookie, no replacement), one entry appended and read
 back, the ledger deleted. The checks run at once, each within ``--timeout``; each bookie's
-append and read latency, or its error, is reported. The exit status is 1 when a check failed
-(or no bookie is writable), else 0. Read-only bookies are listed, not written to.
+append and read latency, or its error, is reported, then each lake's. The exit status is 1
+when a check failed (or no bookie is writable), else 0. Read-only bookies are listed, not
+written to.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, Final, TextIO, final
 
 import trio
 
+from walkit._cli import cluster_lake
 from walkit._cli._connect import connect_options, describe_error
 from walkit._cli.output import emit, emit_record
 from walkit._core.types import BookieId, BookieInfo
@@ -85,12 +89,15 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     check = with_metadata(
         cluster_sub.add_parser(
             "check",
-            help="write and read an entry through every writable bookie",
+            help="write and read an entry through every writable bookie; check the lakes",
             description="Write one entry through each writable bookie (a ledger with "
             "E=Qw=Qa=1 placed on it), read it back and delete the ledger; report each "
-            "bookie's latency or error. Exit status 1 when a bookie fails.",
+            "bookie's latency or error. Then check each lake the logs offload to (storage "
+            "takes a write, the catalog and the logs' tables load). Exit status 1 when a "
+            "bookie or a lake fails.",
         )
     )
+    cluster_lake.add_arguments(check)
     check.add_argument(
         "--timeout",
         type=_timeout,
@@ -166,6 +173,7 @@ async def check(url: str, args: argparse.Namespace, out: TextIO) -> int:
     timeout = float(args.timeout)
     async with await open_metadata_store(url) as store:
         listing = await list_bookies(store)
+        lakes = await cluster_lake.check_lakes(store, args, timeout)
     rows: list[dict[str, Any]] = []
     options = dict(connect_options(args), placement=PinnedPlacement())
     if listing.writable:
@@ -189,10 +197,11 @@ async def check(url: str, args: argparse.Namespace, out: TextIO) -> int:
     for bookie in sorted(listing.readonly):
         rows.append({"bookie": str(bookie), "state": "read_only", "ok": None, "error": None})
     failed = [r for r in rows if r["ok"] is False]
-    ok = bool(listing.writable) and not failed
+    lakes_failed = [r for r in lakes if r["ok"] is False]
+    ok = bool(listing.writable) and not failed and not lakes_failed
     if args.json:
         report = {"ok": ok, "checked": len(listing.writable), "failed": len(failed)}
-        emit_record({**report, "bookies": rows}, as_json=True, out=out)
+        emit_record({**report, "bookies": rows, "lakes": lakes}, as_json=True, out=out)
         return 0 if ok else 1
     for row in rows:
         row["status"] = {True: "ok", False: "FAILED", None: "not checked"}[row["ok"]]
@@ -203,4 +212,10 @@ async def check(url: str, args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"{passed} of {len(listing.writable)} writable bookies passed\n")
     else:
         out.write("no writable bookie is registered\n")
+    if lakes:
+        out.write("\n")
+        columns = ["lake", "logs", "status", "ms", "error"]
+        emit(cluster_lake.lake_rows_text(lakes), columns, as_json=False, out=out)
+        passed = sum(1 for r in lakes if r["ok"])
+        out.write(f"{passed} of {len(lakes)} lakes reachable\n")
     return 0 if ok else 1

@@ -36,15 +36,17 @@ __all__ = [
     "LakeLedger",
     "LakeUri",
     "data_file_name",
+    "lake_of_file",
     "ledger_id_of_file",
     "parse_lake_uri",
+    "redact",
     "table_name",
     "to_delete_from_bookies",
     "to_offload",
 ]
 
 #: The layout of the lake's tables and files (docs/formats.md, "The lake").
-LAKE_FORMAT: Final = 1
+LAKE_FORMAT: Final = 2
 #: The Iceberg namespace of walkit's tables, by default.
 NAMESPACE: Final = "walkit"
 
@@ -183,6 +185,32 @@ def data_file_name(ledger_id: int, part: int, token: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{16}", token):
         raise ValueError(f"bad token {token!r}")
     return f"ledger-{ledger_id:020d}-{part:04d}-{token}.parquet"
+
+
+def lake_of_file(uri: str) -> str:
+    """The lake (``offload_to``) of a data file the log's metadata records: files live at
+    ``<offload_to>/<table>/data/<file>``."""
+    return uri.rsplit("/", 3)[0]
+
+
+#: Catalog property names whose values are secrets (pyiceberg's ``s3.secret-access-key``,
+#: ``s3.session-token``, ``token``, ``credential``, ``rest.sigv4``'s keys, a password).
+_SECRET_KEY = re.compile(r"secret|password|passwd|token|credential|key|session|signature", re.I)
+#: The password of a URL's userinfo (``postgresql://user:PASSWORD@host/db``).
+_URL_PASSWORD = re.compile(r"(?<=://)[^/@:\s]*:([^/@\s]+)@")
+
+
+def redact(text: str, properties: Mapping[str, str] | None) -> str:
+    """``text`` (an error's message) without the secrets of the catalog ``properties``: the
+    values of properties named like secrets, and passwords in URLs, as ``***``."""
+    secrets = set()
+    for key, value in (properties or {}).items():
+        if _SECRET_KEY.search(key) and len(value) >= 3:
+            secrets.add(value)
+        secrets.update(m.group(1) for m in _URL_PASSWORD.finditer(value))
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _URL_PASSWORD.sub(lambda m: m.group(0).replace(m.group(1), "***"), text)
 
 
 def ledger_id_of_file(path: str) -> int | None:

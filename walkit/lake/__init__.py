@@ -2,10 +2,10 @@
 (the ``lake`` extra: pyiceberg, pyarrow). See ``docs/lake.md``.
 
 The decisions are :mod:`walkit._core.lake`; this package moves the bytes: it writes a ledger's
-records as Parquet files (:mod:`._write`), commits them to the log's table (:mod:`._table`),
-records them in the log's metadata and deletes the bookies' copy (:mod:`._offload`), reads
-them back for the log's readers (:mod:`._read`) and removes them with retention
-(:mod:`._drop`).
+records as Parquet files (:mod:`._write`) with the table's columns (:mod:`._columns`),
+commits them to the log's table (:mod:`._table`), records them in the log's metadata and
+deletes the bookies' copy (:mod:`._offload`), reads them back for the log's readers
+(:mod:`._read`) and removes them with retention (:mod:`._drop`).
 """
 
 from __future__ import annotations

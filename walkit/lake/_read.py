@@ -4,14 +4,18 @@ A ledger's data files are read a row group at a time, in worker threads, one row
 ahead of the one being handed out (a bounded cache: at most two row groups of a reader in
 memory). A ledger whose records span several days has one file per day; those are read whole
 and merged back into log order (rare: a ledger rolls long before a day passes on a busy log).
+
+Files of every lake format read: a column a file lacks (``producer`` before format 2) is
+null for its rows. A typed log's ``value`` column is not read: a record's value is decoded
+from its payload, as for records read from the bookies.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import attrs
@@ -22,12 +26,13 @@ from pyiceberg.io import FileIO, load_file_io
 
 from walkit._core.lake import LakeLedger
 from walkit._core.log_position import LogPosition
+from walkit._core.record_set import ProducerTag
 from walkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from walkit.lake._table import Lake
 
-__all__ = ["LakeCursor", "lake_io_of", "read_ledger_table"]
+__all__ = ["LakeCursor", "io_for", "lake_io_of", "read_ledger_table"]
 
 
 def check_installed() -> None:
@@ -39,8 +44,13 @@ def check_installed() -> None:
 def lake_io_of(lake: Lake | None, uri: str) -> FileIO:
     """The FileIO to read ``uri`` with: the handle's lake's (its catalog properties: an S3
     endpoint, credentials), else pyarrow's defaults (local files, the AWS credential chain)."""
-    props: Mapping[str, str] = {} if lake is None else lake.properties
-    return _io(tuple(props.items()), uri.split("://", 1)[0])
+    return io_for({} if lake is None else lake.properties, uri)
+
+
+def io_for(properties: Mapping[str, str], uri: str) -> FileIO:
+    """The FileIO to read ``uri`` with, given catalog properties (an S3 endpoint,
+    credentials; none: pyarrow's defaults). One per properties and scheme in a process."""
+    return _io(tuple(sorted(properties.items())), uri.split("://", 1)[0])
 
 
 @functools.lru_cache(maxsize=32)
@@ -48,13 +58,36 @@ def _io(props: tuple[tuple[str, str], ...], scheme: str) -> FileIO:
     return load_file_io(dict(props), f"{scheme}://")
 
 
+#: The columns a log reader reads (a file may lack the later ones).
+RECORD_COLUMNS: Final = (
+    "entry_id",
+    "slot",
+    "timestamp",
+    "key",
+    "headers",
+    "payload",
+    "producer",
+)
+
+
 def _open(io: FileIO, uri: str) -> pq.ParquetFile:
     return pq.ParquetFile(io.new_input(uri).open(seekable=True))
 
 
-def read_ledger_table(io: FileIO, lake: LakeLedger, columns: list[str] | None = None) -> pa.Table:
-    """Every row of an offloaded ledger, in log order (blocking)."""
-    tables = [_open(io, uri).read(columns=columns) for uri in lake.files]
+def _present(file: pq.ParquetFile, columns: Sequence[str]) -> list[str]:
+    names = set(file.schema_arrow.names)
+    return [c for c in columns if c in names]
+
+
+def read_ledger_table(
+    io: FileIO, lake: LakeLedger, columns: Sequence[str] = RECORD_COLUMNS
+) -> pa.Table:
+    """The ``columns`` of every row of an offloaded ledger that its files have, in log order
+    (blocking)."""
+    files = [_open(io, uri) for uri in lake.files]
+    tables = [f.read(columns=_present(f, columns)) for f in files]
+    if len(tables) > 1:  # (files of one ledger written by one offloader: the same columns)
+        tables = [t.select(tables[0].column_names) for t in tables]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if len(tables) > 1:
         table = table.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
@@ -137,7 +170,11 @@ class LakeCursor:
 
         async def read() -> None:
             try:
-                holder[0] = await anyio.to_thread.run_sync(file.read_row_group, group)
+                holder[0] = await anyio.to_thread.run_sync(
+                    functools.partial(
+                        file.read_row_group, group, columns=_present(file, RECORD_COLUMNS)
+                    )
+                )
             except Exception as exc:  # handed to the reader, which raises it
                 holder[0] = exc
             finally:
@@ -179,7 +216,7 @@ class LakeCursor:
             entry_ids,
             slots,
             _pylist(table.column("payload")),
-            repeat(None, n),
+            _producers(table),
             _pylist(table.column("key")),
             headers,
             ms,
@@ -203,6 +240,19 @@ class Batch:
     rows: Iterator[tuple[Any, ...]]
     last_entry_id: int
     last_slot: int
+
+
+def _producers(table: pa.Table) -> list[ProducerTag | None]:
+    """The rows' producer tags (null, or no column: none)."""
+    if "producer" not in table.column_names:
+        return [None] * table.num_rows
+    column = table.column("producer")
+    if column.null_count == len(column):
+        return [None] * table.num_rows
+    return [
+        None if p is None else ProducerTag(p["producer_id"], p["sequence"])
+        for p in column.to_pylist()
+    ]
 
 
 def unavailable(what: str) -> ConfigurationError:

@@ -4,7 +4,8 @@ Every log that offloads has one table, ``walkit.<table_name(log)>``
 (:func:`walkit._core.lake.table_name`), partitioned by ``day(timestamp)``, at
 ``<offload_to>/<table>``. Its columns are the Spark reader's (``walkit.spark``), less the
 ones a file does not need (``log``, ``position``: the table is the log's, and the position is
-``ledger_seq:entry_id:slot``).
+``ledger_seq:entry_id:slot``), with each record's ``producer`` tag, and a typed log's
+``value`` (:mod:`walkit.lake._columns`).
 
 The catalog is any pyiceberg catalog, given by its properties (``offload_catalog``); without
 one, a ``file://DIR`` lake keeps a SQL catalog in ``DIR/catalog.db`` (SQLite). Files are
@@ -40,9 +41,12 @@ from pyiceberg.types import (
 from walkit._core.lake import LAKE_FORMAT, NAMESPACE, LakeUri, parse_lake_uri, table_name
 from walkit.errors import ConfigurationError
 
-__all__ = ["ARROW_SCHEMA", "ICEBERG_SCHEMA", "Lake", "lake_of"]
+__all__ = ["ARROW_SCHEMA", "BASE_SCHEMA", "ICEBERG_SCHEMA", "PRODUCER_FIELD", "Lake", "lake_of"]
 
-ICEBERG_SCHEMA: Final = Schema(
+#: The columns of lake format 1 (field ids 1-11): what a table is created with. Later
+#: columns are added to it by schema evolution (:func:`walkit.lake._columns.table_columns`),
+#: so that a table created by any version of walkit gets the same ids for them.
+BASE_SCHEMA: Final = Schema(
     NestedField(1, "ledger_seq", LongType(), required=True),
     NestedField(2, "ledger_id", LongType(), required=True),
     NestedField(3, "entry_id", LongType(), required=True),
@@ -64,6 +68,19 @@ ICEBERG_SCHEMA: Final = Schema(
     ),
     NestedField(8, "payload", BinaryType(), required=True),
 )
+#: Lake format 2's column: the record's idempotent-producer tag (null: none), ids 12-14.
+PRODUCER_FIELD: Final = NestedField(
+    12,
+    "producer",
+    StructType(
+        NestedField(13, "producer_id", StringType(), required=False),
+        NestedField(14, "sequence", LongType(), required=False),
+    ),
+    required=False,
+)
+#: The columns of every table of this lake format; a typed log's table also has ``value``,
+#: a struct of its schema's fields (ids assigned by Iceberg as the schema evolves).
+ICEBERG_SCHEMA: Final = Schema(*BASE_SCHEMA.fields, PRODUCER_FIELD)
 PARTITION_SPEC: Final = PartitionSpec(
     PartitionField(source_id=5, field_id=1000, transform=DayTransform(), name="timestamp_day")
 )
@@ -74,7 +91,7 @@ def _field(name: str, type_: pa.DataType, field_id: int, nullable: bool) -> pa.F
 
 
 #: The data files' Arrow schema, with Iceberg's field ids (so that any Iceberg reader maps the
-#: columns by id, not by name).
+#: columns by id, not by name); a typed log's files add ``value`` (``walkit.lake._columns``).
 ARROW_SCHEMA: Final = pa.schema(
     [
         _field("ledger_seq", pa.int64(), 1, False),
@@ -102,6 +119,17 @@ ARROW_SCHEMA: Final = pa.schema(
             True,
         ),
         _field("payload", pa.binary(), 8, False),
+        _field(
+            "producer",
+            pa.struct(
+                [
+                    _field("producer_id", pa.string(), 13, True),
+                    _field("sequence", pa.int64(), 14, True),
+                ]
+            ),
+            12,
+            True,
+        ),
     ]
 )
 
@@ -115,6 +143,8 @@ class Lake:
         self.uri = uri
         self.table_name = table_name(log_name)
         self.identifier = (NAMESPACE, self.table_name)
+        #: Whether the catalog is the default one, in the lake's directory.
+        self.default_catalog = catalog is None
         if catalog is None:
             if uri.scheme != "file":
                 raise ConfigurationError(
@@ -144,7 +174,7 @@ class Lake:
 
     @functools.cached_property
     def catalog(self) -> Catalog:
-        if self.uri.scheme == "file":
+        if self.default_catalog:  # (its SQLite file goes in the lake's directory)
             import pathlib
 
             pathlib.Path(self.uri.root).mkdir(parents=True, exist_ok=True)
@@ -170,7 +200,7 @@ class Lake:
         try:
             return catalog.create_table(
                 self.identifier,
-                schema=ICEBERG_SCHEMA,
+                schema=BASE_SCHEMA,
                 partition_spec=PARTITION_SPEC,
                 location=self.location,
                 properties=_TABLE_PROPERTIES,

@@ -3,7 +3,9 @@
 
 Each step ends at a fault hook (``hook(step, ledger_id)``; tests crash there):
 
-- ``files``: the ledger's data files are written;
+- ``columns``: the table has the lake format's columns and the log's latest schema's (once a
+  pass, before its first ledger);
+- ``files``: the ledger's data files are written (and fsynced, on a ``file://`` lake);
 - ``commit``: the table holds them (or another offloader's);
 - ``cas``: the log's metadata records the ledger as offloaded;
 - ``bookies``: the bookies' copy is deleted, not yet recorded as gone.
@@ -16,18 +18,22 @@ a ledger in the table but not in the metadata is recorded; a deleted bookie copy
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import attrs
+import pyarrow as pa
 
-from walkit._core.lake import LakeLedger, to_delete_from_bookies, to_offload
+from walkit._core.lake import LakeLedger, lake_of_file, to_delete_from_bookies, to_offload
 from walkit._core.log_metadata import LogLedger, LogMetadata
 from walkit._core.record_set import uses_record_sets
 from walkit._core.time_search import ledger_time_range
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, InvalidArgumentError, NoSuchLedgerError, WalkitError
+from walkit.lake._columns import table_columns
 from walkit.lake._commit import commit_ledger, drop_ledgers, drop_table, sweep
+from walkit.lake._durable import sync_files
+from walkit.lake._errors import lake_error
 from walkit.lake._table import Lake, lake_of
 from walkit.lake._write import Columns, WrittenFiles, write_files
 from walkit.log._store import cas_log, fetch_log
@@ -48,6 +54,35 @@ READ_CHUNK: Final = 512
 
 async def _no_hook(_step: str, _ledger_id: int) -> None:
     pass
+
+
+T = TypeVar("T")
+
+
+async def in_lake(
+    owner_name: str,
+    lake: Lake,
+    action: str,
+    fn: Callable[..., T],
+    *args: Any,
+    ledger_id: int | None = None,
+) -> T:
+    """``fn(*args)`` in a worker thread, its pyiceberg and pyarrow errors as walkit's
+    (``walkit.lake._errors``), naming the log, the ledger and where in the lake."""
+    try:
+        return await anyio.to_thread.run_sync(fn, *args)
+    except Exception as exc:
+        found = lake_error(
+            exc,
+            log=owner_name,
+            action=action,
+            ledger_id=ledger_id,
+            location=lake.data_dir,
+            properties=lake.properties,
+        )
+        if found is exc:
+            raise
+        raise found from None
 
 
 def lake_of_handle(owner: LogContext) -> Lake:
@@ -102,8 +137,11 @@ async def _offload(owner: LogContext, *, respect_age: bool, hook: FaultHook) -> 
     )
     by_id = {lg.ledger_id: lg for lg in md.ledgers}
     done = 0
+    if chosen:
+        layout = await _layout(lake, md)
+        await hook("columns", chosen[0])
     for ledger_id in chosen:
-        if await _offload_one(owner, lake, by_id[ledger_id], hook, now_ms):
+        if await _offload_one(owner, lake, by_id[ledger_id], hook, now_ms, layout):
             done += 1
     left = [closed_at[i] for i in closed if i not in chosen]
     if context.metrics is not None and now_ms is not None:
@@ -113,16 +151,44 @@ async def _offload(owner: LogContext, *, respect_age: bool, hook: FaultHook) -> 
     # Last, so that the files of a crashed or lost offload go in this very pass.
     md, _version = await fetch_log(context, owner.name)
     listed = {lg.ledger_id for lg in md.ledgers}
-    await anyio.to_thread.run_sync(sweep, lake, listed, (now_ms or 0) / 1000)
+    await in_lake(owner.name, lake, "cleaning up", sweep, lake, listed, (now_ms or 0) / 1000)
     return done
 
 
+@attrs.frozen
+class _Layout:
+    """The data files' columns this pass, and how a typed log's values are decoded for them."""
+
+    schema: pa.Schema
+    #: payload -> the value as the latest schema's msgspec Struct (None: untyped).
+    decode: Callable[[bytes], Any] | None
+
+
+async def _layout(lake: Lake, md: LogMetadata) -> _Layout:
+    """Bring the table's columns up to date (the lake format's, the log's latest schema's)."""
+    latest = md.schemas[-1].schema if md.schemas else None
+    schema = await anyio.to_thread.run_sync(table_columns, lake, latest)
+    decode = None
+    if latest is not None:
+        import msgspec
+
+        from walkit._core.schema_types import struct_of
+
+        decode = msgspec.msgpack.Decoder(struct_of(latest)).decode
+    return _Layout(schema, decode)
+
+
 async def _offload_one(
-    owner: LogContext, lake: Lake, ledger: LogLedger, hook: FaultHook, now_ms: int | None
+    owner: LogContext,
+    lake: Lake,
+    ledger: LogLedger,
+    hook: FaultHook,
+    now_ms: int | None,
+    layout: _Layout,
 ) -> bool:
     reader = await owner.client.open_ledger(ledger.ledger_id, password=owner.options.password)
     record_sets = uses_record_sets(reader.metadata.custom_metadata)
-    columns = Columns(ledger.seq, ledger.ledger_id)
+    columns = Columns(ledger.seq, ledger.ledger_id, ledger.schema)
     last = reader.last_add_confirmed
     size = 0
     first = 0
@@ -131,9 +197,33 @@ async def _offload_one(
         size += sum(len(e.payload) for e in entries)
         columns.add(entries, record_sets)
         first = entries[-1].entry_id + 1
-    written: WrittenFiles = await anyio.to_thread.run_sync(write_files, lake, columns)
+    lid = ledger.ledger_id
+    written: WrittenFiles = await in_lake(
+        owner.name,
+        lake,
+        "writing data files",
+        write_files,
+        lake,
+        columns,
+        layout.schema,
+        layout.decode,
+        ledger_id=lid,
+    )
+    # (before the commit: the table must never name a file a power loss can take back)
+    await in_lake(
+        owner.name, lake, "syncing data files", sync_files, lake.uri, written.files, ledger_id=lid
+    )
     await hook("files", ledger.ledger_id)
-    files = await anyio.to_thread.run_sync(commit_ledger, lake, ledger.ledger_id, written.files)
+    files = await in_lake(
+        owner.name,
+        lake,
+        "committing to the table",
+        commit_ledger,
+        lake,
+        lid,
+        written.files,
+        ledger_id=lid,
+    )
     await hook("commit", ledger.ledger_id)
     mine = files == written.files
     record = LakeLedger(
@@ -150,7 +240,9 @@ async def _offload_one(
     )
     if not mine:
         # Another offloader's files hold the ledger: drop ours (same records, same counts).
-        await anyio.to_thread.run_sync(_delete_files, lake, written.files)
+        await in_lake(
+            owner.name, lake, "deleting files", _delete_files, lake, written.files, ledger_id=lid
+        )
 
     def decide(current: LogMetadata) -> Decision[LogMetadata, str]:
         if current.ledger_with_seq(ledger.seq) != ledger:
@@ -164,7 +256,9 @@ async def _offload_one(
 
     _md, _version, outcome = await cas_log(owner.client._context, owner.name, "offload", decide)
     if outcome == "gone":  # truncated meanwhile: the lake must not keep it either
-        await anyio.to_thread.run_sync(drop_ledgers, lake, [ledger.ledger_id], files)
+        await in_lake(
+            owner.name, lake, "dropping a ledger", drop_ledgers, lake, [lid], files, ledger_id=lid
+        )
         return False
     await hook("cas", ledger.ledger_id)
     log.info(
@@ -235,7 +329,8 @@ async def drop_from_lake(owner: LogContext, dropped: tuple[LakeLedger, ...]) -> 
         )
         return
     files = [f for x in dropped for f in x.files]
-    await anyio.to_thread.run_sync(drop_ledgers, lake, [x.ledger_id for x in dropped], files)
+    ids = [x.ledger_id for x in dropped]
+    await in_lake(owner.name, lake, "dropping ledgers", drop_ledgers, lake, ids, files)
     log.info("lake_ledgers_dropped", log=owner.name, ledgers=[x.ledger_id for x in dropped])
 
 
@@ -245,7 +340,7 @@ async def drop_lake_table(
     """A deleted log's lake: its table dropped and its files deleted (the lake is where its
     files are: ``<offload_to>/<table>/data/<file>``). Failures are logged, never raised: the
     log is gone already."""
-    offload_to = offloaded[0].files[0].rsplit("/", 3)[0] if offloaded[0].files else None
+    offload_to = lake_of_file(offloaded[0].files[0]) if offloaded[0].files else None
     try:
         lake = lake_of(name, offload_to, catalog)
         if lake is None:

@@ -254,6 +254,17 @@ class LogOptions:
 
             check_available()
 
+    @offload_catalog.validator
+    def _catalog_loads(
+        self, _attribute: attrs.Attribute[dict[str, str] | None], value: dict[str, str] | None
+    ) -> None:
+        """Catalog properties pyiceberg cannot load fail when the log is opened (no I/O:
+        the type, or the one ``uri`` infers, and the properties that type needs)."""
+        if value is not None and self.offload_to is not None:
+            from walkit.lake._errors import check_catalog
+
+            check_catalog(value)
+
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], base: LogOptions | None = None) -> LogOptions:
         """The options given as keywords (over ``base``'s, an options object given too)."""

@@ -103,12 +103,27 @@ async def _in_lake(owner: LogContext, ledger: LogLedger, lake: LakeLedger, at: i
     position and timestamp columns (a few column chunks, not the payloads)."""
     import anyio
 
+    from walkit.lake._errors import lake_error
     from walkit.lake._read import first_at
 
     opts = owner.options
-    found = await anyio.to_thread.run_sync(
-        first_at, owner.name, opts.offload_to, opts.offload_catalog, lake, at
-    )
+    try:
+        found = await anyio.to_thread.run_sync(
+            first_at, owner.name, opts.offload_to, opts.offload_catalog, lake, at
+        )
+    except Exception as exc:
+        error = lake_error(
+            exc,
+            log=owner.name,
+            action="reading",
+            ledger_id=lake.ledger_id,
+            file=", ".join(lake.files),
+            reading=True,
+            properties=opts.offload_catalog,
+        )
+        if error is exc:
+            raise
+        raise error from None
     if found is None:
         return LogPosition(ledger.seq, lake.entries)
     return LogPosition(ledger.seq, found[0], found[1])

@@ -224,6 +224,7 @@ class LogReader(Generic[V]):
         self._values: RecordValues | None = None
         #: Reading an offloaded ledger from the lake (``walkit.lake``) instead of the bookies.
         self._lake: LakeCursor | None = None
+        self._lake_record: LakeLedger | None = None
         self._buffer: collections.deque[LogRecord[V]] = collections.deque()
         #: Ranges being read ahead, in order (see :class:`_ReadAhead`).
         self._ahead: collections.deque[_ReadAhead] = collections.deque()
@@ -597,18 +598,43 @@ class LogReader(Generic[V]):
             def observe(seconds: float, size: int) -> None:
                 stats.reads.observe(seconds, 1, size)
 
+        self._lake_record = lake
         self._lake = LakeCursor(io, lake, ledger.seq, self._pos, tasks.start_soon, observe)
 
     async def _lake_step(self) -> bool:
         cursor, ledger = self._lake, self._ledger
         assert cursor is not None and ledger is not None
-        batch = await cursor.next_batch(self._values)
+        try:
+            batch = await cursor.next_batch(self._values)
+        except Exception as exc:
+            found = self._lake_error(exc, ledger)
+            if found is exc:
+                raise
+            raise found from None
         if batch is None:
             self._move_past(ledger)
             return True
         self._buffer.extend(map(_make_record, batch.rows))
         self._pos = LogPosition(ledger.seq, batch.last_entry_id, batch.last_slot + 1)
         return True
+
+    def _lake_error(self, exc: Exception, ledger: LogLedger) -> BaseException:
+        """A failed read of an offloaded ledger as a walkit error naming the log, the
+        ledger and its file (``walkit.lake._errors``)."""
+        from walkit.lake._errors import lake_error
+
+        opts = self._log.options
+        md_lake = self._lake_record
+        files = md_lake.files if md_lake is not None else ()
+        return lake_error(
+            exc,
+            log=self._log.name,
+            action="reading",
+            ledger_id=ledger.ledger_id,
+            file=", ".join(files) if files else None,
+            reading=True,
+            properties=opts.offload_catalog,
+        )
 
     def _move_past(self, ledger: LogLedger) -> None:
         self._pos = LogPosition(ledger.seq + 1, 0)

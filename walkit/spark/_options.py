@@ -12,6 +12,7 @@ reader and the partitions.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from typing import Final, final
 
@@ -47,6 +48,7 @@ READ_OPTIONS: Final = (
     "maxRecordsPerTrigger",
     "failOnDataLoss",
     "consumer",
+    "offloadCatalog",
 )
 
 #: Entries one Spark partition reads at most, unless ``splitEntries`` says otherwise.
@@ -78,6 +80,10 @@ class ReadOptions:
     starting_timestamp: int | None = None
     #: The durable consumer a streaming query commits its progress to (None: none).
     consumer: str | None = None
+    #: ``offloadCatalog``: the properties the lake's files are read with (an S3 endpoint and
+    #: credentials, as the log option ``offload_catalog`` gives them); none: pyarrow's
+    #: defaults (local files, the standard AWS credential chain).
+    lake_properties: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
 
 
 def check_options(options: Mapping[str, str], known: Collection[str], what: str) -> dict[str, str]:
@@ -249,7 +255,27 @@ def read_options(
         split_record_sets=split or DEFAULT_SPLIT_RECORD_SETS,
         starting_timestamp=starting_timestamp,
         consumer=consumer,
+        lake_properties=_lake_properties(options),
     )
+
+
+def _lake_properties(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    text = options.get("offloadCatalog")
+    if text is None:
+        return ()
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in found.items()
+    ):
+        # (the value may hold credentials: it is not repeated)
+        raise ConfigurationError(
+            "walkit: option 'offloadCatalog' must be a JSON object of strings, the pyiceberg "
+            'properties the lake is read with, such as {"s3.endpoint": "http://host:9000"}'
+        )
+    return tuple(sorted(found.items()))
 
 
 def _consumer(options: Mapping[str, str], streaming: bool) -> str | None:

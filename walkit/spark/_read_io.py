@@ -26,7 +26,6 @@ from walkit._core.types import Entry
 from walkit._logging import get_logger
 from walkit.client import Client
 from walkit.errors import (
-    ConfigurationError,
     CorruptEntryError,
     NoSuchLedgerError,
     NoSuchLogError,
@@ -110,19 +109,6 @@ def _check_password(md: LedgerMetadata, password: bytes, what: str) -> None:
         ) from None
 
 
-def _check_on_bookies(md: LogMetadata, ledger_id: int, name: str) -> None:
-    """Refuse, in words, a ledger that lives only in the lake: this source reads the bookies
-    (a plain read would fail later with NoSuchLedgerError, and look like a race)."""
-    lake = md.lake_ledger(ledger_id)
-    if lake is not None and lake.bookies_deleted:
-        raise ConfigurationError(
-            f"walkit: ledger {ledger_id} of log {name!r} lives only in the lake (offloaded, "
-            "its bookies' copy deleted), and the Spark source reads the bookies: read the "
-            "log's Iceberg table (docs/lake.md), or start after it (startingPosition), or keep "
-            "offload_deletion_lag longer than the history Spark reads"
-        )
-
-
 async def _last_readable(client: Client, md: LedgerMetadata, password: bytes) -> int:
     """The last entry of a closed ledger, or the LAC of an open one as a reader that does
     not fence sees it."""
@@ -163,7 +149,22 @@ async def _log_state(client: Client, conn: Connection, name: str, from_seq: int)
             for ledger in md.ledgers:
                 if ledger.seq < from_seq and ledger != md.last:
                     continue  # (the last one tells where ``latest`` is)
-                _check_on_bookies(md, ledger.ledger_id, name)
+                lake = md.lake_ledger(ledger.ledger_id)
+                if lake is not None:
+                    # Offloaded: its records are read from the lake's files (closed, whole),
+                    # whether or not the bookies still hold their copy.
+                    views.append(
+                        LedgerView(
+                            ledger.seq,
+                            ledger.ledger_id,
+                            True,
+                            lake.entries - 1,
+                            True,
+                            ledger.schema,
+                            lake,
+                        )
+                    )
+                    continue
                 lmd = await client.ledger_metadata(ledger.ledger_id)
                 password = conn.password if conn.password is not None else md.config.password
                 _check_password(lmd, password, f"log {name!r}")
@@ -226,10 +227,13 @@ async def ledger_state(
 
 
 async def record_counts(
-    conn: Connection, ranges: Sequence[Range], max_records: int
+    conn: Connection,
+    ranges: Sequence[Range],
+    max_records: int,
+    lake_properties: Sequence[tuple[str, str]] = (),
 ) -> list[list[int] | None]:
     """The records of each entry of ``ranges`` (None for a ledger of one record per entry),
-    read from the bookies until ``max_records`` records are counted: what the driver needs to
+    read from the bookies (an offloaded ledger's from its data files) until ``max_records`` records are counted: what the driver needs to
     end a micro-batch at ``maxRecordsPerTrigger`` records. The entries are read whole (a
     bookie has no header-only read), so this reads what the micro-batch will hold once more.
     A ledger deleted meanwhile ends the count there (the next plan meets the truncation)."""
@@ -240,6 +244,20 @@ async def record_counts(
         for rng in ranges:
             if budget <= 0:
                 break
+            if rng.lake is not None:  # offloaded: counted from its files' entry ids
+                from walkit.spark._read_lake import file_io, lake_entry_counts
+
+                if not rng.lake.files:
+                    counts.append([0] * rng.count)
+                    continue
+                io = file_io(dict(lake_properties), rng.lake.files[0])
+                try:
+                    found = await trio.to_thread.run_sync(lake_entry_counts, rng, io)
+                except FileNotFoundError:
+                    break
+                counts.append(found)
+                budget -= sum(found) - (min(rng.first_slot, found[0]) if found else 0)
+                continue
             if not rng.record_sets:
                 counts.append(None)
                 budget -= rng.count

@@ -30,6 +30,7 @@ from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._options import ReadOptions
 from walkit.spark._read_arrow import log_batch
 from walkit.spark._read_io import LogState, log_state, position_at, read_chunks, run
+from walkit.spark._read_lake import RowFilter, file_io, lake_batches, micros
 from walkit.spark._read_plan import Range, pack, plan_log, resolve_latest
 from walkit.spark._values import ValueColumn
 
@@ -59,13 +60,16 @@ def read_log_ranges(
     name: str,
     ranges: Sequence[Range],
     values: ValueColumn | None = None,
+    rows: RowFilter | None = None,
 ) -> Iterator[Any]:
-    """The rows of ``ranges`` as Arrow batches (what a task of a log read yields); with
-    ``values``, a typed log's ``value`` column too."""
+    """The rows of ``ranges`` as Arrow batches (what a task of a log read yields): ranges of
+    offloaded ledgers from the lake's files, the others from the bookies; with ``values``, a
+    typed log's ``value`` column too; only the rows ``rows`` keeps."""
 
     def missing(rng: Range) -> None:
+        where = "its data files were removed" if rng.lake is not None else "it was deleted"
         message = (
-            f"walkit: ledger {rng.ledger_id} (sequence {rng.seq}) of log {name!r} was deleted "
+            f"walkit: ledger {rng.ledger_id} (sequence {rng.seq}) of log {name!r}: {where} "
             "after the query was planned (the log was truncated)"
         )
         if options.fail_on_data_loss:
@@ -74,9 +78,32 @@ def read_log_ranges(
             )
         log.warning("spark_read_skipped_deleted_ledger", log=name, ledger_id=rng.ledger_id)
 
-    for chunk in read_chunks(options.connection, ranges, on_missing=missing):
-        if chunk.entries:
-            yield log_batch(name, chunk, values)
+    if rows is None:
+        rows = RowFilter()
+    index = 0
+    while index < len(ranges):
+        rng = ranges[index]
+        if rng.lake is not None:
+            io = (
+                file_io(dict(options.lake_properties), rng.lake.files[0])
+                if rng.lake.files
+                else None
+            )
+            try:
+                for batch in lake_batches(name, rng, io, rows, values):
+                    yield batch
+            except FileNotFoundError:
+                missing(rng)
+            index += 1
+            continue
+        run_end = index
+        while run_end < len(ranges) and ranges[run_end].lake is None:
+            run_end += 1
+        for chunk in read_chunks(options.connection, ranges[index:run_end], on_missing=missing):
+            if chunk.entries:
+                batch = log_batch(name, chunk, values)
+                yield rows.apply(batch) if rows.active else batch
+        index = run_end
 
 
 def start_position(
@@ -126,11 +153,20 @@ class _Bounds:
     seq_high: int = MAX_COMPONENT
     seqs: frozenset[int] | None = None
     positions: frozenset[LogPosition] | None = None
+    #: ``timestamp`` bounds and ``key`` values: applied to every row on the executors, and
+    #: to whole offloaded ledgers on the driver (by the time range their offload recorded).
+    rows: RowFilter = attrs.field(factory=RowFilter)
 
     def keep(self, rng: Range) -> Iterable[Range]:
         if not self.seq_low <= rng.seq <= self.seq_high:
             return ()
         if self.seqs is not None and rng.seq not in self.seqs:
+            return ()
+        lake = rng.lake
+        if lake is not None and self.rows.outside(
+            None if lake.min_ts is None else lake.min_ts * 1000,
+            None if lake.max_ts is None else lake.max_ts * 1000 + 999,
+        ):
             return ()
         if self.positions is None:
             return (rng,)
@@ -182,7 +218,9 @@ class LogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, LogPartition)
-        return read_log_ranges(self.options, partition.log, partition.ranges, self.values)
+        return read_log_ranges(
+            self.options, partition.log, partition.ranges, self.values, self.bounds.rows
+        )
 
 
 def _int_value(value: Any) -> int | None:
@@ -204,9 +242,11 @@ def _canonical_position(value: Any) -> LogPosition | None:
 
 @final
 class FilteringLogReader(LogReader):
-    """A log reader that takes filters on ``ledger_seq`` (comparisons, ``=``, ``IN``) and on
+    """A log reader that takes filters on ``ledger_seq`` (comparisons, ``=``, ``IN``), on
     ``position`` (``=``, ``IN``: a position string compares as text, so ranges of it stay
-    with Spark) and reads only the ledgers and records they allow. A position value must be a
+    with Spark), on ``timestamp`` (comparisons, ``=``) and on ``key`` (``=``, ``IN``), and
+    reads only the ledgers and records they allow: offloaded ledgers outside the timestamp
+    bounds are not read at all, and row groups of the lake's files outside them are skipped. A position value must be a
     row's exact string (``SEQ:ENTRY:SLOT``): the older ``SEQ:ENTRY`` form matches no row."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -242,6 +282,10 @@ class FilteringLogReader(LogReader):
             else:
                 return False
             return True
+        if column == ("timestamp",):
+            return self._push_timestamp(flt)
+        if column == ("key",):
+            return self._push_key(flt)
         if column == ("position",):
             if isinstance(flt, EqualTo):
                 texts: tuple[Any, ...] = (flt.value,)
@@ -256,3 +300,45 @@ class FilteringLogReader(LogReader):
             )
             return True
         return False
+
+    def _push_timestamp(self, flt: Filter) -> bool:
+        value = micros(getattr(flt, "value", None))
+        if value is None:
+            return False
+        rows = self.bounds.rows
+        low, high = rows.ts_low, rows.ts_high
+        if isinstance(flt, EqualTo):
+            low, high = value, value
+        elif isinstance(flt, GreaterThan):
+            low = value + 1
+        elif isinstance(flt, GreaterThanOrEqual):
+            low = value
+        elif isinstance(flt, LessThan):
+            high = value - 1
+        elif isinstance(flt, LessThanOrEqual):
+            high = value
+        else:
+            return False
+        # Several bounds of one side: the tightest holds (the filters are ANDed).
+        if rows.ts_low is not None and low is not None:
+            low = max(low, rows.ts_low)
+        if rows.ts_high is not None and high is not None:
+            high = min(high, rows.ts_high)
+        self.bounds.rows = attrs.evolve(rows, ts_low=low, ts_high=high)
+        return True
+
+    def _push_key(self, flt: Filter) -> bool:
+        if isinstance(flt, EqualTo):
+            given: tuple[Any, ...] = (flt.value,)
+        elif isinstance(flt, In):
+            given = tuple(flt.value)
+        else:
+            return False
+        if not all(isinstance(v, bytes | bytearray) for v in given):
+            return False
+        keys = frozenset(bytes(v) for v in given)
+        rows = self.bounds.rows
+        if rows.keys is not None:
+            keys = keys & rows.keys
+        self.bounds.rows = attrs.evolve(rows, keys=keys)
+        return True

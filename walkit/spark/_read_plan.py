@@ -21,13 +21,15 @@ inclusive start there).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
+from typing import Final, final
 
 import attrs
 
+from walkit._core.lake import LakeLedger
 from walkit._core.log_position import LogPosition
 
 __all__ = [
+    "LAKE_SPLIT_BYTES",
     "LedgerView",
     "LogPlan",
     "Range",
@@ -51,6 +53,8 @@ class LedgerView:
     record_sets: bool = False
     #: The schema version its records were written with (0: none; a typed log's).
     schema: int = 0
+    #: Its offload record when it was offloaded (its records are read from the lake's files).
+    lake: LakeLedger | None = None
 
 
 @final
@@ -70,6 +74,8 @@ class Range:
     end_slot: int | None = None
     #: The schema version of the ledger's records (0: none).
     schema: int = 0
+    #: The ledger's offload record: read from these data files, not from the bookies.
+    lake: LakeLedger | None = None
 
     @property
     def count(self) -> int:
@@ -87,6 +93,7 @@ class Range:
             self.first_slot if first == self.first else 0,
             self.end_slot if last == self.last else None,
             self.schema,
+            self.lake,
         )
 
 
@@ -161,6 +168,7 @@ def plan_log(
                     first_slot,
                     end_slot if limited else None,
                     ledger.schema,
+                    ledger.lake,
                 )
             )
             if budget is not None:
@@ -218,19 +226,48 @@ def cut_at_records(
     return plan.end
 
 
+#: Bytes of data files (compressed, as the lake holds them) one Spark partition reads at most.
+LAKE_SPLIT_BYTES: Final = 64 * 1024 * 1024
+
+
 def pack(
-    ranges: Sequence[Range], split_entries: int, split_record_sets: int | None = None
+    ranges: Sequence[Range],
+    split_entries: int,
+    split_record_sets: int | None = None,
+    lake_split_bytes: int = LAKE_SPLIT_BYTES,
 ) -> list[tuple[Range, ...]]:
     """Ranges grouped into Spark partitions of at most ``split_entries`` entries of one record
     each, or ``split_record_sets`` entries of record-set ledgers (default: the same number),
     or a mix in proportion: big ranges are cut, small neighbours share a partition; log order
-    is kept across partitions."""
+    is kept across partitions. Ranges of offloaded ledgers (read from the lake's files) have
+    partitions of their own, of about ``lake_split_bytes`` of data files each (a ledger's
+    files are not cut: its rows are read by row group)."""
     per_set = split_entries if split_record_sets is None else split_record_sets
     capacity = split_entries * per_set
     partitions: list[tuple[Range, ...]] = []
     current: list[Range] = []
     room = capacity
+    lake_part: list[Range] = []
+    lake_room = lake_split_bytes
+
+    def flush_lake() -> None:
+        nonlocal lake_part, lake_room
+        if lake_part:
+            partitions.append(tuple(lake_part))
+        lake_part, lake_room = [], lake_split_bytes
+
     for rng in ranges:
+        if rng.lake is not None:
+            if current:
+                partitions.append(tuple(current))
+                current, room = [], capacity
+            size = rng.lake.lake_bytes * rng.count // max(1, rng.lake.entries)
+            if lake_part and size > lake_room:
+                flush_lake()
+            lake_part.append(rng)
+            lake_room -= size
+            continue
+        flush_lake()
         cost = split_entries if rng.record_sets else per_set  # of one entry, in capacity units
         first = rng.first
         while first <= rng.last:
@@ -247,6 +284,7 @@ def pack(
                 partitions.append(tuple(current))
                 current = []
                 room = capacity
+    flush_lake()
     if current:
         partitions.append(tuple(current))
     return partitions

@@ -161,7 +161,13 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if max_rows is None:
                 end = plan.end
             else:
-                counts = run(record_counts, self.options.connection, plan.ranges, max_rows)
+                counts = run(
+                    record_counts,
+                    self.options.connection,
+                    plan.ranges,
+                    max_rows,
+                    self.options.lake_properties,
+                )
                 end = cut_at_records(plan, counts, max_rows)
         self.latest = lag_offset(state, begin, end)
         return offset(end)

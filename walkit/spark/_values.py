@@ -37,6 +37,7 @@ from walkit._core.schema import (
     SchemaType,
     SchemaVersion,
 )
+from walkit._schema_arrow import VALUE_COLUMN, arrow_type
 from walkit.errors import ConfigurationError, InvalidArgumentError, SchemaError
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ __all__ = [
     "value_ddl",
 ]
 
-#: The column of a typed log's values.
-VALUE_COLUMN: Final = "value"
 
 _DDL: Final = {
     "boolean": "boolean",
@@ -62,13 +61,6 @@ _DDL: Final = {
     "double": "double",
     "string": "string",
     "bytes": "binary",
-}
-_ARROW: Final = {
-    "boolean": pa.bool_(),
-    "long": pa.int64(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "bytes": pa.binary(),
 }
 
 
@@ -89,21 +81,6 @@ def spark_ddl(tp: SchemaType) -> str:
     if isinstance(tp, EnumType):
         return "string"
     return "struct<" + ", ".join(f"{_quoted(f.name)}: {spark_ddl(f.type)}" for f in tp.fields) + ">"
-
-
-def arrow_type(tp: SchemaType) -> pa.DataType:
-    """The Arrow type of a schema type (what Spark reads the DDL type from)."""
-    if isinstance(tp, Primitive):
-        return _ARROW[tp.name]
-    if isinstance(tp, NullableType):
-        return arrow_type(tp.inner)
-    if isinstance(tp, ArrayType):
-        return pa.list_(arrow_type(tp.items))
-    if isinstance(tp, MapType):
-        return pa.map_(pa.string(), arrow_type(tp.values))
-    if isinstance(tp, EnumType):
-        return pa.string()
-    return pa.struct([(f.name, arrow_type(f.type)) for f in tp.fields])
 
 
 def value_ddl(schema: RecordType) -> str:

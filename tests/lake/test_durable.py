@@ -1,0 +1,60 @@
+"""A file:// lake's data files, and the directories up to the lake's root, are fsynced before
+the Iceberg commit names them (a power loss after the commit cannot take them back)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.client.conftest import cluster, connect
+from walkit import Log
+from walkit.log._offload import offload
+
+
+async def test_data_files_and_their_directories_are_fsynced_before_the_commit(
+    memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake_dir = tmp_path / "lake"
+    synced: list[str] = []  # the lake's paths fsynced, in order
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(lake_dir)):
+            synced.append(path)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    async with (
+        cluster(memory_url, tmp_path, 1),
+        connect(memory_url, wall_clock=time.time) as client,
+    ):
+        log = await Log.open(
+            client,
+            "durable",
+            roll_entries=5,
+            ensemble_size=1,
+            write_quorum=1,
+            ack_quorum=1,
+            offload_to=f"file://{lake_dir}",
+        )
+        async with log.writer() as w:
+            for i in range(11):
+                await w.append(b"r%d" % i, timestamp=int(time.time() * 1000))
+        at_files: list[list[str]] = []
+
+        async def hook(step: str, _ledger_id: int) -> None:
+            if step == "files":  # written, not yet committed
+                at_files.append(list(synced))
+                synced.clear()
+
+        assert await offload(log, hook=hook) == 2
+        md = await log.metadata()
+        data = lake_dir / "durable" / "data"
+        for done, ledger in zip(at_files, md.offloaded, strict=True):
+            files = [f.removeprefix("file://") for f in ledger.files]
+            assert done[: len(files)] == files, done
+            assert done[len(files) :] == [str(data), str(data.parent), str(lake_dir)], done
