@@ -17,6 +17,7 @@ import pytest
 import trio
 from pyiceberg.catalog import load_catalog
 
+from tests._orders import OrderV1, OrderV2
 from tests.client.conftest import cluster, connect
 from tests.lake.test_crashes import BASE_MS
 from walkit import Log
@@ -33,22 +34,6 @@ rows = rows.sort_by([("ledger_seq", "ascending"), ("entry_id", "ascending"), ("s
 assert not any(m == "walkit" or m.startswith("walkit.") for m in sys.modules)
 print(json.dumps([[v["id"], v["region"]] for v in rows.column("value").to_pylist() if v]))
 """
-
-
-@dataclasses.dataclass
-class OrderV1:
-    id: int
-    user: str
-    amount: float
-
-
-@dataclasses.dataclass
-class OrderV2:
-    id: int
-    user: str
-    amount: float
-    region: str = "eu"
-    tags: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

@@ -13,27 +13,12 @@ import msgspec
 import pydantic
 import pytest
 
+from tests._orders import OrderV1, OrderV2
 from tests.client.conftest import cluster, connect
 from walkit import Log, LogPosition, LogRecord, Record
 from walkit._core.record_set import decode_record_set
 from walkit._core.schema_codec import ValueCodec
 from walkit.errors import IncompatibleSchemaError, InvalidArgumentError, SchemaError
-
-
-@dataclasses.dataclass
-class OrderV1:
-    id: int
-    user: str
-    amount: float
-
-
-@dataclasses.dataclass
-class OrderV2:
-    id: int
-    user: str
-    amount: float
-    region: str = "eu"
-    tags: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
