@@ -293,7 +293,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pids = [p.pid for p in procs]
         res["nice"] = [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids]
         meter = Meter(pids)
-        spark = spark_session() if args.spark else None
+        # Filters pushed down: the source prunes offloaded ledgers and row groups by timestamp.
+        spark = spark_session(push_filters=True) if args.spark else None
         batches = list(events(records))  # made once: both logs get the same records
         opts = lake_options(root / "lake")
         try:
