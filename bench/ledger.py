@@ -61,13 +61,16 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_bookies(root: Path, url: str, count: int) -> list[subprocess.Popen[str]]:
+def start_bookies(
+    root: Path, url: str, count: int, extra: tuple[str, ...] = ()
+) -> list[subprocess.Popen[str]]:
+    """``count`` bookie processes, data under ``root``; ``extra``: more of their options."""
     procs: list[subprocess.Popen[str]] = []
     for i in range(count):
         args = [
             sys.executable, "-m", "walkit_bookie.cli",
             "--data-dir", str(root / f"bookie-{i}"),
-            "--metadata", url, "--log-level", "warning",
+            "--metadata", url, "--log-level", "warning", *extra,
         ]  # fmt: skip
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None

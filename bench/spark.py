@@ -132,7 +132,9 @@ def timed(pids: list[int], action: Callable[[], int]) -> dict[str, float]:
     }
 
 
-def spark_session() -> Any:
+def spark_session(push_filters: bool = False) -> Any:
+    """A local Spark session with the ``walkit`` format registered; ``push_filters``: Spark
+    hands the source its filters (``spark.sql.python.filterPushdown.enabled``)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -146,6 +148,7 @@ def spark_session() -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.python.filterPushdown.enabled", str(push_filters).lower())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -13,10 +13,12 @@ from its payload, as for records read from the bookies.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -118,17 +120,17 @@ class LakeCursor:
         self._merged = len(lake.files) > 1
         self._done = not lake.files
 
-    async def next_batch(self) -> list[tuple[Any, ...]] | None:
+    async def next_batch(self, tail: object = None) -> Batch | None:
         """The next records as LogRecord fields (seq, entry, slot, payload, producer, key,
-        headers, timestamp); None when the ledger is done."""
+        headers, timestamp, ``tail``), made lazily; None when the ledger is done."""
         while not self._done:
             table = await self._next_table()
             if table is None:
                 self._done = True
                 return None
-            rows = self._rows(table)
-            if rows:
-                return rows
+            batch = self._rows(table, tail)
+            if batch is not None:
+                return batch
         return None
 
     async def _next_table(self) -> pa.Table | None:
@@ -181,7 +183,7 @@ class LakeCursor:
         self._start_soon(read)
         self._next = (done, holder)
 
-    def _rows(self, table: pa.Table) -> list[tuple[Any, ...]]:
+    def _rows(self, table: pa.Table, tail: object) -> Batch | None:
         entry_first, slot_first = self._from
         if entry_first or slot_first:
             entries = table.column("entry_id")
@@ -191,26 +193,53 @@ class LakeCursor:
                 pc.and_(pc.equal(entries, entry_first), pc.greater_equal(slots, slot_first)),
             )
             table = table.filter(keep)
+        n = table.num_rows
+        if n == 0:
+            return None
         ts = table.column("timestamp").cast(pa.int64())
         ms = pc.divide(ts, 1000).to_pylist()
-        headers = [
-            None if h is None else tuple((x["key"], x["value"]) for x in h)
-            for h in table.column("headers").to_pylist()
-        ]
-        seq = self._seq
-        return list(
-            zip(
-                [seq] * table.num_rows,
-                table.column("entry_id").to_pylist(),
-                table.column("slot").to_pylist(),
-                table.column("payload").to_pylist(),
-                _producers(table),
-                table.column("key").to_pylist(),
-                headers,
-                ms,
-                strict=True,
-            )
+        column = table.column("headers")
+        # Made in C (zip, repeat), as the bookie reader makes its records: no Python per
+        # record unless a record has headers.
+        headers: Iterable[Any] = (
+            repeat(None, n)
+            if column.null_count == n
+            else [
+                None if h is None else tuple((x["key"], x["value"]) for x in h)
+                for h in column.to_pylist()
+            ]
         )
+        entry_ids = _pylist(table.column("entry_id"))
+        slots = _pylist(table.column("slot"))
+        rows = zip(
+            repeat(self._seq, n),
+            entry_ids,
+            slots,
+            _pylist(table.column("payload")),
+            _producers(table),
+            _pylist(table.column("key")),
+            headers,
+            ms,
+            repeat(tail, n),
+            strict=True,
+        )
+        return Batch(rows, entry_ids[-1], slots[-1])
+
+
+def _pylist(column: pa.ChunkedArray) -> list[Any]:
+    """A column without nulls, or of binary values, as Python objects (through numpy: a
+    third faster than ``to_pylist``; a binary null stays None)."""
+    out: list[Any] = column.to_numpy(zero_copy_only=False).tolist()
+    return out
+
+
+@attrs.frozen
+class Batch:
+    """Records of an offloaded ledger, and where the last one is."""
+
+    rows: Iterator[tuple[Any, ...]]
+    last_entry_id: int
+    last_slot: int
 
 
 def _producers(table: pa.Table) -> list[ProducerTag | None]:

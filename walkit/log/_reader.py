@@ -605,19 +605,17 @@ class LogReader(Generic[V]):
         cursor, ledger = self._lake, self._ledger
         assert cursor is not None and ledger is not None
         try:
-            rows = await cursor.next_batch()
+            batch = await cursor.next_batch(self._values)
         except Exception as exc:
             found = self._lake_error(exc, ledger)
             if found is exc:
                 raise
             raise found from None
-        if rows is None:
+        if batch is None:
             self._move_past(ledger)
             return True
-        values = self._values
-        self._buffer.extend(_make_record((*row, values)) for row in rows)
-        last = rows[-1]
-        self._pos = LogPosition(ledger.seq, last[1], last[2] + 1)
+        self._buffer.extend(map(_make_record, batch.rows))
+        self._pos = LogPosition(ledger.seq, batch.last_entry_id, batch.last_slot + 1)
         return True
 
     def _lake_error(self, exc: Exception, ledger: LogLedger) -> BaseException:
