@@ -73,7 +73,9 @@ async def test_offload_to_an_unreachable_s3_endpoint_is_retryable_and_changes_no
         error = raised.value
         assert error.retryable, error
         text = str(error)
-        assert "log orders" in text and "ledger" in text and "s3://nowhere/lake" in text, text
+        # (a pass first brings the table's columns up to date: the lake fails there, before
+        # any ledger, so the error names the log and the lake's location)
+        assert "log orders" in text and "s3://nowhere/lake" in text, text
         assert "127.0.0.1" in text and SECRET not in text, text
         assert error.__cause__ is None and error.__suppress_context__, error
         assert (await log.metadata()).to_json() == before
@@ -114,7 +116,7 @@ async def test_offload_with_credentials_s3_refuses_is_an_access_error(
                 await log.offload()
             assert not raised.value.retryable
             assert isinstance(raised.value, LakeUnavailableError)
-            assert "log orders, ledger" in str(raised.value) and SECRET not in str(raised.value)
+            assert "log orders" in str(raised.value) and SECRET not in str(raised.value)
             assert (await log.metadata()).to_json() == before
 
 

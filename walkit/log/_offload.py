@@ -167,7 +167,9 @@ class _Layout:
 async def _layout(lake: Lake, md: LogMetadata) -> _Layout:
     """Bring the table's columns up to date (the lake format's, the log's latest schema's)."""
     latest = md.schemas[-1].schema if md.schemas else None
-    schema = await anyio.to_thread.run_sync(table_columns, lake, latest)
+    schema = await in_lake(
+        lake.log_name, lake, "updating the table's columns", table_columns, lake, latest
+    )
     decode = None
     if latest is not None:
         import msgspec
