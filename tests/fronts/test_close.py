@@ -180,6 +180,9 @@ import walkit, walkit.sync
 from walkit.sync import _log
 
 url, name = sys.argv[1], sys.argv[2]
+# Ctrl-C raises KeyboardInterrupt, as in a program started from a terminal (a test runner
+# started in the background by a shell inherits SIGINT ignored, and so would this child).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 source, first = inspect.getsourcelines(_log._AppendQueue.append)
 WAIT_LINE = first + next(i for i, line in enumerate(source) if "call.done.acquire()" in line)
 

@@ -82,6 +82,10 @@ def test_keyboard_interrupt_cancels_the_call_and_the_client_goes_on(
         """
         import os, signal, sys, threading, time, walkit, walkit.sync
 
+        # Ctrl-C raises KeyboardInterrupt, as in a program started from a terminal (a test
+        # runner started in the background by a shell inherits SIGINT ignored).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         def interrupt_when_waiting(main):
             # SIGINT once the main thread waits for the loop (walkit.sync's wait(), inside
             # reader.next()), not at a moment a loaded machine may reach before that.
