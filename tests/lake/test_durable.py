@@ -58,3 +58,21 @@ async def test_data_files_and_their_directories_are_fsynced_before_the_commit(
             files = [f.removeprefix("file://") for f in ledger.files]
             assert done[: len(files)] == files, done
             assert done[len(files) :] == [str(data), str(data.parent), str(lake_dir)], done
+
+
+def test_a_copy_another_offloader_cleaned_up_is_not_an_error(tmp_path: Path) -> None:
+    """Two offloaders of one ledger: the winner's clean-up deletes the loser's copy (its
+    ledger is in the table), possibly between the loser's write and its fsync; the loser
+    syncs what is left and goes on to the commit, which finds the winner's files."""
+    from walkit._core.lake import parse_lake_uri
+    from walkit.lake._durable import sync_files
+
+    data = tmp_path / "lake" / "t" / "data"
+    data.mkdir(parents=True)
+    kept = data / "kept.parquet"
+    kept.write_bytes(b"x")
+    sync_files(
+        parse_lake_uri(f"file://{tmp_path / 'lake'}"),
+        [f"file://{data / 'gone.parquet'}", f"file://{kept}"],
+    )
+    assert kept.read_bytes() == b"x"

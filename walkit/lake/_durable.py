@@ -26,7 +26,13 @@ def sync_files(lake: LakeUri, uris: Iterable[str]) -> None:
     dirs: set[str] = set()
     for uri in uris:
         path = os.path.normpath(uri.removeprefix("file://"))
-        _fsync(path, os.O_RDONLY)
+        try:
+            _fsync(path, os.O_RDONLY)
+        except FileNotFoundError:
+            # Another offloader committed this ledger first, and its clean-up deleted this
+            # copy (it deletes only files of ledgers the table holds): the commit step finds
+            # the ledger there and keeps the winner's files.
+            continue
         parent = os.path.dirname(path)
         while parent.startswith(root) and parent not in dirs:
             dirs.add(parent)
