@@ -33,8 +33,8 @@ from walkit._core.record_set import (
 from walkit._core.types import Entry
 from walkit.errors import CorruptEntryError
 from walkit.spark._read_io import Chunk
-from walkit.spark._read_schema import HEADERS_ARROW, LOG_ARROW, TIMESTAMP_ARROW
-from walkit.spark._values import VALUE_COLUMN, ValueColumn
+from walkit.spark._read_schema import HEADERS_ARROW, TIMESTAMP_ARROW, log_rows
+from walkit.spark._values import ValueColumn
 
 __all__ = ["EntryExtras", "log_batch", "record_set_payloads"]
 
@@ -186,25 +186,15 @@ def log_batch(name: str, chunk: Chunk, values: ValueColumn | None = None) -> pa.
         rows = len(entries)
         entry_ids = pa.array(range(first, first + rows), pa.int64())
         slots = pa.repeat(pa.scalar(0, pa.int64()), rows)
-    positions = pc.binary_join_element_wise(
-        f"{rng.seq}:", pc.cast(entry_ids, pa.string()), ":", pc.cast(slots, pa.string()), ""
-    )
-    columns = [
-        pa.repeat(pa.scalar(name, pa.string()), rows),
-        positions,
-        pa.repeat(pa.scalar(rng.seq, pa.int64()), rows),
-        pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), rows),
+    batch = log_rows(
+        name,
+        rng,
         entry_ids,
         slots,
         payloads,
-        *_extra_columns(extras, counts, parents, rows),
-    ]
-    schema = LOG_ARROW
-    if values is not None:
-        column = values.column(payloads, rng.schema, positions)
-        columns.append(column)
-        schema = schema.append(pa.field(VALUE_COLUMN, column.type))
-    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        _extra_columns(extras, counts, parents, rows),
+        values,
+    )
     if not entries:
         return batch
     # The range's slot cuts: records before first_slot of its first entry, and from end_slot

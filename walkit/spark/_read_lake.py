@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from walkit.errors import CorruptLakeFileError
-from walkit.spark._read_schema import HEADERS_ARROW, LOG_ARROW
-from walkit.spark._values import VALUE_COLUMN
+from walkit.spark._read_schema import HEADERS_ARROW, TIMESTAMP_ARROW, log_rows
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -124,10 +123,8 @@ def _wanted_groups(file: pq.ParquetFile, rng: Range, rows: RowFilter) -> list[in
             continue
         if rows.ts_low is not None or rows.ts_high is not None:
             t_low, t_high = _stats(file, group, "timestamp")
-            nulls = file.metadata.row_group(group).num_rows
-            if t_low is None and nulls:
-                pass  # no statistics (or only nulls): read it and let the mask decide
-            elif rows.outside(t_low, t_high):
+            # (no statistics, or only nulls: read it, and the mask decides)
+            if t_low is not None and rows.outside(t_low, t_high):
                 continue
         groups.append(group)
     return groups
@@ -153,34 +150,19 @@ def _cut(table: pa.Table, rng: Range, rows: RowFilter) -> pa.Table:
 
 def _batch(name: str, rng: Range, table: pa.Table, values: ValueColumn | None) -> pa.RecordBatch:
     table = table.combine_chunks()
-    n = table.num_rows
 
     def column(label: str) -> pa.Array:
         chunks = table.column(label).chunks
         return chunks[0] if chunks else pa.array([], table.schema.field(label).type)
 
-    entry_ids, slots, payloads = column("entry_id"), column("slot"), column("payload")
-    positions = pc.binary_join_element_wise(
-        f"{rng.seq}:", pc.cast(entry_ids, pa.string()), ":", pc.cast(slots, pa.string()), ""
-    )
-    columns = [
-        pa.repeat(pa.scalar(name, pa.string()), n),
-        positions,
-        pa.repeat(pa.scalar(rng.seq, pa.int64()), n),
-        pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), n),
-        entry_ids,
-        slots,
-        payloads,
+    extras = [
         column("key"),
         column("headers").cast(HEADERS_ARROW),
-        column("timestamp").cast(LOG_ARROW.field("timestamp").type),
+        column("timestamp").cast(TIMESTAMP_ARROW),
     ]
-    schema = LOG_ARROW
-    if values is not None:
-        value = values.column(payloads, rng.schema, positions)
-        columns.append(value)
-        schema = schema.append(pa.field(VALUE_COLUMN, value.type))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return log_rows(
+        name, rng, column("entry_id"), column("slot"), column("payload"), extras, values
+    )
 
 
 def _read_error(rng: Range, uri: str, exc: Exception) -> CorruptLakeFileError:

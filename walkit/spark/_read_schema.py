@@ -15,9 +15,16 @@ are not UTF-8 as ``\\xNN`` escapes).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from walkit._schema_arrow import VALUE_COLUMN
+
+if TYPE_CHECKING:
+    from walkit.spark._read_plan import Range
+    from walkit.spark._values import ValueColumn
 
 __all__ = [
     "HEADERS_ARROW",
@@ -26,6 +33,7 @@ __all__ = [
     "LOG_ARROW",
     "LOG_SCHEMA",
     "TIMESTAMP_ARROW",
+    "log_rows",
 ]
 
 LOG_SCHEMA: Final = (
@@ -65,3 +73,38 @@ LEDGER_ARROW: Final = pa.schema(
         ("custom_metadata", pa.map_(pa.string(), pa.string())),
     ]
 )
+
+
+def log_rows(
+    name: str,
+    rng: Range,
+    entry_ids: pa.Array,
+    slots: pa.Array,
+    payloads: pa.Array,
+    extras: list[pa.Array],
+    values: ValueColumn | None = None,
+) -> pa.RecordBatch:
+    """Rows of the log schema from a range's per-record columns (``extras``: ``key``,
+    ``headers``, ``timestamp``), with the columns every row of the range shares and its
+    positions; with ``values``, a typed log's ``value`` column last. Used by the reads from
+    the bookies and from the lake alike."""
+    rows = len(entry_ids)
+    positions = pc.binary_join_element_wise(
+        f"{rng.seq}:", pc.cast(entry_ids, pa.string()), ":", pc.cast(slots, pa.string()), ""
+    )
+    columns = [
+        pa.repeat(pa.scalar(name, pa.string()), rows),
+        positions,
+        pa.repeat(pa.scalar(rng.seq, pa.int64()), rows),
+        pa.repeat(pa.scalar(rng.ledger_id, pa.int64()), rows),
+        entry_ids,
+        slots,
+        payloads,
+        *extras,
+    ]
+    schema = LOG_ARROW
+    if values is not None:
+        column = values.column(payloads, rng.schema, positions)
+        columns.append(column)
+        schema = schema.append(pa.field(VALUE_COLUMN, column.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
