@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from kv_http import MAX_HEAD, Handler, Limits, Observer, Request, Response, error
+from kv_http import MAX_HEAD, Handler, Limits, Observer, Request, Response, Stats, error
 
 #: The servers ``--http-server`` may choose: kv_http, or uvicorn on one of its parsers.
 HTTP_SERVERS = ("kv_http", "uvicorn-httptools", "uvicorn-h11")
@@ -103,11 +103,13 @@ async def serve_uvicorn(
     parser: str,
     max_body: int,
     limits: Limits,
+    stats: Stats | None = None,
     observe: Observer | None = None,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``handler`` on uvicorn (``parser``: ``httptools`` or ``h11``) in this event
-    loop until cancelled; ``task_status.started(port)`` once listening."""
+    loop until cancelled; ``task_status.started(port)`` once listening. ``stats`` learns
+    the open connections from uvicorn's own count (its other counters are kv_http's)."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -134,6 +136,9 @@ async def serve_uvicorn(
     sock.listen(1024)
     sock.setblocking(False)
     await server.startup(sockets=[sock])
+    if stats is not None:
+        # uvicorn keeps the set of its open connections (its protocols) on the server state.
+        stats.open_now = lambda: len(server.server_state.connections)
     try:
         task_status.started(sock.getsockname()[1])
         await server.main_loop()  # (ticks uvicorn's Date header; ends when cancelled)

@@ -205,15 +205,22 @@ class Limits:
 
 @final
 class Stats:
-    """Connection counts, for the service's metrics."""
+    """Connection counts, for the service's metrics. kv_http keeps them all; on uvicorn only
+    the open connections are known (``open_now`` reads uvicorn's own count)."""
 
     def __init__(self) -> None:
         self.open = 0
+        #: Set by a server that counts its connections itself (uvicorn); None on kv_http.
+        self.open_now: Callable[[], int] | None = None
         self.refused = 0
         self.idle_closed = 0
         self.timed_out = 0
         self.evicted = 0
         self.slots: set[_Connection] = set()
+
+    def open_connections(self) -> int:
+        """The connections open now, whichever server counts them."""
+        return self.open_now() if self.open_now is not None else self.open
 
 
 class _Refuse(Exception):

@@ -68,14 +68,20 @@ class RequestStats:
 
 @final
 class HttpCollector:
-    """The HTTP server's connection counts (kept by kv_http, read at scrape time)."""
+    """The HTTP server's connection counts, read at scrape time. kv_http keeps them all; on
+    uvicorn only the open connections are known (its refusals and closes are its own), so the
+    counters are left out rather than reported as zero."""
 
     def __init__(self, stats: Stats) -> None:
         self._stats = stats
 
     def collect(self) -> Iterator[Any]:
         s = self._stats
-        yield GaugeMetricFamily("kv_http_connections", "HTTP connections open", value=s.open)
+        yield GaugeMetricFamily(
+            "kv_http_connections", "HTTP connections open", value=s.open_connections()
+        )
+        if s.open_now is not None:
+            return
         for name, doc, value in (
             ("kv_http_connections_refused", "connections answered 503: too many open", s.refused),
             (

@@ -232,6 +232,7 @@ class KVService:
                 parser=self.options.http_server.removeprefix("uvicorn-"),
                 max_body=self.options.max_body,
                 limits=limits,
+                stats=self.metrics.http,
                 observe=self._observe,
                 task_status=task_status,
             )
@@ -469,7 +470,13 @@ class KVService:
         pipelining ``/metrics`` would otherwise cost the loop (and the lead) one per request."""
         applied = self._replica.applied_count if self._replica else 0
         http = self.metrics.http
-        key = (applied, self._leader is not None, http.open, http.refused, http.timed_out)
+        key = (
+            applied,
+            self._leader is not None,
+            http.open_connections(),
+            http.refused,
+            http.timed_out,
+        )
         now = time.monotonic()
         cached = self._scraped
         if cached is not None and cached[0] == key and now - cached[1] < METRICS_TTL:
