@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from itertools import dropwhile
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ async def test_data_files_and_their_directories_are_fsynced_before_the_commit(
 
     def fsync(fd: int) -> None:
         path = os.readlink(f"/proc/self/fd/{fd}")
-        if path.startswith(str(lake_dir)):
+        if path.startswith(str(lake_dir)) and "/metadata" not in path:  # (the next test's)
             synced.append(path)
         real_fsync(fd)
 
@@ -48,7 +49,8 @@ async def test_data_files_and_their_directories_are_fsynced_before_the_commit(
 
         async def hook(step: str, _ledger_id: int) -> None:
             if step == "files":  # written, not yet committed
-                at_files.append(list(synced))
+                # (from the first data file: the table's creation synced its directories)
+                at_files.append(list(dropwhile(lambda p: not p.endswith(".parquet"), synced)))
                 synced.clear()
 
         assert await offload(log, hook=hook) == 2
@@ -76,3 +78,43 @@ def test_a_copy_another_offloader_cleaned_up_is_not_an_error(tmp_path: Path) -> 
         [f"file://{data / 'gone.parquet'}", f"file://{kept}"],
     )
     assert kept.read_bytes() == b"x"
+
+
+async def test_the_tables_metadata_files_are_fsynced_as_pyiceberg_writes_them(
+    memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyiceberg writes the table's metadata (metadata JSON, manifest lists, manifests) itself;
+    the lake's FileIO fsyncs each file, and the metadata directory, as pyiceberg closes it:
+    before the catalog's pointer moves to it."""
+    lake_dir = tmp_path / "lake"
+    synced: set[str] = set()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    async with (
+        cluster(memory_url, tmp_path, 1),
+        connect(memory_url, wall_clock=time.time) as client,
+    ):
+        log = await Log.open(
+            client,
+            "durable",
+            roll_entries=5,
+            ensemble_size=1,
+            write_quorum=1,
+            ack_quorum=1,
+            offload_to=f"file://{lake_dir}",
+        )
+        async with log.writer() as w:
+            for i in range(11):
+                await w.append(b"r%d" % i, timestamp=int(time.time() * 1000))
+        assert await offload(log) == 2
+    metadata = lake_dir / "durable" / "metadata"
+    written = sorted(str(p) for p in metadata.iterdir())
+    assert any(p.endswith(".metadata.json") for p in written), written
+    assert any(p.endswith(".avro") for p in written), written
+    assert [p for p in written if p not in synced] == []
+    assert {str(metadata), str(metadata.parent), str(lake_dir)} <= synced

@@ -40,6 +40,7 @@ from pyiceberg.types import (
 
 from walkit._core.lake import LAKE_FORMAT, NAMESPACE, LakeUri, parse_lake_uri, table_name
 from walkit.errors import ConfigurationError
+from walkit.lake._durable import DURABLE_IO_IMPL
 
 __all__ = ["ARROW_SCHEMA", "BASE_SCHEMA", "ICEBERG_SCHEMA", "PRODUCER_FIELD", "Lake", "lake_of"]
 
@@ -178,7 +179,11 @@ class Lake:
             import pathlib
 
             pathlib.Path(self.uri.root).mkdir(parents=True, exist_ok=True)
-        return load_catalog("walkit", **self.properties)
+        properties = self.properties
+        if self.uri.scheme == "file" and "py-io-impl" not in properties:
+            # The tables' own metadata writes (pyiceberg's) are fsynced: walkit.lake._durable.
+            properties = {**properties, "py-io-impl": DURABLE_IO_IMPL}
+        return load_catalog("walkit", **properties)
 
     def table(self, *, create: bool = True) -> Table | None:
         """The log's table, loaded afresh (created when missing with ``create``; else None)."""
