@@ -339,7 +339,8 @@ def measure_sync(
 
 def measure_etcd(root: Path, seconds: float) -> dict[str, dict[str, float]]:
     from bench import _kv_load
-    from bench._kv_peers import cpu_seconds, etcd_cluster
+    from bench._compare import cpu_seconds
+    from bench._kv_peers import etcd_cluster
 
     out: dict[str, dict[str, float]] = {}
     with etcd_cluster(root) as (urls, pids):
