@@ -9,8 +9,21 @@ figure is also given as a ratio of them. Figures are medians of ``--runs`` runs.
     python bench/bookie.py --tls [--runs 1] ...   # the same with and without TLS, side by side
 
 With ``--tls`` each run starts a plain bookie and a TLS one (certificates from ``trustme``,
-client certificates required) and the report compares them. Appends a dated section to
-docs/benchmarks.md unless ``--no-append``.
+client certificates required) and the report compares them.
+
+    python bench/bookie.py --compare-tree DIR [--runs 9] [--seconds 3] [--latency-adds 500]
+        [--bookie-event-loop auto|asyncio|uvloop|trio] [--compare-event-loop LOOP]
+
+With ``--compare-tree`` each run starts this checkout's bookie and one running DIR's code (another
+checkout, e.g. ``git worktree add /tmp/before COMMIT``; run on this interpreter with DIR first on
+the import path: bench/_compare.py), back to back in an order alternating from run to run, the
+same client driving both. The report gives each side's medians of adds/s and of the bookie's
+CPU per add, their ratios this ÷ tree with the range of the runs' own ratios, and the client's
+CPU share (it must stay below one core for the bookie to be what is measured).
+``--bookie-event-loop`` is passed to this checkout's bookie as its ``--event-loop``, and
+``--compare-event-loop`` to the tree's, only when given (so that an older tree still runs).
+
+Appends a dated section to docs/benchmarks.md unless ``--no-append``.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import shutil
 import signal
 import ssl
 import statistics
@@ -33,12 +47,15 @@ from typing import Any
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from bench._limits import measure_all
-from walkit._core.digest import DigestManager, master_key
-from walkit._core.types import BookieId
-from walkit._core.wire import (
+from bench import _compare  # noqa: E402
+from bench._compare import cpu_seconds, tree_command  # noqa: E402
+from bench._limits import fdatasync_4k, measure_all  # noqa: E402
+from walkit._core.digest import DigestManager, master_key  # noqa: E402
+from walkit._core.types import BookieId  # noqa: E402
+from walkit._core.wire import (  # noqa: E402
     AddRequest,
     FrameDecoder,
     decode_message,
@@ -47,25 +64,19 @@ from walkit._core.wire import (
 
 KEY = master_key(b"bench")
 SIZES = (100, 1024, 64 * 1024)
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+DOCS = ROOT / "docs" / "benchmarks.md"
 
 
 def start_bookie(
-    data: Path, extra: list[str] | None = None
+    data: Path, extra: list[str] | None = None, tree: Path = ROOT
 ) -> tuple[subprocess.Popen[str], BookieId]:
+    """A bookie process running ``tree``'s code (bench/_compare.py: this checkout by default)."""
     args = [
-        sys.executable,
-        "-m",
-        "walkit_bookie.cli",
-        "--data-dir",
-        str(data / "journal"),
-        "--data-dir",
-        str(data / "ledgers"),
-        "--log-level",
-        "warning",
-        *(extra or []),
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        sys.executable, "-m", "walkit_bookie.cli",
+        "--data-dir", str(data / "journal"), "--data-dir", str(data / "ledgers"),
+        "--log-level", "warning", *(extra or []),
+    ]  # fmt: skip
+    proc = subprocess.Popen(tree_command(tree, args), cwd=tree, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "listening on" not in line:
@@ -132,9 +143,17 @@ async def _receive_answers(stream: trio.abc.Stream, count: int, on_answers: Any 
 
 
 async def throughput(
-    bookie: BookieId, ledger_id: int, size: int, seconds: float, tls: ssl.SSLContext | None = None
+    bookie: BookieId,
+    ledger_id: int,
+    size: int,
+    seconds: float,
+    tls: ssl.SSLContext | None = None,
+    pid: int | None = None,
 ) -> dict[str, float]:
-    """Many adds in flight on one connection for about ``seconds``."""
+    """Many adds in flight on one connection for about ``seconds``; with the bookie's ``pid``,
+    its CPU per add over the same window. ``client_cores`` and ``bookie_cores``: each process's
+    CPU over the window divided by its length (near 1, that process is the bottleneck; both well
+    below, the disk or the machine's other load is)."""
     window = max(16, min(4000, (16 << 20) // (size + 64)))
     # Enough frames for the run, within ~1 GiB (the run ends early if they run out).
     count = min(int(seconds * 100_000), (1 << 30) // (size + 100))
@@ -150,6 +169,8 @@ async def throughput(
         done += n
         room.set()
 
+    bookie_cpu = cpu_seconds([pid]) if pid is not None else 0.0
+    client_cpu = time.process_time()
     start = time.perf_counter()
     deadline = start + seconds
     sent = 0
@@ -177,12 +198,17 @@ async def throughput(
             room = trio.Event()
             await room.wait()
         elapsed = time.perf_counter() - start
+        client_cpu = time.process_time() - client_cpu
+        bookie_cpu = cpu_seconds([pid]) - bookie_cpu if pid is not None else float("nan")
         nursery.cancel_scope.cancel()
     await stream.aclose()
     return {
         "adds_per_s": done / elapsed,
         "mib_per_s": done * size / elapsed / (1 << 20),
         "adds": done,
+        "bookie_cpu_us": bookie_cpu / done * 1e6,
+        "client_cores": client_cpu / elapsed,
+        "bookie_cores": bookie_cpu / elapsed,
     }
 
 
@@ -202,12 +228,6 @@ async def latency(
     return statistics.median(lat) * 1e3
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclasses.dataclass
 class Run:
     """One run's figures: by entry size (adds_per_s, mib_per_s, bookie_cpu_us...), and the
@@ -217,29 +237,35 @@ class Run:
     p50_ms: float = 0.0
 
 
-def run_once(tmp: Path, seconds: float, tls: tuple[list[str], ssl.SSLContext] | None = None) -> Run:
-    """One bookie, every size; ``tls``: the bookie's TLS arguments and the client context."""
+def run_once(
+    tmp: Path,
+    seconds: float,
+    tls: tuple[list[str], ssl.SSLContext] | None = None,
+    extra: list[str] | None = None,
+    tree: Path = ROOT,
+    latency_adds: int = 2000,
+) -> Run:
+    """One bookie of ``tree``, every size; ``tls``: the bookie's TLS arguments and the client
+    context; ``extra``: more of the bookie's options. Its data is removed afterwards."""
     data = tmp / "bookie"
-    proc, bookie = start_bookie(data, tls[0] if tls else None)
+    proc, bookie = start_bookie(data, [*(tls[0] if tls else []), *(extra or [])], tree)
     context = tls[1] if tls else None
     try:
         out = Run()
 
         async def main() -> None:
             for i, size in enumerate(SIZES):
-                before = _cpu_seconds(proc.pid)
-                figures = out.sizes[size] = await throughput(
-                    bookie, 100 + i, size, seconds, context
+                out.sizes[size] = await throughput(
+                    bookie, 100 + i, size, seconds, context, proc.pid
                 )
-                used = _cpu_seconds(proc.pid) - before
-                figures["bookie_cpu_us"] = used / figures["adds"] * 1e6
-            out.p50_ms = await latency(bookie, 200, 1024, 2000, context)
+            out.p50_ms = await latency(bookie, 200, 1024, latency_adds, context)
 
         trio.run(main)
         return out
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+        shutil.rmtree(data, ignore_errors=True)  # 64 KiB runs write GBs
 
 
 def main() -> None:
@@ -249,9 +275,30 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the bookie's data goes")
     parser.add_argument("--no-append", action="store_true")
     parser.add_argument("--tls", action="store_true", help="compare with and without TLS")
+    _compare.add_argument(parser, "a bookie")
+    parser.add_argument(
+        "--bookie-event-loop",
+        choices=EVENT_LOOPS,
+        help="this checkout's bookie's --event-loop (default: the bookie's own default)",
+    )
+    parser.add_argument(
+        "--compare-event-loop",
+        choices=EVENT_LOOPS,
+        help="the compared tree's bookie's --event-loop (a tree that has the option)",
+    )
+    parser.add_argument(
+        "--latency-adds", type=int, default=2000, help="adds in the low-load p50, per run"
+    )
     args = parser.parse_args()
+    if args.tls and args.compare_tree:
+        parser.error("--tls and --compare-tree: one comparison at a time")
+    if args.compare_event_loop and not args.compare_tree:
+        parser.error("--compare-event-loop needs --compare-tree")
     if args.tls:
         compare_tls(args)
+        return
+    if args.compare_tree:
+        compare_trees(args)
         return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)
@@ -260,7 +307,14 @@ def main() -> None:
         runs = []
         for r in range(args.runs):
             print(f"run {r + 1}/{args.runs} ...", flush=True)
-            runs.append(run_once(tmp / f"run{r}", args.seconds))
+            runs.append(
+                run_once(
+                    tmp / f"run{r}",
+                    args.seconds,
+                    extra=_loop_option(args.bookie_event_loop),
+                    latency_adds=args.latency_adds,
+                )
+            )
             limits_again = measure_all(tmp) if r == args.runs - 1 else None
     if limits_again:
         for k in limits:
@@ -274,6 +328,135 @@ def main() -> None:
     }
     p50 = statistics.median(run.p50_ms for run in runs)
     report(limits, med, p50, args, os.getloadavg()[0])
+
+
+EVENT_LOOPS = ("auto", "asyncio", "uvloop", "trio")
+
+
+def _loop_option(loop: str | None) -> list[str]:
+    """The bookie's ``--event-loop``, only when asked for (a tree without it still runs)."""
+    return [] if loop is None else ["--event-loop", loop]
+
+
+#: Above this share of one core, the client (one trio task pair in this process) may be what
+#: limits the rate rather than the bookie.
+CLIENT_BOUND = 0.9
+
+
+def compare_trees(args: Any) -> None:
+    """This checkout's bookie and ``--compare-tree``'s, taking turns in each run (the order
+    rotating), the same client driving both: adds/s and bookie CPU per add, with ratios."""
+    other: Path = args.compare_tree
+    sides = [
+        ("this", ROOT, _loop_option(args.bookie_event_loop)),
+        ("tree", other, _loop_option(args.compare_event_loop)),
+    ]
+    for _, tree, _ in sides:
+        _compare.check_imports(tree, "walkit_bookie")
+    runs: dict[str, list[Run]] = {"this": [], "tree": []}
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
+        tmp = Path(tmp_name)
+        disk = fdatasync_4k(tmp, seconds=1.0)
+        for r in range(args.runs):
+            for name, tree, extra in _compare.rotated(sides, r):
+                print(f"run {r + 1}/{args.runs}: {name} ({tree}) ...", flush=True)
+                run = run_once(
+                    tmp / f"{name}{r}", args.seconds, None, extra, tree, args.latency_adds
+                )
+                runs[name].append(run)
+                print("  " + _run_line(run), flush=True)
+        disk_end = fdatasync_4k(tmp, seconds=1.0)
+    text = compare_report(runs, args, disk, disk_end)
+    print(text)
+    if args.no_append:
+        return
+    with DOCS.open("a") as f:
+        f.write(text)
+    print(f"appended to {DOCS}")
+
+
+def _run_line(run: Run) -> str:
+    return (
+        "; ".join(
+            f"{_label(size)}: {m['adds_per_s']:,.0f} adds/s, {m['bookie_cpu_us']:.1f} µs/add, "
+            f"bookie {m['bookie_cores']:.2f} core, client {m['client_cores']:.2f}"
+            for size, m in run.sizes.items()
+        )
+        + f"; p50 {run.p50_ms:.3f} ms"
+    )
+
+
+def _label(size: int) -> str:
+    return f"{size} B" if size < 1024 else f"{size // 1024} KiB"
+
+
+def compare_report(
+    runs: dict[str, list[Run]], args: Any, disk: dict[str, float], disk_end: dict[str, float]
+) -> str:
+    def med(name: str, size: int, key: str) -> float:
+        return statistics.median(run.sizes[size][key] for run in runs[name])
+
+    def spread(size: int, key: str) -> str:
+        """The ratio this/tree of each run's pair (the two bookies ran back to back)."""
+        pairs = [
+            a.sizes[size][key] / b.sizes[size][key]
+            for a, b in zip(runs["this"], runs["tree"], strict=True)
+        ]
+        return f"{min(pairs):.2f} to {max(pairs):.2f}"
+
+    rows = [
+        "| entry size | adds/s this | adds/s tree | this ÷ tree (runs) | CPU µs/add this | "
+        "tree | this ÷ tree (runs) | client cores, max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    client_max = 0.0
+    for size in SIZES:
+        a, b = med("this", size, "adds_per_s"), med("tree", size, "adds_per_s")
+        ca, cb = med("this", size, "bookie_cpu_us"), med("tree", size, "bookie_cpu_us")
+        client = max(run.sizes[size]["client_cores"] for rs in runs.values() for run in rs)
+        client_max = max(client_max, client)
+        rows.append(
+            f"| {_label(size)} | {a:,.0f} | {b:,.0f} | {a / b:.2f} ({spread(size, 'adds_per_s')}) "
+            f"| {ca:.1f} | {cb:.1f} | {ca / cb:.2f} ({spread(size, 'bookie_cpu_us')}) "
+            f"| {client:.2f} |"
+        )
+    p50 = {name: statistics.median(run.p50_ms for run in rs) for name, rs in runs.items()}
+    client_note = (
+        f"The client stayed below one core (at most {client_max:.2f} of one in a measured "
+        "window), so the bookie, not the client, set the rate."
+        if client_max < CLIENT_BOUND
+        else f"WARNING: the client used up to {client_max:.2f} of a core in a measured window: "
+        "it may be what limits the rate; the adds/s ratio is then a lower bound of the gap."
+    )
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    loops = f"this bookie's --event-loop {args.bookie_event_loop or '(default)'}"
+    if args.compare_event_loop:
+        loops += f", the tree's {args.compare_event_loop}"
+    return (
+        f"\n## Bookie: this checkout against another tree ({now})\n\n"
+        f"`python bench/bookie.py --compare-tree TREE --runs {args.runs} --seconds "
+        f"{args.seconds:g}`; TREE = {_describe(args.compare_tree)}; {loops}; medians of "
+        f"{args.runs} runs, each running both bookies back to back (the order alternating), and "
+        "in brackets the range of the runs' own ratios; one connection with many adds in flight; "
+        "CPU is the bookie process's user + system time per add over the measured window. "
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, 4 KiB fdatasync "
+        f"p50 {disk['fdatasync_4k_p50_ms']:.3f} ms at the start and "
+        f"{disk_end['fdatasync_4k_p50_ms']:.3f} ms at the end, load average "
+        f"{os.getloadavg()[0]:.1f} at the end.\n\n" + "\n".join(rows) + "\n\n"
+        f"Add p50 at low load (1 KiB, one at a time): {p50['this']:.3f} ms this, "
+        f"{p50['tree']:.3f} ms tree. {client_note}\n"
+    )
+
+
+def _describe(tree: Path) -> str:
+    """The tree's commit (``git describe``-like), or its path when it is not a git checkout."""
+    done = subprocess.run(
+        ["git", "-C", str(tree), "log", "-1", "--format=%h %s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return f"`{done.stdout.strip()[:72]}`" if done.returncode == 0 else str(tree)
 
 
 def make_pki(directory: Path) -> tuple[list[str], ssl.SSLContext]:
