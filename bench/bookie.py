@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import shutil
@@ -85,6 +86,7 @@ def start_bookie(
     return proc, BookieId.parse(line.rsplit(" ", 1)[1].strip())
 
 
+@functools.cache  # the same adds for every side and run (each run's bookies are new)
 def frames_for(ledger_id: int, size: int, count: int) -> list[bytes]:
     dm = DigestManager(ledger_id, "crc32c", b"bench")
     payload = os.urandom(size)
@@ -237,35 +239,53 @@ class Run:
     p50_ms: float = 0.0
 
 
-def run_once(
-    tmp: Path,
-    seconds: float,
-    tls: tuple[list[str], ssl.SSLContext] | None = None,
-    extra: list[str] | None = None,
-    tree: Path = ROOT,
-    latency_adds: int = 2000,
-) -> Run:
-    """One bookie of ``tree``, every size; ``tls``: the bookie's TLS arguments and the client
-    context; ``extra``: more of the bookie's options. Its data is removed afterwards."""
-    data = tmp / "bookie"
-    proc, bookie = start_bookie(data, [*(tls[0] if tls else []), *(extra or [])], tree)
-    context = tls[1] if tls else None
+@dataclasses.dataclass
+class Side:
+    """A bookie to measure: its name in the report, the checkout whose code it runs, more of
+    its options, and the client's TLS context for it (None: plain TCP)."""
+
+    name: str
+    tree: Path = ROOT
+    extra: list[str] = dataclasses.field(default_factory=list)
+    context: ssl.SSLContext | None = None
+
+
+def run_sides(
+    tmp: Path, seconds: float, sides: list[Side], turn: int = 0, latency_adds: int = 2000
+) -> dict[str, Run]:
+    """One bookie process per side, all started at once; at each entry size the sides take
+    turns (one idles while the other is measured), in an order rotating with ``turn`` and the
+    size, so that the machine's drift falls on every side alike and a pair is measured seconds
+    apart. Their data is removed afterwards."""
+    procs: list[subprocess.Popen[str]] = []
     try:
-        out = Run()
+        bookies = {}
+        for side in sides:
+            proc, bookie = start_bookie(tmp / side.name, side.extra, side.tree)
+            procs.append(proc)
+            bookies[side.name] = (bookie, proc.pid)
+        out = {side.name: Run() for side in sides}
 
         async def main() -> None:
             for i, size in enumerate(SIZES):
-                out.sizes[size] = await throughput(
-                    bookie, 100 + i, size, seconds, context, proc.pid
-                )
-            out.p50_ms = await latency(bookie, 200, 1024, latency_adds, context)
+                for side in _compare.rotated(sides, turn + i):
+                    bookie, pid = bookies[side.name]
+                    out[side.name].sizes[size] = await throughput(
+                        bookie, 100 + i, size, seconds, side.context, pid
+                    )
+            for side in _compare.rotated(sides, turn):
+                bookie, _ = bookies[side.name]
+                out[side.name].p50_ms = await latency(bookie, 200, 1024, latency_adds, side.context)
 
         trio.run(main)
         return out
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        shutil.rmtree(data, ignore_errors=True)  # 64 KiB runs write GBs
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=60)
+        for side in sides:
+            shutil.rmtree(tmp / side.name, ignore_errors=True)  # 64 KiB runs write GBs
 
 
 def main() -> None:
@@ -307,13 +327,9 @@ def main() -> None:
         runs = []
         for r in range(args.runs):
             print(f"run {r + 1}/{args.runs} ...", flush=True)
+            side = Side("bookie", extra=_loop_option(args.bookie_event_loop))
             runs.append(
-                run_once(
-                    tmp / f"run{r}",
-                    args.seconds,
-                    extra=_loop_option(args.bookie_event_loop),
-                    latency_adds=args.latency_adds,
-                )
+                run_sides(tmp / f"run{r}", args.seconds, [side], 0, args.latency_adds)["bookie"]
             )
             limits_again = measure_all(tmp) if r == args.runs - 1 else None
     if limits_again:
@@ -346,25 +362,21 @@ CLIENT_BOUND = 0.9
 def compare_trees(args: Any) -> None:
     """This checkout's bookie and ``--compare-tree``'s, taking turns in each run (the order
     rotating), the same client driving both: adds/s and bookie CPU per add, with ratios."""
-    other: Path = args.compare_tree
     sides = [
-        ("this", ROOT, _loop_option(args.bookie_event_loop)),
-        ("tree", other, _loop_option(args.compare_event_loop)),
+        Side("this", ROOT, _loop_option(args.bookie_event_loop)),
+        Side("tree", args.compare_tree, _loop_option(args.compare_event_loop)),
     ]
-    for _, tree, _ in sides:
-        _compare.check_imports(tree, "walkit_bookie")
+    for side in sides:
+        _compare.check_imports(side.tree, "walkit_bookie")
     runs: dict[str, list[Run]] = {"this": [], "tree": []}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)
         disk = fdatasync_4k(tmp, seconds=1.0)
         for r in range(args.runs):
-            for name, tree, extra in _compare.rotated(sides, r):
-                print(f"run {r + 1}/{args.runs}: {name} ({tree}) ...", flush=True)
-                run = run_once(
-                    tmp / f"{name}{r}", args.seconds, None, extra, tree, args.latency_adds
-                )
+            print(f"run {r + 1}/{args.runs} ...", flush=True)
+            for name, run in run_sides(tmp, args.seconds, sides, r, args.latency_adds).items():
                 runs[name].append(run)
-                print("  " + _run_line(run), flush=True)
+                print(f"  {name}: {_run_line(run)}", flush=True)
         disk_end = fdatasync_4k(tmp, seconds=1.0)
     text = compare_report(runs, args, disk, disk_end)
     print(text)
@@ -488,9 +500,11 @@ def compare_tls(args: Any) -> None:
         tls = make_pki(tmp)
         plain_runs, tls_runs = [], []
         for r in range(args.runs):
-            print(f"run {r + 1}/{args.runs}: plain, then TLS ...", flush=True)
-            plain_runs.append(run_once(tmp / f"plain{r}", args.seconds))
-            tls_runs.append(run_once(tmp / f"tls{r}", args.seconds, tls))
+            print(f"run {r + 1}/{args.runs}: plain and TLS, taking turns ...", flush=True)
+            sides = [Side("plain"), Side("tls", extra=tls[0], context=tls[1])]
+            both = run_sides(tmp, args.seconds, sides, r, args.latency_adds)
+            plain_runs.append(both["plain"])
+            tls_runs.append(both["tls"])
     cipher = "TLS 1.3 (the ssl module's default suite)"
 
     def med(runs: list[Run], size: int, key: str) -> float:
