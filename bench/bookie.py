@@ -357,6 +357,9 @@ def _loop_option(loop: str | None) -> list[str]:
 #: Above this share of one core, the client (one trio task pair in this process) may be what
 #: limits the rate rather than the bookie.
 CLIENT_BOUND = 0.9
+#: Below this share of one core, the bookie was waiting (on the disk, or for a core) rather
+#: than running its code flat out.
+BOOKIE_BOUND = 0.7
 
 
 def compare_trees(args: Any) -> None:
@@ -418,19 +421,21 @@ def compare_report(
 
     rows = [
         "| entry size | adds/s this | adds/s tree | this ÷ tree (runs) | CPU µs/add this | "
-        "tree | this ÷ tree (runs) | client cores, max |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "tree | this ÷ tree (runs) | bookie cores this / tree | client cores, max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    client_max = 0.0
+    client_max = bookie_max = 0.0
     for size in SIZES:
         a, b = med("this", size, "adds_per_s"), med("tree", size, "adds_per_s")
         ca, cb = med("this", size, "bookie_cpu_us"), med("tree", size, "bookie_cpu_us")
         client = max(run.sizes[size]["client_cores"] for rs in runs.values() for run in rs)
         client_max = max(client_max, client)
+        ka, kb = med("this", size, "bookie_cores"), med("tree", size, "bookie_cores")
+        bookie_max = max(bookie_max, ka, kb)
         rows.append(
             f"| {_label(size)} | {a:,.0f} | {b:,.0f} | {a / b:.2f} ({spread(size, 'adds_per_s')}) "
             f"| {ca:.1f} | {cb:.1f} | {ca / cb:.2f} ({spread(size, 'bookie_cpu_us')}) "
-            f"| {client:.2f} |"
+            f"| {ka:.2f} / {kb:.2f} | {client:.2f} |"
         )
     p50 = {name: statistics.median(run.p50_ms for run in rs) for name, rs in runs.items()}
     client_note = (
@@ -440,6 +445,12 @@ def compare_report(
         else f"WARNING: the client used up to {client_max:.2f} of a core in a measured window: "
         "it may be what limits the rate; the adds/s ratio is then a lower bound of the gap."
     )
+    if bookie_max < BOOKIE_BOUND:
+        client_note += (
+            f" Neither bookie used more than {bookie_max:.2f} of a core (medians): the disk or "
+            "the machine's other load set the rate, so the adds/s ratio says little about the "
+            "code; read the CPU per add (or run with --dir on tmpfs, /dev/shm)."
+        )
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     loops = f"this bookie's --event-loop {args.bookie_event_loop or '(default)'}"
     if args.compare_event_loop:
@@ -447,7 +458,8 @@ def compare_report(
     return (
         f"\n## Bookie: this checkout against another tree ({now})\n\n"
         f"`python bench/bookie.py --compare-tree TREE --runs {args.runs} --seconds "
-        f"{args.seconds:g}`; TREE = {_describe(args.compare_tree)}; {loops}; medians of "
+        f"{args.seconds:g}{f' --dir {args.dir}' if args.dir else ''}`; TREE = "
+        f"{_describe(args.compare_tree)}; {loops}; medians of "
         f"{args.runs} runs, each running both bookies back to back (the order alternating), and "
         "in brackets the range of the runs' own ratios; one connection with many adds in flight; "
         "CPU is the bookie process's user + system time per add over the measured window. "
