@@ -449,7 +449,7 @@ def compare_report(
         client_note += (
             f" Neither bookie used more than {bookie_max:.2f} of a core (medians): the disk or "
             "the machine's other load set the rate, so the adds/s ratio says little about the "
-            "code; read the CPU per add (or run with --dir on tmpfs, /dev/shm)."
+            "code; read the CPU per add, or run again with the machine to itself."
         )
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     loops = f"this bookie's --event-loop {args.bookie_event_loop or '(default)'}"
