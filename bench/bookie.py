@@ -14,12 +14,13 @@ client certificates required) and the report compares them.
     python bench/bookie.py --compare-tree DIR [--runs 9] [--seconds 3] [--latency-adds 500]
         [--bookie-event-loop auto|asyncio|uvloop|trio] [--compare-event-loop LOOP]
 
-With ``--compare-tree`` each run starts this checkout's bookie and one running DIR's code (another
-checkout, e.g. ``git worktree add /tmp/before COMMIT``; run on this interpreter with DIR first on
-the import path: bench/_compare.py), back to back in an order alternating from run to run, the
-same client driving both. The report gives each side's medians of adds/s and of the bookie's
-CPU per add, their ratios this ÷ tree with the range of the runs' own ratios, and the client's
-CPU share (it must stay below one core for the bookie to be what is measured).
+With ``--compare-tree`` each run starts this checkout's bookie and one running DIR's code
+(another checkout, e.g. ``git worktree add /tmp/before COMMIT``; run on this interpreter with DIR
+first on the import path: bench/_compare.py). Both run at once and take turns at each entry
+size, in an order alternating from run to run, the same client driving both. The report gives
+each side's medians of adds/s and of the bookie's CPU per add, their ratios this ÷ tree with the
+range of the runs' own ratios, each bookie's share of a core, and the client's (it must stay
+below one core for the bookie to be what is measured).
 ``--bookie-event-loop`` is passed to this checkout's bookie as its ``--event-loop``, and
 ``--compare-event-loop`` to the tree's, only when given (so that an older tree still runs).
 
@@ -363,8 +364,8 @@ BOOKIE_BOUND = 0.7
 
 
 def compare_trees(args: Any) -> None:
-    """This checkout's bookie and ``--compare-tree``'s, taking turns in each run (the order
-    rotating), the same client driving both: adds/s and bookie CPU per add, with ratios."""
+    """This checkout's bookie and ``--compare-tree``'s, taking turns at each entry size (the
+    order rotating), the same client driving both: adds/s and bookie CPU per add, with ratios."""
     sides = [
         Side("this", ROOT, _loop_option(args.bookie_event_loop)),
         Side("tree", args.compare_tree, _loop_option(args.compare_event_loop)),
@@ -460,8 +461,8 @@ def compare_report(
         f"`python bench/bookie.py --compare-tree TREE --runs {args.runs} --seconds "
         f"{args.seconds:g}{f' --dir {args.dir}' if args.dir else ''}`; TREE = "
         f"{_describe(args.compare_tree)}; {loops}; medians of "
-        f"{args.runs} runs, each running both bookies back to back (the order alternating), and "
-        "in brackets the range of the runs' own ratios; one connection with many adds in flight; "
+        f"{args.runs} runs, in each of which the two bookies took turns at every entry size (the "
+        "order alternating), and in brackets the range of the runs' own ratios; one connection with many adds in flight; "
         "CPU is the bookie process's user + system time per add over the measured window. "
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, 4 KiB fdatasync "
         f"p50 {disk['fdatasync_4k_p50_ms']:.3f} ms at the start and "
