@@ -5,7 +5,6 @@ loopback; their processes' CPU; the failover measurement."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -15,17 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench._compare import tree_command
 from tests._cluster import free_port, process_cluster
 from tests.kv._replicas import ReplicaProcess
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User+system CPU seconds of these processes so far."""
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def http(
@@ -55,7 +46,7 @@ class TreeReplica(ReplicaProcess):
     def command(self) -> list[str]:
         cmd = super().command()
         cmd[1] = str(self.tree / "examples" / "kv_store.py")
-        return ["env", f"PYTHONPATH={self.tree}", *cmd]  # env execs: the pid is the replica's
+        return tree_command(self.tree, cmd)
 
 
 def leader_of(reps: list[ReplicaProcess], timeout: float = 30.0) -> ReplicaProcess:

@@ -9,8 +9,22 @@ figure is also given as a ratio of them. Figures are medians of ``--runs`` runs.
     python bench/bookie.py --tls [--runs 1] ...   # the same with and without TLS, side by side
 
 With ``--tls`` each run starts a plain bookie and a TLS one (certificates from ``trustme``,
-client certificates required) and the report compares them. Appends a dated section to
-docs/benchmarks.md unless ``--no-append``.
+client certificates required) and the report compares them.
+
+    python bench/bookie.py --compare-tree DIR [--runs 9] [--seconds 3] [--latency-adds 500]
+        [--bookie-event-loop auto|asyncio|uvloop|trio] [--compare-event-loop LOOP]
+
+With ``--compare-tree`` each run starts this checkout's bookie and one running DIR's code
+(another checkout, e.g. ``git worktree add /tmp/before COMMIT``; run on this interpreter with DIR
+first on the import path: bench/_compare.py). Both run at once and take turns at each entry
+size, in an order alternating from run to run, the same client driving both. The report gives
+each side's medians of adds/s and of the bookie's CPU per add, their ratios this ÷ tree with the
+range of the runs' own ratios, each bookie's share of a core, and the client's (it must stay
+below one core for the bookie to be what is measured).
+``--bookie-event-loop`` is passed to this checkout's bookie as its ``--event-loop``, and
+``--compare-event-loop`` to the tree's, only when given (so that an older tree still runs).
+
+Appends a dated section to docs/benchmarks.md unless ``--no-append``.
 """
 
 from __future__ import annotations
@@ -18,8 +32,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import os
 import platform
+import shutil
 import signal
 import ssl
 import statistics
@@ -33,12 +49,15 @@ from typing import Any
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from bench._limits import measure_all
-from walkit._core.digest import DigestManager, master_key
-from walkit._core.types import BookieId
-from walkit._core.wire import (
+from bench import _compare  # noqa: E402
+from bench._compare import cpu_seconds, tree_command  # noqa: E402
+from bench._limits import fdatasync_4k, measure_all  # noqa: E402
+from walkit._core.digest import DigestManager, master_key  # noqa: E402
+from walkit._core.types import BookieId  # noqa: E402
+from walkit._core.wire import (  # noqa: E402
     AddRequest,
     FrameDecoder,
     decode_message,
@@ -47,25 +66,19 @@ from walkit._core.wire import (
 
 KEY = master_key(b"bench")
 SIZES = (100, 1024, 64 * 1024)
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+DOCS = ROOT / "docs" / "benchmarks.md"
 
 
 def start_bookie(
-    data: Path, extra: list[str] | None = None
+    data: Path, extra: list[str] | None = None, tree: Path = ROOT
 ) -> tuple[subprocess.Popen[str], BookieId]:
+    """A bookie process running ``tree``'s code (bench/_compare.py: this checkout by default)."""
     args = [
-        sys.executable,
-        "-m",
-        "walkit_bookie.cli",
-        "--data-dir",
-        str(data / "journal"),
-        "--data-dir",
-        str(data / "ledgers"),
-        "--log-level",
-        "warning",
-        *(extra or []),
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        sys.executable, "-m", "walkit_bookie.cli",
+        "--data-dir", str(data / "journal"), "--data-dir", str(data / "ledgers"),
+        "--log-level", "warning", *(extra or []),
+    ]  # fmt: skip
+    proc = subprocess.Popen(tree_command(tree, args), cwd=tree, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "listening on" not in line:
@@ -74,6 +87,7 @@ def start_bookie(
     return proc, BookieId.parse(line.rsplit(" ", 1)[1].strip())
 
 
+@functools.cache  # the same adds for every side and run (each run's bookies are new)
 def frames_for(ledger_id: int, size: int, count: int) -> list[bytes]:
     dm = DigestManager(ledger_id, "crc32c", b"bench")
     payload = os.urandom(size)
@@ -132,9 +146,17 @@ async def _receive_answers(stream: trio.abc.Stream, count: int, on_answers: Any 
 
 
 async def throughput(
-    bookie: BookieId, ledger_id: int, size: int, seconds: float, tls: ssl.SSLContext | None = None
+    bookie: BookieId,
+    ledger_id: int,
+    size: int,
+    seconds: float,
+    tls: ssl.SSLContext | None = None,
+    pid: int | None = None,
 ) -> dict[str, float]:
-    """Many adds in flight on one connection for about ``seconds``."""
+    """Many adds in flight on one connection for about ``seconds``; with the bookie's ``pid``,
+    its CPU per add over the same window. ``client_cores`` and ``bookie_cores``: each process's
+    CPU over the window divided by its length (near 1, that process is the bottleneck; both well
+    below, the disk or the machine's other load is)."""
     window = max(16, min(4000, (16 << 20) // (size + 64)))
     # Enough frames for the run, within ~1 GiB (the run ends early if they run out).
     count = min(int(seconds * 100_000), (1 << 30) // (size + 100))
@@ -150,6 +172,8 @@ async def throughput(
         done += n
         room.set()
 
+    bookie_cpu = cpu_seconds([pid]) if pid is not None else 0.0
+    client_cpu = time.process_time()
     start = time.perf_counter()
     deadline = start + seconds
     sent = 0
@@ -177,12 +201,17 @@ async def throughput(
             room = trio.Event()
             await room.wait()
         elapsed = time.perf_counter() - start
+        client_cpu = time.process_time() - client_cpu
+        bookie_cpu = cpu_seconds([pid]) - bookie_cpu if pid is not None else float("nan")
         nursery.cancel_scope.cancel()
     await stream.aclose()
     return {
         "adds_per_s": done / elapsed,
         "mib_per_s": done * size / elapsed / (1 << 20),
         "adds": done,
+        "bookie_cpu_us": bookie_cpu / done * 1e6,
+        "client_cores": client_cpu / elapsed,
+        "bookie_cores": bookie_cpu / elapsed,
     }
 
 
@@ -202,12 +231,6 @@ async def latency(
     return statistics.median(lat) * 1e3
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclasses.dataclass
 class Run:
     """One run's figures: by entry size (adds_per_s, mib_per_s, bookie_cpu_us...), and the
@@ -217,29 +240,53 @@ class Run:
     p50_ms: float = 0.0
 
 
-def run_once(tmp: Path, seconds: float, tls: tuple[list[str], ssl.SSLContext] | None = None) -> Run:
-    """One bookie, every size; ``tls``: the bookie's TLS arguments and the client context."""
-    data = tmp / "bookie"
-    proc, bookie = start_bookie(data, tls[0] if tls else None)
-    context = tls[1] if tls else None
+@dataclasses.dataclass
+class Side:
+    """A bookie to measure: its name in the report, the checkout whose code it runs, more of
+    its options, and the client's TLS context for it (None: plain TCP)."""
+
+    name: str
+    tree: Path = ROOT
+    extra: list[str] = dataclasses.field(default_factory=list)
+    context: ssl.SSLContext | None = None
+
+
+def run_sides(
+    tmp: Path, seconds: float, sides: list[Side], turn: int = 0, latency_adds: int = 2000
+) -> dict[str, Run]:
+    """One bookie process per side, all started at once; at each entry size the sides take
+    turns (one idles while the other is measured), in an order rotating with ``turn`` and the
+    size, so that the machine's drift falls on every side alike and a pair is measured seconds
+    apart. Their data is removed afterwards."""
+    procs: list[subprocess.Popen[str]] = []
     try:
-        out = Run()
+        bookies = {}
+        for side in sides:
+            proc, bookie = start_bookie(tmp / side.name, side.extra, side.tree)
+            procs.append(proc)
+            bookies[side.name] = (bookie, proc.pid)
+        out = {side.name: Run() for side in sides}
 
         async def main() -> None:
             for i, size in enumerate(SIZES):
-                before = _cpu_seconds(proc.pid)
-                figures = out.sizes[size] = await throughput(
-                    bookie, 100 + i, size, seconds, context
-                )
-                used = _cpu_seconds(proc.pid) - before
-                figures["bookie_cpu_us"] = used / figures["adds"] * 1e6
-            out.p50_ms = await latency(bookie, 200, 1024, 2000, context)
+                for side in _compare.rotated(sides, turn + i):
+                    bookie, pid = bookies[side.name]
+                    out[side.name].sizes[size] = await throughput(
+                        bookie, 100 + i, size, seconds, side.context, pid
+                    )
+            for side in _compare.rotated(sides, turn):
+                bookie, _ = bookies[side.name]
+                out[side.name].p50_ms = await latency(bookie, 200, 1024, latency_adds, side.context)
 
         trio.run(main)
         return out
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=60)
+        for side in sides:
+            shutil.rmtree(tmp / side.name, ignore_errors=True)  # 64 KiB runs write GBs
 
 
 def main() -> None:
@@ -249,9 +296,30 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the bookie's data goes")
     parser.add_argument("--no-append", action="store_true")
     parser.add_argument("--tls", action="store_true", help="compare with and without TLS")
+    _compare.add_argument(parser, "a bookie")
+    parser.add_argument(
+        "--bookie-event-loop",
+        choices=EVENT_LOOPS,
+        help="this checkout's bookie's --event-loop (default: the bookie's own default)",
+    )
+    parser.add_argument(
+        "--compare-event-loop",
+        choices=EVENT_LOOPS,
+        help="the compared tree's bookie's --event-loop (a tree that has the option)",
+    )
+    parser.add_argument(
+        "--latency-adds", type=int, default=2000, help="adds in the low-load p50, per run"
+    )
     args = parser.parse_args()
+    if args.tls and args.compare_tree:
+        parser.error("--tls and --compare-tree: one comparison at a time")
+    if args.compare_event_loop and not args.compare_tree:
+        parser.error("--compare-event-loop needs --compare-tree")
     if args.tls:
         compare_tls(args)
+        return
+    if args.compare_tree:
+        compare_trees(args)
         return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)
@@ -260,7 +328,10 @@ def main() -> None:
         runs = []
         for r in range(args.runs):
             print(f"run {r + 1}/{args.runs} ...", flush=True)
-            runs.append(run_once(tmp / f"run{r}", args.seconds))
+            side = Side("bookie", extra=_loop_option(args.bookie_event_loop))
+            runs.append(
+                run_sides(tmp / f"run{r}", args.seconds, [side], 0, args.latency_adds)["bookie"]
+            )
             limits_again = measure_all(tmp) if r == args.runs - 1 else None
     if limits_again:
         for k in limits:
@@ -274,6 +345,143 @@ def main() -> None:
     }
     p50 = statistics.median(run.p50_ms for run in runs)
     report(limits, med, p50, args, os.getloadavg()[0])
+
+
+EVENT_LOOPS = ("auto", "asyncio", "uvloop", "trio")
+
+
+def _loop_option(loop: str | None) -> list[str]:
+    """The bookie's ``--event-loop``, only when asked for (a tree without it still runs)."""
+    return [] if loop is None else ["--event-loop", loop]
+
+
+#: Above this share of one core, the client (one trio task pair in this process) may be what
+#: limits the rate rather than the bookie.
+CLIENT_BOUND = 0.9
+#: Below this share of one core, the bookie was waiting (on the disk, or for a core) rather
+#: than running its code flat out.
+BOOKIE_BOUND = 0.7
+
+
+def compare_trees(args: Any) -> None:
+    """This checkout's bookie and ``--compare-tree``'s, taking turns at each entry size (the
+    order rotating), the same client driving both: adds/s and bookie CPU per add, with ratios."""
+    sides = [
+        Side("this", ROOT, _loop_option(args.bookie_event_loop)),
+        Side("tree", args.compare_tree, _loop_option(args.compare_event_loop)),
+    ]
+    for side in sides:
+        _compare.check_imports(side.tree, "walkit_bookie")
+    runs: dict[str, list[Run]] = {"this": [], "tree": []}
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
+        tmp = Path(tmp_name)
+        disk = fdatasync_4k(tmp, seconds=1.0)
+        for r in range(args.runs):
+            print(f"run {r + 1}/{args.runs} ...", flush=True)
+            for name, run in run_sides(tmp, args.seconds, sides, r, args.latency_adds).items():
+                runs[name].append(run)
+                print(f"  {name}: {_run_line(run)}", flush=True)
+        disk_end = fdatasync_4k(tmp, seconds=1.0)
+    text = compare_report(runs, args, disk, disk_end)
+    print(text)
+    if args.no_append:
+        return
+    with DOCS.open("a") as f:
+        f.write(text)
+    print(f"appended to {DOCS}")
+
+
+def _run_line(run: Run) -> str:
+    return (
+        "; ".join(
+            f"{_label(size)}: {m['adds_per_s']:,.0f} adds/s, {m['bookie_cpu_us']:.1f} µs/add, "
+            f"bookie {m['bookie_cores']:.2f} core, client {m['client_cores']:.2f}"
+            for size, m in run.sizes.items()
+        )
+        + f"; p50 {run.p50_ms:.3f} ms"
+    )
+
+
+def _label(size: int) -> str:
+    return f"{size} B" if size < 1024 else f"{size // 1024} KiB"
+
+
+def compare_report(
+    runs: dict[str, list[Run]], args: Any, disk: dict[str, float], disk_end: dict[str, float]
+) -> str:
+    def med(name: str, size: int, key: str) -> float:
+        return statistics.median(run.sizes[size][key] for run in runs[name])
+
+    def spread(size: int, key: str) -> str:
+        """The ratio this/tree of each run's pair (the two bookies ran back to back)."""
+        pairs = [
+            a.sizes[size][key] / b.sizes[size][key]
+            for a, b in zip(runs["this"], runs["tree"], strict=True)
+        ]
+        return f"{min(pairs):.2f} to {max(pairs):.2f}"
+
+    rows = [
+        "| entry size | adds/s this | adds/s tree | this ÷ tree (runs) | CPU µs/add this | "
+        "tree | this ÷ tree (runs) | bookie cores this / tree | client cores, max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    client_max = bookie_max = 0.0
+    for size in SIZES:
+        a, b = med("this", size, "adds_per_s"), med("tree", size, "adds_per_s")
+        ca, cb = med("this", size, "bookie_cpu_us"), med("tree", size, "bookie_cpu_us")
+        client = max(run.sizes[size]["client_cores"] for rs in runs.values() for run in rs)
+        client_max = max(client_max, client)
+        ka, kb = med("this", size, "bookie_cores"), med("tree", size, "bookie_cores")
+        bookie_max = max(bookie_max, ka, kb)
+        rows.append(
+            f"| {_label(size)} | {a:,.0f} | {b:,.0f} | {a / b:.2f} ({spread(size, 'adds_per_s')}) "
+            f"| {ca:.1f} | {cb:.1f} | {ca / cb:.2f} ({spread(size, 'bookie_cpu_us')}) "
+            f"| {ka:.2f} / {kb:.2f} | {client:.2f} |"
+        )
+    p50 = {name: statistics.median(run.p50_ms for run in rs) for name, rs in runs.items()}
+    client_note = (
+        f"The client stayed below one core (at most {client_max:.2f} of one in a measured "
+        "window), so the bookie, not the client, set the rate."
+        if client_max < CLIENT_BOUND
+        else f"WARNING: the client used up to {client_max:.2f} of a core in a measured window: "
+        "it may be what limits the rate; the adds/s ratio is then a lower bound of the gap."
+    )
+    if bookie_max < BOOKIE_BOUND:
+        client_note += (
+            f" Neither bookie used more than {bookie_max:.2f} of a core (medians): the disk or "
+            "the machine's other load set the rate, so the adds/s ratio says little about the "
+            "code; read the CPU per add, or run again with the machine to itself."
+        )
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    loops = f"this bookie's --event-loop {args.bookie_event_loop or '(default)'}"
+    if args.compare_event_loop:
+        loops += f", the tree's {args.compare_event_loop}"
+    return (
+        f"\n## Bookie: this checkout against another tree ({now})\n\n"
+        f"`python bench/bookie.py --compare-tree TREE --runs {args.runs} --seconds "
+        f"{args.seconds:g}{f' --dir {args.dir}' if args.dir else ''}`; TREE = "
+        f"{_describe(args.compare_tree)}; {loops}; medians of "
+        f"{args.runs} runs, in each of which the two bookies took turns at every entry size (the "
+        "order alternating), and in brackets the range of the runs' own ratios; one connection with many adds in flight; "
+        "CPU is the bookie process's user + system time per add over the measured window. "
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, 4 KiB fdatasync "
+        f"p50 {disk['fdatasync_4k_p50_ms']:.3f} ms at the start and "
+        f"{disk_end['fdatasync_4k_p50_ms']:.3f} ms at the end, load average "
+        f"{os.getloadavg()[0]:.1f} at the end.\n\n" + "\n".join(rows) + "\n\n"
+        f"Add p50 at low load (1 KiB, one at a time): {p50['this']:.3f} ms this, "
+        f"{p50['tree']:.3f} ms tree. {client_note}\n"
+    )
+
+
+def _describe(tree: Path) -> str:
+    """The tree's commit (``git describe``-like), or its path when it is not a git checkout."""
+    done = subprocess.run(
+        ["git", "-C", str(tree), "log", "-1", "--format=%h %s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return f"`{done.stdout.strip()[:72]}`" if done.returncode == 0 else str(tree)
 
 
 def make_pki(directory: Path) -> tuple[list[str], ssl.SSLContext]:
@@ -305,9 +513,11 @@ def compare_tls(args: Any) -> None:
         tls = make_pki(tmp)
         plain_runs, tls_runs = [], []
         for r in range(args.runs):
-            print(f"run {r + 1}/{args.runs}: plain, then TLS ...", flush=True)
-            plain_runs.append(run_once(tmp / f"plain{r}", args.seconds))
-            tls_runs.append(run_once(tmp / f"tls{r}", args.seconds, tls))
+            print(f"run {r + 1}/{args.runs}: plain and TLS, taking turns ...", flush=True)
+            sides = [Side("plain"), Side("tls", extra=tls[0], context=tls[1])]
+            both = run_sides(tmp, args.seconds, sides, r, args.latency_adds)
+            plain_runs.append(both["plain"])
+            tls_runs.append(both["tls"])
     cipher = "TLS 1.3 (the ssl module's default suite)"
 
     def med(runs: list[Run], size: int, key: str) -> float:

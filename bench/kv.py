@@ -43,9 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import _kv_load, _wrk  # noqa: E402
+from bench import _compare, _kv_load, _wrk  # noqa: E402
+from bench._compare import cpu_seconds  # noqa: E402
 from bench._kv_peers import (  # noqa: E402
-    cpu_seconds,
     etcd_cluster,
     failover_once,
     kv_service,
@@ -178,12 +178,11 @@ def run_once(index: int, args: argparse.Namespace) -> dict[str, Result]:
 
     systems += [(server, on(server)) for server in args.http_servers if server != "kv_http"]
     if args.compare_tree is not None:
-        tree = Path(args.compare_tree).resolve()
+        tree = args.compare_tree
         systems.append(("before", lambda tmp, tag: _walkit(args, load, tmp, tag, tree)))
     if shutil.which("etcd") and not args.no_etcd:
         systems.append(("etcd", lambda tmp, tag: _etcd(args, load, tmp, tag)))
-    turn = index % len(systems)
-    systems = systems[turn:] + systems[:turn]  # each system goes first in some run
+    systems = _compare.rotated(systems, index)  # each system goes first in some run
     out: dict[str, Result] = {}
     with tempfile.TemporaryDirectory(prefix="kv-bench-") as tmp:
         machine = {"load_1m": os.getloadavg()[0]}
@@ -204,9 +203,7 @@ def main() -> None:
     parser.add_argument("--failovers", type=int, default=3, help="kills per lease, per run")
     parser.add_argument("--no-gets", action="store_true", help="PUTs only")
     parser.add_argument("--no-etcd", action="store_true", help="the walkit service only")
-    parser.add_argument(
-        "--compare-tree", metavar="DIR", help="also run the service from this checkout"
-    )
+    _compare.add_argument(parser, "the service (its example and its walkit)")
     parser.add_argument(
         "--serve-args", default="", metavar="ARGS", help="more options for the replicas"
     )
