@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from tests.autorecovery.test_heal import FAST, write_ledgers
+from tests.autorecovery.test_rereplicator import FAST, write_ledgers
 from tests.client.conftest import cluster, connect
 from walkit.autorecovery import Auditor
 from walkit.metadata import UnderreplicationManager

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tests._log_events import log_event
-from tests.autorecovery.test_heal import UNLIMITED, read_all, write_ledgers
+from tests.autorecovery.test_rereplicator import UNLIMITED, read_all, write_ledgers
 from tests.bookie._helpers import KEY, config, running_bookie
 from tests.bookie._helpers import connect as raw_connect
 from tests.client.conftest import cluster, connect

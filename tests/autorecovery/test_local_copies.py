@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from tests.autorecovery.test_heal import FAST, read_all, write_ledgers
+from tests.autorecovery.test_rereplicator import FAST, read_all, write_ledgers
 from tests.client.conftest import cluster, connect
 from walkit import BookieId
 from walkit._core.digest import master_key

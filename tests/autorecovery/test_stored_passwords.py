@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from tests._release_0_1 import ledger_metadata_bytes
-from tests.autorecovery.test_heal import FAST, HANG_GUARD, read_all
+from tests.autorecovery.test_rereplicator import FAST, HANG_GUARD, read_all
 from tests.client.conftest import cluster, connect
 from walkit import BookieId, Log
 from walkit.autorecovery import (

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from walkit.autorecovery._auditor import Auditor
 from walkit.autorecovery._copy import LocalCopies
-from walkit.autorecovery._heal import Healer, HealOutcome
+from walkit.autorecovery._rereplicator import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
-from walkit.autorecovery._recover import (
+from walkit.autorecovery._bookie_rereplication import (
     RecoveryReport,
     decommission_bookie,
     ledgers_listing,

@@ -10,7 +10,7 @@ import anyio.abc
 
 from walkit.autorecovery._auditor import Auditor
 from walkit.autorecovery._copy import LocalCopies
-from walkit.autorecovery._heal import Healer
+from walkit.autorecovery._rereplicator import Healer
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._remote_copy import FragmentCopier

@@ -18,7 +18,7 @@ import anyio.abc
 
 from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies
-from walkit.autorecovery._heal import Healer, HealOutcome
+from walkit.autorecovery._rereplicator import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.errors import WalkitError

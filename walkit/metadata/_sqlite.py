@@ -47,7 +47,7 @@ from walkit.metadata._paths import (
     check_value,
     check_version,
 )
-from walkit.metadata._sqlite_db import SqliteDb
+from walkit.metadata._sqlite_connection import SqliteDb
 from walkit.metadata._store import (
     MetadataStore,
     StoredNode,

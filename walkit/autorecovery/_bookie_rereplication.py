@@ -15,7 +15,7 @@ import attrs
 
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
-from walkit.autorecovery._heal import Healer, HealOutcome
+from walkit.autorecovery._rereplicator import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.errors import (
