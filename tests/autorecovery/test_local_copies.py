@@ -12,7 +12,7 @@ from tests.autorecovery.test_rereplicator import FAST, read_all, write_ledgers
 from tests.client.conftest import cluster, connect
 from walkit import BookieId
 from walkit._core.digest import master_key
-from walkit.autorecovery import AutorecoveryMetrics, HealOutcome, ReplicationWorker
+from walkit.autorecovery import AutorecoveryMetrics, ReplicationWorker, RereplicationOutcome
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager
 from walkit_bookie import Bookie
@@ -129,20 +129,22 @@ async def test_a_worker_heals_first_what_its_own_bookie_can_take(
             metrics = AutorecoveryMetrics()
             async with connect(memory_url) as worker_client:
                 worker = bookie_worker(worker_client, bookie, b2, metrics, 1)
-                calls: list[tuple[int, bool, HealOutcome]] = []
-                heal = worker.healer.heal
+                calls: list[tuple[int, bool, RereplicationOutcome]] = []
+                rereplicate = worker.rereplicator.rereplicate
 
-                async def recording(ledger_id: int, *, local_only: bool = False) -> HealOutcome:
-                    outcome = await heal(ledger_id, local_only=local_only)
+                async def recording(
+                    ledger_id: int, *, local_only: bool = False
+                ) -> RereplicationOutcome:
+                    outcome = await rereplicate(ledger_id, local_only=local_only)
                     calls.append((ledger_id, local_only, outcome))
                     return outcome
 
-                worker.healer.heal = recording  # type: ignore[method-assign,assignment]
+                worker.rereplicator.rereplicate = recording  # type: ignore[method-assign,assignment]
                 assert await worker.run_once() == 2
             first_of_in_ensemble = next(c for c in calls if c[0] == in_ensemble)
-            assert first_of_in_ensemble == (in_ensemble, True, HealOutcome.DEFERRED)
-            assert calls[-1] == (in_ensemble, False, HealOutcome.HEALED)
-            assert (outside, True, HealOutcome.HEALED) in calls
+            assert first_of_in_ensemble == (in_ensemble, True, RereplicationOutcome.DEFERRED)
+            assert calls[-1] == (in_ensemble, False, RereplicationOutcome.REREPLICATED)
+            assert (outside, True, RereplicationOutcome.REREPLICATED) in calls
             assert metrics.entries_copied_locally == 20  # the outside ledger's, to b2
             assert metrics.entries_copied == 40
             assert b3 in (await client.ledger_metadata(in_ensemble)).all_bookies()

@@ -26,7 +26,7 @@ from tests._cluster import ProcessCluster, process_cluster
 from tests._release_0_1 import ledger_metadata_bytes
 from tests.cli._run import walkit
 from walkit import BookieId
-from walkit.autorecovery import AutorecoveryOptions, recover_bookie
+from walkit.autorecovery import AutorecoveryOptions, rereplicate_bookie
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager, ledger_path
 
@@ -85,7 +85,7 @@ async def write_wipe_one_heal_lose_two(
     until the bookies healed every ledger (none lists it, no marker left), then SIGKILL two
     more of the original ensemble. Returns what was written, to read back from the last one.
 
-    ``recover``: heal with ``recover_bookie`` through ``client``, with no rate limit, instead
+    ``recover``: heal with ``rereplicate_bookie`` through ``client``, with no rate limit, instead
     of waiting for the bookies' workers; the replacement must copy every entry itself.
     Ledger ``n`` gets ``passwords[n % len(passwords)]`` (the bookies are given none: they
     take them from the ledgers' metadata) and ``digests[n % len(digests)]``."""
@@ -105,7 +105,7 @@ async def write_wipe_one_heal_lose_two(
     shutil.rmtree(victim.data_dir)
     if recover:
         unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0)
-        report = await recover_bookie(client, victim.address, options=unlimited)
+        report = await rereplicate_bookie(client, victim.address, options=unlimited)
         assert report.ok, report.failed
         # The ledgers that listed it (with 4 bookies and E = 3, maybe not all of them).
         assert report.ledgers and report.entries == entries * len(report.ledgers)

@@ -1,7 +1,7 @@
 """Autorecovery between bookies that serve TLS only and authenticate clients by token.
 
 The bookies' own workers (or, with ``--no-autorecovery``, the client that answers
-COPY_FRAGMENT requests of ``recover_bookie``) connect to their peers as clients: over TLS (the bookie's
+COPY_FRAGMENT requests of ``rereplicate_bookie``) connect to their peers as clients: over TLS (the bookie's
 certificate as theirs, its CA to check the peers) and with the token of
 ``--autorecovery-token-file``. 4 real `walkit-bookie` processes, E=Qw=3 Qa=2: one bookie of
 the ensemble is SIGKILLed and its data dir wiped; the survivors heal every ledger. Then two more
@@ -77,7 +77,7 @@ def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster
                 async with Client.connect(url, tls=tls) as stranger:
                     await stranger.create_ledger(3, 3, 2)
             async with Client.connect(url, tls=tls, auth=auth) as client:
-                # Without workers the ledgers' writer heals them with `recover_bookie`: the
+                # Without workers the ledgers' writer heals them with `rereplicate_bookie`: the
                 # replacement copies every entry itself, over TLS, with its own token.
                 # Each ledger has a password of its own, which the bookies take from its
                 # metadata (the replacement too, for COPY_FRAGMENT).

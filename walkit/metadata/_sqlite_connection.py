@@ -56,7 +56,7 @@ _POLL_DUE = (
 )
 
 
-class SqliteDb:
+class SqliteConnection:
     """One connection (plus a read-only "peek" connection) and one session row."""
 
     def __init__(
