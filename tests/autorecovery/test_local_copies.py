@@ -105,11 +105,11 @@ async def test_local_copies_follow_the_rules_of_network_copies(
             assert [e.payload for e in got] == written[lid]
 
 
-async def test_a_worker_heals_first_what_its_own_bookie_can_take(
+async def test_a_worker_rereplicates_first_what_its_own_bookie_can_take(
     memory_url: str, tmp_path: Path
 ) -> None:
     """A worker whose bookie is in a ledger's ensemble leaves that ledger (DEFERRED) until it
-    has healed the ledgers it can copy to its own bookie, then heals it over the network (a
+    has rereplicated the ledgers it can copy to its own bookie, then rereplicates it over the network (a
     worker of a bookie outside the ensemble would have taken it meanwhile)."""
     with trio.fail_after(HANG_GUARD):
         async with cluster(memory_url, tmp_path, 3) as bookies, connect(memory_url) as client:

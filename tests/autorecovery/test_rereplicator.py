@@ -56,7 +56,7 @@ async def write_ledgers(
     return written
 
 
-async def wait_healed(client: Client, ledgers: list[int], lost: BookieId) -> None:
+async def wait_rereplicated(client: Client, ledgers: list[int], lost: BookieId) -> None:
     """Poll the metadata until no ledger lists ``lost`` and no marker is left."""
     urm = UnderreplicationManager(client.metadata_store)
     while True:
@@ -76,7 +76,7 @@ async def read_all(client: Client, written: dict[int, list[bytes]], password: by
 
 
 @pytest.mark.parametrize("password", [b"", b"a password of their own"])
-async def test_lost_bookie_is_healed_and_survives_the_rest_of_the_ensemble(
+async def test_lost_bookie_is_rereplicated_and_survives_the_rest_of_the_ensemble(
     memory_url: str, tmp_path: Path, password: bytes
 ) -> None:
     """The workers are given no password: they take it from the ledgers' metadata."""
@@ -97,7 +97,7 @@ async def test_lost_bookie_is_healed_and_survives_the_rest_of_the_ensemble(
                 )
                 lost = ensemble[0]
                 await bookies.stop(bookies.index_of(lost))
-                await wait_healed(client, list(written), lost)
+                await wait_rereplicated(client, list(written), lost)
                 nursery.cancel_scope.cancel()
             for lid in written:
                 md = await client.ledger_metadata(lid)
@@ -144,7 +144,7 @@ async def test_no_valid_replacement_keeps_the_marker_and_says_why(
                 "rereplication_no_replacement" in r.getMessage() and str(lost) in r.getMessage()
                 for r in caplog.records
             ), [r.getMessage() for r in caplog.records]
-            # A fourth bookie joins: the next pass heals it.
+            # A fourth bookie joins: the next pass rereplicates it.
             await bookies.start(3)
             with trio.fail_after(HANG_GUARD):
                 while await worker.run_once() == 0:  # noqa: ASYNC110 (a pass per poll)
@@ -191,7 +191,7 @@ async def test_worker_killed_while_copying_another_finishes(
             await read_all(client, written)
 
 
-async def test_open_ledger_waits_then_is_recovered_and_healed(
+async def test_open_ledger_waits_then_is_recovered_and_rereplicated(
     memory_url: str, tmp_path: Path
 ) -> None:
     with trio.fail_after(HANG_GUARD):
@@ -249,7 +249,7 @@ async def test_a_dead_but_still_registered_replacement_is_passed_over(
     memory_url: str, tmp_path: Path
 ) -> None:
     """A bookie that died a moment ago stays registered until its session expires, so the
-    placement policy may offer it as a replacement: copying to it fails, and the heal plans
+    placement policy may offer it as a replacement: copying to it fails, and the rereplicator plans
     again without it instead of failing the ledger."""
     with trio.fail_after(HANG_GUARD):
         async with (
@@ -291,7 +291,7 @@ async def test_concurrent_workers_on_one_ledger(memory_url: str, tmp_path: Path)
             urm = UnderreplicationManager(client.metadata_store)
             await urm.ensure_paths()
             await urm.mark(lid, [lost])
-            healed: list[int] = []
+            rereplicated: list[int] = []
             async with connect(memory_url) as c1, connect(memory_url) as c2:
                 workers = [
                     ReplicationWorker(c, name=f"w{i}", options=FAST, rng=random.Random(i))
@@ -299,13 +299,13 @@ async def test_concurrent_workers_on_one_ledger(memory_url: str, tmp_path: Path)
                 ]
 
                 async def one(worker: ReplicationWorker) -> None:
-                    healed.append(await worker.run_once())
+                    rereplicated.append(await worker.run_once())
 
                 async with trio.open_nursery() as nursery:
                     for worker in workers:
                         nursery.start_soon(one, worker)
-            # One of them took the lock and healed it; the other found it locked (or gone).
-            assert sorted(healed) == [0, 1]
+            # One of them took the lock and rereplicated it; the other found it locked (or gone).
+            assert sorted(rereplicated) == [0, 1]
             md = await client.ledger_metadata(lid)
             assert lost not in md.all_bookies()
             assert len(md.fragments) == 1  # one swap, not two stacked ones
@@ -347,7 +347,7 @@ async def test_log_ledgers_with_mac_digests_and_metrics(memory_url: str, tmp_pat
                     )
                 )
                 await bookies.stop(bookies.index_of(lost))
-                await wait_healed(client, ledgers, lost)
+                await wait_rereplicated(client, ledgers, lost)
                 nursery.cancel_scope.cancel()
             copied = registry.get_sample_value("walkit_autorecovery_entries_copied_total")
             # Every entry of the ledger (the 50 records share entries: record sets).
@@ -460,7 +460,7 @@ async def test_copies_pass_over_corrupted_replicas(
 
 
 @BY_REPLACEMENT
-async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
+async def test_an_entry_with_no_good_replica_fails_the_rereplication_and_says_which(
     memory_url: str, tmp_path: Path, by_replacement: bool
 ) -> None:
     bad = (range(7, 8), range(7, 8))
@@ -477,14 +477,14 @@ async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
         assert await UnderreplicationManager(client.metadata_store).list_ids() == [lid]
 
 
-async def _heal_counting_survivor_reads(
+async def _rereplicate_counting_survivor_reads(
     memory_url: str,
     tmp_path: Path,
     entries: int,
     size: int = 0,
     options: AutorecoveryOptions | None = None,
 ) -> int:
-    """Heal one ledger of ``entries`` (E = Qw = 3; ``size`` as in write_ledgers) after its
+    """Rereplicate one ledger of ``entries`` (E = Qw = 3; ``size`` as in write_ledgers) after its
     first bookie is lost; return the read answers its two survivors gave meanwhile, after
     checking that every entry reads back from the replacement alone."""
     async with _lost_bookie_and_bad_copies(
@@ -506,8 +506,8 @@ async def test_copies_are_read_in_batches_where_every_replica_holds_every_entry(
     memory_url: str, tmp_path: Path
 ) -> None:
     """E = Qw: a copier reads runs of entries with one batch read each (BP-62), not one read
-    per entry; the healed ledger reads back whole from its replacement."""
-    answered = await _heal_counting_survivor_reads(memory_url, tmp_path, 60)
+    per entry; the rereplicated ledger reads back whole from its replacement."""
+    answered = await _rereplicate_counting_survivor_reads(memory_url, tmp_path, 60)
     assert answered <= 8, answered  # chunks of 8, 8, 16, 28 entries: 5 batches
 
 
@@ -516,7 +516,9 @@ async def test_batch_reads_are_sized_to_fit_whole_answers(memory_url: str, tmp_p
     may hold, so asking for 16 got 15 and a second request for the last one. Once the
     packets' size is known, batches (and chunks) are sized to whole answers: 15 entries."""
     unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0)
-    answered = await _heal_counting_survivor_reads(memory_url, tmp_path, 120, 64 * 1024, unlimited)
+    answered = await _rereplicate_counting_survivor_reads(
+        memory_url, tmp_path, 120, 64 * 1024, unlimited
+    )
     # chunks of 8, 8, 15, 30, 59 entries: 1 + 1 + 1 + 2 + 4 batches (asking 16 at a time
     # and answered 15: 14)
     assert answered <= 10, answered
@@ -535,7 +537,7 @@ async def test_copies_are_read_entry_by_entry_from_bookies_without_batch_reads(
         self.read_done(conn, frame)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Reads, "batch_read", older)
-    assert await _heal_counting_survivor_reads(memory_url, tmp_path, 30) >= 30
+    assert await _rereplicate_counting_survivor_reads(memory_url, tmp_path, 30) >= 30
 
 
 def test_the_old_names_still_work_and_warn() -> None:

@@ -1,9 +1,9 @@
-"""Ledgers keep their password in their metadata, and autorecovery heals them with it
-(in-process bookies, memory metadata; healing from it: test_heal.py, and on real processes
+"""Ledgers keep their password in their metadata, and autorecovery rereplicates them with it
+(in-process bookies, memory metadata; rereplication from it: test_rereplicator.py, and on real processes
 test_processes.py).
 
 A ledger whose creator opted out (``store_password=False``) stays marked, said once, until an
-operator gives the password; a ledger written before ledgers kept it heals as it did then
+operator gives the password; a ledger written before ledgers kept it is rereplicated as it was then
 (b"", its log's password, the operator's).
 """
 
@@ -148,7 +148,7 @@ async def test_an_opted_out_ledger_stays_marked_and_says_so_once(
             message = said[0].getMessage()
             assert f"ledger_id={lid}" in message and "its password is needed" in message
             assert "store_password=False" in message and "walkit recover" in message
-            # The operator gives it: the next worker that knows it heals the ledger.
+            # The operator gives it: the next worker that knows it rereplicates the ledger.
             knowing = ReplicationWorker(
                 client,
                 name="k",
@@ -164,7 +164,7 @@ async def test_an_opted_out_ledger_stays_marked_and_says_so_once(
             await read_all(client, {lid: payloads}, b"own")
 
 
-async def test_ledgers_written_before_passwords_were_kept_heal_as_before(
+async def test_ledgers_written_before_passwords_were_kept_are_rereplicated_as_before(
     memory_url: str, tmp_path: Path
 ) -> None:
     """Metadata as 0.1.0 wrote it (no password key), written through the store: b"" and a
