@@ -62,13 +62,14 @@ class AutorecoveryMetrics:
             self._by_replacement = Counter(
                 "walkit_autorecovery_entries_copied_by_replacements",
                 "Entries replacement bookies copied from the replicas themselves, asked by "
-                "this rereplicator (COPY_FRAGMENT: the bytes did not pass through it; also counted "
+                "this process (COPY_FRAGMENT: the bytes did not pass through it; also counted "
                 "in walkit_autorecovery_entries_copied)",
                 registry=registry,
             )
             self._seconds = Histogram(
                 "walkit_autorecovery_heal_seconds",
-                "Time to rereplicate a marked ledger: from a worker taking it to its marker being dropped",
+                "Time to rereplicate a marked ledger: from a worker taking it to its marker "
+                "being dropped",
                 buckets=(0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800),
                 registry=registry,
             )
