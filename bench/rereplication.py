@@ -7,13 +7,13 @@ across ``--ledgers`` ledgers (E=Qw=3, Qa=2). Then, three times:
 1. a foreground writer (``bench/_foreground.py``, a process of its own, as an application is)
    appends 1 KiB entries, one at a time, to a new ledger, and its latency is measured for a
    few seconds with no healing (the baseline);
-2. the bookie the most ledgers list is SIGKILLed and ``walkit.autorecovery.recover_bookie``
+2. the bookie the most ledgers list is SIGKILLed and ``walkit.autorecovery.rereplicate_bookie``
    heals every ledger that listed it, while a new foreground writer appends; time to heal, MiB/s copied and the
    foreground p50/p99 are recorded.
 
 The first loss is healed without a rate limit, the replacements copying the fragments from
-the replicas themselves (COPY_FRAGMENT: the bytes do not pass through the healer); the second
-without a rate limit, every byte through the healer (``copies_by_replacement=False``, as
+the replicas themselves (COPY_FRAGMENT: the bytes do not pass through the rereplicator); the second
+without a rate limit, every byte through the rereplicator (``copies_by_replacement=False``, as
 before COPY_FRAGMENT); the third with the default limits. Then a second cluster of five, whose
 bookies run their own autorecovery (``--lost-bookie-delay 0``, no rate
 limit), loses a bookie and heals by itself: its workers copy to their own bookie where the
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._limits import copy_1m, fsync_1m
 from tests._cluster import BookieProcess, ProcessCluster, process_cluster
-from walkit.autorecovery import AutorecoveryOptions, recover_bookie
+from walkit.autorecovery import AutorecoveryOptions, rereplicate_bookie
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager, list_bookies
 
@@ -161,12 +161,12 @@ async def heal_once(
     await trio.to_thread.run_sync(fg.start)
     async with Client.connect(url) as client:
         t0 = time.perf_counter()
-        report = await recover_bookie(client, victim.address, options=options)
+        report = await rereplicate_bookie(client, victim.address, options=options)
         elapsed = time.perf_counter() - t0
     during = await trio.to_thread.run_sync(fg.stop)
     assert report.ok, report.failed
     return {
-        "ledgers": len(report.healed),
+        "ledgers": len(report.rereplicated),
         "entries": report.entries,
         "mib": report.bytes / 1048576,
         "seconds": elapsed,
@@ -298,9 +298,9 @@ def main() -> None:
         f"{copy_after:,.0f}), the bound of any copier "
         f"that reads what it writes from one disk; the client's own `append_batch` of the "
         f"data: {append_rate[0]:,.0f} MiB/s (x3 replicas; same run). One bookie SIGKILLed, then "
-        "`recover_bookie` heals every ledger that listed it (first three rows, one loss after "
+        "`rereplicate_bookie` heals every ledger that listed it (first three rows, one loss after "
         "the other in a cluster of six: the replacements copying the fragments themselves, then "
-        "every byte through `recover_bookie`, then the default limits); in the last row, "
+        "every byte through `rereplicate_bookie`, then the default limits); in the last row, "
         "a second cluster's five bookies heal by themselves (their own autorecovery workers, "
         "`--lost-bookie-delay 0`, no rate limit, copying to their own bookie where the "
         "placement allows), timed from the lost bookie's registration going to no ledger "
@@ -314,7 +314,7 @@ def main() -> None:
     for label, r in zip(
         (
             "none, copies by the replacements",
-            "none, copies through `recover_bookie`",
+            "none, copies through `rereplicate_bookie`",
             f"default ({defaults.entries_per_second:,.0f} entries/s, "
             f"{(defaults.bytes_per_second or 0) / 1048576:.0f} MiB/s)",
             "none, the bookies' own workers",

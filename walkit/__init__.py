@@ -1,4 +1,8 @@
-"""walkit: a replicated write-ahead log on Apache BookKeeper's replication protocol, on trio.
+"""walkit: a replicated write-ahead log on Apache BookKeeper's replication protocol, on AnyIO.
+
+One implementation serves asyncio (uvloop too), trio, and threads through ``walkit.sync``; the
+bundled bookie runs asyncio with uvloop by default, and the simulation (``walkit.testing``) runs
+trio with its ``MockClock``.
 
 The client's names (``Client``, ``Log``, ...) load on first use (PEP 562): a program that only
 needs ``walkit.errors`` or ``walkit._core``, such as the bookie, does not load the client.

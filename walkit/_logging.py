@@ -23,7 +23,7 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_cli_logging", "get_logger"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "RENAMED_EVENTS", "configure_cli_logging", "get_logger"]
 
 #: Names accepted by ``--log-level`` and ``--log-format``.
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -51,9 +51,30 @@ def _render_kv(event: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+#: Events renamed when walkit settled on one word per concept (docs/architecture.md, "Glossary"):
+#: new name -> old name. Until the next release each such event also carries
+#: ``formerly=<old name>``, so a filter that looks for the old name in the message text, or in
+#: the ``formerly`` field, still finds it; one that compares the event field must use the new
+#: name.
+RENAMED_EVENTS: Mapping[str, str] = {
+    "rereplication_relaying_copies": "rereplication_copying_through_healer",
+    "underreplication_marker_removed": "ledger_replicated",
+}
+
+
+def _former_name(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    old = RENAMED_EVENTS.get(event_dict.get("event", ""))
+    if old is not None:
+        event_dict["formerly"] = old
+    return event_dict
+
+
 _PROCESSORS: list[Any] = [
     structlog.stdlib.filter_by_level,
     structlog.processors.StackInfoRenderer(),
+    _former_name,
     _to_stdlib,
 ]
 

@@ -233,7 +233,7 @@ class Client:
         """Create a ledger and return its writer.
 
         ``store_password``: keep the password in the ledger's metadata, where autorecovery and
-        ``walkit recover`` find it, so the ledger heals by itself when a bookie is lost (as
+        ``walkit recover`` find it, so the ledger is rereplicated by itself when a bookie is lost (as
         BookKeeper does). False keeps only its salted hash there: the ledger then waits for an
         operator to give the password (see docs/autorecovery.md).
 

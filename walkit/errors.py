@@ -457,7 +457,7 @@ class IncompatibleSchemaError(SchemaError):
 
 
 class RereplicationError(LedgerRecoveryError):
-    """A ledger could not be healed this time (no surviving copy reachable, no valid
+    """A ledger could not be rereplicated this time (no surviving copy reachable, no valid
     replacement bookie, unknown password); its under-replication marker stays."""
 
 

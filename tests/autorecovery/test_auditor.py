@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from tests.autorecovery.test_heal import FAST, write_ledgers
+from tests.autorecovery.test_rereplicator import FAST, write_ledgers
 from tests.client.conftest import cluster, connect
 from walkit.autorecovery import Auditor
 from walkit.metadata import UnderreplicationManager
@@ -44,7 +44,7 @@ async def test_a_new_auditor_marks_a_bookie_gone_before_it_took_office(
 
 async def test_a_new_auditor_marks_them_in_its_first_check(memory_url: str, tmp_path: Path) -> None:
     # With a delay of 0 the bookie is due as soon as a ledger shows it gone: the first check
-    # marks its ledgers (a second pass over every ledger cost a heal ~0.2 s); a longer delay
+    # marks its ledgers (a second pass over every ledger cost a rereplication ~0.2 s); a longer delay
     # still starts from that first sight.
     async with cluster(memory_url, tmp_path, 4) as bookies, connect(memory_url) as client:
         written = await write_ledgers(client, 3, 5)

@@ -1,6 +1,6 @@
-"""Fragments copied by their replacement (COPY_FRAGMENT): a healer outside the replacement asks
+"""Fragments copied by their replacement (COPY_FRAGMENT): a rereplicator outside the replacement asks
 it to copy the lost copies from the replicas itself, so the bytes do not pass through the
-healer. Real bookies in this process (disk storage, loopback TCP, memory metadata)."""
+rereplicator. Real bookies in this process (disk storage, loopback TCP, memory metadata)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tests._log_events import log_event
-from tests.autorecovery.test_heal import UNLIMITED, read_all, write_ledgers
+from tests.autorecovery.test_rereplicator import UNLIMITED, read_all, write_ledgers
 from tests.bookie._helpers import KEY, config, running_bookie
 from tests.bookie._helpers import connect as raw_connect
 from tests.client.conftest import cluster, connect
@@ -26,7 +26,7 @@ from walkit._core.wire import (
     decode_message,
     encode_frame,
 )
-from walkit.autorecovery import recover_bookie
+from walkit.autorecovery import rereplicate_bookie
 from walkit.errors import LocalProtocolError, RemoteProtocolError
 
 HANG_GUARD = 60
@@ -57,7 +57,7 @@ def test_copy_fragment_messages_round_trip_and_refuse_malformed_bodies() -> None
 async def test_recover_has_the_replacement_copy_the_fragments(
     memory_url: str, tmp_path: Path
 ) -> None:
-    """The replacement reads the lost copies from the replicas and stores them: the healer
+    """The replacement reads the lost copies from the replicas and stores them: the rereplicator
     never reads an entry, and the replacement alone can serve them afterwards."""
     with trio.fail_after(HANG_GUARD):
         async with (
@@ -71,13 +71,13 @@ async def test_recover_has_the_replacement_copy_the_fragments(
             await bookies.stop(bookies.index_of(lost))
             replacement = bookies.objects[bookies.index_of(free)]
             stored_before = replacement.storage.stats.copies_stored
-            async with connect(memory_url) as healer_client:
-                report = await recover_bookie(healer_client, lost, options=UNLIMITED)
-                connected = {c.bookie for c in healer_client._context.pool.connections()}
-            assert report.ok and sorted(report.healed) == sorted(written)
+            async with connect(memory_url) as rereplicator_client:
+                report = await rereplicate_bookie(rereplicator_client, lost, options=UNLIMITED)
+                connected = {c.bookie for c in rereplicator_client._context.pool.connections()}
+            assert report.ok and sorted(report.rereplicated) == sorted(written)
             assert report.entries == 3 * 50 and report.bytes > 3 * 50 * 3000
             assert report.entries_by_replacements == report.entries
-            # The healer talked to the replacement only: no entry was read through it.
+            # The rereplicator talked to the replacement only: no entry was read through it.
             assert connected == {free}
             assert replacement.storage.stats.copies_stored - stored_before == 3 * 50
             for other in ensemble[1:]:
@@ -100,7 +100,7 @@ async def test_a_replacement_that_cannot_copy_a_fragment_gets_the_copies_sent(
 ) -> None:
     """A bookie without fragment copies (the option off, an older bookie), or one that cannot
     find the ledger's password (not kept in its metadata: only the operator gave it), refuses
-    the request; the healer copies through itself, and says why."""
+    the request; the rereplicator copies through itself, and says why."""
     options = SERVING if serving else {}
     with trio.fail_after(HANG_GUARD):
         async with (
@@ -111,12 +111,12 @@ async def test_a_replacement_that_cannot_copy_a_fragment_gets_the_copies_sent(
             lost = (await client.ledger_metadata(next(iter(written)))).fragments[0][1][0]
             await bookies.stop(bookies.index_of(lost))
             with caplog.at_level(logging.INFO, logger="walkit"):
-                report = await recover_bookie(
+                report = await rereplicate_bookie(
                     client, lost, options=attrs.evolve(UNLIMITED, passwords=[password])
                 )
             assert report.ok and report.ledgers and report.entries == 30 * len(report.ledgers)
             assert report.entries_by_replacements == 0
-            said = [r for r in caplog.records if "rereplication_copying_through_healer" in r.msg]
+            said = [r for r in caplog.records if "rereplication_relaying_copies" in r.msg]
             # Said once per replacement (later refusals are logged at debug).
             lines = [r.getMessage() for r in said]
             assert lines and all(reason in line for line in lines)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import trio
 
-from tests.autorecovery.test_heal import FAST, read_all, write_ledgers
+from tests.autorecovery.test_rereplicator import FAST, read_all, write_ledgers
 from tests.client.conftest import cluster, connect
 from walkit import BookieId
 from walkit._core.digest import master_key
-from walkit.autorecovery import AutorecoveryMetrics, HealOutcome, ReplicationWorker
+from walkit.autorecovery import AutorecoveryMetrics, ReplicationWorker, RereplicationOutcome
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager
 from walkit_bookie import Bookie
@@ -105,11 +105,11 @@ async def test_local_copies_follow_the_rules_of_network_copies(
             assert [e.payload for e in got] == written[lid]
 
 
-async def test_a_worker_heals_first_what_its_own_bookie_can_take(
+async def test_a_worker_rereplicates_first_what_its_own_bookie_can_take(
     memory_url: str, tmp_path: Path
 ) -> None:
     """A worker whose bookie is in a ledger's ensemble leaves that ledger (DEFERRED) until it
-    has healed the ledgers it can copy to its own bookie, then heals it over the network (a
+    has rereplicated the ledgers it can copy to its own bookie, then rereplicates it over the network (a
     worker of a bookie outside the ensemble would have taken it meanwhile)."""
     with trio.fail_after(HANG_GUARD):
         async with cluster(memory_url, tmp_path, 3) as bookies, connect(memory_url) as client:
@@ -129,20 +129,22 @@ async def test_a_worker_heals_first_what_its_own_bookie_can_take(
             metrics = AutorecoveryMetrics()
             async with connect(memory_url) as worker_client:
                 worker = bookie_worker(worker_client, bookie, b2, metrics, 1)
-                calls: list[tuple[int, bool, HealOutcome]] = []
-                heal = worker.healer.heal
+                calls: list[tuple[int, bool, RereplicationOutcome]] = []
+                rereplicate = worker.rereplicator.rereplicate
 
-                async def recording(ledger_id: int, *, local_only: bool = False) -> HealOutcome:
-                    outcome = await heal(ledger_id, local_only=local_only)
+                async def recording(
+                    ledger_id: int, *, local_only: bool = False
+                ) -> RereplicationOutcome:
+                    outcome = await rereplicate(ledger_id, local_only=local_only)
                     calls.append((ledger_id, local_only, outcome))
                     return outcome
 
-                worker.healer.heal = recording  # type: ignore[method-assign,assignment]
+                worker.rereplicator.rereplicate = recording  # type: ignore[method-assign,assignment]
                 assert await worker.run_once() == 2
             first_of_in_ensemble = next(c for c in calls if c[0] == in_ensemble)
-            assert first_of_in_ensemble == (in_ensemble, True, HealOutcome.DEFERRED)
-            assert calls[-1] == (in_ensemble, False, HealOutcome.HEALED)
-            assert (outside, True, HealOutcome.HEALED) in calls
+            assert first_of_in_ensemble == (in_ensemble, True, RereplicationOutcome.DEFERRED)
+            assert calls[-1] == (in_ensemble, False, RereplicationOutcome.REREPLICATED)
+            assert (outside, True, RereplicationOutcome.REREPLICATED) in calls
             assert metrics.entries_copied_locally == 20  # the outside ledger's, to b2
             assert metrics.entries_copied == 40
             assert b3 in (await client.ledger_metadata(in_ensemble)).all_bookies()

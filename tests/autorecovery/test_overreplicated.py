@@ -9,7 +9,7 @@ import attrs
 import trio
 
 from tests.client.conftest import cluster, connect
-from walkit.autorecovery import collect_overreplicated, recover_bookie
+from walkit.autorecovery import collect_overreplicated, rereplicate_bookie
 from walkit.metadata import UnderreplicationManager
 
 HANG_GUARD = 60
@@ -34,8 +34,8 @@ async def test_gc_forgets_only_unlisted_closed_unmarked_ledgers(
             # E=4 on 4 bookies has no replacement; a fifth bookie joins, then `walkit recover`
             # replaces the *live* bookie 0 in both ledgers.
             await bookies.start(4)
-            report = await recover_bookie(client, live)
-            assert report.ok and sorted(report.healed) == [a, c]
+            report = await rereplicate_bookie(client, live)
+            assert report.ok and sorted(report.rereplicated) == [a, c]
             urm = UnderreplicationManager(client.metadata_store)
             await urm.mark(c, [bookies.ids[1]])  # c is marked again: hands off
             still_listed = await client.create_ledger(5, 5, 2)  # all five bookies, 0 included

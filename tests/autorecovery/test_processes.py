@@ -1,9 +1,9 @@
-"""Autorecovery across real `walkit-bookie` processes (bookies killed and wiped, ledgers healed with nobody's help).
+"""Autorecovery across real `walkit-bookie` processes (bookies killed and wiped, ledgers rereplicated with nobody's help).
 
 4 bookies, E=Qw=3 Qa=2, 2,000 entries in closed ledgers. One bookie is SIGKILLed and its data
-dir wiped; the bookies' own auditor and workers heal every ledger. Then two more bookies are
+dir wiped; the bookies' own auditor and workers rereplicate every ledger. Then two more bookies are
 SIGKILLed: every entry must still read back, byte for byte, from the one bookie left, which is
-only possible if the first loss was healed.
+only possible if the first loss was rereplicated.
 
 The same with ledgers that each have a password of their own, which nobody gives
 autorecovery: the bookies take it from the ledgers' metadata. Ledgers whose metadata keeps no
@@ -26,7 +26,7 @@ from tests._cluster import ProcessCluster, process_cluster
 from tests._release_0_1 import ledger_metadata_bytes
 from tests.cli._run import walkit
 from walkit import BookieId
-from walkit.autorecovery import AutorecoveryOptions, recover_bookie
+from walkit.autorecovery import AutorecoveryOptions, rereplicate_bookie
 from walkit.client import Client
 from walkit.metadata import UnderreplicationManager, ledger_path
 
@@ -54,7 +54,7 @@ def password_lines(cluster: ProcessCluster, ledgers: Sequence[int]) -> list[str]
     ]
 
 
-async def _healed(
+async def _rereplicated(
     client: Client, ledgers: list[int], lost: BookieId, cluster: ProcessCluster
 ) -> None:
     """Until no ledger lists ``lost`` and no marker is left. Polled: the bookies' log lines,
@@ -62,7 +62,7 @@ async def _healed(
     urm = UnderreplicationManager(client.metadata_store)
     while True:
         stuck = password_lines(cluster, ledgers)
-        assert not stuck, f"the bookies cannot heal without the password: {stuck[0]}"
+        assert not stuck, f"the bookies cannot rereplicate without the password: {stuck[0]}"
         listing = [
             lid for lid in ledgers if lost in (await client.ledger_metadata(lid)).all_bookies()
         ]
@@ -71,7 +71,7 @@ async def _healed(
         await trio.sleep(0.2)
 
 
-async def write_wipe_one_heal_lose_two(
+async def write_wipe_one_rereplicate_lose_two(
     client: Client,
     cluster: ProcessCluster,
     ledgers: int,
@@ -82,10 +82,10 @@ async def write_wipe_one_heal_lose_two(
     digests: Sequence[str] = ("crc32c",),
 ) -> dict[int, Written]:
     """The scenario: write closed ledgers, SIGKILL and wipe a bookie of their ensemble, wait
-    until the bookies healed every ledger (none lists it, no marker left), then SIGKILL two
+    until the bookies rereplicated every ledger (none lists it, no marker left), then SIGKILL two
     more of the original ensemble. Returns what was written, to read back from the last one.
 
-    ``recover``: heal with ``recover_bookie`` through ``client``, with no rate limit, instead
+    ``recover``: rereplicate with ``rereplicate_bookie`` through ``client``, with no rate limit, instead
     of waiting for the bookies' workers; the replacement must copy every entry itself.
     Ledger ``n`` gets ``passwords[n % len(passwords)]`` (the bookies are given none: they
     take them from the ledgers' metadata) and ``digests[n % len(digests)]``."""
@@ -105,12 +105,12 @@ async def write_wipe_one_heal_lose_two(
     shutil.rmtree(victim.data_dir)
     if recover:
         unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0)
-        report = await recover_bookie(client, victim.address, options=unlimited)
+        report = await rereplicate_bookie(client, victim.address, options=unlimited)
         assert report.ok, report.failed
         # The ledgers that listed it (with 4 bookies and E = 3, maybe not all of them).
         assert report.ledgers and report.entries == entries * len(report.ledgers)
         assert report.entries_by_replacements == report.entries
-    await _healed(client, list(written), victim.address, cluster)
+    await _rereplicated(client, list(written), victim.address, cluster)
     survivors = [b for b in cluster.bookies if b is not victim]
     for lid in written:
         md = await client.ledger_metadata(lid)
@@ -146,21 +146,23 @@ def test_sigkill_and_wipe_one_bookie_then_lose_two_more(
         async def main() -> None:
             with trio.fail_after(HANG_GUARD):
                 async with Client.connect(url) as client:
-                    written = await write_wipe_one_heal_lose_two(client, cluster, LEDGERS, ENTRIES)
+                    written = await write_wipe_one_rereplicate_lose_two(
+                        client, cluster, LEDGERS, ENTRIES
+                    )
                 async with Client.connect(url) as reader:
                     await read_back(reader, written)
 
         trio.run(main)
-        # The healing was done by the bookies' own workers (their logs say so).
+        # The rereplication was done by the bookies' own workers (their logs say so).
         logs = "\n".join(line for b in cluster.bookies for line in b.output)
         assert "ledger_rereplicated" in logs
         assert "auditor_elected" in logs
 
 
-def test_ledgers_with_passwords_of_their_own_heal_by_themselves(tmp_path: Path) -> None:
-    """Outside testing found that ledgers created with ``password=b"pw"`` were never healed:
+def test_ledgers_with_passwords_of_their_own_are_rereplicated_by_themselves(tmp_path: Path) -> None:
+    """Outside testing found that ledgers created with ``password=b"pw"`` were never rereplicated:
     autorecovery knew only b"", logs' passwords and the operator's. Now each ledger keeps its
-    password in its metadata and the bookies' workers heal it (crc32c and MAC digests, every
+    password in its metadata and the bookies' workers rereplicate it (crc32c and MAC digests, every
     ledger a password of its own, none given to the bookies)."""
     url = f"sqlite:///{tmp_path / 'metadata.db'}"
     passwords = [b"password of ledger %d" % n for n in range(6)]
@@ -169,7 +171,7 @@ def test_ledgers_with_passwords_of_their_own_heal_by_themselves(tmp_path: Path) 
         async def main() -> dict[int, Written]:
             with trio.fail_after(HANG_GUARD):
                 async with Client.connect(url) as client:
-                    written = await write_wipe_one_heal_lose_two(
+                    written = await write_wipe_one_rereplicate_lose_two(
                         client, cluster, 6, 150, passwords=passwords, digests=("crc32c", "mac")
                     )
                 async with Client.connect(url) as reader:
@@ -186,7 +188,7 @@ def test_ledgers_without_a_stored_password_wait_for_the_operator(tmp_path: Path)
     """A ledger whose creator opted out, and one written as 0.1.0 wrote metadata (no password
     kept; through the store), both with passwords of their own, stay marked: each bookie says
     so once, and `walkit underreplicated` lists them with the reason. A 0.1.0 ledger with the
-    default password b"" heals by itself, as it did. `walkit recover --password` heals the
+    default password b"" is rereplicated by itself, as it did. `walkit recover --password` rereplicates the
     others; then the rest of the original ensemble dies and every entry reads back."""
     url = f"sqlite:///{tmp_path / 'metadata.db'}"
     with process_cluster(url, tmp_path, 4, extra_args=["--lost-bookie-delay", "1"]) as cluster:
@@ -220,7 +222,7 @@ def test_ledgers_without_a_stored_password_wait_for_the_operator(tmp_path: Path)
         shutil.rmtree(victim.data_dir)
 
         async def marked_and_said() -> None:
-            """Until the b"" ledger is healed and both others were found without a password.
+            """Until the b"" ledger is rereplicated and both others were found without a password.
             Polled: the bookies' log lines have no event."""
             with trio.fail_after(HANG_GUARD):
                 async with Client.connect(url) as client:
@@ -229,9 +231,11 @@ def test_ledgers_without_a_stored_password_wait_for_the_operator(tmp_path: Path)
                         said = {
                             lid for lid in (opted_out, before) if password_lines(cluster, [lid])
                         }
-                        healed = lost not in (await client.ledger_metadata(default)).all_bookies()
+                        rereplicated = (
+                            lost not in (await client.ledger_metadata(default)).all_bookies()
+                        )
                         marked = await urm.list_ids()
-                        if said == {opted_out, before} and healed and default not in marked:
+                        if said == {opted_out, before} and rereplicated and default not in marked:
                             assert sorted(marked) == sorted([opted_out, before])
                             return
                         await trio.sleep(0.2)
@@ -251,11 +255,11 @@ def test_ledgers_without_a_stored_password_wait_for_the_operator(tmp_path: Path)
         for lid in (opted_out, before):
             assert f"ledger {lid}: its password is needed" in text
 
-        healed = walkit(
+        rereplicated = walkit(
             "recover", str(lost), "--password", "opted out", "--password", "before",
             "--metadata", url, "--json",
         )  # fmt: skip
-        assert healed.returncode == 0, healed.stdout + healed.stderr
+        assert rereplicated.returncode == 0, rereplicated.stdout + rereplicated.stderr
         assert walkit("underreplicated", "--metadata", url, "--json").stdout.strip() == "[]"
         survivors = [b for b in cluster.bookies if b is not victim]
         for bookie in survivors[:2]:

@@ -1,12 +1,12 @@
 """Autorecovery between bookies that serve TLS only and authenticate clients by token.
 
 The bookies' own workers (or, with ``--no-autorecovery``, the client that answers
-COPY_FRAGMENT requests of ``recover_bookie``) connect to their peers as clients: over TLS (the bookie's
+COPY_FRAGMENT requests of ``rereplicate_bookie``) connect to their peers as clients: over TLS (the bookie's
 certificate as theirs, its CA to check the peers) and with the token of
 ``--autorecovery-token-file``. 4 real `walkit-bookie` processes, E=Qw=3 Qa=2: one bookie of
-the ensemble is SIGKILLed and its data dir wiped; the survivors heal every ledger. Then two more
+the ensemble is SIGKILLed and its data dir wiped; the survivors rereplicate every ledger. Then two more
 of the original ensemble are SIGKILLed, and every entry must read back, byte for byte, from the
-one bookie left (possible only if the first loss was healed).
+one bookie left (possible only if the first loss was rereplicated).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import trio
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
-from tests.autorecovery.test_processes import read_back, write_wipe_one_heal_lose_two
+from tests.autorecovery.test_processes import read_back, write_wipe_one_rereplicate_lose_two
 from tests.security.test_tls import Pki, pki
 from walkit.client import Client
 from walkit.errors import AuthenticationError
@@ -63,7 +63,9 @@ def secure_cluster(
         yield cluster
 
 
-def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster, pki: Pki) -> None:
+def test_tls_and_token_bookies_rereplicate_a_lost_bookie(
+    secure_cluster: ProcessCluster, pki: Pki
+) -> None:
     cluster = secure_cluster
     url = cluster.metadata_url
     workerless = "--no-autorecovery" in cluster.bookies[0].extra_args
@@ -77,11 +79,11 @@ def test_tls_and_token_bookies_heal_a_lost_bookie(secure_cluster: ProcessCluster
                 async with Client.connect(url, tls=tls) as stranger:
                     await stranger.create_ledger(3, 3, 2)
             async with Client.connect(url, tls=tls, auth=auth) as client:
-                # Without workers the ledgers' writer heals them with `recover_bookie`: the
+                # Without workers the ledgers' writer rereplicates them with `rereplicate_bookie`: the
                 # replacement copies every entry itself, over TLS, with its own token.
                 # Each ledger has a password of its own, which the bookies take from its
                 # metadata (the replacement too, for COPY_FRAGMENT).
-                written = await write_wipe_one_heal_lose_two(
+                written = await write_wipe_one_rereplicate_lose_two(
                     client,
                     cluster,
                     LEDGERS,

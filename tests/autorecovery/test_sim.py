@@ -21,11 +21,11 @@ from walkit.metadata import UnderreplicationManager
 from walkit.testing import SimCluster, derive_rng, run
 
 OPTIONS = AutorecoveryOptions(poll_interval=1.0, election_lease=2.0, grace_period=5.0)
-#: Simulated seconds: only a guard against a run that never heals.
+#: Simulated seconds: only a guard against a run that never finishes rereplicating.
 HANG_GUARD = 3600
 
 
-async def _wait_healed(client: Client, ledgers: list[int], dead: set[object]) -> None:
+async def _wait_rereplicated(client: Client, ledgers: list[int], dead: set[object]) -> None:
     urm = UnderreplicationManager(client.metadata_store)
     while True:
         listing = [
@@ -69,7 +69,7 @@ async def scenario(seed: int) -> None:
                 await cluster.crash_bookie(victim)
                 dead.add(sim.address)
                 with trio.fail_after(HANG_GUARD):
-                    await _wait_healed(service, list(written), dead)
+                    await _wait_rereplicated(service, list(written), dead)
             nursery.cancel_scope.cancel()
         async with cluster.client("checker") as checker:
             for lid, (qw, payloads) in written.items():
@@ -90,5 +90,5 @@ async def scenario(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_permanent_losses_heal(seed: int) -> None:
+def test_permanent_losses_are_rereplicated(seed: int) -> None:
     run(scenario, seed, seed=seed)

@@ -1,9 +1,9 @@
-"""Ledgers keep their password in their metadata, and autorecovery heals them with it
-(in-process bookies, memory metadata; healing from it: test_heal.py, and on real processes
+"""Ledgers keep their password in their metadata, and autorecovery rereplicates them with it
+(in-process bookies, memory metadata; rereplication from it: test_rereplicator.py, and on real processes
 test_processes.py).
 
 A ledger whose creator opted out (``store_password=False``) stays marked, said once, until an
-operator gives the password; a ledger written before ledgers kept it heals as it did then
+operator gives the password; a ledger written before ledgers kept it is rereplicated as it was then
 (b"", its log's password, the operator's).
 """
 
@@ -20,14 +20,14 @@ import pytest
 import trio
 
 from tests._release_0_1 import ledger_metadata_bytes
-from tests.autorecovery.test_heal import FAST, HANG_GUARD, read_all
+from tests.autorecovery.test_rereplicator import FAST, HANG_GUARD, read_all
 from tests.client.conftest import cluster, connect
 from walkit import BookieId, Log
 from walkit.autorecovery import (
     AutorecoveryOptions,
-    HealOutcome,
     ReplicationWorker,
-    recover_bookie,
+    RereplicationOutcome,
+    rereplicate_bookie,
 )
 from walkit.client import Client
 from walkit.errors import ConfigurationError, InvalidArgumentError, UnauthorizedAccessError
@@ -136,7 +136,7 @@ async def test_an_opted_out_ledger_stays_marked_and_says_so_once(
             worker = ReplicationWorker(client, name="w", options=FAST, rng=random.Random(1))
             for _ in range(3):
                 assert await worker.run_once() == 0
-            assert worker.outcomes == {HealOutcome.NEEDS_PASSWORD: 3}
+            assert worker.outcomes == {RereplicationOutcome.NEEDS_PASSWORD: 3}
             urm = UnderreplicationManager(client.metadata_store)
             assert await urm.list_ids() == [lid]  # the marker stays, free for the next pass
             said = [
@@ -148,7 +148,7 @@ async def test_an_opted_out_ledger_stays_marked_and_says_so_once(
             message = said[0].getMessage()
             assert f"ledger_id={lid}" in message and "its password is needed" in message
             assert "store_password=False" in message and "walkit recover" in message
-            # The operator gives it: the next worker that knows it heals the ledger.
+            # The operator gives it: the next worker that knows it rereplicates the ledger.
             knowing = ReplicationWorker(
                 client,
                 name="k",
@@ -157,14 +157,14 @@ async def test_an_opted_out_ledger_stays_marked_and_says_so_once(
             assert await knowing.run_once() == 1
             assert await urm.list_ids() == []
             # The first worker forgets it said so: a later loss would be said again.
-            assert lid in worker.healer.last_problem
+            assert lid in worker.rereplicator.last_problem
             assert await worker.run_once() == 0
-            assert worker.healer.last_problem == {}
+            assert worker.rereplicator.last_problem == {}
             assert lost not in (await client.ledger_metadata(lid)).all_bookies()
             await read_all(client, {lid: payloads}, b"own")
 
 
-async def test_ledgers_written_before_passwords_were_kept_heal_as_before(
+async def test_ledgers_written_before_passwords_were_kept_are_rereplicated_as_before(
     memory_url: str, tmp_path: Path
 ) -> None:
     """Metadata as 0.1.0 wrote it (no password key), written through the store: b"" and a
@@ -200,13 +200,16 @@ async def test_ledgers_written_before_passwords_were_kept_heal_as_before(
             await mark_all(client, list(written), lost)
             worker = ReplicationWorker(client, name="w", options=FAST, rng=random.Random(2))
             assert await worker.run_once() == 2
-            assert worker.outcomes == {HealOutcome.HEALED: 2, HealOutcome.NEEDS_PASSWORD: 1}
+            assert worker.outcomes == {
+                RereplicationOutcome.REREPLICATED: 2,
+                RereplicationOutcome.NEEDS_PASSWORD: 1,
+            }
             own = next(lid for lid, (pw, _) in written.items() if pw == b"own")
             assert await UnderreplicationManager(store).list_ids() == [own]
-            report = await recover_bookie(
+            report = await rereplicate_bookie(
                 client, lost, options=AutorecoveryOptions(passwords=[b"own"])
             )
-            assert report.ok and report.healed == [own], report.failed
+            assert report.ok and report.rereplicated == [own], report.failed
             for lid in written:
                 md = await client.ledger_metadata(lid)
                 assert lost not in md.all_bookies() and not md.has_password

@@ -104,13 +104,13 @@ def test_a_replacement_copies_unthrottled_fragments_of_other_bookies() -> None:
     assert copied_by_replacement(True, False, b(1), None)
     assert copied_by_replacement(True, False, b(1), b(2))
     assert not copied_by_replacement(False, False, b(1), None)  # the option off
-    assert not copied_by_replacement(True, True, b(1), None)  # paced by the healer
+    assert not copied_by_replacement(True, True, b(1), None)  # paced by the rereplicator
     assert not copied_by_replacement(True, False, b(1), b(1))  # its own bookie: local copies
 
 
 def test_next_action() -> None:
     md = closed([(0, [1, 2, 3])], last=5)
-    assert next_action(md, {b(2)}, open_since=None, now=0, grace=10) is Action.HEAL
+    assert next_action(md, {b(2)}, open_since=None, now=0, grace=10) is Action.REREPLICATE
     assert next_action(md, {b(9)}, open_since=None, now=0, grace=10) is Action.DONE
     open_md = md.with_state(LedgerState.OPEN)
     assert next_action(open_md, {b(2)}, open_since=None, now=0, grace=10) is Action.WAIT

@@ -10,7 +10,7 @@ from tests.metadata._util import wait_for
 from walkit import BookieId
 from walkit.errors import InvalidArgumentError, InvalidMetadataError
 from walkit.metadata import (
-    AutorecoverySettings,
+    AutorecoveryClusterSettings,
     MetadataStore,
     UnderreplicatedLedger,
     UnderreplicationManager,
@@ -113,17 +113,18 @@ async def test_lock_is_exclusive_and_dies_with_its_session(metadata_url: str) ->
 
 async def test_settings(metadata_url: str, store: MetadataStore) -> None:
     urm = UnderreplicationManager(store)
-    assert await urm.settings() == AutorecoverySettings(True, 30.0)
+    assert await urm.settings() == AutorecoveryClusterSettings(True, 30.0)
     await urm.init_settings(5)
-    assert await urm.settings() == AutorecoverySettings(True, 5.0)
+    assert await urm.settings() == AutorecoveryClusterSettings(True, 5.0)
     await urm.init_settings(99)  # a later bookie does not override what is stored
-    assert await urm.settings() == AutorecoverySettings(True, 5.0)
+    assert await urm.settings() == AutorecoveryClusterSettings(True, 5.0)
     async with await open_metadata_store(metadata_url) as other:
         events = UnderreplicationManager(other).watch_settings()
-        assert await urm.update_settings(enabled=False) == AutorecoverySettings(False, 5.0)
+        assert await urm.update_settings(enabled=False) == AutorecoveryClusterSettings(False, 5.0)
         await wait_for(events, WatchEventKind.CHANGED)
-        assert await UnderreplicationManager(other).settings() == AutorecoverySettings(False, 5.0)
-    assert await urm.update_settings(lost_bookie_delay=0) == AutorecoverySettings(False, 0.0)
+        settings = await UnderreplicationManager(other).settings()
+        assert settings == AutorecoveryClusterSettings(False, 5.0)
+    assert await urm.update_settings(lost_bookie_delay=0) == AutorecoveryClusterSettings(False, 0.0)
     doc = json.loads((await store.get(CONFIG_PATH)).value)
     assert doc == {"format": 1, "enabled": False, "lost_bookie_delay": 0.0}
     await store.set(CONFIG_PATH, b'{"format": 1, "enabled": "maybe"}', 2)
@@ -142,3 +143,30 @@ async def test_watch_markers(store: MetadataStore, other: MetadataStore) -> None
     await urm.mark(9, [B1])
     await wait_for(events, WatchEventKind.CHILDREN)
     assert await UnderreplicationManager(other).list_ids() == [9]
+
+
+async def test_a_renamed_event_still_carries_its_old_name(
+    store: MetadataStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ledger_replicated`` is now ``underreplication_marker_removed``: for one release the
+    record also says ``formerly="ledger_replicated"``, so filters on the old name find it."""
+    urm = UnderreplicationManager(store)
+    await urm.ensure_paths()
+    await urm.mark(5, [B1])
+    with caplog.at_level("INFO", logger="walkit.metadata"):
+        assert await urm.remove(5) is True
+    [record] = [r for r in caplog.records if "ledger_id=5" in r.getMessage()]
+    event = record.walkit_event  # type: ignore[attr-defined]
+    assert event["event"] == "underreplication_marker_removed"
+    assert event["formerly"] == "ledger_replicated"
+    assert "ledger_replicated" in record.getMessage()
+
+
+def test_the_old_name_of_the_cluster_settings_warns() -> None:
+    import walkit.autorecovery
+    import walkit.metadata
+
+    for module in (walkit.metadata, walkit.autorecovery):
+        with pytest.warns(DeprecationWarning, match="AutorecoveryClusterSettings"):
+            old = module.AutorecoverySettings
+        assert old is AutorecoveryClusterSettings

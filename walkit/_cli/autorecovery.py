@@ -59,7 +59,7 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
         with_metadata(
             sub.add_parser(
                 "recover",
-                help="replace a bookie in every ledger that lists it, now (foreground)",
+                help="rereplicate every ledger that lists a bookie, now (foreground)",
             )
         )
     )
@@ -76,8 +76,10 @@ def add_parsers(sub: Any, with_metadata: Any) -> None:
     auto = sub.add_parser("autorecovery", help="show or change the autorecovery settings")
     auto_sub = auto.add_subparsers(dest="autorecovery_command", required=True, metavar="ACTION")
     with_metadata(auto_sub.add_parser("status", help="settings, auditor and marked ledgers"))
-    with_metadata(auto_sub.add_parser("enable", help="let the auditor mark and workers heal"))
-    with_metadata(auto_sub.add_parser("disable", help="stop marking and healing"))
+    with_metadata(
+        auto_sub.add_parser("enable", help="let the auditor mark and workers rereplicate")
+    )
+    with_metadata(auto_sub.add_parser("disable", help="stop marking and rereplicating"))
     delay = with_metadata(
         auto_sub.add_parser("delay", help="set the lost-bookie delay (seconds) at run time")
     )
@@ -122,7 +124,7 @@ async def underreplicated(url: str, args: argparse.Namespace, out: TextIO) -> in
 async def _needs_password(store: Any, ledger_id: int) -> bool | None:
     """Whether autorecovery cannot find the ledger's password by itself (None: the ledger is
     gone, or its metadata or its log's is unreadable). The bookies' own ``passwords`` are not
-    known here: a ledger they know the password of heals, and leaves the list."""
+    known here: a ledger they know the password of is rereplicated, and leaves the list."""
     import functools
 
     from walkit.autorecovery._passwords import known_password
@@ -170,7 +172,7 @@ class _Progress:
 async def recover(url: str, args: argparse.Namespace, out: TextIO) -> int:
 
     from walkit._cli._connect import connect_options
-    from walkit.autorecovery import AutorecoveryOptions, decommission_bookie, recover_bookie
+    from walkit.autorecovery import AutorecoveryOptions, decommission_bookie, rereplicate_bookie
     from walkit.client import Client
 
     options = AutorecoveryOptions(
@@ -179,14 +181,14 @@ async def recover(url: str, args: argparse.Namespace, out: TextIO) -> int:
     decommission = args.command == "bookie"
     progress = _Progress("decommission" if decommission else "recover", sys.stderr)
     async with Client.connect(url, **connect_options(args)) as client:
-        run = decommission_bookie if decommission else recover_bookie
+        run = decommission_bookie if decommission else rereplicate_bookie
         report = await run(
             client, args.bookie, options=options, on_ledger=progress.ledger, on_entry=progress.entry
         )
     record: dict[str, Any] = {
         "bookie": str(report.bookie),
         "ledgers": len(report.ledgers),
-        "healed": len(report.healed),
+        "healed": len(report.rereplicated),
         "failed": len(report.failed),
         "entries_copied": report.entries,
         "bytes_copied": report.bytes,

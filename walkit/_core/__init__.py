@@ -1,5 +1,5 @@
-"""Sans-I/O protocol logic: pure, synchronous code with no trio, no sockets and no clock.
+"""Sans-I/O protocol logic: pure, synchronous code with no event loop, no sockets and no clock.
 
-Modules here decide *what* to send and *when* a quorum is reached; the trio layers in
+Modules here decide *what* to send and *when* a quorum is reached; the AnyIO layers in
 ``walkit.ledger``, ``walkit.log`` and ``walkit_bookie`` only move bytes and wait.
 """

@@ -17,7 +17,7 @@ The id is not stored in the value: it is the node's path.
 (``store_password=False``) and from ledgers written before it existed. It is an optional key
 of format 1, not a new format: readers that predate it ignore keys they do not know, so they
 still read every ledger; if one of them rewrites a ledger (an ensemble change, a close), the
-key is dropped and the ledger heals as before it existed (with the passwords autorecovery
+key is dropped and the ledger is rereplicated as before it existed (with the passwords autorecovery
 knows), which loses nothing.
 """
 

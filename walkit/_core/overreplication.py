@@ -8,7 +8,7 @@ asks, for each ledger it holds, whether the copy is over-replicated.
 Only a CLOSED ledger qualifies: an open or recovering ledger may be about to list this bookie
 (ensemble changes and recovery write to a replacement before they CAS it in). Only whole
 ledgers: a bookie still listed in some fragment keeps the ledger's entries of the others. A
-ledger marked under-replicated is about to be healed, maybe onto this bookie, so it is kept
+ledger marked under-replicated is about to be rereplicated, maybe onto this bookie, so it is kept
 too (BookKeeper's GC skips the ledgers under its rereplication lock for the same reason).
 """
 

@@ -90,9 +90,9 @@ class FragmentGap:
 class Action(enum.Enum):
     """What a worker does with a marked ledger now."""
 
-    HEAL = "heal"  # closed: copy and swap
+    REREPLICATE = "rereplicate"  # closed: copy and swap
     WAIT = "wait"  # open, within the writer's grace period
-    RECOVER = "recover"  # open past the grace period: fence and close it first, then heal
+    RECOVER = "recover"  # open past the grace period: fence and close it first, then rereplicate
     DONE = "done"  # nothing lists a bookie to replace: drop the marker
 
 
@@ -140,7 +140,7 @@ def next_action(
     if not md.all_bookies() & set(to_replace):
         return Action.DONE
     if md.state is LedgerState.CLOSED:
-        return Action.HEAL
+        return Action.REREPLICATE
     if open_since is not None and now - open_since >= grace:
         return Action.RECOVER
     return Action.WAIT
@@ -236,10 +236,10 @@ def copied_by_replacement(
     target: BookieId,
     own_bookie: BookieId | None,
 ) -> bool:
-    """Whether a healer asks ``target`` to copy a fragment from the replicas itself
+    """Whether a rereplicator asks ``target`` to copy a fragment from the replicas itself
     (COPY_FRAGMENT) rather than relaying every entry: when that is ``enabled``, the copies are
-    not ``rate_limited`` (the healer paces limited copies itself, a chunk at a time), and
-    ``target`` is not the healer's ``own_bookie`` (whose copies skip the network already)."""
+    not ``rate_limited`` (the rereplicator paces limited copies itself, a chunk at a time), and
+    ``target`` is not the rereplicator's ``own_bookie`` (whose copies skip the network already)."""
     return enabled and not rate_limited and target != own_bookie
 
 

@@ -57,14 +57,14 @@ _OK = int(StatusCode.OK)
 _BATCH_ENTRIES = 16
 _BATCH_BYTES = 1024 * 1024
 #: A fragment's first chunk, doubling up to the window: the first adds go out after a few
-#: reads, not after a whole window of them (every fragment healed at once waited ~0.2 s).
+#: reads, not after a whole window of them (every fragment rereplicated at once waited ~0.2 s).
 _FIRST_CHUNK = 8
 
 __all__ = ["FragmentCopies", "LocalCopies", "RateLimiter", "TargetFailedError", "copy_fragment"]
 
 
 class TargetFailedError(RereplicationError):
-    """The replacement did not store the copies (unreachable, refused): heal picks another.
+    """The replacement did not store the copies (unreachable, refused): the rereplicator picks another.
     A bookie that died recently is still registered until its session expires, so the
     placement policy may offer it."""
 

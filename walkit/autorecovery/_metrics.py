@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, final
 
 from walkit._logging import get_logger
@@ -13,7 +14,7 @@ __all__ = ["AutorecoveryMetrics"]
 
 @final
 class AutorecoveryMetrics:
-    """Under-replicated ledgers, entries and bytes copied, time to heal; no-ops without a
+    """Under-replicated ledgers, entries and bytes copied, time to rereplicate; no-ops without a
     registry."""
 
     def __init__(self, registry: Any = None) -> None:
@@ -22,14 +23,14 @@ class AutorecoveryMetrics:
         self._bytes: Any = None
         self._local: Any = None
         self._by_replacement: Any = None
-        self._heal: Any = None
+        self._seconds: Any = None
         self._outcomes: Any = None
         #: Kept here too, for tests and status output.
         self.entries_copied = 0
         self.bytes_copied = 0
         self.entries_copied_locally = 0
         self.entries_copied_by_replacements = 0
-        self.ledgers_healed = 0
+        self.ledgers_rereplicated = 0
         if registry is None:
             return
         # Only with a registry: prometheus_client is not a dependency of the client install.
@@ -61,13 +62,14 @@ class AutorecoveryMetrics:
             self._by_replacement = Counter(
                 "walkit_autorecovery_entries_copied_by_replacements",
                 "Entries replacement bookies copied from the replicas themselves, asked by "
-                "this healer (COPY_FRAGMENT: the bytes did not pass through it; also counted "
+                "this process (COPY_FRAGMENT: the bytes did not pass through it; also counted "
                 "in walkit_autorecovery_entries_copied)",
                 registry=registry,
             )
-            self._heal = Histogram(
+            self._seconds = Histogram(
                 "walkit_autorecovery_heal_seconds",
-                "Time from a worker taking a marked ledger to its marker being dropped",
+                "Time to rereplicate a marked ledger: from a worker taking it to its marker "
+                "being dropped",
                 buckets=(0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800),
                 registry=registry,
             )
@@ -81,7 +83,17 @@ class AutorecoveryMetrics:
             log.warning("autorecovery_metrics_unavailable", error=str(exc))
             self._underreplicated = self._entries = self._bytes = self._local = None
             self._by_replacement = None
-            self._heal = self._outcomes = None
+            self._seconds = self._outcomes = None
+
+    @property
+    def ledgers_healed(self) -> int:
+        """Deprecated: :attr:`ledgers_rereplicated` (goes in the next release)."""
+        warnings.warn(
+            "AutorecoveryMetrics.ledgers_healed is deprecated: use .ledgers_rereplicated",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.ledgers_rereplicated
 
     def underreplicated(self, count: int) -> None:
         if self._underreplicated is not None:
@@ -104,10 +116,10 @@ class AutorecoveryMetrics:
             if by_replacement:
                 self._by_replacement.inc(entries)
 
-    def healed(self, seconds: float) -> None:
-        self.ledgers_healed += 1
-        if self._heal is not None:
-            self._heal.observe(seconds)
+    def rereplicated(self, seconds: float) -> None:
+        self.ledgers_rereplicated += 1
+        if self._seconds is not None:
+            self._seconds.observe(seconds)
 
     def outcome(self, name: str) -> None:
         if self._outcomes is not None:

@@ -49,7 +49,7 @@ class AutorecoveryOptions:
     grace_period: float = NON_NEGATIVE.field(
         60.0,
         "seconds an OPEN ledger is left to its writer before a worker fences and recovers "
-        "it to heal it",
+        "it to rereplicate it",
     )
     poll_interval: float = POSITIVE.field(
         10.0,

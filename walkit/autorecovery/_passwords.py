@@ -1,6 +1,6 @@
-"""Which password heals a ledger: the one its metadata keeps, else one autorecovery knows.
+"""Which password rereplicates a ledger: the one its metadata keeps, else one autorecovery knows.
 
-Healing needs the ledger's password: its master key for the replacement bookie, and its MAC
+Rereplication needs the ledger's password: its master key for the replacement bookie, and its MAC
 key to check ``mac`` digests. A ledger keeps the password in its metadata unless its creator
 opted out (``store_password=False``) or it was written before ledgers kept it; then the
 candidates are b"" (the client's default), the passwords an operator gave

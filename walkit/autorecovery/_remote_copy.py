@@ -1,19 +1,19 @@
 """Fragments copied by their replacement: bytes go from replica to replacement, not through
-the healer (HDFS's datanodes copy blocks among themselves the same way).
+the rereplicator (HDFS's datanodes copy blocks among themselves the same way).
 
-A healer outside the replacement (``walkit recover``, or a worker whose own bookie cannot take
+A rereplicator outside the replacement (``walkit recover``, or a worker whose own bookie cannot take
 the copy) would receive every entry from a surviving replica and send it on: on a machine
 whose cores are shared, one more process handles every byte. Instead it sends the replacement
 a COPY_FRAGMENT request per run of entries (:func:`copy_at_target`); a bookie whose
 autorecovery worker is connected answers it with :class:`FragmentCopier`, which copies the run
 to itself exactly as its worker would (:func:`~walkit.autorecovery._copy.copy_fragment`, digests
-checked, stored in the process) and answers how many entries and bytes are durable. The healer
+checked, stored in the process) and answers how many entries and bytes are durable. The rereplicator
 still picks the replacement, swaps it into the metadata and drops the marker.
 
-Only unthrottled copies go this way: under a rate limit the healer paces the copies itself, a
+Only unthrottled copies go this way: under a rate limit the rereplicator paces the copies itself, a
 chunk at a time (a replacement asked for a run copies it at full speed). A bookie that does
 not copy fragments (autorecovery off, an older version, a password it does not know) answers
-an error, and the healer copies through itself as before.
+an error, and the rereplicator copies through itself as before.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ __all__ = ["FragmentCopier", "copy_at_target"]
 #: shorter than its timeout even on a busy machine.
 _RUN_ENTRIES = 1024
 _RUN_BYTES = 64 * 1024 * 1024
-#: How long a replacement may take over one run before the healer gives up on it.
+#: How long a replacement may take over one run before the rereplicator gives up on it.
 _RUN_TIMEOUT = 120.0
 #: Runs a bookie copies at once; more wait their turn.
 _COPIES_AT_ONCE = 4
@@ -63,8 +63,8 @@ _COPIES_AT_ONCE = 4
 @final
 class FragmentCopier:
     """Answers COPY_FRAGMENT requests in a bookie: reads through ``client``, finds a ledger's
-    password with ``password_for`` (a healer's: the one the ledger's metadata keeps, else one
-    the healer knows; it raises RereplicationError when unknown),
+    password with ``password_for`` (a rereplicator's: the one the ledger's metadata keeps, else one
+    the rereplicator knows; it raises RereplicationError when unknown),
     stores into ``local`` (the bookie itself), ``window`` entries at a time."""
 
     def __init__(

@@ -10,10 +10,10 @@ import anyio.abc
 
 from walkit.autorecovery._auditor import Auditor
 from walkit.autorecovery._copy import LocalCopies
-from walkit.autorecovery._heal import Healer
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._remote_copy import FragmentCopier
+from walkit.autorecovery._rereplicator import Rereplicator
 from walkit.autorecovery._worker import ReplicationWorker
 from walkit.metadata import UnderreplicationManager
 
@@ -41,8 +41,8 @@ async def run_autorecovery(
     ``lost_bookie_delay`` is stored as the cluster's delay unless one is stored already
     (change it at run time with ``walkit autorecovery delay SECONDS``). ``registry``: a
     prometheus registry for the metrics. ``local``: the bookie this runs in, which then takes
-    copies itself where its rack allows (see :class:`~walkit.autorecovery.Healer`), and,
-    with ``fragment_copies``, answers the COPY_FRAGMENT requests of healers elsewhere.
+    copies itself where its rack allows (see :class:`~walkit.autorecovery.Rereplicator`), and,
+    with ``fragment_copies``, answers the COPY_FRAGMENT requests of rereplicators elsewhere.
     ``background``: False runs no auditor candidate or worker (only those answers).
     """
     rng = rng or random.Random()
@@ -54,7 +54,7 @@ async def run_autorecovery(
         await urm.init_settings(lost_bookie_delay)
     try:
         async with anyio.create_task_group() as tasks:
-            healer: Healer | None = None
+            rereplicator: Rereplicator | None = None
             if background:
                 auditor = Auditor(client, name=name, options=options, metrics=metrics, rng=rng)
                 worker = ReplicationWorker(
@@ -62,14 +62,14 @@ async def run_autorecovery(
                 )
                 await tasks.start(auditor.run)
                 await tasks.start(worker.run)
-                healer = worker.healer
+                rereplicator = worker.rereplicator
             if local is not None and fragment_copies:
                 # The bookie copies fragments asked of it through this client.
-                healer = healer or Healer(client, options, metrics, local=local)
+                rereplicator = rereplicator or Rereplicator(client, options, metrics, local=local)
                 copier = FragmentCopier(
                     client,
                     local,
-                    password_for=healer.password_for,
+                    password_for=rereplicator.password_for,
                     window=options.window,
                     metrics=metrics,
                 )

@@ -1,4 +1,4 @@
-"""The replication worker: takes one marked ledger at a time, heals it, lets it go.
+"""The replication worker: takes one marked ledger at a time, rereplicates it, lets it go.
 
 Every bookie runs one (unless ``--no-autorecovery``). A worker locks a ledger with an
 ephemeral node of its client's metadata session, so a worker that crashes mid-copy loses its
@@ -9,6 +9,7 @@ second worker simply copies again.
 from __future__ import annotations
 
 import random
+import warnings
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, final
@@ -18,9 +19,9 @@ import anyio.abc
 
 from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies
-from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.autorecovery._rereplicator import RereplicationOutcome, Rereplicator
 from walkit.errors import WalkitError
 from walkit.metadata import UnderreplicationManager, WatchEvent, watch_bookies
 
@@ -41,9 +42,9 @@ async def _close(events: AsyncIterator[WatchEvent]) -> None:
 
 @final
 class ReplicationWorker:
-    """Heals marked ledgers through ``client`` until cancelled (see module docs).
+    """Rereplicates marked ledgers through ``client`` until cancelled (see module docs).
 
-    ``local``: the bookie the worker runs in (see :class:`Healer`)."""
+    ``local``: the bookie the worker runs in (see :class:`Rereplicator`)."""
 
     def __init__(
         self,
@@ -57,12 +58,22 @@ class ReplicationWorker:
     ) -> None:
         self.name = name
         self.options = options or AutorecoveryOptions()
-        self.healer = Healer(client, self.options, metrics, local=local)
+        self.rereplicator = Rereplicator(client, self.options, metrics, local=local)
         self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
         self.rng = rng or random.Random()
         self._wake = anyio.Event()
         #: Outcomes so far, for tests and status.
-        self.outcomes: dict[HealOutcome, int] = {}
+        self.outcomes: dict[RereplicationOutcome, int] = {}
+
+    @property
+    def healer(self) -> Rereplicator:
+        """Deprecated: :attr:`rereplicator` (goes in the next release)."""
+        warnings.warn(
+            "ReplicationWorker.healer is deprecated: use .rereplicator",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.rereplicator
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -93,24 +104,24 @@ class ReplicationWorker:
             await _close(events)
 
     async def run_once(self) -> int:
-        """One pass over the markers; returns how many ledgers were healed.
+        """One pass over the markers; returns how many ledgers were rereplicated.
 
-        A worker in a bookie first heals the ledgers whose copies can go to its own bookie
-        (stored without the network), then the ones it left (``HealOutcome.DEFERRED``), unless
-        another worker has healed them meanwhile. Every pass also sets this bookie's
+        A worker in a bookie first rereplicates the ledgers whose copies can go to its own bookie
+        (stored without the network), then the ones it left (``RereplicationOutcome.DEFERRED``), unless
+        another worker has rereplicated them meanwhile. Every pass also sets this bookie's
         under-replicated gauge (so every bookie exports it, not only the auditor's): passes
         follow the markers' watch, so it stays current.
         """
         ids = await self.urm.list_ids()
-        self.healer.forget_unmarked(ids)
-        metrics = self.healer.metrics
+        self.rereplicator.forget_unmarked(ids)
+        metrics = self.rereplicator.metrics
         metrics.underreplicated(len(ids))
         settings = await self.urm.settings()
         if not settings.enabled:
             return 0
         self.rng.shuffle(ids)  # workers of several bookies spread over the markers
-        local_first = self.healer.local is not None
-        healed = 0
+        local_first = self.rereplicator.local is not None
+        rereplicated = 0
         deferred: list[int] = []
         queue = deque((ledger_id, local_first) for ledger_id in ids)
         while queue or deferred:
@@ -121,33 +132,33 @@ class ReplicationWorker:
             outcome = await self._take(ledger_id, local_only)
             if outcome is None:
                 continue
-            if outcome is HealOutcome.DEFERRED:
+            if outcome is RereplicationOutcome.DEFERRED:
                 deferred.append(ledger_id)
                 continue
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
             metrics.outcome(outcome.value)
-            if outcome is HealOutcome.HEALED:
-                healed += 1
+            if outcome is RereplicationOutcome.REREPLICATED:
+                rereplicated += 1
             settings = await self.urm.settings()
             if not settings.enabled:
                 break
-        if healed:
+        if rereplicated:
             metrics.underreplicated(len(await self.urm.list_ids()))
-        return healed
+        return rereplicated
 
-    async def _take(self, ledger_id: int, local_only: bool) -> HealOutcome | None:
-        """Lock and heal one ledger; None if another worker holds it or the attempt failed."""
+    async def _take(self, ledger_id: int, local_only: bool) -> RereplicationOutcome | None:
+        """Lock and rereplicate one ledger; None if another worker holds it or the attempt failed."""
         if not await self.urm.try_lock(ledger_id, self.name):
             return None
         try:
-            return await self.healer.heal(ledger_id, local_only=local_only)
+            return await self.rereplicator.rereplicate(ledger_id, local_only=local_only)
         except WalkitError as exc:
-            said = self.healer.last_problem.get(ledger_id) == str(exc)
+            said = self.rereplicator.last_problem.get(ledger_id) == str(exc)
             (log.debug if said else log.warning)(
                 "rereplication_failed", worker=self.name, ledger_id=ledger_id, error=str(exc)
             )
-            self.healer.last_problem[ledger_id] = str(exc)
-            self.healer.metrics.outcome("failed")
+            self.rereplicator.last_problem[ledger_id] = str(exc)
+            self.rereplicator.metrics.outcome("failed")
             return None
         finally:
             with anyio.CancelScope(shield=True):

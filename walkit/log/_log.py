@@ -189,7 +189,7 @@ class Log(Generic[V]):
         are made; they are fixed when the log is created (defaults 3/2/2/crc32c), and giving
         other values for an existing log raises ConfigurationError. So is ``store_password``
         (default True): whether the log's ledgers keep their password in their metadata, so
-        that autorecovery heals them by itself; False needs a ``password`` of the log's own
+        that autorecovery rereplicates them by itself; False needs a ``password`` of the log's own
         (a generated one is kept in the log's metadata anyway). The handle's options
         (:class:`walkit.LogOptions`: roll thresholds, password, snapshots kept, ...) come as
         keywords (``roll_entries=1000``; type checkers know their names and types), as an

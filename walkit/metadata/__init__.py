@@ -4,6 +4,9 @@ layout on top of them (instance id, ledgers, bookie registration, cookies).
 See docs/metadata.md.
 """
 
+import warnings
+from typing import Any
+
 from walkit.metadata._bookies import (
     BookieList,
     cookie_path,
@@ -40,7 +43,7 @@ from walkit.metadata._store import (
     WatchEventKind,
 )
 from walkit.metadata._underreplication import (
-    AutorecoverySettings,
+    AutorecoveryClusterSettings,
     UnderreplicatedLedger,
     UnderreplicationManager,
 )
@@ -54,7 +57,7 @@ __all__ = [
     "LEDGERS_PATH",
     "LOGS_PATH",
     "MAX_VALUE_SIZE",
-    "AutorecoverySettings",
+    "AutorecoveryClusterSettings",
     "BookieList",
     "Decision",
     "Export",
@@ -89,3 +92,17 @@ __all__ = [
     "watch_bookies",
     "write_cookie",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The cluster-wide settings were AutorecoverySettings, a name too close to the per-process
+    # AutorecoveryOptions; the old name warns, and goes in the next release.
+    if name == "AutorecoverySettings":
+        warnings.warn(
+            "walkit.metadata.AutorecoverySettings is deprecated: use "
+            "walkit.metadata.AutorecoveryClusterSettings",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return AutorecoveryClusterSettings
+    raise AttributeError(f"module 'walkit.metadata' has no attribute {name!r}")

@@ -47,7 +47,7 @@ from walkit.metadata._paths import (
     check_value,
     check_version,
 )
-from walkit.metadata._sqlite_db import SqliteDb
+from walkit.metadata._sqlite_connection import SqliteConnection
 from walkit.metadata._store import (
     MetadataStore,
     StoredNode,
@@ -89,7 +89,7 @@ class SqliteMetadataStore(MetadataStore):
         self.session_timeout = session_timeout
         self._busy_timeout = busy_timeout
         self._poll_interval = poll_interval
-        self._db = SqliteDb(
+        self._db = SqliteConnection(
             url, path, session_timeout=session_timeout, clock=clock, busy_timeout=busy_timeout
         )
         self._loop = current_loop()

@@ -62,8 +62,10 @@ class UnderreplicatedLedger:
 
 @final
 @attrs.frozen
-class AutorecoverySettings:
-    """Cluster-wide switches, changeable at run time (``walkit autorecovery ...``)."""
+class AutorecoveryClusterSettings:
+    """The cluster's autorecovery settings, stored in the metadata and changeable at run time
+    (``walkit autorecovery enable|disable|delay``); each process's own tuning is its
+    :class:`~walkit.autorecovery.AutorecoveryOptions`."""
 
     enabled: bool = True
     #: Seconds a bookie must stay unregistered before its ledgers are marked.
@@ -111,7 +113,7 @@ def _parse_marker(ledger_id: int, raw: bytes, path: str) -> UnderreplicatedLedge
     return UnderreplicatedLedger(ledger_id, bookies)
 
 
-def _parse_settings(raw: bytes) -> AutorecoverySettings:
+def _parse_settings(raw: bytes) -> AutorecoveryClusterSettings:
     doc = _load(raw, CONFIG_PATH)
     enabled = doc.get("enabled", True)
     if not isinstance(enabled, bool):
@@ -120,7 +122,7 @@ def _parse_settings(raw: bytes) -> AutorecoverySettings:
         delay = check_delay(doc.get("lost_bookie_delay", DEFAULT_LOST_BOOKIE_DELAY))
     except InvalidArgumentError as exc:
         raise InvalidMetadataError(f"{CONFIG_PATH}: {exc}") from None
-    return AutorecoverySettings(enabled, delay)
+    return AutorecoveryClusterSettings(enabled, delay)
 
 
 def _marker_bytes(missing: Iterable[BookieId]) -> bytes:
@@ -225,7 +227,7 @@ class UnderreplicationManager:
                 return False
         except NoSuchNodeError:
             return False
-        log.info("ledger_replicated", ledger_id=ledger_id)
+        log.info("underreplication_marker_removed", ledger_id=ledger_id)
         return True
 
     def watch(self) -> AsyncIterator[WatchEvent]:
@@ -273,28 +275,28 @@ class UnderreplicationManager:
 
     # --- settings ----------------------------------------------------------------------
 
-    async def settings(self) -> AutorecoverySettings:
+    async def settings(self) -> AutorecoveryClusterSettings:
         """The current settings (the defaults when none were ever stored)."""
         return (await self._settings())[0]
 
-    async def _settings(self) -> tuple[AutorecoverySettings, int | None]:
+    async def _settings(self) -> tuple[AutorecoveryClusterSettings, int | None]:
         try:
             found = await self.store.get(CONFIG_PATH)
         except NoSuchNodeError:
-            return AutorecoverySettings(), None
+            return AutorecoveryClusterSettings(), None
         return _parse_settings(found.value), found.version
 
     async def update_settings(
         self, *, enabled: bool | None = None, lost_bookie_delay: float | None = None
-    ) -> AutorecoverySettings:
+    ) -> AutorecoveryClusterSettings:
         """Change some settings (compare-and-set); returns the new ones."""
         if enabled is not None and not isinstance(enabled, bool):
             raise InvalidArgumentError(f"enabled must be True or False, not {enabled!r}")
         delay = None if lost_bookie_delay is None else check_delay(lost_bookie_delay)
 
-        def decide(raw: bytes | None) -> Decision[bytes, AutorecoverySettings]:
-            current = AutorecoverySettings() if raw is None else _parse_settings(raw)
-            new = AutorecoverySettings(
+        def decide(raw: bytes | None) -> Decision[bytes, AutorecoveryClusterSettings]:
+            current = AutorecoveryClusterSettings() if raw is None else _parse_settings(raw)
+            new = AutorecoveryClusterSettings(
                 current.enabled if enabled is None else enabled,
                 current.lost_bookie_delay if delay is None else delay,
             )

@@ -1,12 +1,16 @@
-"""Foreground healing for operators: ``walkit recover BOOKIE`` and ``walkit bookie decommission``.
+"""Rereplicating a whole bookie's ledgers now, for operators: ``walkit recover BOOKIE`` and ``walkit bookie decommission``.
 
-``recover_bookie`` marks every ledger that lists the bookie (so that, if this process dies,
-the bookies' workers finish the job), then heals them one by one under the same locks the
+``walkit recover`` is BookKeeper's ``shell recover`` (``recoverBookieData``): it rereplicates;
+it is not the fencing recovery of one ledger (``walkit.ledger._recovery``).
+
+``rereplicate_bookie`` marks every ledger that lists the bookie (so that, if this process dies,
+the bookies' workers finish the job), then rereplicates them one by one under the same locks the
 workers take. A ledger another worker holds is waited for.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
@@ -15,9 +19,9 @@ import attrs
 
 from walkit._core.types import BookieId
 from walkit._logging import get_logger
-from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.autorecovery._rereplicator import RereplicationOutcome, Rereplicator
 from walkit.errors import (
     BookieUnavailableError,
     NoSuchLedgerError,
@@ -37,16 +41,16 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-__all__ = ["RecoveryReport", "decommission_bookie", "ledgers_listing", "recover_bookie"]
+__all__ = ["RereplicationReport", "decommission_bookie", "ledgers_listing", "rereplicate_bookie"]
 
 
 @final
 @attrs.define
-class RecoveryReport:
+class RereplicationReport:
     bookie: BookieId
     ledgers: list[int] = attrs.Factory(list)
-    healed: list[int] = attrs.Factory(list)
-    #: ledger id -> why it could not be healed now (its marker stays)
+    rereplicated: list[int] = attrs.Factory(list)
+    #: ledger id -> why it could not be rereplicated now (its marker stays)
     failed: dict[int, str] = attrs.Factory(dict)
     entries: int = 0
     bytes: int = 0
@@ -57,6 +61,16 @@ class RecoveryReport:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    @property
+    def healed(self) -> list[int]:
+        """Deprecated: :attr:`rereplicated` (goes in the next release)."""
+        warnings.warn(
+            "RereplicationReport.healed is deprecated: use .rereplicated",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.rereplicated
 
 
 async def ledgers_listing(client: Client, bookie: BookieId) -> list[int]:
@@ -72,7 +86,7 @@ async def ledgers_listing(client: Client, bookie: BookieId) -> list[int]:
     return out
 
 
-async def recover_bookie(
+async def rereplicate_bookie(
     client: Client,
     bookie: BookieId,
     *,
@@ -82,19 +96,19 @@ async def recover_bookie(
     on_entry: Callable[[int, int], None] | None = None,
     lock_wait: float = 60.0,
     parallel: int = 8,
-) -> RecoveryReport:
+) -> RereplicationReport:
     """Replace ``bookie`` in every ledger that lists it, now, in this task.
 
-    ``parallel`` ledgers are healed at once (the rate limits hold for all of them together).
+    ``parallel`` ledgers are rereplicated at once (the rate limits hold for all of them together).
     ``on_ledger(done, total, ledger_id)`` and ``on_entry(entries, bytes)`` report progress.
     Open ledgers are recovered (fenced and closed) at once: an operator asked for it.
     """
     opts = attrs.evolve(options or AutorecoveryOptions(), grace_period=0.0)
     metrics = AutorecoveryMetrics()
-    healer = Healer(client, opts, metrics)
+    rereplicator = Rereplicator(client, opts, metrics)
     urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
     await urm.ensure_paths()
-    report = RecoveryReport(bookie)
+    report = RereplicationReport(bookie)
     report.ledgers = await ledgers_listing(client, bookie)
     for ledger_id in report.ledgers:
         await urm.mark(ledger_id, [bookie])
@@ -102,18 +116,25 @@ async def recover_bookie(
     done = 0
     slots = anyio.Semaphore(max(1, parallel))
 
-    async def heal_one(ledger_id: int) -> None:
+    async def rereplicate_one(ledger_id: int) -> None:
         nonlocal done
         async with slots:
             try:
-                outcome = await _heal_locked(healer, urm, ledger_id, owner, on_entry, lock_wait)
+                outcome = await _rereplicate_locked(
+                    rereplicator, urm, ledger_id, owner, on_entry, lock_wait
+                )
             except WalkitError as exc:
                 report.failed[ledger_id] = str(exc)
             else:
-                if outcome in (HealOutcome.NO_REPLACEMENT, HealOutcome.NEEDS_PASSWORD):
-                    report.failed[ledger_id] = healer.last_problem.get(ledger_id, outcome.value)
+                if outcome in (
+                    RereplicationOutcome.NO_REPLACEMENT,
+                    RereplicationOutcome.NEEDS_PASSWORD,
+                ):
+                    report.failed[ledger_id] = rereplicator.last_problem.get(
+                        ledger_id, outcome.value
+                    )
                 else:
-                    report.healed.append(ledger_id)
+                    report.rereplicated.append(ledger_id)
             done += 1
             if on_ledger is not None:
                 on_ledger(done, total, ledger_id)
@@ -121,10 +142,10 @@ async def recover_bookie(
     try:
         async with anyio.create_task_group() as tasks:
             for ledger_id in report.ledgers:
-                tasks.start_soon(heal_one, ledger_id)
+                tasks.start_soon(rereplicate_one, ledger_id)
     except BaseExceptionGroup as group:  # no group escapes a public call: its first leaf
         raise _first_leaf(group) from None
-    report.healed.sort()
+    report.rereplicated.sort()
     report.entries = metrics.entries_copied
     report.bytes = metrics.bytes_copied
     report.entries_by_replacements = metrics.entries_copied_by_replacements
@@ -136,25 +157,25 @@ def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-async def _heal_locked(
-    healer: Healer,
+async def _rereplicate_locked(
+    rereplicator: Rereplicator,
     urm: UnderreplicationManager,
     ledger_id: int,
     owner: str,
     on_entry: Callable[[int, int], None] | None,
     lock_wait: float,
-) -> HealOutcome:
+) -> RereplicationOutcome:
     with anyio.move_on_after(lock_wait):
         while True:
             if await urm.try_lock(ledger_id, owner):
                 try:
-                    return await healer.heal(ledger_id, progress=on_entry)
+                    return await rereplicator.rereplicate(ledger_id, progress=on_entry)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await urm.unlock(ledger_id)
-            # A worker holds it: it is healing it now; wait until it lets go.
+            # A worker holds it: it is rereplicating it now; wait until it lets go.
             if await urm.read(ledger_id) is None:
-                return HealOutcome.HEALED
+                return RereplicationOutcome.REREPLICATED
             await anyio.sleep(0.2)
     raise RereplicationError(
         f"ledger {ledger_id}: another worker held its lock for over {lock_wait:g} s"
@@ -168,7 +189,7 @@ async def decommission_bookie(
     options: AutorecoveryOptions | None = None,
     on_ledger: Callable[[int, int, int], None] | None = None,
     on_entry: Callable[[int, int], None] | None = None,
-) -> RecoveryReport:
+) -> RereplicationReport:
     """Rereplicate everything ``bookie`` holds, then remove its cookie and registration.
 
     The bookie must be stopped or read-only (BookieUnavailableError otherwise: a writable
@@ -180,7 +201,7 @@ async def decommission_bookie(
             f"bookie {bookie} is running and writable: stop it (or make it read-only) before "
             "decommissioning it"
         )
-    report = await recover_bookie(
+    report = await rereplicate_bookie(
         client, bookie, options=options, on_ledger=on_ledger, on_entry=on_entry
     )
     if report.failed or await ledgers_listing(client, bookie):

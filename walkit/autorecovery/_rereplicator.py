@@ -1,10 +1,10 @@
-"""Healing one marked ledger: the replication worker's job, also run by ``walkit recover``.
+"""Rereplicating one marked ledger: the replication worker's job, also run by ``walkit recover``.
 
 The caller holds the ledger's lock. Steps (see docs/autorecovery.md):
 
 1. Read the marker and the ledger's metadata; decide (:func:`walkit._core.rereplication.next_action`).
-2. The ledger's password: the one its metadata keeps, else one this healer knows; none: the
-   marker stays and a warning says so, once (``HealOutcome.NEEDS_PASSWORD``).
+2. The ledger's password: the one its metadata keeps, else one this rereplicator knows; none: the
+   marker stays and a warning says so, once (``RereplicationOutcome.NEEDS_PASSWORD``).
    An OPEN ledger is left to its writer for the grace period, then fenced and recovered
    (opened with recovery, which closes it).
 3. The placement policy picks a replacement for each (fragment, lost bookie); none valid: the
@@ -12,13 +12,14 @@ The caller holds the ledger's lock. Steps (see docs/autorecovery.md):
 4. Every entry of each affected fragment is copied to its replacement (digests checked).
 5. The bookie swap is CASed into the metadata; a lost CAS plans again (copies are idempotent).
 6. The marker is dropped at the version read in step 1 (if the auditor added a bookie
-   meanwhile, it stays and the ledger is healed again).
+   meanwhile, it stays and the ledger is rereplicated again).
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, final
 
@@ -53,26 +54,29 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-__all__ = ["HealOutcome", "Healer"]
+__all__ = ["RereplicationOutcome", "Rereplicator"]
 
 _ROUNDS = 10
 
 
-class HealOutcome(enum.Enum):
-    HEALED = "healed"  # copied, swapped, marker dropped
+class RereplicationOutcome(enum.Enum):
+    #: Copied, swapped, marker dropped. The value is the ``outcome`` label of the
+    #: ``walkit_autorecovery_ledgers`` metric, kept for dashboards.
+    REREPLICATED = "healed"
     NOTHING = "nothing"  # no marker, or the ledger no longer lists a lost bookie
     GONE = "gone"  # the ledger was deleted: marker dropped
     WAITING = "waiting"  # open, within the writer's grace period
     NO_REPLACEMENT = "no_replacement"  # the placement policy has no valid bookie: marker stays
     DEFERRED = "deferred"  # no copy would go to this worker's own bookie: left for now
     NEEDS_PASSWORD = "needs_password"  # nobody stored or gave its password: marker stays
+    HEALED = "healed"  # deprecated alias of REREPLICATED (goes in the next release)
 
 
 @final
-class Healer:
-    """Heals marked ledgers through one client (its placement policy and connections).
+class Rereplicator:
+    """Rereplicates marked ledgers through one client (its placement policy and connections).
 
-    ``local``: the bookie this healer runs in. Where the placement policy's choice for a
+    ``local``: the bookie this rereplicator runs in. Where the placement policy's choice for a
     fragment is in the same rack as this bookie, and this bookie is not in the fragment, this
     bookie takes the copy itself, stored without the network (BookKeeper's replication
     workers copy to their own bookie).
@@ -92,15 +96,15 @@ class Healer:
         self.metrics = metrics or AutorecoveryMetrics()
         self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
         self.limiter = RateLimiter(self.options.entries_per_second, self.options.bytes_per_second)
-        #: When this healer first found each ledger open (the grace period runs from there).
+        #: When this rereplicator first found each ledger open (the grace period runs from there).
         self.open_since: dict[int, float] = {}
-        #: The last reason a ledger could not be healed (for status output).
+        #: The last reason a ledger could not be rereplicated (for status output).
         self.last_problem: dict[int, str] = {}
         #: Replacements that did not copy a fragment themselves (said once each).
         self._copied_here_for: set[BookieId] = set()
 
     async def find_password(self, md: LedgerMetadata) -> bytes | None:
-        """The ledger's password: the one its metadata keeps, else b"", one of this healer's
+        """The ledger's password: the one its metadata keeps, else b"", one of this rereplicator's
         ``passwords`` or its log's; None when none of them is it."""
         return await known_password(
             md, self.options.passwords, functools.partial(log_password, self.client)
@@ -114,25 +118,25 @@ class Healer:
         return password
 
     def _forget(self, ledger_id: int) -> None:
-        """Drop what this healer remembers of a ledger that is no longer marked."""
+        """Drop what this rereplicator remembers of a ledger that is no longer marked."""
         self.open_since.pop(ledger_id, None)
         self.last_problem.pop(ledger_id, None)
 
     def forget_unmarked(self, marked: Iterable[int]) -> None:
-        """Drop what this healer remembers of ledgers not in ``marked`` (healed elsewhere, or
+        """Drop what this rereplicator remembers of ledgers not in ``marked`` (rereplicated elsewhere, or
         deleted): if one is marked again, its problems are news again and are said again."""
         keep = set(marked)
         for ledger_id in {*self.open_since, *self.last_problem} - keep:
             self._forget(ledger_id)
 
-    def _password_unknown(self, ledger_id: int) -> HealOutcome:
-        # Said once per ledger (until it heals): every pass of every worker tries it again.
+    def _password_unknown(self, ledger_id: int) -> RereplicationOutcome:
+        # Said once per ledger (until it is rereplicated): every pass of every worker tries it again.
         said = self.last_problem.get(ledger_id) == PASSWORD_NEEDED
         self.last_problem[ledger_id] = PASSWORD_NEEDED
         (log.debug if said else log.warning)(
             "rereplication_needs_password", ledger_id=ledger_id, reason=PASSWORD_NEEDED
         )
-        return HealOutcome.NEEDS_PASSWORD
+        return RereplicationOutcome.NEEDS_PASSWORD
 
     def _with_local(
         self,
@@ -164,7 +168,7 @@ class Healer:
         progress: Callable[[int, int], None] | None,
     ) -> bool:
         """Have ``target`` copy ``gap`` from the replicas itself, when the copies are not
-        rate-limited and ``target`` is not this healer's own bookie; False: copy them here."""
+        rate-limited and ``target`` is not this rereplicator's own bookie; False: copy them here."""
         options = self.options
         if not copied_by_replacement(
             options.copies_by_replacement,
@@ -182,7 +186,7 @@ class Healer:
         said = target in self._copied_here_for
         self._copied_here_for.add(target)
         (log.debug if said else log.info)(
-            "rereplication_copying_through_healer",
+            "rereplication_relaying_copies",
             ledger_id=md.ledger_id,
             bookie_id=str(target),
             reason=why,
@@ -216,7 +220,7 @@ class Healer:
         )
         return swapped
 
-    def _no_replacement(self, ledger_id: int, chosen: NoReplacement) -> HealOutcome:
+    def _no_replacement(self, ledger_id: int, chosen: NoReplacement) -> RereplicationOutcome:
         """No bookie can take a lost copy: say so (once per ledger and reason, as passes
         repeat every poll interval) and leave the marker for a later pass."""
         reason = (
@@ -232,7 +236,7 @@ class Healer:
             first_entry=chosen.gap.first_entry,
             reason=chosen.reason,
         )
-        return HealOutcome.NO_REPLACEMENT
+        return RereplicationOutcome.NO_REPLACEMENT
 
     async def _copy_gaps(
         self,
@@ -267,7 +271,7 @@ class Healer:
                 local=self.local,
             )
 
-    def _healed(
+    def _rereplicated(
         self,
         ledger_id: int,
         gaps: Sequence[FragmentGap],
@@ -284,18 +288,18 @@ class Healer:
         )
         self.last_problem.pop(ledger_id, None)
 
-    async def heal(
+    async def rereplicate(
         self,
         ledger_id: int,
         *,
         progress: Callable[[int, int], None] | None = None,
         local_only: bool = False,
-    ) -> HealOutcome:
-        """Heal ``ledger_id`` (the caller holds its lock). Raises RereplicationError when this
+    ) -> RereplicationOutcome:
+        """Rereplicate ``ledger_id`` (the caller holds its lock). Raises RereplicationError when this
         attempt failed (the marker stays; another attempt may succeed).
 
         ``local_only``: return DEFERRED, copying nothing, when no copy would go to this
-        healer's own bookie (it is in the ledger's ensemble, say): a worker of a bookie that
+        rereplicator's own bookie (it is in the ledger's ensemble, say): a worker of a bookie that
         can take the copies stores them without a network hop, for about half the CPU."""
         context = self.client._context
         started = anyio.current_time()
@@ -304,15 +308,15 @@ class Healer:
         for _ in range(_ROUNDS):
             found = await self.urm.read(ledger_id)
             if found is None:
-                self._forget(ledger_id)  # healed elsewhere
-                return HealOutcome.NOTHING
+                self._forget(ledger_id)  # rereplicated elsewhere
+                return RereplicationOutcome.NOTHING
             marker, marker_version = found
             try:
                 md, version = await context.read_metadata(ledger_id)
             except NoSuchLedgerError:
                 await self.urm.remove(ledger_id, marker_version)
                 self._forget(ledger_id)
-                return HealOutcome.GONE
+                return RereplicationOutcome.GONE
             lost = set(marker.missing)
             now = anyio.current_time()
             action = next_action(
@@ -325,7 +329,7 @@ class Healer:
             if action is Action.DONE:
                 if await self.urm.remove(ledger_id, marker_version):
                     self._forget(ledger_id)
-                    return HealOutcome.NOTHING
+                    return RereplicationOutcome.NOTHING
                 continue
             if action is Action.WAIT:
                 self.open_since.setdefault(ledger_id, now)
@@ -334,7 +338,7 @@ class Healer:
                     ledger_id=ledger_id,
                     grace_period=self.options.grace_period,
                 )
-                return HealOutcome.WAITING
+                return RereplicationOutcome.WAITING
             password = await self.find_password(md)
             if password is None:
                 return self._password_unknown(ledger_id)
@@ -348,7 +352,7 @@ class Healer:
                 return self._no_replacement(ledger_id, chosen)
             chosen = self._with_local(chosen, gaps, lost | unusable)
             if local_only and (self.local is None or self.local.bookie_id not in chosen.values()):
-                return HealOutcome.DEFERRED
+                return RereplicationOutcome.DEFERRED
             try:
                 await self._copy_gaps(md, gaps, chosen, password, lost, progress)
             except TargetFailedError as exc:
@@ -363,11 +367,24 @@ class Healer:
             old = {(g.first_entry, g.index): g.bookie for g in gaps}
             if not await self._swap_bookies(md, version, chosen, old):
                 continue  # the ledger changed meanwhile: plan again (copies are idempotent)
-            self._healed(ledger_id, gaps, chosen)
+            self._rereplicated(ledger_id, gaps, chosen)
             if await self.urm.remove(ledger_id, marker_version):
                 self._forget(ledger_id)
-                self.metrics.healed(anyio.current_time() - started)
-                return HealOutcome.HEALED
+                self.metrics.rereplicated(anyio.current_time() - started)
+                return RereplicationOutcome.REREPLICATED
         raise RereplicationError(
-            f"ledger {ledger_id}: its metadata or marker kept changing while healing it"
+            f"ledger {ledger_id}: its metadata or marker kept changing while rereplicating it"
         )
+
+    async def heal(
+        self,
+        ledger_id: int,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        local_only: bool = False,
+    ) -> RereplicationOutcome:
+        """Deprecated: :meth:`rereplicate` (goes in the next release)."""
+        warnings.warn(
+            "Rereplicator.heal is deprecated: use .rereplicate", DeprecationWarning, stacklevel=2
+        )
+        return await self.rereplicate(ledger_id, progress=progress, local_only=local_only)

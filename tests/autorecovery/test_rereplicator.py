@@ -1,5 +1,5 @@
 """Autorecovery with real bookies in this process (disk storage, loopback TCP, memory metadata):
-the auditor marks, workers heal, entries survive the loss of the rest of the ensemble."""
+the auditor marks, workers rereplicate, entries survive the loss of the rest of the ensemble."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from walkit.autorecovery import (
     Auditor,
     AutorecoveryMetrics,
     AutorecoveryOptions,
-    HealOutcome,
     ReplicationWorker,
-    recover_bookie,
+    RereplicationOutcome,
+    rereplicate_bookie,
     run_autorecovery,
 )
 from walkit.client import Client
@@ -56,7 +56,7 @@ async def write_ledgers(
     return written
 
 
-async def wait_healed(client: Client, ledgers: list[int], lost: BookieId) -> None:
+async def wait_rereplicated(client: Client, ledgers: list[int], lost: BookieId) -> None:
     """Poll the metadata until no ledger lists ``lost`` and no marker is left."""
     urm = UnderreplicationManager(client.metadata_store)
     while True:
@@ -76,7 +76,7 @@ async def read_all(client: Client, written: dict[int, list[bytes]], password: by
 
 
 @pytest.mark.parametrize("password", [b"", b"a password of their own"])
-async def test_lost_bookie_is_healed_and_survives_the_rest_of_the_ensemble(
+async def test_lost_bookie_is_rereplicated_and_survives_the_rest_of_the_ensemble(
     memory_url: str, tmp_path: Path, password: bytes
 ) -> None:
     """The workers are given no password: they take it from the ledgers' metadata."""
@@ -97,7 +97,7 @@ async def test_lost_bookie_is_healed_and_survives_the_rest_of_the_ensemble(
                 )
                 lost = ensemble[0]
                 await bookies.stop(bookies.index_of(lost))
-                await wait_healed(client, list(written), lost)
+                await wait_rereplicated(client, list(written), lost)
                 nursery.cancel_scope.cancel()
             for lid in written:
                 md = await client.ledger_metadata(lid)
@@ -135,7 +135,7 @@ async def test_no_valid_replacement_keeps_the_marker_and_says_why(
             )
             gauge = "walkit_autorecovery_underreplicated_ledgers"
             assert await worker.run_once() == 0
-            assert worker.outcomes == {HealOutcome.NO_REPLACEMENT: 1}
+            assert worker.outcomes == {RereplicationOutcome.NO_REPLACEMENT: 1}
             assert registry.get_sample_value(gauge) == 1
             urm = UnderreplicationManager(client.metadata_store)
             assert await urm.list_ids() == [lid]  # the marker stays
@@ -144,7 +144,7 @@ async def test_no_valid_replacement_keeps_the_marker_and_says_why(
                 "rereplication_no_replacement" in r.getMessage() and str(lost) in r.getMessage()
                 for r in caplog.records
             ), [r.getMessage() for r in caplog.records]
-            # A fourth bookie joins: the next pass heals it.
+            # A fourth bookie joins: the next pass rereplicates it.
             await bookies.start(3)
             with trio.fail_after(HANG_GUARD):
                 while await worker.run_once() == 0:  # noqa: ASYNC110 (a pass per poll)
@@ -173,7 +173,7 @@ async def test_worker_killed_while_copying_another_finishes(
                 worker_a = ReplicationWorker(client_a, name="a", options=slow)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(worker_a.run_once)
-                    while worker_a.healer.metrics.entries_copied < 5:  # noqa: ASYNC110 (polls a counter)
+                    while worker_a.rereplicator.metrics.entries_copied < 5:  # noqa: ASYNC110 (polls a counter)
                         await trio.sleep(0.02)
                     assert await urm.lock_owner(lid) == "a"
                     # The crash: the session ends without any cleanup by the worker.
@@ -191,7 +191,7 @@ async def test_worker_killed_while_copying_another_finishes(
             await read_all(client, written)
 
 
-async def test_open_ledger_waits_then_is_recovered_and_healed(
+async def test_open_ledger_waits_then_is_recovered_and_rereplicated(
     memory_url: str, tmp_path: Path
 ) -> None:
     with trio.fail_after(HANG_GUARD):
@@ -206,7 +206,7 @@ async def test_open_ledger_waits_then_is_recovered_and_healed(
             await bookies.stop(bookies.index_of(lost))
             worker = ReplicationWorker(client, name="w", options=FAST)
             assert await worker.run_once() == 0
-            assert worker.outcomes == {HealOutcome.WAITING: 1}
+            assert worker.outcomes == {RereplicationOutcome.WAITING: 1}
             assert not (await client.ledger_metadata(lw.id)).is_closed
             with trio.fail_after(HANG_GUARD):
                 while await worker.run_once() == 0:  # noqa: ASYNC110 (a pass per poll)
@@ -228,17 +228,17 @@ async def test_recover_bookie_in_the_foreground(memory_url: str, tmp_path: Path)
                 lid for lid in written if lost in (await client.ledger_metadata(lid)).all_bookies()
             ]
             # Without the password (not kept in the metadata) the marker stays, and why.
-            report = await recover_bookie(client, lost)
-            assert report.ledgers == listing and not report.healed
+            report = await rereplicate_bookie(client, lost)
+            assert report.ledgers == listing and not report.rereplicated
             assert all("password is needed" in why for why in report.failed.values())
             progress: list[tuple[int, int, int]] = []
-            report = await recover_bookie(
+            report = await rereplicate_bookie(
                 client,
                 lost,
                 options=AutorecoveryOptions(passwords=[b"secret"]),
                 on_ledger=lambda done, total, lid: progress.append((done, total, lid)),
             )
-            assert report.ok and report.healed == listing
+            assert report.ok and report.rereplicated == listing
             assert report.entries == 30 * len(listing)  # E == Qw: the lost bookie held them all
             assert [p[0] for p in progress] == list(range(1, len(listing) + 1))
             assert await UnderreplicationManager(client.metadata_store).list_ids() == []
@@ -249,7 +249,7 @@ async def test_a_dead_but_still_registered_replacement_is_passed_over(
     memory_url: str, tmp_path: Path
 ) -> None:
     """A bookie that died a moment ago stays registered until its session expires, so the
-    placement policy may offer it as a replacement: copying to it fails, and the heal plans
+    placement policy may offer it as a replacement: copying to it fails, and the rereplicator plans
     again without it instead of failing the ledger."""
     with trio.fail_after(HANG_GUARD):
         async with (
@@ -271,10 +271,10 @@ async def test_a_dead_but_still_registered_replacement_is_passed_over(
             await bookies.stop(bookies.index_of(dead))
             await register_bookie(stale_session, dead)  # its registration outlives it
             await bookies.stop(bookies.index_of(lost))
-            report = await recover_bookie(client, lost)
+            report = await rereplicate_bookie(client, lost)
             # Each ledger's replacement is one of two: the live spare, or the dead one first
             # (then the live spare): without passing over the dead one, ~255 in 256 runs fail.
-            assert report.ok and set(written) <= set(report.healed), report.failed
+            assert report.ok and set(written) <= set(report.rereplicated), report.failed
             for lid in written:
                 bookies_now = (await client.ledger_metadata(lid)).all_bookies()
                 assert dead not in bookies_now and lost not in bookies_now
@@ -291,7 +291,7 @@ async def test_concurrent_workers_on_one_ledger(memory_url: str, tmp_path: Path)
             urm = UnderreplicationManager(client.metadata_store)
             await urm.ensure_paths()
             await urm.mark(lid, [lost])
-            healed: list[int] = []
+            rereplicated: list[int] = []
             async with connect(memory_url) as c1, connect(memory_url) as c2:
                 workers = [
                     ReplicationWorker(c, name=f"w{i}", options=FAST, rng=random.Random(i))
@@ -299,13 +299,13 @@ async def test_concurrent_workers_on_one_ledger(memory_url: str, tmp_path: Path)
                 ]
 
                 async def one(worker: ReplicationWorker) -> None:
-                    healed.append(await worker.run_once())
+                    rereplicated.append(await worker.run_once())
 
                 async with trio.open_nursery() as nursery:
                     for worker in workers:
                         nursery.start_soon(one, worker)
-            # One of them took the lock and healed it; the other found it locked (or gone).
-            assert sorted(healed) == [0, 1]
+            # One of them took the lock and rereplicated it; the other found it locked (or gone).
+            assert sorted(rereplicated) == [0, 1]
             md = await client.ledger_metadata(lid)
             assert lost not in md.all_bookies()
             assert len(md.fragments) == 1  # one swap, not two stacked ones
@@ -347,7 +347,7 @@ async def test_log_ledgers_with_mac_digests_and_metrics(memory_url: str, tmp_pat
                     )
                 )
                 await bookies.stop(bookies.index_of(lost))
-                await wait_healed(client, ledgers, lost)
+                await wait_rereplicated(client, ledgers, lost)
                 nursery.cancel_scope.cancel()
             copied = registry.get_sample_value("walkit_autorecovery_entries_copied_total")
             # Every entry of the ledger (the 50 records share entries: record sets).
@@ -432,7 +432,7 @@ async def _lost_bookie_and_bad_copies(
             yield bookies, client, written, ensemble
 
 
-#: Copies made by the replacement itself (COPY_FRAGMENT), or sent through the healer.
+#: Copies made by the replacement itself (COPY_FRAGMENT), or sent through the rereplicator.
 BY_REPLACEMENT = pytest.mark.parametrize("by_replacement", [False, True])
 
 
@@ -449,8 +449,8 @@ async def test_copies_pass_over_corrupted_replicas(
         memory_url, tmp_path, 30, *bad, fragment_copies=by_replacement
     ) as setup:
         bookies, client, written, (lost, first, second) = setup
-        report = await recover_bookie(client, lost, options=UNLIMITED)
-        assert report.ok and report.healed == list(written), report.failed
+        report = await rereplicate_bookie(client, lost, options=UNLIMITED)
+        assert report.ok and report.rereplicated == list(written), report.failed
         assert report.entries_by_replacements == (30 if by_replacement else 0)
         assert "rereplication_bad_digest" in caplog.text
         # Only the replacement's copies are left to read from.
@@ -460,7 +460,7 @@ async def test_copies_pass_over_corrupted_replicas(
 
 
 @BY_REPLACEMENT
-async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
+async def test_an_entry_with_no_good_replica_fails_the_rereplication_and_says_which(
     memory_url: str, tmp_path: Path, by_replacement: bool
 ) -> None:
     bad = (range(7, 8), range(7, 8))
@@ -469,7 +469,7 @@ async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
     ) as setup:
         _, client, written, (lost, first, second) = setup
         (lid,) = written
-        report = await recover_bookie(client, lost, options=UNLIMITED)
+        report = await rereplicate_bookie(client, lost, options=UNLIMITED)
         assert not report.ok and list(report.failed) == [lid]
         assert "no surviving copy of entry 7" in report.failed[lid]
         assert str(first) in report.failed[lid] and str(second) in report.failed[lid]
@@ -477,14 +477,14 @@ async def test_an_entry_with_no_good_replica_fails_the_heal_and_says_which(
         assert await UnderreplicationManager(client.metadata_store).list_ids() == [lid]
 
 
-async def _heal_counting_survivor_reads(
+async def _rereplicate_counting_survivor_reads(
     memory_url: str,
     tmp_path: Path,
     entries: int,
     size: int = 0,
     options: AutorecoveryOptions | None = None,
 ) -> int:
-    """Heal one ledger of ``entries`` (E = Qw = 3; ``size`` as in write_ledgers) after its
+    """Rereplicate one ledger of ``entries`` (E = Qw = 3; ``size`` as in write_ledgers) after its
     first bookie is lost; return the read answers its two survivors gave meanwhile, after
     checking that every entry reads back from the replacement alone."""
     async with _lost_bookie_and_bad_copies(
@@ -493,7 +493,7 @@ async def _heal_counting_survivor_reads(
         bookies, client, written, (lost, first, second) = setup
         survivors = [bookies.objects[bookies.index_of(b)].handler for b in (first, second)]
         before = sum(h.stats.reads_answered for h in survivors)
-        report = await recover_bookie(client, lost, options=options)
+        report = await rereplicate_bookie(client, lost, options=options)
         assert report.ok and report.entries == entries, report.failed
         answered = sum(h.stats.reads_answered for h in survivors) - before
         await bookies.stop(bookies.index_of(first))
@@ -506,8 +506,8 @@ async def test_copies_are_read_in_batches_where_every_replica_holds_every_entry(
     memory_url: str, tmp_path: Path
 ) -> None:
     """E = Qw: a copier reads runs of entries with one batch read each (BP-62), not one read
-    per entry; the healed ledger reads back whole from its replacement."""
-    answered = await _heal_counting_survivor_reads(memory_url, tmp_path, 60)
+    per entry; the rereplicated ledger reads back whole from its replacement."""
+    answered = await _rereplicate_counting_survivor_reads(memory_url, tmp_path, 60)
     assert answered <= 8, answered  # chunks of 8, 8, 16, 28 entries: 5 batches
 
 
@@ -516,7 +516,9 @@ async def test_batch_reads_are_sized_to_fit_whole_answers(memory_url: str, tmp_p
     may hold, so asking for 16 got 15 and a second request for the last one. Once the
     packets' size is known, batches (and chunks) are sized to whole answers: 15 entries."""
     unlimited = AutorecoveryOptions(entries_per_second=0, bytes_per_second=0)
-    answered = await _heal_counting_survivor_reads(memory_url, tmp_path, 120, 64 * 1024, unlimited)
+    answered = await _rereplicate_counting_survivor_reads(
+        memory_url, tmp_path, 120, 64 * 1024, unlimited
+    )
     # chunks of 8, 8, 15, 30, 59 entries: 1 + 1 + 1 + 2 + 4 batches (asking 16 at a time
     # and answered 15: 14)
     assert answered <= 10, answered
@@ -535,4 +537,26 @@ async def test_copies_are_read_entry_by_entry_from_bookies_without_batch_reads(
         self.read_done(conn, frame)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Reads, "batch_read", older)
-    assert await _heal_counting_survivor_reads(memory_url, tmp_path, 30) >= 30
+    assert await _rereplicate_counting_survivor_reads(memory_url, tmp_path, 30) >= 30
+
+
+def test_the_old_names_still_work_and_warn() -> None:
+    """The names from before the words were settled keep working a release, with a warning."""
+    import walkit.autorecovery as autorecovery
+
+    for old, new in (
+        ("Healer", autorecovery.Rereplicator),
+        ("HealOutcome", RereplicationOutcome),
+        ("RecoveryReport", autorecovery.RereplicationReport),
+        ("recover_bookie", rereplicate_bookie),
+    ):
+        with pytest.warns(DeprecationWarning, match=old):
+            assert getattr(autorecovery, old) is new
+    assert RereplicationOutcome.HEALED is RereplicationOutcome.REREPLICATED  # type: ignore[comparison-overlap]
+    report = autorecovery.RereplicationReport(BookieId("127.0.0.1", 3181), rereplicated=[4])
+    with pytest.warns(DeprecationWarning, match="rereplicated"):
+        assert report.healed == [4]
+    with pytest.warns(DeprecationWarning, match="ledgers_rereplicated"):
+        assert AutorecoveryMetrics().ledgers_healed == 0
+    with pytest.raises(AttributeError):
+        _ = autorecovery.NoSuchName

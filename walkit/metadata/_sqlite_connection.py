@@ -1,7 +1,7 @@
 """The sqlite side of the sqlite metadata store: plain blocking calls on one connection.
 
 The store (``_sqlite``) runs every method here in its one worker thread, one at a time; nothing
-here knows about trio. See ``_sqlite`` for the design (sessions, reaping, the change log).
+here knows about the event loop. See ``_sqlite`` for the design (sessions, reaping, the change log).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ _POLL_DUE = (
 )
 
 
-class SqliteDb:
+class SqliteConnection:
     """One connection (plus a read-only "peek" connection) and one session row."""
 
     def __init__(
