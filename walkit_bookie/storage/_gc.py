@@ -32,7 +32,7 @@ from walkit.metadata import (
 )
 from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.storage._compaction import CompactionResult
+from walkit_bookie.storage._compaction_plan import CompactionResult
 from walkit_bookie.storage._storage import BookieStorage
 
 log = get_logger(__name__)

@@ -34,10 +34,10 @@ from walkit._core.wire import (
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
 from walkit.shared import current_loop, get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage
-from walkit_bookie.storage._compactor import Compactor
+from walkit_bookie.storage._compaction_plan import CompactionResult, EntryLogUsage
 from walkit_bookie.storage._cookie import check_or_create, recorded_cookie
 from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
+from walkit_bookie.storage._entrylog_compactor import Compactor
 from walkit_bookie.storage._index import INDEX_DIR, Index, entry_key, location_bytes
 from walkit_bookie.storage._journal import JournalWriter, LogMark, journal_files, replay
 from walkit_bookie.storage._latency import LatencyHistogram
@@ -586,7 +586,7 @@ class DiskStorage(BookieStorage):
                     index_entries=removed,
                 )
 
-    # --- compaction (``_compactor``) ------------------------------------------------------------
+    # --- compaction (``_entrylog_compactor``) ---------------------------------------------------
 
     def entry_log_usage(self) -> list[EntryLogUsage]:
         return self._compactor.usage()

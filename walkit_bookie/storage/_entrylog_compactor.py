@@ -1,6 +1,6 @@
 """Compaction passes over a bookie's entry logs: remove the logs with nothing live, and copy
 the live entries out of those below a threshold (the order that keeps every live entry
-readable across a crash is in ``_compaction``). The storage (``_storage.DiskStorage``) owns
+readable across a crash is in ``_compaction_plan``). The storage (``_storage.DiskStorage``) owns
 the index and the entry logs; it hands them over while it is open, and None once closed."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import anyio.to_thread
 
 from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage, batches, choose
+from walkit_bookie.storage._compaction_plan import CompactionResult, EntryLogUsage, batches, choose
 from walkit_bookie.storage._entrylog import EntryLogger
 from walkit_bookie.storage._index import Index, entry_of_key, location_bytes
 
@@ -161,7 +161,7 @@ class Compactor:
             raise OSError(errno.EBADF, "bookie storage is closed")
         if not records:
             return 0, 0
-        # 1. the copies, durable; 2. the index, in one synced transaction (see _compaction).
+        # 1. the copies, durable; 2. the index, in one synced transaction (see _compaction_plan).
         appended = entrylog.write([(lid, eid, packet) for lid, eid, packet, _, _ in records])
         moves = [
             (key, old, new)
