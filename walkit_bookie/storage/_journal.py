@@ -406,12 +406,13 @@ class GroupCommit:
         Why: a task switch per group is a tenth of a bookie's CPU per add at one add in
         flight, so a lone request is best committed by the code that is running anyway. But
         it must not leave behind a request another task is about to submit (a reader woken
-        by the same poll): that one would wait a whole sync more. trio could tell (no task is
-        runnable) but asyncio and uvloop cannot, so the rule is the one every loop can keep:
-        commit after the ready tasks' turn, in a plain callback of the loop
-        (:meth:`EventLoop.call_after_ready`), and take whatever joined meanwhile into the same
-        write. On asyncio that is one more poll of the loop, no task; trio, which has no such
-        callback, commits at once when nothing is runnable and wakes the task otherwise.
+        by the same poll): that one would wait a whole sync more. asyncio and uvloop cannot
+        say whether a task is ready, so the rule is one every loop can keep: commit after the
+        ready tasks' turn, in a plain callback of the loop (``EventLoop.call_after_ready``),
+        taking whatever joined meanwhile into the same write. On asyncio that costs one more
+        poll of the loop and no task. trio has no such callback: it commits at once when no
+        task is queued for its next batch, and wakes the task otherwise (it does not see the
+        rest of the running batch, so readers woken by one poll may each sync alone there).
         ``here`` is False when asking would cost more than it saves (trio's check is a step
         per watched socket)."""
         self._deferring = False

@@ -14,6 +14,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import final
 
@@ -210,6 +211,8 @@ class DiskStorage(BookieStorage):
         self._room = anyio.Event()
         self._checkpoint_lock = anyio.Lock()
         self._checkpoint_failed = False
+        #: The thread that writes the zeros ahead of the journal's end (made when first due).
+        self._preallocator: ThreadPoolExecutor | None = None
         #: The loop's clock (bound by ``open``), for the journal's write times.
         self._time: Callable[[], float] = time.monotonic
         # Held by a read from an index lookup to the end of its file reads, and by the removal
@@ -378,11 +381,13 @@ class DiskStorage(BookieStorage):
     ) -> None:
         if journal.wants_preallocation:
             claim = journal.start_preallocation()
-            # A thread of its own: it never waits behind (or holds up) the storage's workers,
-            # and nothing comes back (preallocation logs its own failures).
-            threading.Thread(
-                target=journal.preallocate, args=claim, name="journal-preallocate", daemon=True
-            ).start()
+            # A thread of its own, kept for the next time (one is due every few hundred KiB
+            # of journal, and starting a thread costs more CPU than an add): it never waits
+            # behind the storage's workers, and nothing comes back (preallocation logs its
+            # own failures), so no task waits for it either.
+            if self._preallocator is None:
+                self._preallocator = ThreadPoolExecutor(1, thread_name_prefix="journal-prealloc")
+            self._preallocator.submit(journal.preallocate, *claim)
         self.stats.journal_syncs = journal.syncs
         self.stats.journal_records += len(bodies)
         self.stats.journal_bytes = journal.bytes_written
@@ -605,6 +610,9 @@ class DiskStorage(BookieStorage):
         await anyio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
+        if self._preallocator is not None:  # no zeros written after the journal closes
+            self._preallocator.shutdown(wait=True)
+            self._preallocator = None
         for closer in (self._journal, self._entrylog, self._index):
             if closer is not None:
                 try:
