@@ -10,7 +10,7 @@ import functools
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, final
+from typing import Any, Protocol, final
 
 import anyio
 import anyio.abc
@@ -36,6 +36,13 @@ from walkit_bookie.storage import (
 )
 
 log = get_logger(__name__)
+
+
+class Started(Protocol):
+    """What ``run`` reports its bookie id through: the ``task_status`` AnyIO's and trio's
+    ``start`` pass alike."""
+
+    def started(self, value: BookieId) -> None: ...
 
 
 @final
@@ -174,9 +181,7 @@ class Bookie:
 
     # --- run ---------------------------------------------------------------------------------
 
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def run(self, *, task_status: Started = anyio.TASK_STATUS_IGNORED) -> None:
         if self._started:
             raise BookieIOError("a Bookie object runs once; make a new one to restart")
         self._started = True
