@@ -205,7 +205,10 @@ def configure_logging(level: str, json_lines: bool, fmt: str | None = None) -> N
     configure_cli_logging(level.lower(), fmt or ("json" if json_lines else "console"))
 
 
-async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
+async def _serve(
+    config: BookieConfig, metadata_url: str | None, event_loop: tuple[str, str]
+) -> None:
+    """Serve until SIGTERM or SIGINT; ``event_loop``: the loop running, and the one asked."""
     store = None
     if metadata_url is not None:
         from walkit.metadata import open_metadata_store
@@ -224,6 +227,7 @@ async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
                 nursery.start_soon(stop_on_signal)
                 bookie = Bookie(config, metadata=store)
                 bookie_id = await nursery.start(bookie.run)
+                log.info("bookie_event_loop", event_loop=event_loop[0], asked=event_loop[1])
                 print(f"walkit-bookie listening on {bookie_id}", flush=True)
                 if bookie.admin_address is not None:
                     host, port = bookie.admin_address
@@ -254,9 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Large journal groups are written from a worker thread that needs the GIL back after its
     # system call; the default 5 ms switch interval would add that to each of them under load.
     sys.setswitchinterval(SWITCH_INTERVAL)
-    log.info("bookie_event_loop", event_loop=loop, asked=command.event_loop)
     try:
-        run_on(loop, _serve, config, command.metadata)
+        run_on(loop, _serve, config, command.metadata, (loop, command.event_loop))
     except KeyboardInterrupt:
         return 0
     except BaseExceptionGroup as group:
