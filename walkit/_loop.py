@@ -68,6 +68,12 @@ class EventLoop(abc.ABC):
         cancelled); it must not raise."""
 
     @abc.abstractmethod
+    def call_after_ready(self, fn: Callable[[], object]) -> bool:
+        """Call ``fn()`` from the loop, with no task of its own, once the tasks that are ready
+        to run now have had their turn; False when this loop cannot tell when that is (then
+        nothing is called: the caller wakes a task instead). From the loop's thread only."""
+
+    @abc.abstractmethod
     def is_current(self) -> bool:
         """Whether the caller runs on this loop (in its thread, inside it)."""
 
@@ -116,6 +122,16 @@ class TrioLoop(EventLoop):
 
     def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         trio.lowlevel.spawn_system_task(fn, name=name)
+
+    def call_after_ready(self, fn: Callable[[], object]) -> bool:
+        # trio runs callbacks only through a task (run_sync_soon writes to its wake-up socket
+        # and wakes a system task), so: at once when no task is queued for the next batch,
+        # else not. (Tasks of the current batch not run yet are not counted; the statistics
+        # count every watched socket, so a caller with many should not ask.)
+        if trio.lowlevel.current_statistics().tasks_runnable:
+            return False
+        fn()
+        return True
 
     def is_current(self) -> bool:
         try:
@@ -181,6 +197,12 @@ class AsyncioLoop(EventLoop):
             await done
         finally:
             loop.remove_reader(fd)
+
+    def call_after_ready(self, fn: Callable[[], object]) -> bool:
+        # A plain callback queued now runs after every callback and task step already ready
+        # (asyncio's ready queue is FIFO, and uvloop's too), with no task switch.
+        self._loop.call_soon(_as_asyncio, fn)
+        return True
 
     def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         task = self._loop.create_task(fn(), name=name)

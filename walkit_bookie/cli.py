@@ -2,7 +2,7 @@
 
     walkit-bookie [--config FILE] --data-dir DIR [--data-dir DIR2 ...] [--host 127.0.0.1]
                   [--port 3181] [--network-location /region/rack] [--metadata URL]
-                  [--admin-port PORT] [--gc-interval S] ...
+                  [--admin-port PORT] [--gc-interval S] [--event-loop auto] ...
                   [--log-level debug|info|warning|error] [--log-format console|json]
 
 Every flag is an option declared once, in ``BookieConfig`` (``walkit_bookie._config``) or
@@ -16,13 +16,14 @@ arguments.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import signal
 import sys
-from collections.abc import Sequence
-from typing import Any, ClassVar, final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar, TypeVarTuple, final
 
+import anyio
 import attrs
-import trio
 
 from walkit._core.options import SWITCH, TEXT, choice, declared, optional
 from walkit.errors import ConfigurationError, WalkitError
@@ -43,7 +44,12 @@ log = get_logger("walkit_bookie.cli")
 
 SWITCH_INTERVAL = 0.0005
 CLI_LOG_LEVELS = ("debug", "info", "warning", "error")
+EVENT_LOOPS = ("auto", "asyncio", "uvloop", "trio")
+# MERGE: True once the bookie's server half (walkit_bookie.server, walkit.net's serve) runs on
+# AnyIO. Until then the bookie serves on trio only: `auto` means trio and asyncio is refused.
+SERVER_ON_ANYIO = False
 OPTIONAL_TEXT = optional(TEXT)
+Ts = TypeVarTuple("Ts")
 
 
 @final
@@ -72,6 +78,11 @@ class BookieCommand:
         "file holding the admin token (its first line; must not be readable by group or "
         "others); instead of --admin-token",
         metavar="PATH",
+    )
+    event_loop: str = choice(*EVENT_LOOPS).field(
+        "auto",
+        "the event loop the bookie runs on: uvloop (the fastest; the bookie extra installs "
+        "it), asyncio's own, or trio; auto: uvloop when it is installed, else asyncio",
     )
     log_level: str = choice(*CLI_LOG_LEVELS).field(
         "info", "log events of this level and above, to stderr"
@@ -159,20 +170,53 @@ def read_token_file(path: str) -> str:
     return lines[0].strip()
 
 
+def event_loop(name: str) -> str:
+    """The loop ``--event-loop NAME`` runs the bookie on (``auto`` resolved): ``asyncio``,
+    ``uvloop`` or ``trio``. Raises ConfigurationError when that loop cannot serve here."""
+    uvloop = importlib.util.find_spec("uvloop") is not None
+    if name == "auto":
+        if not SERVER_ON_ANYIO:
+            return "trio"
+        return "uvloop" if uvloop else "asyncio"
+    if name in ("asyncio", "uvloop") and not SERVER_ON_ANYIO:
+        raise ConfigurationError(
+            f"--event-loop {name}: this version of the bookie serves on trio only "
+            "(give --event-loop trio or auto)"
+        )
+    if name == "uvloop" and not uvloop:
+        raise ConfigurationError(
+            "--event-loop uvloop: uvloop is not installed (pip install 'walkit[bookie]'), "
+            "or give --event-loop asyncio"
+        )
+    return name
+
+
+def run_on(loop: str, fn: Callable[[*Ts], Awaitable[None]], *args: *Ts) -> None:
+    """Run ``fn(*args)`` on a new event loop of the kind ``loop`` names (``event_loop``'s)."""
+    if loop == "trio":
+        anyio.run(fn, *args, backend="trio")
+    else:
+        options = {"use_uvloop": True} if loop == "uvloop" else {}
+        anyio.run(fn, *args, backend="asyncio", backend_options=options)
+
+
 def configure_logging(level: str, json_lines: bool, fmt: str | None = None) -> None:
     """``fmt`` (``--log-format``) wins over ``json_lines`` (``--log-json``, its alias)."""
     configure_cli_logging(level.lower(), fmt or ("json" if json_lines else "console"))
 
 
-async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
+async def _serve(
+    config: BookieConfig, metadata_url: str | None, event_loop: tuple[str, str]
+) -> None:
+    """Serve until SIGTERM or SIGINT; ``event_loop``: the loop running, and the one asked."""
     store = None
     if metadata_url is not None:
         from walkit.metadata import open_metadata_store
 
         store = await open_metadata_store(metadata_url)
     try:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as nursery:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as nursery:
 
                 async def stop_on_signal() -> None:
                     async for signum in signals:
@@ -183,6 +227,7 @@ async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
                 nursery.start_soon(stop_on_signal)
                 bookie = Bookie(config, metadata=store)
                 bookie_id = await nursery.start(bookie.run)
+                log.info("bookie_event_loop", event_loop=event_loop[0], asked=event_loop[1])
                 print(f"walkit-bookie listening on {bookie_id}", flush=True)
                 if bookie.admin_address is not None:
                     host, port = bookie.admin_address
@@ -190,7 +235,7 @@ async def _serve(config: BookieConfig, metadata_url: str | None) -> None:
                     print(f"walkit-bookie admin on {scheme}://{host}:{port}/metrics", flush=True)
     finally:
         if store is not None:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await store.aclose()
 
 
@@ -199,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         command, config = configure(args)
+        loop = event_loop(command.event_loop)
         config.tls_server_context()  # unreadable TLS files: a usage error, before anything
         config.authenticator()  # and an unreadable or unsafe token file
         if config.autorecovery_token_file is not None:
@@ -213,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # system call; the default 5 ms switch interval would add that to each of them under load.
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
-        trio.run(_serve, config, command.metadata)
+        run_on(loop, _serve, config, command.metadata, (loop, command.event_loop))
     except KeyboardInterrupt:
         return 0
     except BaseExceptionGroup as group:

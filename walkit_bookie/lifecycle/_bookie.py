@@ -10,10 +10,11 @@ import functools
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import final
+from typing import Any, Protocol, final
 
+import anyio
+import anyio.abc
 import attrs
-import trio
 from prometheus_client import CollectorRegistry
 
 from walkit._core.types import BookieId
@@ -35,6 +36,13 @@ from walkit_bookie.storage import (
 )
 
 log = get_logger(__name__)
+
+
+class Started(Protocol):
+    """What ``run`` reports its bookie id through: the ``task_status`` AnyIO's and trio's
+    ``start`` pass alike."""
+
+    def started(self, value: BookieId) -> None: ...
 
 
 @final
@@ -77,8 +85,8 @@ class Bookie:
         #: Where the HTTP admin endpoint listens (with ``config.http_port`` set), once started.
         self.admin_address: tuple[str, int] | None = None
         self._read_only_reasons: set[str] = set()
-        self._mode_changed = trio.Event()
-        self._ready = trio.Event()
+        self._mode_changed = anyio.Event()
+        self._ready = anyio.Event()
         self._registration: Registration | None = None
         self._started = False
         #: Request handling: its counters (``requests``, ``adds_in_flight``, ``long_polls``,
@@ -173,41 +181,30 @@ class Bookie:
 
     # --- run ---------------------------------------------------------------------------------
 
-    async def run(
-        self, *, task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def run(self, *, task_status: Started = anyio.TASK_STATUS_IGNORED) -> None:
         if self._started:
             raise BookieIOError("a Bookie object runs once; make a new one to restart")
         self._started = True
         try:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 bookie_id = await self._start(nursery)
                 task_status.started(bookie_id)
         except BaseExceptionGroup as group:
             raise collapse(group) from None
         finally:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await self._shutdown()
 
-    async def _start(self, nursery: trio.Nursery) -> BookieId:
+    async def _start(self, nursery: anyio.abc.TaskGroup) -> BookieId:
         """Start in the order BookKeeper's bookie does: the cluster's identity, the listening
         socket (the bookie's id is its address), the cookie check, storage (journal replay),
         the background services, the registration that makes it visible, autorecovery."""
         instance_id, known = await self._cluster_instance_id()
         bookie_id = await self._listen(nursery)
-        if self._registration is not None:
-            await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())
-        self.handler.ledgers = await self.storage.open(
-            bookie_id, instance_id, instance_id_is_known=known
-        )
-        if self._registration is not None:
-            await self._registration.store_cookie(bookie_id, self.config)
+        await self._open_storage(bookie_id, instance_id, known)
         self._check_disk()
         await self._start_services(nursery)
-        if self._registration is not None:
-            if self.admin_address is not None:
-                self._registration.info["http_port"] = self.admin_address[1]
-            await nursery.start(self._registration.run, bookie_id, self._mode_source)
+        await self._register(nursery, bookie_id)
         if (self.config.autorecovery or self.config.fragment_copies) and self._metadata is not None:
             self._start_autorecovery(nursery, bookie_id)
         self._ready.set()
@@ -220,6 +217,26 @@ class Bookie:
         )
         return bookie_id
 
+    async def _open_storage(self, bookie_id: BookieId, instance_id: str, known: bool) -> None:
+        """Check the data dirs' cookie against the store's, open the storage (replaying the
+        journal into the ledgers' state), and record the cookie in the store."""
+        if self._registration is not None:
+            await self._registration.check_cookie(bookie_id, self.storage.recorded_bookie_id())
+        self.handler.ledgers = await self.storage.open(
+            bookie_id, instance_id, instance_id_is_known=known
+        )
+        if self._registration is not None:
+            await self._registration.store_cookie(bookie_id, self.config)
+
+    async def _register(self, nursery: anyio.abc.TaskGroup, bookie_id: BookieId) -> None:
+        """Register in the metadata store (with the admin port, when there is one), and keep
+        the registration in step with the bookie's mode; nothing without a store."""
+        if self._registration is None:
+            return
+        if self.admin_address is not None:
+            self._registration.info["http_port"] = self.admin_address[1]
+        await nursery.start(self._registration.run, bookie_id, self._mode_source)
+
     async def _cluster_instance_id(self) -> tuple[str, bool]:
         """The cluster's instance id from the metadata store, and True; without a store, a
         random one, and False."""
@@ -230,7 +247,7 @@ class Bookie:
         )
         return await self._registration.cluster_instance_id(), True
 
-    async def _listen(self, nursery: trio.Nursery) -> BookieId:
+    async def _listen(self, nursery: anyio.abc.TaskGroup) -> BookieId:
         """Listen for clients (on the port this bookie had before, when it was given 0) and
         return the id clients reach it by."""
         config = self.config
@@ -238,11 +255,12 @@ class Bookie:
         recorded = self.storage.recorded_bookie_id()
         if port == 0 and recorded is not None:
             port = recorded.port
+        ready: Any = self._ready  # (connections wait for it: anything with ``wait()``)
         serve = functools.partial(
             self._network.serve,
             config.host,
             port,
-            functools.partial(handle_stream, self.handler, self._ready),
+            functools.partial(handle_stream, self.handler, ready),
         )
         try:
             bookie_id: BookieId = await nursery.start(serve)
@@ -254,7 +272,7 @@ class Bookie:
         self.bookie_id = self.handler.bookie_id = bookie_id
         return bookie_id
 
-    async def _start_services(self, nursery: trio.Nursery) -> None:
+    async def _start_services(self, nursery: anyio.abc.TaskGroup) -> None:
         """The request handler, checkpoints, disk checks, garbage collection, the memory
         watch, and the admin endpoint if it has a port."""
         nursery.start_soon(self.handler.run)
@@ -275,7 +293,7 @@ class Bookie:
                 )
             )
 
-    def _start_autorecovery(self, nursery: trio.Nursery, bookie_id: BookieId) -> None:
+    def _start_autorecovery(self, nursery: anyio.abc.TaskGroup, bookie_id: BookieId) -> None:
         """The autorecovery worker embedded in this bookie, with its rate limits and the
         credentials it shows other bookies."""
         from walkit.autorecovery import AutorecoveryOptions, run_bookie_autorecovery
@@ -322,10 +340,10 @@ class Bookie:
             )
         )
 
-    def _mode_source(self) -> tuple[bool, trio.Event]:
+    def _mode_source(self) -> tuple[bool, anyio.Event]:
         """(read only now, an event set at the next change) for the registration task."""
         if self._mode_changed.is_set():
-            self._mode_changed = trio.Event()
+            self._mode_changed = anyio.Event()
         return self.read_only, self._mode_changed
 
     async def _shutdown(self) -> None:
@@ -339,7 +357,7 @@ class Bookie:
 
     async def _checkpoint_loop(self) -> None:
         while True:
-            with trio.move_on_after(self.config.checkpoint_interval):
+            with anyio.move_on_after(self.config.checkpoint_interval):
                 await self.storage.checkpoint_due()
             try:
                 await self.storage.checkpoint()
@@ -358,7 +376,7 @@ class Bookie:
 
     async def _disk_check_loop(self) -> None:
         while True:
-            await trio.sleep(self.config.disk_check_interval)
+            await anyio.sleep(self.config.disk_check_interval)
             self._check_disk()
 
     async def forget_ledger(self, ledger_id: int) -> None:

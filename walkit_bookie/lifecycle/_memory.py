@@ -17,7 +17,8 @@ import os
 from collections.abc import Callable
 from typing import final
 
-import trio
+import anyio
+import anyio.to_thread
 
 from walkit.shared import get_logger
 
@@ -72,7 +73,7 @@ class MemoryReturn:
         if self._trim is None or not (low := resident_bytes()):
             return
         while True:
-            await trio.sleep(self.interval)
+            await anyio.sleep(self.interval)
             low = await self.check(low)
 
     async def check(self, low: int) -> int:
@@ -85,7 +86,7 @@ class MemoryReturn:
         freed = self._held_peak - held
         if self._trim is None or (now - low < self.growth and freed < self.growth):
             return min(low, now)
-        await trio.to_thread.run_sync(self._trim, 0)
+        await anyio.to_thread.run_sync(self._trim, 0)
         after = resident_bytes()
         self.trims += 1
         self.returned_bytes += max(0, now - after)

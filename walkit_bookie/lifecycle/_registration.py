@@ -7,7 +7,8 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, final
 
-import trio
+import anyio
+import anyio.abc
 
 from walkit._core.backoff import Backoff, Jitter
 from walkit._core.types import BookieId
@@ -39,7 +40,7 @@ from walkit_bookie.storage import LAYOUT_VERSION
 
 log = get_logger(__name__)
 
-ModeSource = Callable[[], tuple[bool, trio.Event]]
+ModeSource = Callable[[], tuple[bool, anyio.Event]]
 StoreOpener = Callable[[], Awaitable[MetadataStore]]
 
 _BACKOFF_MIN = 0.1
@@ -139,7 +140,7 @@ class Registration:
         bookie_id: BookieId,
         mode: ModeSource,
         *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Register, then follow the bookie's mode (writable / read-only) until cancelled.
 
@@ -186,7 +187,7 @@ class Registration:
                     f"{self._instance_id}: not registering there"
                 )
         except BaseException:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await _close_quietly(store)
             raise
         old, self.store = self.store, store
@@ -197,7 +198,7 @@ class Registration:
         self.sessions += 1
 
     async def _session(
-        self, mode: ModeSource, task_status: trio.TaskStatus[None] | None
+        self, mode: ModeSource, task_status: anyio.abc.TaskStatus[None] | None
     ) -> BaseException | None:
         """Register through the current store and follow the mode until its session is lost;
         return the error that ended it (None: an expiry event)."""
@@ -208,7 +209,7 @@ class Registration:
         # Armed before registering: any watch ends with SESSION_EXPIRED when the session goes.
         events = store.watch(INSTANCE_ID_PATH)
         try:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(_until_session_lost, events, nursery.cancel_scope)
                 try:
                     read_only, changed = mode()
@@ -240,12 +241,12 @@ class Registration:
         except BaseExceptionGroup as group:
             raise collapse(group) from None
         finally:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await _close_events(events)
         return error
 
     async def _follow_mode(
-        self, store: MetadataStore, mode: ModeSource, changed: trio.Event
+        self, store: MetadataStore, mode: ModeSource, changed: anyio.Event
     ) -> None:
         assert self._bookie_id is not None
         attempt = 0
@@ -282,7 +283,7 @@ class Registration:
         if self._bookie_id is not None and self.registered:
             path = registration_path(self._bookie_id, read_only=self._read_only)
             try:
-                with trio.move_on_after(2):
+                with anyio.move_on_after(2):
                     await self.store.delete(path)
             except (NoSuchNodeError, MetadataStoreError, ClientClosedError) as exc:
                 log.debug("unregister_failed", path=path, error=str(exc))
@@ -296,7 +297,7 @@ def _report_retry(emit: Callable[..., Any], event: str, seconds: float, **fields
     emit(event, **fields, retry_in=round(seconds, 3))
 
 
-async def _until_session_lost(events: AsyncIterator[WatchEvent], scope: trio.CancelScope) -> None:
+async def _until_session_lost(events: AsyncIterator[WatchEvent], scope: anyio.CancelScope) -> None:
     try:
         async for event in events:
             if event.kind is WatchEventKind.SESSION_EXPIRED:

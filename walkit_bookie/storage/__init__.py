@@ -5,7 +5,7 @@ Nothing here imports :mod:`walkit_bookie.server` or :mod:`walkit_bookie.lifecycl
 above reach storage through the names below.
 """
 
-from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage
+from walkit_bookie.storage._compaction_plan import CompactionResult, EntryLogUsage
 from walkit_bookie.storage._cookie import LAYOUT_VERSION
 from walkit_bookie.storage._gc import GarbageCollector, GcReport
 from walkit_bookie.storage._journal import GroupCommit

@@ -19,8 +19,8 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any, final
 
+import anyio
 import attrs
-import trio
 
 from walkit._core.types import BookieId
 from walkit.errors import WalkitError
@@ -32,7 +32,7 @@ from walkit.metadata import (
 )
 from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.storage._compaction import CompactionResult
+from walkit_bookie.storage._compaction_plan import CompactionResult
 from walkit_bookie.storage._storage import BookieStorage
 
 log = get_logger(__name__)
@@ -93,20 +93,20 @@ class GarbageCollector:
         self._store = store
         self._instance_id = instance_id
         self._bookie_id = bookie_id
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
         self.rounds = 0
         self.skipped = 0
         self.ledgers_deleted = 0
         self.minor_compactions = 0
         self.major_compactions = 0
-        #: trio time of the last round of each kind (None: not yet).
+        #: The loop's time of the last round of each kind (None: not yet).
         self.last: dict[str, float | None] = {"gc": None, "minor": None, "major": None}
         self.last_report: GcReport | None = None
 
     async def run(self) -> None:
         """Rounds every ``gc_interval``; compactions when their intervals are due."""
         config = self._config
-        now = trio.current_time()
+        now = anyio.current_time()
         due = {
             "gc": now + config.gc_interval,
             "minor": now + config.minor_compaction_interval
@@ -122,14 +122,14 @@ class GarbageCollector:
             "major": config.major_compaction_interval,
         }
         while True:
-            await trio.sleep_until(min(due.values()))
-            now = trio.current_time()
+            await anyio.sleep_until(min(due.values()))
+            now = anyio.current_time()
             kind = next((k for k in ("major", "minor") if due[k] <= now), None)
             try:
                 await self.collect(kind)
             except (OSError, WalkitError) as exc:
                 log.error("gc_round_failed", error=str(exc))
-            now = trio.current_time()
+            now = anyio.current_time()
             for name, at in due.items():
                 if at <= now or (name == "minor" and kind == "major"):
                     # A major compaction covers the minor one that was due.
@@ -152,7 +152,7 @@ class GarbageCollector:
                 self.minor_compactions += 1
             report.result = await self._storage.compact(threshold)
             self.rounds += 1
-            now = trio.current_time()
+            now = anyio.current_time()
             self.last["gc"] = now
             if compaction is not None:
                 self.last[compaction] = now

@@ -16,17 +16,16 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, final
 
 import attrs
 import crc32c
-import trio
 
 from walkit._core.wire import Request
 from walkit.errors import BookieIOError
-from walkit.shared import get_logger
+from walkit.shared import current_loop, get_logger
 from walkit_bookie.storage._cookie import fsync_dir
 from walkit_bookie.storage._directio import BLOCK, AlignedBuffer, AlignedFile
 
@@ -291,6 +290,17 @@ class JournalWriter:
 
 
 Sink = Any
+
+
+def _loop_time() -> float:
+    """The running loop's clock (until :meth:`GroupCommit.run` binds it)."""
+    return current_loop().time()
+
+
+def _not_running(handle: Any) -> None:
+    """No task is parked before :meth:`GroupCommit.run` starts."""
+
+
 CommittedCallback = Callable[[list[Request], list[Sink], BaseException | None], None]
 
 
@@ -317,9 +327,9 @@ class GroupCommit:
     answering is a few microseconds per request, less than waking another task for it.
 
     A connection's reader may go further with :meth:`defer_wake` and :meth:`flush` around
-    the requests of one received chunk: then a lone request, with the committing task idle
-    and no other task ready to run, is committed by the reader itself (what the task would
-    do next, without the scheduling round that waking it costs).
+    the requests of one received chunk: then a lone request, with the committing task idle,
+    is committed without that task, once the tasks ready to run have had their turn (any
+    request of theirs joins the group): see :meth:`flush`.
     """
 
     def __init__(
@@ -338,17 +348,21 @@ class GroupCommit:
         self._requests: list[Request] = []
         self._sinks: list[Sink] = []
         self._bytes = 0
-        self._wake = trio.Event()
-        self._done: list[tuple[list[Request], list[Sink], BaseException | None]] = []
-        self._done_wake = trio.Event()
-        #: The committing task waits for requests (``run``).
-        self._parked = False
+        #: The clock and the wake-ups of the committing task's loop (bound by ``run``).
+        self._time: Callable[[], float] = _loop_time
+        self._wake_handle: Callable[[Any], None] = _not_running
+        self._call_after_ready: Callable[[Callable[[], object]], bool] | None = None
+        #: The committing task's wake-up handle while it waits for requests (``run``).
+        self._waiters: list[Any] = []
         #: Submits do not wake the task (between :meth:`defer_wake` and :meth:`flush`).
         self._deferring = False
+        #: A commit without the task is queued (:meth:`flush`, :meth:`_commit_lone`).
+        self._lone_queued = False
         self.groups = 0
         self.records = 0
         #: When the oldest record waiting to be taken was submitted, and when the oldest of
-        #: the group being written was (trio's clock; None: none): what a stall is measured by.
+        #: the group being written was (the loop's clock; None: none): what a stall is
+        #: measured by.
         self._waiting_since: float | None = None
         self._writing_since: float | None = None
         #: The error of the last group written, None if it was written (health checks).
@@ -367,13 +381,17 @@ class GroupCommit:
 
     def submit(self, body: bytes, request: Request, sink: Sink) -> None:
         if not self._bodies:  # the clock once per group, not per record
-            self._waiting_since = trio.current_time()
+            self._waiting_since = self._time()
         self._bodies.append(body)
         self._requests.append(request)
         self._sinks.append(sink)
         self._bytes += len(body)
         if not self._deferring:
-            self._wake.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiters:
+            self._wake_handle(self._waiters.pop())
 
     def defer_wake(self) -> None:
         """Submits from now on do not wake the committing task, until :meth:`flush`; the
@@ -381,21 +399,43 @@ class GroupCommit:
         self._deferring = True
 
     def flush(self, *, here: bool = True) -> None:
-        """End :meth:`defer_wake`: commit a lone request here and now when ``here`` allows,
-        the committing task is idle and no other task is ready to run (one that is could
-        have a request to join it), else wake the task as :meth:`submit` would have.
-        (trio's statistics count every watched socket: a caller with many gives False.)"""
+        """End :meth:`defer_wake`. A lone request, with the committing task idle and ``here``
+        allowing it, is committed without that task once the tasks ready to run now have had
+        their turn; otherwise the task is woken, as :meth:`submit` would have.
+
+        Why: a task switch per group is a tenth of a bookie's CPU per add at one add in
+        flight, so a lone request is best committed by the code that is running anyway. But
+        it must not leave behind a request another task is about to submit (a reader woken
+        by the same poll): that one would wait a whole sync more. asyncio and uvloop cannot
+        say whether a task is ready, so the rule is one every loop can keep: commit after the
+        ready tasks' turn, in a plain callback of the loop (``EventLoop.call_after_ready``),
+        taking whatever joined meanwhile into the same write. On asyncio that costs one more
+        poll of the loop and no task. trio has no such callback: it commits at once when no
+        task is queued for its next batch, and wakes the task otherwise (it does not see the
+        rest of the running batch, so readers woken by one poll may each sync alone there).
+        ``here`` is False when asking would cost more than it saves (trio's check is a step
+        per watched socket)."""
         self._deferring = False
         bodies = self._bodies
-        if not bodies:
-            return
-        if (
-            here
-            and self._parked
-            and len(bodies) == 1
-            and trio.lowlevel.current_statistics().tasks_runnable == 0
-        ):
-            requests, sinks = self._requests, self._sinks
+        if not bodies or self._lone_queued:
+            return  # (a queued commit takes these too)
+        call_after_ready = self._call_after_ready
+        if here and self._waiters and len(bodies) == 1 and call_after_ready is not None:
+            self._lone_queued = True
+            if call_after_ready(self._commit_lone):
+                return
+            self._lone_queued = False
+        self._wake()
+
+    def _commit_lone(self) -> None:
+        """Commit what is waiting without the committing task, if it is still idle and the
+        storage can commit at once; else wake the task for it."""
+        self._lone_queued = False
+        bodies = self._bodies
+        if not bodies or not self._waiters:
+            return  # (taken by the task, woken meanwhile)
+        requests, sinks = self._requests, self._sinks
+        if self._bytes <= self._max_bytes:
             error: OSError | None = None
             try:
                 done = self._storage.commit_now(bodies, requests)
@@ -406,7 +446,7 @@ class GroupCommit:
                 self._waiting_since = None
                 self._finish(bodies, requests, sinks, error)
                 return
-        self._wake.set()
+        self._wake()
 
     def _take(self) -> tuple[list[bytes], list[Request], list[Sink]]:
         bodies, requests, sinks = self._bodies, self._requests, self._sinks
@@ -426,35 +466,36 @@ class GroupCommit:
         self._bytes -= size
         return bodies[:n], requests[:n], sinks[:n]
 
-    async def _gather(self) -> None:
+    async def _gather(self, checkpoint: Callable[[], Awaitable[None]]) -> None:
         """Let requests that are ready join the group, while more keep coming (bounded). The
         first round is the one ``run`` gives every group of several: this only goes on when
         that round may not be enough (requests arrived in the last one)."""
-        deadline = trio.current_time() + self._max_wait
+        time = self._time
+        deadline = time() + self._max_wait
         seen = len(self._bodies)
         while self._bytes < self._max_bytes:
-            await trio.lowlevel.checkpoint()
+            await checkpoint()
             now = len(self._bodies)
-            if now == seen or trio.current_time() >= deadline:
+            if now == seen or time() >= deadline:
                 return
             seen = now
 
     async def run(self) -> None:
+        loop = current_loop()
+        self._time = loop.time
+        self._wake_handle = loop.wake
+        self._call_after_ready = loop.call_after_ready
+        park, checkpoint = loop.park, loop.checkpoint
         idle = True
         while True:
             if not self._bodies:
-                self._parked = True
-                try:
-                    await self._wake.wait()
-                finally:
-                    self._parked = False
-                self._wake = trio.Event()
+                await park(self._waiters)
                 idle = True
                 continue
             if len(self._bodies) > 1:
-                await trio.lowlevel.checkpoint()  # a round for those readied meanwhile
+                await checkpoint()  # a round for those readied meanwhile
                 if idle:
-                    await self._gather()  # several at once: more may be on their way
+                    await self._gather(checkpoint)  # several at once: more may be on their way
             bodies, requests, sinks = self._take()
             error: OSError | None = None
             try:

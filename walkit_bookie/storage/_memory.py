@@ -6,7 +6,8 @@ import errno
 from collections.abc import Sequence
 from typing import final
 
-import trio
+import anyio
+import anyio.lowlevel
 
 from walkit._core.types import BookieId
 from walkit._core.wire import AddRequest, Request
@@ -19,13 +20,13 @@ from walkit_bookie.storage._storage import BookieStorage, StorageStats
 class MemoryStorage(BookieStorage):
     """Bookie storage in memory, with a crash that loses exactly what was not synced.
 
-    Made for ``walkit.testing``'s simulations on trio's MockClock:
+    Made for ``walkit.testing``'s simulations on trio's MockClock (it runs on any loop):
 
     - **Durable state** (``entries``, ``ledgers``, the cookie) is what a real disk would still
       hold after a power cut. It changes only when a group commit's sync completes.
     - **Written, not yet synced** records (``unsynced``) are those of the group commit in
       progress. Group commit behaves as on disk (the bookie groups whatever arrives while a sync
-      is running), but the sync is ``await trio.sleep(sync_latency)``, so it runs on the mock
+      is running), but the sync is ``await anyio.sleep(sync_latency)``, so it runs on the mock
       clock and costs no real time.
     - :meth:`crash` discards everything not yet synced and keeps the durable state. To simulate
       a restart, cancel the old :class:`~walkit_bookie.Bookie`'s ``run`` (before or after
@@ -67,7 +68,7 @@ class MemoryStorage(BookieStorage):
     async def open(
         self, bookie_id: BookieId, instance_id: str, *, instance_id_is_known: bool
     ) -> dict[int, LedgerInfo]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if self.bookie_id is None:
             self.bookie_id, self.instance_id = bookie_id, instance_id
         elif self.bookie_id != bookie_id:
@@ -87,7 +88,7 @@ class MemoryStorage(BookieStorage):
         epoch = self._epoch
         self.unsynced.extend(requests)
         try:
-            await trio.sleep(self.sync_latency)
+            await anyio.sleep(self.sync_latency)
         finally:
             if epoch == self._epoch:
                 del self.unsynced[: len(requests)]
@@ -105,24 +106,24 @@ class MemoryStorage(BookieStorage):
         return self.entries.get((ledger_id, entry_id))
 
     async def read_entries(self, keys: Sequence[tuple[int, int]]) -> list[bytes | None]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return [self.entries.get(key) for key in keys]
 
     async def checkpoint_due(self) -> None:
-        await trio.sleep_forever()
+        await anyio.sleep_forever()
 
     async def checkpoint(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         self.stats.checkpoints += 1
 
     def disk_usage(self) -> float:
         return self.usage
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         self.ledgers.pop(ledger_id, None)
         for key in [k for k in self.entries if k[0] == ledger_id]:
             del self.entries[key]
 
     async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()

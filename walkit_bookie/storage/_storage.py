@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import abc
 import errno
-import functools
 import shutil
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import final
 
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import attrs
-import trio
 
 from walkit._core.types import BookieId
 from walkit._core.wire import (
@@ -30,12 +33,12 @@ from walkit._core.wire import (
     decode_message,
 )
 from walkit.errors import BookieIOError, CookieError, InvalidArgumentError, RemoteProtocolError
-from walkit.shared import get_logger
+from walkit.shared import current_loop, get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage
-from walkit_bookie.storage._compactor import Compactor
+from walkit_bookie.storage._compaction_plan import CompactionResult, EntryLogUsage
 from walkit_bookie.storage._cookie import check_or_create, recorded_cookie
 from walkit_bookie.storage._entrylog import ENTRYLOG_DIR, EntryLogger
+from walkit_bookie.storage._entrylog_compactor import Compactor
 from walkit_bookie.storage._index import INDEX_DIR, Index, entry_key, location_bytes
 from walkit_bookie.storage._journal import JournalWriter, LogMark, journal_files, replay
 from walkit_bookie.storage._latency import LatencyHistogram
@@ -83,7 +86,7 @@ class StorageStats:
 class BookieStorage(abc.ABC):
     """Durable state of one bookie: the journal and the ledger storage behind it.
 
-    The bookie calls these from one trio task at a time per method family: ``commit`` from its
+    The bookie calls these from one task at a time per method family: ``commit`` from its
     group-commit task only, ``checkpoint`` from its checkpoint task only.
     """
 
@@ -171,7 +174,7 @@ class BookieStorage(abc.ABC):
     async def compact(self, threshold: float) -> CompactionResult:
         """Remove entry logs with nothing live, and compact those whose live fraction is below
         ``threshold`` (0: only the removal). A storage without entry logs does nothing."""
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return CompactionResult(threshold)
 
     @abc.abstractmethod
@@ -204,10 +207,14 @@ class DiskStorage(BookieStorage):
         self._journal: JournalWriter | None = None
         self._entrylog: EntryLogger | None = None
         self._index: Index | None = None
-        self._due = trio.Event()
-        self._room = trio.Event()
-        self._checkpoint_lock = trio.Lock()
+        self._due = anyio.Event()
+        self._room = anyio.Event()
+        self._checkpoint_lock = anyio.Lock()
         self._checkpoint_failed = False
+        #: The thread that writes the zeros ahead of the journal's end (made when first due).
+        self._preallocator: ThreadPoolExecutor | None = None
+        #: The loop's clock (bound by ``open``), for the journal's write times.
+        self._time: Callable[[], float] = time.monotonic
         # Held by a read from an index lookup to the end of its file reads, and by the removal
         # of an entry log: a reader never finds the log it was pointed at gone.
         self._read_lock = threading.Lock()
@@ -243,7 +250,8 @@ class DiskStorage(BookieStorage):
     async def open(
         self, bookie_id: BookieId, instance_id: str, *, instance_id_is_known: bool
     ) -> dict[int, LedgerInfo]:
-        return await trio.to_thread.run_sync(
+        self._time = current_loop().time
+        return await anyio.to_thread.run_sync(
             self._open_sync, bookie_id, instance_id, instance_id_is_known
         )
 
@@ -337,12 +345,12 @@ class DiskStorage(BookieStorage):
         while self._cache_full():
             self._due.set()
             await self._room.wait()
-        started = trio.current_time()
+        started = self._time()
         if sum(map(len, bodies)) >= self._config.journal_thread_min_bytes:
-            mark = await trio.to_thread.run_sync(journal.write, bodies)
+            mark = await anyio.to_thread.run_sync(journal.write, bodies)
         else:  # no scheduling round here: the group commit gives those it wants
             mark = journal.write(bodies)
-        self.stats.journal_write_seconds.observe(trio.current_time() - started)
+        self.stats.journal_write_seconds.observe(self._time() - started)
         self._committed(journal, bodies, requests, mark)
 
     def commit_now(self, bodies: Sequence[bytes], requests: Sequence[Request]) -> bool:
@@ -353,9 +361,9 @@ class DiskStorage(BookieStorage):
             or sum(map(len, bodies)) >= self._config.journal_thread_min_bytes
         ):
             return False
-        started = trio.current_time()
+        started = self._time()
         mark = journal.write(bodies)
-        self.stats.journal_write_seconds.observe(trio.current_time() - started)
+        self.stats.journal_write_seconds.observe(self._time() - started)
         self._committed(journal, bodies, requests, mark)
         return True
 
@@ -373,9 +381,13 @@ class DiskStorage(BookieStorage):
     ) -> None:
         if journal.wants_preallocation:
             claim = journal.start_preallocation()
-            trio.lowlevel.start_thread_soon(
-                functools.partial(journal.preallocate, *claim), _ignore_outcome
-            )
+            # A thread of its own, kept for the next time (one is due every few hundred KiB
+            # of journal, and starting a thread costs more CPU than an add): it never waits
+            # behind the storage's workers, and nothing comes back (preallocation logs its
+            # own failures), so no task waits for it either.
+            if self._preallocator is None:
+                self._preallocator = ThreadPoolExecutor(1, thread_name_prefix="journal-prealloc")
+            self._preallocator.submit(journal.preallocate, *claim)
         self.stats.journal_syncs = journal.syncs
         self.stats.journal_records += len(bodies)
         self.stats.journal_bytes = journal.bytes_written
@@ -398,7 +410,7 @@ class DiskStorage(BookieStorage):
                     states[lid] = ledgers[lid].copy()
                 apply_request(states, request)  # (a ledger new here is created by it)
             entries = sorted((r.ledger_id, r.entry_id, r.packet) for r in requests)
-            await trio.to_thread.run_sync(self._store_copies_sync, entries, list(states.items()))
+            await anyio.to_thread.run_sync(self._store_copies_sync, entries, list(states.items()))
         # Durable: now the in-memory state (taken again: a commit may have changed it).
         for request in requests:
             apply_request(ledgers, request)
@@ -427,7 +439,7 @@ class DiskStorage(BookieStorage):
         results = [self.cached_entry(lid, eid) for lid, eid in keys]
         missing = [i for i, packet in enumerate(results) if packet is None]
         if missing:
-            found = await trio.to_thread.run_sync(self._read_sync, [keys[i] for i in missing])
+            found = await anyio.to_thread.run_sync(self._read_sync, [keys[i] for i in missing])
             for i, packet in zip(missing, found, strict=True):
                 results[i] = packet
         return results
@@ -439,7 +451,7 @@ class DiskStorage(BookieStorage):
         missing = [i for i, packet in enumerate(results) if packet is None]
         if not missing:
             return results
-        found = await trio.to_thread.run_sync(
+        found = await anyio.to_thread.run_sync(
             self._read_sync, [keys[i] for i in missing], max_bytes
         )
         for i, packet in zip(missing, found, strict=False):
@@ -478,7 +490,7 @@ class DiskStorage(BookieStorage):
 
     async def checkpoint(self) -> None:
         async with self._checkpoint_lock:
-            self._due = trio.Event()
+            self._due = anyio.Event()
             mark = self._mark
             if not self._cache and not self._dirty and mark == self._durable_mark:
                 return
@@ -490,7 +502,7 @@ class DiskStorage(BookieStorage):
             ]
             self._dirty = set()
             try:
-                removed = await trio.to_thread.run_sync(self._flush_sync, flushing, dirty, mark)
+                removed = await anyio.to_thread.run_sync(self._flush_sync, flushing, dirty, mark)
             except OSError as exc:
                 self._checkpoint_failed = True
                 # Keep everything in memory (the journal still has it); newer writes win.
@@ -502,7 +514,7 @@ class DiskStorage(BookieStorage):
             finally:
                 self._flushing, self._flushing_bytes = {}, 0
                 self._room.set()
-                self._room = trio.Event()
+                self._room = anyio.Event()
             self._checkpoint_failed = False
             self._durable_mark = mark
             self.stats.checkpoints += 1
@@ -567,7 +579,7 @@ class DiskStorage(BookieStorage):
             removed = 0
             for at in range(0, len(ids), _DELETE_BATCH):
                 batch = ids[at : at + _DELETE_BATCH]
-                removed += await trio.to_thread.run_sync(index.delete_ledgers, batch)
+                removed += await anyio.to_thread.run_sync(index.delete_ledgers, batch)
             if len(ids) == 1:
                 log.info("ledger_deleted", ledger_id=ids[0], index_entries=removed)
             else:
@@ -579,7 +591,7 @@ class DiskStorage(BookieStorage):
                     index_entries=removed,
                 )
 
-    # --- compaction (``_compactor``) ------------------------------------------------------------
+    # --- compaction (``_entrylog_compactor``) ---------------------------------------------------
 
     def entry_log_usage(self) -> list[EntryLogUsage]:
         return self._compactor.usage()
@@ -595,9 +607,12 @@ class DiskStorage(BookieStorage):
                 await self.checkpoint()
             except BookieIOError as exc:
                 log.error("final_checkpoint_failed", error=str(exc))
-        await trio.to_thread.run_sync(self._close_sync)
+        await anyio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
+        if self._preallocator is not None:  # no zeros written after the journal closes
+            self._preallocator.shutdown(wait=True)
+            self._preallocator = None
         for closer in (self._journal, self._entrylog, self._index):
             if closer is not None:
                 try:
@@ -607,7 +622,3 @@ class DiskStorage(BookieStorage):
         self._journal = None
         self._entrylog = None
         self._index = None
-
-
-def _ignore_outcome(_outcome: object) -> None:
-    """Journal preallocation logs its own failures (it only saves time)."""

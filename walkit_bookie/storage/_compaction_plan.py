@@ -1,4 +1,5 @@
-"""Entry-log usage and compaction results, and how a compaction pass picks its logs.
+"""The plan of a compaction, pure: entry-log usage, which logs a pass compacts and in which
+batches, and what it reclaimed (the pass itself is ``_entrylog_compactor``'s).
 
 BookKeeper's concepts guide: entries of all ledgers are interleaved in entry logs, so a log can be
 removed only when nothing in it is live any more. The index counts, per log, the bytes its entries

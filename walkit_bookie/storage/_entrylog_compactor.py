@@ -1,6 +1,6 @@
 """Compaction passes over a bookie's entry logs: remove the logs with nothing live, and copy
 the live entries out of those below a threshold (the order that keeps every live entry
-readable across a crash is in ``_compaction``). The storage (``_storage.DiskStorage``) owns
+readable across a crash is in ``_compaction_plan``). The storage (``_storage.DiskStorage``) owns
 the index and the entry logs; it hands them over while it is open, and None once closed."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import threading
 from collections.abc import Callable
 from typing import final
 
-import trio
+import anyio
+import anyio.to_thread
 
 from walkit.shared import get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.storage._compaction import CompactionResult, EntryLogUsage, batches, choose
+from walkit_bookie.storage._compaction_plan import CompactionResult, EntryLogUsage, batches, choose
 from walkit_bookie.storage._entrylog import EntryLogger
 from walkit_bookie.storage._index import Index, entry_of_key, location_bytes
 
@@ -32,7 +33,7 @@ class Compactor:
         config: BookieConfig,
         files: Callable[[], tuple[Index | None, EntryLogger | None]],
         *,
-        checkpoint_lock: trio.Lock,
+        checkpoint_lock: anyio.Lock,
         read_lock: threading.Lock,
         on_done: Callable[[CompactionResult], None],
     ) -> None:
@@ -45,7 +46,7 @@ class Compactor:
         #: removal of an entry log: a reader never finds the log it was pointed at gone.
         self._read_lock = read_lock
         self._on_done = on_done
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
 
     def usage(self) -> list[EntryLogUsage]:
         """Every entry log's size and live bytes (none once the storage is closed)."""
@@ -88,7 +89,7 @@ class Compactor:
                     live_bytes=sum(sum(index.usage.get(i, {}).values()) for i in low),
                 )
                 ledgers = {lid for log_id in low for lid in index.usage.get(log_id, {})}
-                found = await trio.to_thread.run_sync(index.entries_in_logs, low, ledgers)
+                found = await anyio.to_thread.run_sync(index.entries_in_logs, low, ledgers)
                 for log_id in low:
                     await self._compact_log(log_id, found.pop(log_id, []), result)
             self._on_done(result)
@@ -103,18 +104,18 @@ class Compactor:
         moved_bytes = 0
         unreadable = 0
         for batch in batches(entries, self._config.compaction_batch_bytes, location_bytes):
-            records, bad = await trio.to_thread.run_sync(self._read, batch)
+            records, bad = await anyio.to_thread.run_sync(self._read, batch)
             unreadable += bad
             async with self._checkpoint_lock:
                 if self._files()[0] is None:
                     return  # closing
-                moved, copied = await trio.to_thread.run_sync(self._move_sync, records)
+                moved, copied = await anyio.to_thread.run_sync(self._move_sync, records)
             result.entries_moved += moved
             result.bytes_moved += copied
             moved_bytes += copied
             log.info("compaction_batch_moved", entry_log=log_id, entries=moved, bytes=copied)
             if rate:
-                await trio.sleep(copied / rate)
+                await anyio.sleep(copied / rate)
         index = self._files()[0]
         if index is None:
             return
@@ -160,7 +161,7 @@ class Compactor:
             raise OSError(errno.EBADF, "bookie storage is closed")
         if not records:
             return 0, 0
-        # 1. the copies, durable; 2. the index, in one synced transaction (see _compaction).
+        # 1. the copies, durable; 2. the index, in one synced transaction (see _compaction_plan).
         appended = entrylog.write([(lid, eid, packet) for lid, eid, packet, _, _ in records])
         moves = [
             (key, old, new)
@@ -176,7 +177,7 @@ class Compactor:
                 return None
             if index.usage.get(log_id) or log_id == entrylog.current_id:
                 return None
-            return await trio.to_thread.run_sync(self._remove_log_sync, log_id)
+            return await anyio.to_thread.run_sync(self._remove_log_sync, log_id)
 
     def _remove_log_sync(self, log_id: int) -> int:
         entrylog = self._files()[1]
