@@ -32,8 +32,9 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-import trio
+import anyio
 
+from walkit import _loop
 from walkit._cli._args import at_least
 from walkit._cli._connect import (
     accept_connection_options,
@@ -223,15 +224,15 @@ async def _until_interrupted(command: Callable[[], Awaitable[int]]) -> int:
     code = 1
     failure: list[Exception] = []
 
-    async def on_sigint(cancel: trio.CancelScope) -> None:
+    async def on_sigint(cancel: anyio.CancelScope) -> None:
         nonlocal interrupted
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
             async for _ in signals:
                 interrupted = True
                 cancel.cancel()
                 return
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
 
         async def run() -> None:
             nonlocal code
@@ -312,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _until_interrupted, functools.partial(handler, url, args, sys.stdout)
         )
     try:
-        code = trio.run(command)
+        # asyncio, on uvloop when it imports: the bookie's `--event-loop auto` rule.
+        code = _loop.run(command)
     except KeyboardInterrupt:
         code = 130
     except WalkitError as exc:
