@@ -43,6 +43,7 @@ __all__ = [
     "EventLoop",
     "TrioLoop",
     "current_loop",
+    "event_loop_name",
     "is_cancellation",
     "run",
     "uvloop_available",
@@ -273,6 +274,14 @@ def uvloop_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def event_loop_name() -> str:
+    """The running loop by its ``EVENT_LOOPS`` name, "trio", "asyncio" or "uvloop" (for logs)."""
+    library = sniffio.current_async_library()
+    if library == "asyncio" and type(asyncio.get_running_loop()).__module__.startswith("uvloop"):
+        return "uvloop"
+    return library
 
 
 def run(

@@ -42,10 +42,12 @@ from walkit._cli._connect import (
     check_connection_options,
     connection,
 )
-from walkit._logging import LOG_FORMATS, configure_cli_logging
+from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
 from walkit.errors import WalkitError
 
 CLI_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+log = get_logger("walkit.cli")  # (not __name__: `python -m walkit.cli` runs it as __main__)
 
 
 def _add_log_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -312,9 +314,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         command = functools.partial(
             _until_interrupted, functools.partial(handler, url, args, sys.stdout)
         )
+
+    async def logged() -> int:
+        log.debug("command_started", command=args.command, event_loop=_loop.event_loop_name())
+        return await command()
+
     try:
         # asyncio, on uvloop when it imports: the bookie's `--event-loop auto` rule.
-        code = _loop.run(command)
+        code = _loop.run(logged)
     except KeyboardInterrupt:
         code = 130
     except WalkitError as exc:
