@@ -55,7 +55,7 @@ class Child:
 
     @classmethod
     def spawn(cls, command: Sequence[str], env: Mapping[str, str]) -> Child:
-        """Start ``command`` from the calling thread (call it from the event loop's thread, see above).
+        """Start ``command`` from the calling thread (the event loop's thread: see above).
 
         The child gets its own process group, so a Ctrl-C in the terminal reaches only the
         parent, which then stops its children in order.
