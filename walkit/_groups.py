@@ -8,16 +8,10 @@ a secondary failure is never silently dropped.
 
 from __future__ import annotations
 
-import asyncio
-
-import trio
-
+from walkit._loop import is_cancellation
 from walkit.errors import WalkitError
 
 __all__ = ["collapse", "leaves"]
-
-#: What a cancellation raises, under trio and under asyncio.
-_CANCELLED = (trio.Cancelled, asyncio.CancelledError)
 
 
 def leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -40,7 +34,7 @@ def collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
     its cancel scope to catch).
     """
     found = leaves(group)
-    real = [exc for exc in found if not isinstance(exc, _CANCELLED)]
+    real = [exc for exc in found if not is_cancellation(exc)]
     if not real:
         return found[0] if found else group
     chosen = next((exc for exc in real if isinstance(exc, WalkitError)), real[0])

@@ -10,7 +10,11 @@ does not offer, or offers at a cost the hot paths feel, live here, once per back
   on each call;
 - calling back into the loop from a foreign thread without waiting (kazoo's watch threads);
 - a background task tied to the run rather than to a task group (trio's system tasks);
-- knowing whether the caller runs on the loop an object was created on: one client, one loop.
+- knowing whether the caller runs on the loop an object was created on: one client, one loop;
+- telling a cancellation apart from an error on either backend (:func:`is_cancellation`).
+
+:func:`run` is how a walkit process (the ``walkit`` CLI, a bookie) starts its loop: one rule for
+``auto`` (uvloop when importable, else asyncio), for the bookie's ``--event-loop`` and the CLI.
 
 :func:`current_loop` finds the running library per call, as httpx and AnyIO do (sniffio), and
 returns the :class:`EventLoop` of the running loop; objects that belong to a loop keep it and
@@ -22,17 +26,31 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import importlib
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, final
+from typing import Any, Final, Literal, TypeVar, TypeVarTuple, Unpack, final
 
 import anyio
 import sniffio
 import trio
 from anyio.lowlevel import RunVar
 
-from walkit.errors import WrongEventLoopError
+from walkit.errors import ConfigurationError, WrongEventLoopError
 
-__all__ = ["AsyncioLoop", "EventLoop", "TrioLoop", "current_loop"]
+__all__ = [
+    "EVENT_LOOPS",
+    "AsyncioLoop",
+    "EventLoop",
+    "TrioLoop",
+    "current_loop",
+    "event_loop_name",
+    "is_cancellation",
+    "run",
+    "uvloop_available",
+]
+
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 class EventLoop(abc.ABC):
@@ -253,3 +271,60 @@ def current_loop() -> EventLoop:
         loop: EventLoop = TrioLoop() if library == "trio" else AsyncioLoop()
         _CURRENT.set(loop)
         return loop
+
+
+#: What a cancellation raises, under trio and under asyncio (uvloop's too).
+_CANCELLED: Final = (trio.Cancelled, asyncio.CancelledError)
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation of either backend, not an error. Unlike AnyIO's
+    ``get_cancelled_exc_class()`` it needs no running loop: a task group's errors are sorted
+    after the group has ended."""
+    return isinstance(exc, _CANCELLED)
+
+
+#: The event loops a walkit process can run on (the bookie's ``--event-loop`` choices).
+EVENT_LOOPS: Final = ("auto", "asyncio", "uvloop", "trio")
+EventLoopName = Literal["auto", "asyncio", "uvloop", "trio"]
+
+
+def uvloop_available() -> bool:
+    """Whether uvloop imports here (it is not built for every platform)."""
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        return False
+    return True
+
+
+def event_loop_name() -> str:
+    """The running loop by its ``EVENT_LOOPS`` name, "trio", "asyncio" or "uvloop" (for logs)."""
+    library = sniffio.current_async_library()
+    if library == "asyncio" and type(asyncio.get_running_loop()).__module__.startswith("uvloop"):
+        return "uvloop"
+    return library
+
+
+def run(
+    fn: Callable[[Unpack[Args]], Awaitable[T]],
+    *args: *Args,
+    event_loop: EventLoopName | str = "auto",
+) -> T:
+    """``anyio.run(fn, *args)`` on ``event_loop``: ``auto`` is asyncio with uvloop when uvloop
+    imports, else plain asyncio (uvloop spends less CPU per task switch and per socket call);
+    ``uvloop`` when it does not import is a ConfigurationError."""
+    if event_loop == "auto":
+        event_loop = "uvloop" if uvloop_available() else "asyncio"
+    if event_loop == "uvloop":
+        if not uvloop_available():
+            raise ConfigurationError(
+                "the uvloop event loop is not installed here (pip install uvloop, or choose "
+                "asyncio)"
+            )
+        return anyio.run(fn, *args, backend="asyncio", backend_options={"use_uvloop": True})
+    if event_loop not in ("asyncio", "trio"):
+        raise ConfigurationError(
+            f"unknown event loop {event_loop!r}; choose one of {', '.join(EVENT_LOOPS)}"
+        )
+    return anyio.run(fn, *args, backend=event_loop)

@@ -32,8 +32,9 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-import trio
+import anyio
 
+from walkit import _loop
 from walkit._cli._args import at_least
 from walkit._cli._connect import (
     accept_connection_options,
@@ -41,10 +42,12 @@ from walkit._cli._connect import (
     check_connection_options,
     connection,
 )
-from walkit._logging import LOG_FORMATS, configure_cli_logging
+from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
 from walkit.errors import WalkitError
 
 CLI_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+log = get_logger("walkit.cli")  # (not __name__: `python -m walkit.cli` runs it as __main__)
 
 
 def _add_log_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -223,15 +226,15 @@ async def _until_interrupted(command: Callable[[], Awaitable[int]]) -> int:
     code = 1
     failure: list[Exception] = []
 
-    async def on_sigint(cancel: trio.CancelScope) -> None:
+    async def on_sigint(cancel: anyio.CancelScope) -> None:
         nonlocal interrupted
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
             async for _ in signals:
                 interrupted = True
                 cancel.cancel()
                 return
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
 
         async def run() -> None:
             nonlocal code
@@ -311,8 +314,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         command = functools.partial(
             _until_interrupted, functools.partial(handler, url, args, sys.stdout)
         )
+
+    async def logged() -> int:
+        log.debug("command_started", command=args.command, event_loop=_loop.event_loop_name())
+        return await command()
+
     try:
-        code = trio.run(command)
+        # asyncio, on uvloop when it imports: the bookie's `--event-loop auto` rule.
+        code = _loop.run(logged)
     except KeyboardInterrupt:
         code = 130
     except WalkitError as exc:

@@ -3,6 +3,7 @@ run as subprocesses against a real sandbox (``walkit_sandbox``, shared by the se
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -143,6 +144,17 @@ def test_walkit_log_options_console_and_json(walkit_sandbox: Sandbox) -> None:
     assert bad.returncode == 2 and "invalid choice: 'loud'" in bad.stderr
     bad = _run([*walkit, "bookies", "--log-format", "xml"], url)
     assert bad.returncode == 2 and "invalid choice: 'xml'" in bad.stderr
+
+
+def test_walkit_runs_on_asyncio_with_uvloop_when_it_is_installed(tmp_path: Path) -> None:
+    # The bookie's `--event-loop auto` rule; the debug log names the loop that ran the command.
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    result = _run([sys.executable, "-m", "walkit.cli", "--log-json", "-v", "bookies"], url)
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    started = [e for e in events if e["event"] == "command_started"]
+    loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    assert [(e["command"], e["event_loop"]) for e in started] == [("bookies", loop)]
 
 
 def _bookie_stderr(tmp_path: Path, *log_args: str) -> list[str]:

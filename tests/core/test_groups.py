@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import trio
 
@@ -64,6 +66,14 @@ async def test_cancellations_are_dropped_unless_alone() -> None:
             cancelled.append(collapse(group))
             raise cancelled[0] from None
     assert len(cancelled) == 1 and isinstance(cancelled[0], trio.Cancelled)
+
+
+def test_asyncio_cancellations_are_dropped_unless_alone() -> None:
+    # Sorted without a running loop, as after a task group has ended (uvloop raises the same).
+    error, cancelled = NotEnoughBookiesError("two of three"), asyncio.CancelledError()
+    assert collapse(BaseExceptionGroup("g", [cancelled, error])) is error
+    assert not getattr(error, "__notes__", None)
+    assert collapse(BaseExceptionGroup("g", [cancelled])) is cancelled
 
 
 def test_a_nested_group_gives_its_one_error() -> None:

@@ -2,13 +2,15 @@
 
 Linux's parent-death signal (``PR_SET_PDEATHSIG``) is tied to the *thread* that forked the
 child, not to the parent process: the child gets the signal when that thread exits, wherever the
-signal was set (before or after ``exec``). ``trio.lowlevel.open_process`` forks from a worker
-thread of trio's thread cache, and an idle worker exits after 10 s, so a bookie started that way
-is killed 10 s later. Children here are therefore forked from the thread that runs trio (the main
-thread, which lives as long as the process), and set the signal themselves first thing
-(:data:`PARENT_GUARD`), then check that their parent is still the one that started them, since
-the parent may have died between the fork and that point. Their exit is awaited through a pidfd,
-so no thread is involved at all.
+signal was set (before or after ``exec``). ``anyio.open_process`` on trio's backend forks from a
+worker thread of trio's thread cache, and an idle worker exits after 10 s, so a bookie started
+that way is killed 10 s later. Children here are therefore forked with :class:`subprocess.Popen`
+from the thread that runs the event loop (the main thread, which lives as long as the process),
+on any backend, and set the signal themselves first thing (:data:`PARENT_GUARD`), then check
+that their parent is still the one that started them, since the parent may have died between
+the fork and that point. Their output is read and their exit awaited through the loop
+(``anyio.wait_readable`` on the pipe and on a pidfd), so no thread is involved at all: asyncio's
+own subprocesses would spend a waiting thread per child on Python 3.11.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import sys
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import final
 
-import trio
+import anyio
+from anyio.lowlevel import checkpoint
 
 #: Python code a child runs before anything else, formatted with ``parent`` (the parent's pid):
 #: SIGTERM when the forking thread of the parent dies; exit at once if the parent is already gone.
@@ -46,12 +49,13 @@ class Child:
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         assert popen.stdout is not None
         self._popen = popen
-        self._stream = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
+        self._fd: int | None = os.dup(popen.stdout.fileno())
+        os.set_blocking(self._fd, False)
         popen.stdout.close()
 
     @classmethod
     def spawn(cls, command: Sequence[str], env: Mapping[str, str]) -> Child:
-        """Start ``command`` from the calling thread (call it from trio's thread, see above).
+        """Start ``command`` from the calling thread (the event loop's thread: see above).
 
         The child gets its own process group, so a Ctrl-C in the terminal reaches only the
         parent, which then stops its children in order.
@@ -82,7 +86,7 @@ class Child:
         """The child's output, line by line, until it closes its end of the pipe."""
         buffer = b""
         while True:
-            chunk = await self._stream.receive_some(65536)
+            chunk = await self._read()
             if not chunk:
                 if buffer:
                     yield buffer.decode(errors="replace")
@@ -91,6 +95,17 @@ class Child:
             *complete, buffer = buffer.split(b"\n")
             for line in complete:
                 yield line.decode(errors="replace")
+
+    async def _read(self) -> bytes:
+        """The next bytes of the pipe; b"" at its end."""
+        while True:
+            if self._fd is None:
+                raise anyio.ClosedResourceError
+            await anyio.wait_readable(self._fd)  # always: a checkpoint, however busy the child
+            try:
+                return os.read(self._fd, 65536)
+            except BlockingIOError:
+                continue
 
     async def wait(self) -> int:
         """Wait for the child to exit and reap it; its exit code (negative: killed by a signal)."""
@@ -103,14 +118,18 @@ class Child:
             except ProcessLookupError:
                 return self._popen.wait()
             try:
-                await trio.lowlevel.wait_readable(pidfd)
+                await anyio.wait_readable(pidfd)
             finally:
-                trio.lowlevel.notify_closing(pidfd)
+                anyio.notify_closing(pidfd)
                 os.close(pidfd)
             return self._popen.wait()
-        return await trio.to_thread.run_sync(  # type: ignore[unreachable,unused-ignore]
+        return await anyio.to_thread.run_sync(  # type: ignore[unreachable,unused-ignore]
             self._popen.wait, abandon_on_cancel=True
         )
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            anyio.notify_closing(fd)
+            os.close(fd)
+        await checkpoint()

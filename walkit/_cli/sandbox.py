@@ -23,8 +23,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TextIO, final
 
+import anyio
 import attrs
-import trio
+from anyio.abc import TaskStatus
 
 from walkit._cli._certs import sandbox_certificates
 from walkit._cli._child import Child, guarded_python
@@ -134,13 +135,13 @@ class _Supervisor:
     child: Child | None = None
     restarts: int = 0
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         failures = 0
         first = True
         while True:
             child = self.child = Child.spawn(self.command, self.env)
             async with contextlib.aclosing(child.lines()) as lines:
-                with trio.move_on_after(START_TIMEOUT) as timeout:
+                with anyio.move_on_after(START_TIMEOUT) as timeout:
                     ready = await self._echo_until_ready(lines)
                 if timeout.cancelled_caught:
                     print(
@@ -156,10 +157,10 @@ class _Supervisor:
                         task_status.started()
                     else:
                         print(f"walkit sandbox: {self.name} is back", file=self.out, flush=True)
-                    started = trio.current_time()
+                    started = anyio.current_time()
                     async for line in lines:
                         print(f"[{self.name}] {line}", file=self.out, flush=True)
-                    if trio.current_time() - started >= STABLE_AFTER:
+                    if anyio.current_time() - started >= STABLE_AFTER:
                         failures = 0
             code = await child.wait()
             await child.aclose()
@@ -183,7 +184,7 @@ class _Supervisor:
                 file=self.out,
                 flush=True,
             )
-            await trio.sleep(delay)
+            await anyio.sleep(delay)
 
     async def _echo_until_ready(self, lines: AsyncIterator[str]) -> bool:
         async for line in lines:
@@ -199,7 +200,7 @@ async def run_sandbox(
     metadata_url: str | None,
     host: str = "127.0.0.1",
     out: TextIO = sys.stdout,
-    ready: trio.Event | None = None,
+    ready: anyio.Event | None = None,
     *,
     exit_on_bookie_failure: bool = False,
     bookie_args: Sequence[str] = (),
@@ -251,11 +252,11 @@ async def run_sandbox(
     ]
     # Ctrl-C and SIGTERM are both a clean stop, at any moment (also while bookies start):
     # received here rather than as KeyboardInterrupt, so the shutdown below always runs.
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         try:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, out)
-                async with trio.open_nursery() as starting:  # all at once: 1/N of the wait
+                async with anyio.create_task_group() as starting:  # all at once: 1/N of the wait
                     for supervisor in supervisors:
                         starting.start_soon(nursery.start, supervisor.run)
                 print(
@@ -281,13 +282,13 @@ async def run_sandbox(
                 raise leaves[0] from None  # one clear error, not a group
             raise
         finally:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await _stop_all([s.child for s in supervisors if s.child is not None])
     return 0
 
 
 async def _stop_on_signal(
-    signals: AsyncIterator[int], scope: trio.CancelScope, out: TextIO
+    signals: AsyncIterator[int], scope: anyio.CancelScope, out: TextIO
 ) -> None:
     async for _ in signals:
         print("walkit sandbox: stopping", file=out, flush=True)
@@ -298,7 +299,7 @@ async def _stop_on_signal(
 async def _stop_all(children: list[Child]) -> None:
     for child in children:
         child.send_signal(signal.SIGTERM)
-    with trio.move_on_after(15):
+    with anyio.move_on_after(15):
         for child in children:
             await child.wait()
     for child in children:

@@ -17,6 +17,9 @@ else; ``tests/structure/test_private_imports.py`` holds it to that.
   :func:`direct_fd`, :func:`write_now`, :func:`unwritten` (sending without a copy when the
   socket has room);
 - security: :func:`read_token_file` and :data:`CLIENT_AUTH_MODES`;
+- the event loop a process runs on: :func:`run_event_loop` (``anyio.run`` on one of
+  :data:`EVENT_LOOPS`; ``auto`` is uvloop when it imports, else asyncio: the bookie's
+  ``--event-loop`` and the ``walkit`` command alike) and :func:`event_loop_name`;
 - the ``bookie`` extra: :func:`missing_bookie_modules` and :func:`bookie_hint` (a client
   install says what to install instead of which import failed).
 
@@ -28,7 +31,8 @@ from walkit._extras import bookie_hint, missing_bookie_modules
 from walkit._groups import collapse
 from walkit._groups import leaves as group_leaves
 from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
-from walkit._loop import current_loop
+from walkit._loop import EVENT_LOOPS, current_loop, event_loop_name
+from walkit._loop import run as run_event_loop
 from walkit._private_file import read_private_text
 from walkit._retry import pause
 from walkit.net._auth import read_token_file
@@ -38,6 +42,7 @@ from walkit.net._tls import CLIENT_AUTH_MODES
 
 __all__ = [
     "CLIENT_AUTH_MODES",
+    "EVENT_LOOPS",
     "LOG_FORMATS",
     "Receiver",
     "bookie_hint",
@@ -45,12 +50,14 @@ __all__ = [
     "configure_cli_logging",
     "current_loop",
     "direct_fd",
+    "event_loop_name",
     "get_logger",
     "group_leaves",
     "missing_bookie_modules",
     "pause",
     "read_private_text",
     "read_token_file",
+    "run_event_loop",
     "unwritten",
     "write_now",
 ]
