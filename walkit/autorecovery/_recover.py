@@ -18,6 +18,7 @@ from walkit._logging import get_logger
 from walkit.autorecovery._heal import Healer, HealOutcome
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.client import client_services
 from walkit.errors import (
     BookieUnavailableError,
     NoSuchLedgerError,
@@ -92,7 +93,7 @@ async def recover_bookie(
     opts = attrs.evolve(options or AutorecoveryOptions(), grace_period=0.0)
     metrics = AutorecoveryMetrics()
     healer = Healer(client, opts, metrics)
-    urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
+    urm = UnderreplicationManager(client.metadata_store, rng=client_services(client).context.rng)
     await urm.ensure_paths()
     report = RecoveryReport(bookie)
     report.ledgers = await ledgers_listing(client, bookie)
