@@ -5,7 +5,8 @@ placement, options, randomness and ledger deletion. They get them as a
 :class:`walkit.ledger.ClientServices` (``walkit/ledger/_client_services.py``), which the client
 builds once and hands out through ``walkit.client.client_services``, never by reaching into
 the client's private attributes (``client._context``) or into a log handle's private ledger
-deletion (``_delete_ledgers``, ``_discard_ledger``: these are ``ClientServices`` methods now).
+deletion (``_delete_ledgers``, ``_discard_ledger``: a log's ``LedgerCleanup``, from
+``ClientServices.ledger_cleanup``, does that now).
 
 An ``ast`` scan of walkit/, walkit_bookie/ and examples/ finds, outside the client's module and
 the interface's:
