@@ -45,6 +45,7 @@ from walkit.errors import (
     TLSError,
     WalkitError,
 )
+from walkit.ledger._client_services import ClientServices
 from walkit.ledger._context import ClientContext, check_password
 from walkit.ledger._metrics import client_metrics
 from walkit.ledger._options import ClientOptions, ClientOptionsDict
@@ -163,6 +164,8 @@ class Client:
 
     def __init__(self, context: ClientContext, url: str) -> None:
         self._context = context
+        #: What the log, autorecovery, Spark and the lake get of this client (built once).
+        self._services = ClientServices(context, self.delete_ledger)
         self.url = url
         self._closed = False
 
@@ -201,8 +204,9 @@ class Client:
         return _Connector(_open_client(url, placement, network, rng, given, tls, auth))
 
     # --- internals -----------------------------------------------------------------------
-    # ``_core`` (a ClientContext: connection pool, ledger manager, placement, options) is private:
-    # the log layer, recovery and the tests of this package use it; applications do not.
+    # ``_context`` (a ClientContext: connection pool, ledger manager, placement, options) is
+    # private: the ledger handles share it, and walkit's other layers get it through
+    # ``client_services`` (a ClientServices); applications use neither.
 
     @property
     def options(self) -> ClientOptions:
@@ -369,6 +373,12 @@ class Client:
         self._check_open()
         md, _version = await self._context.read_metadata(_check_ledger_id(ledger_id))
         return md
+
+
+def client_services(client: Client) -> ClientServices:
+    """The client's internals for walkit's layers above the ledger API (the log, autorecovery,
+    Spark, the lake): the one declared way to them. Not for applications."""
+    return client._services
 
 
 async def _recover(context: ClientContext, ledger_id: int, password: bytes) -> LedgerMetadata:

@@ -97,12 +97,13 @@ async def check_units(url: str, units: list[dict[str, Any]]) -> list[dict[str, A
     one row per (unit, bookie) counting the good ones."""
     from walkit._core.digest import DigestManager
     from walkit._core.wire import ReadRequest, ReadResponse, StatusCode
+    from walkit.client import client_services
     from walkit.errors import DigestMismatchError, WalkitError
 
     rows: list[dict[str, Any]] = []
     limiter = trio.CapacityLimiter(IN_FLIGHT)
     async with walkit.Client.connect(url) as client:
-        pool = client._context.pool
+        pool = client_services(client).context.pool
 
         async def probe(
             unit: dict[str, Any],

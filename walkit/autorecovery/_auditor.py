@@ -29,6 +29,7 @@ from walkit._logging import get_logger
 from walkit.autorecovery._checker import bookies_missing_entries
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
+from walkit.client import client_services
 from walkit.errors import InvalidMetadataError, NoSuchLedgerError, WalkitError
 from walkit.metadata import UnderreplicationManager, WatchEvent, list_bookies, watch_bookies
 from walkit.metadata._underreplication import AUDITOR_PATH
@@ -57,10 +58,12 @@ class Auditor:
         store_options: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
+        #: The client's internals (metadata store, pool, randomness).
+        self._context = client_services(client).context
         self.name = name
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
-        self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
+        self.urm = UnderreplicationManager(client.metadata_store, rng=self._context.rng)
         self.rng = rng or random.Random()
         self.election = LeaderElection(
             client.url,
@@ -176,7 +179,7 @@ class Auditor:
         lost-bookie delay), a bookie this check finds gone is marked in it too once that delay
         is over: with a delay of 0, a new auditor marks a bookie lost before it took office in
         its first check, not in a second pass over every ledger. Returns the ledgers marked."""
-        context = self.client._context
+        context = self._context
         marked = 0
         marked_for: set[BookieId] = set()
         now = anyio.current_time()

@@ -22,6 +22,7 @@ from walkit._logging import get_logger
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._rereplicator import RereplicationOutcome, Rereplicator
+from walkit.client import client_services
 from walkit.errors import (
     BookieUnavailableError,
     NoSuchLedgerError,
@@ -106,7 +107,7 @@ async def rereplicate_bookie(
     opts = attrs.evolve(options or AutorecoveryOptions(), grace_period=0.0)
     metrics = AutorecoveryMetrics()
     rereplicator = Rereplicator(client, opts, metrics)
-    urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
+    urm = UnderreplicationManager(client.metadata_store, rng=client_services(client).context.rng)
     await urm.ensure_paths()
     report = RereplicationReport(bookie)
     report.ledgers = await ledgers_listing(client, bookie)

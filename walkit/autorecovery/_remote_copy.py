@@ -40,6 +40,7 @@ from walkit._core.wire import (
 from walkit._logging import get_logger
 from walkit.autorecovery._copy import LocalCopies, RateLimiter, copy_fragment
 from walkit.autorecovery._metrics import AutorecoveryMetrics
+from walkit.client import client_services
 from walkit.errors import LocalProtocolError, NoSuchLedgerError, RereplicationError, WalkitError
 from walkit.ledger._context import ClientContext
 
@@ -77,6 +78,7 @@ class FragmentCopier:
         metrics: AutorecoveryMetrics,
     ) -> None:
         self._client = client
+        self._context = client_services(client).context
         self._local = local
         self._password_for = password_for
         self._window = window
@@ -112,7 +114,7 @@ class FragmentCopier:
 
     async def _copy(self, req: CopyFragmentRequest) -> tuple[int, int]:
         local = self._local
-        context = self._client._context
+        context = self._context
         if not 0 <= req.ledger_id < 2**63:
             raise _Refused(StatusCode.BAD_REQUEST, f"no ledger id {req.ledger_id}")
         try:

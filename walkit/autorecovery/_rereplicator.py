@@ -45,6 +45,7 @@ from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._passwords import PASSWORD_NEEDED, known_password
 from walkit.autorecovery._remote_copy import copy_at_target
+from walkit.client import client_services
 from walkit.errors import InvalidMetadataError, NoSuchLedgerError, RereplicationError
 from walkit.log._passwords import log_password
 from walkit.metadata import Decision, UnderreplicationManager, cas_update
@@ -91,10 +92,12 @@ class Rereplicator:
         local: LocalCopies | None = None,
     ) -> None:
         self.client = client
+        #: The client's internals (placement, pool, metadata store, randomness).
+        self._context = client_services(client).context
         self.local = local
         self.options = options or AutorecoveryOptions()
         self.metrics = metrics or AutorecoveryMetrics()
-        self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
+        self.urm = UnderreplicationManager(client.metadata_store, rng=self._context.rng)
         self.limiter = RateLimiter(self.options.entries_per_second, self.options.bytes_per_second)
         #: When this rereplicator first found each ledger open (the grace period runs from there).
         self.open_since: dict[int, float] = {}
@@ -144,7 +147,7 @@ class Rereplicator:
         gaps: list[FragmentGap],
         avoid: set[BookieId],
     ) -> dict[tuple[int, int], BookieId]:
-        policy = self.client._context.placement
+        policy = self._context.placement
         location_of = getattr(policy, "location_of", None)
         writable = getattr(policy, "writable_bookies", None)
         if self.local is None or location_of is None or writable is None:
@@ -177,7 +180,7 @@ class Rereplicator:
             None if self.local is None else self.local.bookie_id,
         ):
             return False
-        context = self.client._context
+        context = self._context
         why = await copy_at_target(
             context, md, gap, target, key=key, skip=lost, metrics=self.metrics, progress=progress
         )
@@ -209,7 +212,7 @@ class Rereplicator:
             except InvalidMetadataError:
                 return Decision(False)
 
-        context = self.client._context
+        context = self._context
         _md, _version, swapped = await cas_update(
             f"ledger {md.ledger_id}: rereplication",
             read=functools.partial(context.read_metadata, md.ledger_id),
@@ -257,7 +260,7 @@ class Rereplicator:
             if await self._copied_by_target(md, gap, target, key, lost, progress):
                 continue
             await copy_fragment(
-                self.client._context,
+                self._context,
                 md,
                 gap,
                 target,
@@ -301,7 +304,7 @@ class Rereplicator:
         ``local_only``: return DEFERRED, copying nothing, when no copy would go to this
         rereplicator's own bookie (it is in the ledger's ensemble, say): a worker of a bookie that
         can take the copies stores them without a network hop, for about half the CPU."""
-        context = self.client._context
+        context = self._context
         started = anyio.current_time()
         #: Replacements that failed to store copies in this attempt (not offered again).
         unusable: set[BookieId] = set()

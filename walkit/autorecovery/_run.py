@@ -15,6 +15,7 @@ from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._remote_copy import FragmentCopier
 from walkit.autorecovery._rereplicator import Rereplicator
 from walkit.autorecovery._worker import ReplicationWorker
+from walkit.client import client_services
 from walkit.metadata import UnderreplicationManager
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ async def run_autorecovery(
     rng = rng or random.Random()
     options = options or AutorecoveryOptions()
     metrics = AutorecoveryMetrics(registry)
-    urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
+    urm = UnderreplicationManager(client.metadata_store, rng=client_services(client).context.rng)
     await urm.ensure_paths()
     if lost_bookie_delay is not None:
         await urm.init_settings(lost_bookie_delay)

@@ -22,6 +22,7 @@ from walkit.autorecovery._copy import LocalCopies
 from walkit.autorecovery._metrics import AutorecoveryMetrics
 from walkit.autorecovery._options import AutorecoveryOptions
 from walkit.autorecovery._rereplicator import RereplicationOutcome, Rereplicator
+from walkit.client import client_services
 from walkit.errors import WalkitError
 from walkit.metadata import UnderreplicationManager, WatchEvent, watch_bookies
 
@@ -59,7 +60,9 @@ class ReplicationWorker:
         self.name = name
         self.options = options or AutorecoveryOptions()
         self.rereplicator = Rereplicator(client, self.options, metrics, local=local)
-        self.urm = UnderreplicationManager(client.metadata_store, rng=client._context.rng)
+        self.urm = UnderreplicationManager(
+            client.metadata_store, rng=client_services(client).context.rng
+        )
         self.rng = rng or random.Random()
         self._wake = anyio.Event()
         #: Outcomes so far, for tests and status.

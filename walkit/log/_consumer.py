@@ -53,7 +53,7 @@ class LogConsumer(Generic[V]):
         self._state: ConsumerState | None = None
         self._reader: LogReader[V] | None = None
         self._lock = anyio.Lock()
-        metrics = owner.client._context.metrics
+        metrics = owner._services.context.metrics
         #: Records handed out and committed (for the commit-lag metric), when metrics are on.
         self._count = DeliveryCount() if metrics is not None else None
         if metrics is not None:
@@ -99,7 +99,7 @@ class LogConsumer(Generic[V]):
 
     async def _register(self) -> ConsumerState:
         owner = self._log
-        context = owner.client._context
+        context = owner._services.context
         md, _version = await fetch_log(context, owner.name)
         start = self._start
         if start == LogPosition.LATEST:
@@ -161,7 +161,7 @@ class LogConsumer(Generic[V]):
 
     async def _backlogged(self, exc: LogTruncatedError) -> ConsumerBackloggedError:
         owner = self._log
-        md, _version = await fetch_log(owner.client._context, owner.name)
+        md, _version = await fetch_log(owner._services.context, owner.name)
         at = self.position or LogPosition.EARLIEST
         log.warning(
             "log_consumer_behind",
@@ -170,7 +170,7 @@ class LogConsumer(Generic[V]):
             position=str(at),
             truncated=str(md.truncated),
         )
-        metrics = owner.client._context.metrics
+        metrics = owner._services.context.metrics
         if metrics is not None:
             metrics.consumer_behind(owner.name, self.name)
         return ConsumerBackloggedError(
@@ -195,7 +195,7 @@ class LogConsumer(Generic[V]):
         """After ConsumerBackloggedError: accept the loss, commit up to the log's truncation
         point, and read on from there. Returns the new position."""
         owner = self._log
-        md, _version = await fetch_log(owner.client._context, owner.name)
+        md, _version = await fetch_log(owner._services.context, owner.name)
         await self.register()
         await self._commit(md.truncated)
         self._reader = None
@@ -204,7 +204,7 @@ class LogConsumer(Generic[V]):
 
     async def _commit(self, resume: LogPosition) -> None:
         owner = self._log
-        context = owner.client._context
+        context = owner._services.context
         await self.register()
         read = self.position
         if read is None or resume > read:  # not handed out by this object: check the log

@@ -1,7 +1,8 @@
 """What the log's helpers need of a log handle: the :class:`LogContext` protocol.
 
 ``walkit.Log`` (``_log``) builds writers, readers, snapshots, retention and staged ledgers;
-those modules need the handle back (its name, options, client, and a few internals), but
+those modules need the handle back (its name, options, client, and a few internals, among
+them the client's declared :class:`~walkit.ledger.ClientServices`), but
 naming ``Log`` itself would make them import ``_log`` and the import graph circular. They name
 this protocol instead, which ``Log`` satisfies structurally, so the arrows run one way:
 ``_log`` -> helpers -> ``_context`` (see ``docs/architecture.md``).
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 if TYPE_CHECKING:
     from walkit._core.log_metadata import LedgerConfig, LogLedger, LogMetadata
     from walkit.client import Client
-    from walkit.ledger import LedgerWriter
+    from walkit.ledger import ClientServices, LedgerCleanup, LedgerWriter
     from walkit.log._options import LogOptions
     from walkit.log._schema import LogSchema
     from walkit.log._values import RecordValues
@@ -41,6 +42,17 @@ class LogContext(Protocol):
     def client(self) -> Client: ...
 
     @property
+    def _services(self) -> ClientServices:
+        """The client's internals (pool, metadata store, ledger deletion): see
+        :class:`~walkit.ledger.ClientServices`."""
+        ...
+
+    @property
+    def _ledger_cleanup(self) -> LedgerCleanup:
+        """Deletes the log's ledgers that left its metadata, or never made it in."""
+        ...
+
+    @property
     def _typed(self) -> LogSchema[Any] | None: ...
 
     async def metadata(self) -> LogMetadata: ...
@@ -50,7 +62,3 @@ class LogContext(Protocol):
     def _check_open(self) -> None: ...
 
     async def _create_ledger(self, kind: str) -> LedgerWriter: ...
-
-    async def _discard_ledger(self, lw: LedgerWriter) -> None: ...
-
-    async def _delete_ledgers(self, ledger_ids: list[int], why: str) -> None: ...

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from walkit._core.log_metadata import LogMetadata, check_log_name
 from walkit._logging import get_logger
+from walkit.client import client_services
 from walkit.errors import (
     MetadataVersionError,
     NodeNotEmptyError,
@@ -55,7 +56,7 @@ async def delete_log(
     listed. ``password``: the ledgers' password if the log was created with one of its own
     (default: the one stored with the log). Raises NoSuchLogError."""
     check_log_name(name)
-    context = client._context
+    context = client_services(client).context
     path = log_path(name)
 
     async def delete(md: LogMetadata, version: int) -> int:

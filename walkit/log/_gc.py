@@ -19,6 +19,7 @@ import attrs
 from walkit._core.log_metadata import LogMetadata
 from walkit._core.retention import is_orphan
 from walkit._logging import get_logger
+from walkit.client import client_services
 from walkit.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
@@ -77,7 +78,7 @@ async def collect_orphans(
 
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
         raise ConfigurationError(f"grace must be a number of seconds >= 0, not {grace!r}")
-    context = client._context
+    context = client_services(client).context
     clock = context.options.wall_clock
     if clock is None:
         raise ConfigurationError(
@@ -145,7 +146,7 @@ async def collect_orphans(
 async def _read(client: Client, name: str) -> LogMetadata | None:
     """The log's metadata; None when it does not exist; ``_UNKNOWN`` when its ledgers cannot
     be judged (a malformed node, or a tag that is no log name): they stay."""
-    context = client._context
+    context = client_services(client).context
     try:
         md, _version = await fetch_log(context, name)
     except NoSuchLogError:

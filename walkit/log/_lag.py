@@ -60,7 +60,7 @@ class ConsumerInfo:
 
 async def consumer_infos(owner: LogContext) -> list[ConsumerInfo]:
     """Every consumer of ``owner``'s log with its lag, by name."""
-    context = owner.client._context
+    context = owner._services.context
     md, _version = await fetch_log(context, owner.name)
     states: list[ConsumerState] = []
     broken: list[ConsumerInfo] = []

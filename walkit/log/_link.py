@@ -159,7 +159,7 @@ async def end_job(owner: LogContext, job: str) -> None:
     """Mark ``job`` as ended: from now on, a ledger staged for it is deleted by its stager. The
     sweep of the job's ledgers comes after this mark, so every ledger is either swept or seen
     by its stager as unwanted (the stager checks the mark after creating the ledger)."""
-    context = owner.client._context
+    context = owner._services.context
     value = json.dumps({"log": owner.name, "job": job}).encode()
     try:
         await context.retry_metadata(
@@ -200,12 +200,12 @@ async def stage_ledger(
         custom_metadata=custom,
         store_password=cfg.store_password,
     )
-    context = owner.client._context
+    context = owner._services.context
     ended = await context.retry_metadata(
         functools.partial(context.store.exists, ended_job_path(owner.name, job))
     )
     if ended is not None:
-        await owner._discard_ledger(lw)
+        await owner._ledger_cleanup.discard(lw)
         raise InvalidArgumentError(
             f"job {job} of log {owner.name} has ended (committed or aborted): it takes no "
             "more ledgers"
@@ -254,7 +254,7 @@ async def discard_staged(
     ]
     # Through the log's own deletion (it knows the ledgers' password); what is gone after it
     # was deleted (a failure to delete leaves the ledger for the next sweep, never a hole).
-    await owner._delete_ledgers(doomed, "discarded")
+    await owner._ledger_cleanup.delete(doomed, "discarded")
     remaining = set(await owner.client.list_ledgers()) if doomed else set()
     deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
     if deleted:
@@ -272,7 +272,7 @@ async def discard_jobs(owner: LogContext, prefix: str, jobs: Sequence[str] = ())
     for job in sorted(found | set(jobs)):
         await end_job(owner, job)
     doomed = [s.ledger_id for s in await staged_ledgers(owner) if s.job.startswith(prefix)]
-    await owner._delete_ledgers(doomed, "discarded")
+    await owner._ledger_cleanup.delete(doomed, "discarded")
     remaining = set(await owner.client.list_ledgers()) if doomed else set()
     deleted = [ledger_id for ledger_id in doomed if ledger_id not in remaining]
     if deleted:
@@ -313,7 +313,7 @@ async def link_ledgers(
     owner._check_open()
     ids = [int(i) for i in ledger_ids]
     mark = _checked_link(ids, job, sink, expected_last_entries, record_counts)
-    context = owner.client._context
+    context = owner._services.context
     last_entries = await _close_staged(owner, ids, expected_last_entries)
     to_link = [i for i in ids if last_entries.get(i, 0) >= 0]
     empty = [i for i in ids if last_entries.get(i, 0) < 0]
@@ -403,7 +403,7 @@ async def _close_staged(
     """Recover (close at their ends) the staged ledgers to link, checked against what their
     writers reported; {ledger id: last entry}. Empty when the log lists them all already (a
     retry of a link that got through: its CAS decides)."""
-    md, _version = await fetch_log(owner.client._context, owner.name)
+    md, _version = await fetch_log(owner._services.context, owner.name)
     listed = {lg.ledger_id for lg in md.ledgers}
     last_entries: dict[int, int] = {}
     if ids and all(i in listed for i in ids):
@@ -431,14 +431,14 @@ async def _delete_unlinked(
     """After the link's CAS: delete the ledgers it dropped (empty), ``garbage`` (empty ones,
     or all of a replayed batch), and the job's leftovers (failed task attempts)."""
     if plan.dropped:
-        await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
+        await owner._ledger_cleanup.delete([lg.ledger_id for lg in plan.dropped], "empty")
     if garbage:
-        await owner._delete_ledgers(garbage, "replayed" if plan.replayed else "empty")
+        await owner._ledger_cleanup.delete(garbage, "replayed" if plan.replayed else "empty")
     if job is not None:
         await end_job(owner, job)
         linked = {lg.ledger_id for lg in plan.linked}
         leftovers = [s.ledger_id for s in await staged_ledgers(owner, job)]
-        await owner._delete_ledgers([i for i in leftovers if i not in linked], "leftover")
+        await owner._ledger_cleanup.delete([i for i in leftovers if i not in linked], "leftover")
 
 
 async def _records_in(owner: LogContext, ledger_id: int, last: int, reported: int | None) -> int:

@@ -15,7 +15,6 @@ when they need it, and change it only by compare-and-set.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from collections.abc import AsyncIterable, Generator, Sequence
 from types import TracebackType
@@ -30,14 +29,13 @@ from walkit._core.log_position import LogPosition, position
 from walkit._core.record_set import FORMAT_KEY, FORMAT_RECORD_SETS
 from walkit._core.retention import RetentionLimits
 from walkit._logging import get_logger
+from walkit.client import client_services
 from walkit.errors import (
     ClientClosedError,
     ConfigurationError,
     InvalidArgumentError,
-    NoSuchLedgerError,
-    WalkitError,
 )
-from walkit.ledger import LedgerWriter
+from walkit.ledger import ClientServices, LedgerWriter
 from walkit.log._consumer import LogConsumer
 from walkit.log._consumers import delete_consumer
 from walkit.log._context import KIND_KEY
@@ -148,8 +146,12 @@ class Log(Generic[V]):
         typed: LogSchema[V] | None = None,
     ) -> None:
         self._client = client
+        #: The client's internals this handle and its helpers use (pool, store, deletion).
+        self._services: ClientServices = client_services(client)
         self.name = name
         self.options = options
+        #: Deletes this log's ledgers that left its metadata, or never made it in.
+        self._ledger_cleanup = self._services.ledger_cleanup(name, options.password)
         self.config = config
         self._closed = False
         #: The handle's schema (None: its values are the payloads).
@@ -239,7 +241,7 @@ class Log(Generic[V]):
         explicit_password: bool,
         schema: type[V] | None = None,
     ) -> Log[V]:
-        context = client._context
+        context = client_services(client).context
         typed = None
         if schema is not None:
             from walkit.log._schema import LogSchema
@@ -320,7 +322,7 @@ class Log(Generic[V]):
             follow=follow,
             skip_truncated=skip_truncated,
         )
-        metrics = self._client._context.metrics
+        metrics = self._services.context.metrics
         if metrics is not None:
             metrics.track_reader(self.name, reader)
         return reader
@@ -347,7 +349,7 @@ class Log(Generic[V]):
         """Delete consumer ``name``: retention no longer keeps records for it (its readers
         read on; their commits raise NoSuchConsumerError). Raises NoSuchConsumerError."""
         self._check_open()
-        await delete_consumer(self._client._context, self.name, name)
+        await delete_consumer(self._services.context, self.name, name)
 
     async def position_at(self, timestamp: int) -> LogPosition:
         """The position of the first record whose timestamp is ``timestamp`` or later (ms
@@ -363,8 +365,8 @@ class Log(Generic[V]):
     async def metadata(self) -> LogMetadata:
         """The log's metadata as stored now (ledgers, truncation point, snapshots)."""
         self._check_open()
-        md, _version = await self._client._context.retry_metadata(
-            lambda: read_log(self._client._context.store, self.name)
+        md, _version = await self._services.context.retry_metadata(
+            lambda: read_log(self._services.context.store, self.name)
         )
         return md
 
@@ -457,7 +459,7 @@ class Log(Generic[V]):
                 limits = RetentionLimits(records=retain_records, size=retain_bytes, age=retain_age)
             except InvalidArgumentError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if limits.age is not None and self._client._context.options.wall_clock is None:
+        if limits.age is not None and self._services.context.options.wall_clock is None:
             raise ConfigurationError(
                 "retain_age needs records' timestamps, and this client stamps none "
                 "(it was connected with wall_clock=None)"
@@ -557,25 +559,3 @@ class Log(Generic[V]):
         if ledger.schema == 0:
             return None
         return raw_values(self.name, ledger.schema, self._raw_values)
-
-    async def _discard_ledger(self, lw: LedgerWriter) -> None:
-        """Close and delete a ledger that never made it into the log (best effort)."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            with contextlib.suppress(WalkitError):
-                await lw.close()
-            with contextlib.suppress(NoSuchLedgerError, WalkitError):
-                await self._client.delete_ledger(lw.id, password=self.options.password)
-
-    async def _delete_ledgers(self, ledger_ids: list[int], why: str) -> None:
-        """Delete ledgers that left the log's metadata (best effort: a failure leaves garbage,
-        never a hole)."""
-        for ledger_id in ledger_ids:
-            try:
-                await self._client.delete_ledger(ledger_id, password=self.options.password)
-                log.info("log_ledger_deleted", log=self.name, ledger_id=ledger_id, why=why)
-            except NoSuchLedgerError:
-                pass
-            except WalkitError as exc:
-                log.warning(
-                    "log_ledger_delete_failed", log=self.name, ledger_id=ledger_id, error=str(exc)
-                )

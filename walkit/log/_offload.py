@@ -99,7 +99,7 @@ async def offload(
     """Offload the log's closed ledgers (with ``respect_age``, only those ``offload_after``
     seconds old), delete the bookie copies ``offload_deletion_lag`` seconds after, and clean
     up after earlier crashes. Returns how many ledgers this call recorded as offloaded."""
-    metrics = owner.client._context.metrics
+    metrics = owner._services.context.metrics
     try:
         return await _offload(owner, respect_age=respect_age, hook=hook or _no_hook)
     except BaseException:
@@ -110,7 +110,7 @@ async def offload(
 
 async def _offload(owner: LogContext, *, respect_age: bool, hook: FaultHook) -> int:
     lake = lake_of_handle(owner)
-    context = owner.client._context
+    context = owner._services.context
     clock = context.options.wall_clock
     now_ms = int(clock() * 1000) if clock is not None else None
     md, _version = await fetch_log(context, owner.name)
@@ -256,7 +256,7 @@ async def _offload_one(
         except InvalidArgumentError:
             return Decision("gone")
 
-    _md, _version, outcome = await cas_log(owner.client._context, owner.name, "offload", decide)
+    _md, _version, outcome = await cas_log(owner._services.context, owner.name, "offload", decide)
     if outcome == "gone":  # truncated meanwhile: the lake must not keep it either
         await in_lake(
             owner.name, lake, "dropping a ledger", drop_ledgers, lake, [lid], files, ledger_id=lid
@@ -272,7 +272,7 @@ async def _offload_one(
         files=len(files),
         outcome=outcome,
     )
-    metrics = owner.client._context.metrics
+    metrics = owner._services.context.metrics
     if metrics is not None and outcome == "recorded":
         metrics.lake(owner.name).offloaded(written.lake_bytes, len(files))
     return outcome == "recorded"
@@ -288,7 +288,7 @@ def _delete_files(lake: Lake, files: tuple[str, ...]) -> None:
 async def _delete_from_bookies(owner: LogContext, hook: FaultHook, now_ms: int | None) -> None:
     """Delete the bookie copies of ledgers offloaded ``offload_deletion_lag`` ago, then record
     them as gone (a crash in between: the next pass deletes again and records)."""
-    context = owner.client._context
+    context = owner._services.context
     md, _version = await fetch_log(context, owner.name)
     keep = {lg.ledger_id for lg in md.to_recover()}
     doomed = to_delete_from_bookies(

@@ -10,6 +10,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from walkit._core.ledger_metadata import LedgerMetadata
+from walkit.client import client_services
 from walkit.errors import NoSuchLogError
 from walkit.log._store import read_log
 from walkit.metadata import MetadataStore
@@ -35,7 +36,7 @@ async def stored_log_password(store: MetadataStore, name: str) -> bytes:
 
 async def log_password(client: Client, name: str) -> bytes:
     """:func:`stored_log_password`, retried while the metadata store is unreachable."""
-    context = client._context
+    context = client_services(client).context
     return await context.retry_metadata(functools.partial(stored_log_password, context.store, name))
 
 

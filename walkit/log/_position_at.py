@@ -39,7 +39,7 @@ async def position_at(owner: LogContext, timestamp: int) -> LogPosition:
     before the truncation point."""
     at = check_timestamp(timestamp)
     for _round in range(_ROUNDS):
-        md, _version = await fetch_log(owner.client._context, owner.name)
+        md, _version = await fetch_log(owner._services.context, owner.name)
         try:
             found = await _search(owner, md, at)
         except NoSuchLedgerError:

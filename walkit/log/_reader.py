@@ -359,7 +359,7 @@ class LogReader(Generic[V]):
                     raise
                 log.info("log_read_retry", log=self._log.name, error=str(exc))
                 self._drop_ledger()
-                await pause(READ_BACKOFF, failures - 1, self._log.client._context.rng)
+                await pause(READ_BACKOFF, failures - 1, self._log._services.context.rng)
                 continue
             failures = 0
             if not more:
@@ -424,7 +424,7 @@ class LogReader(Generic[V]):
         if ahead:
             first = ahead[-1].last + 1
         lac = reader.last_add_confirmed
-        tasks = self._log.client._context.task_group
+        tasks = self._log._services.context.task_group
         while len(ahead) < self._log.options.read_ahead and first <= lac:
             last = min(lac, first + self._range_entries - 1)
             read = _ReadAhead(reader, first, last)
@@ -525,7 +525,7 @@ class LogReader(Generic[V]):
         """Open the ledger holding the position (or the next one); False when there is none
         yet and the reader does not follow."""
         events = None
-        store = self._log.client._context.store
+        store = self._log._services.context.store
         if self._follow:
             events = store.watch(log_path(self._log.name))
         try:
@@ -575,7 +575,7 @@ class LogReader(Generic[V]):
             self._pos = await latest_position(self._log, md)
 
     async def _read_metadata(self) -> LogMetadata:
-        context = self._log.client._context
+        context = self._log._services.context
         md, _version = await fetch_log(context, self._log.name)
         return md
 
@@ -588,9 +588,9 @@ class LogReader(Generic[V]):
         opts = self._log.options
         here = lake_of(self._log.name, opts.offload_to, opts.offload_catalog)
         io = lake_io_of(here, lake.files[0]) if lake.files else None
-        tasks = self._log.client._context.task_group
+        tasks = self._log._services.context.task_group
         self._ledger = ledger
-        metrics = self._log.client._context.metrics
+        metrics = self._log._services.context.metrics
         observe = None
         if metrics is not None:
             stats = metrics.lake(self._log.name)

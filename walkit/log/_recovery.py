@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 from walkit._core.backoff import Backoff
 from walkit._logging import get_logger
 from walkit._retry import retry
+from walkit.client import client_services
 from walkit.errors import NoSuchLedgerError, WalkitError
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ async def recover_ledger(owner: LogContext, ledger_id: int) -> int:
         recover,
         attempts=RECOVERY_ATTEMPTS,
         backoff=LOG_BACKOFF,
-        rng=client._context.rng,
+        rng=client_services(client).context.rng,
         retry_on=retry_on,
         on_retry=logged,
     )

@@ -34,7 +34,7 @@ def schema_step(owner: LogContext, version: int | None = None) -> SchemaStep:
         return functools.partial(
             writer_schema, schema=None, rule=owner.options.schema_compatibility
         )
-    clock = owner.client._context.options.wall_clock
+    clock = owner._services.context.options.wall_clock
     now_ms = 0
     if clock is not None:
         try:

@@ -126,7 +126,7 @@ async def apply_retention(
     quota = quota_of(owner) if quota is None else quota
     if not limits.any:
         return RetentionResult(None)
-    context = owner.client._context
+    context = owner._services.context
     clock = context.options.wall_clock
     now_ms = int(clock() * 1000) if clock is not None else None
     md, _version = await fetch_log(context, owner.name)
@@ -175,7 +175,7 @@ async def apply_retention(
             )
             if context.metrics is not None:
                 context.metrics.consumer_released(owner.name, name)
-        await owner._delete_ledgers([lg.ledger_id for lg in dropped], "retention")
+        await owner._ledger_cleanup.delete([lg.ledger_id for lg in dropped], "retention")
         if plan.truncation.dropped_lake:
             from walkit.log._offload import drop_from_lake
 
@@ -203,7 +203,11 @@ async def housekeeping(owner: LogContext, *, takeover: bool) -> None:
         if limits_of(owner).any:
             await apply_retention(owner)
         grace = owner.options.orphan_gc_grace
-        if takeover and grace is not None and owner.client._context.options.wall_clock is not None:
+        if (
+            takeover
+            and grace is not None
+            and owner._services.context.options.wall_clock is not None
+        ):
             await collect_orphans(
                 owner.client, owner.name, grace=grace, password=owner.options.password
             )

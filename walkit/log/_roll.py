@@ -125,7 +125,7 @@ class LedgerRoller:
             await self.check_owner()
 
     async def check_owner(self) -> None:
-        md, _version = await fetch_log(self._log.client._context, self._log.name)
+        md, _version = await fetch_log(self._log._services.context, self._log.name)
         if not md.owned_by(self.ledger):
             raise self._state.fenced("another writer took over")
 
@@ -177,18 +177,20 @@ class LedgerRoller:
 
         self.rolling_to = new_lw.id
         try:
-            _md, _version, new_ledger = await update_log(owner.client._context, owner.name, change)
+            _md, _version, new_ledger = await update_log(
+                owner._services.context, owner.name, change
+            )
         except WriterFencedError as exc:
             self.rolling_to = None
-            await owner._discard_ledger(new_lw)
+            await owner._ledger_cleanup.discard(new_lw)
             raise self._state.fenced(str(exc)) from None
         except NoSuchLogError as exc:
             self.rolling_to = None
-            await owner._discard_ledger(new_lw)
+            await owner._ledger_cleanup.discard(new_lw)
             raise self._state.stop(exc) from None
         except WalkitError as exc:
             self.rolling_to = None
-            await owner._discard_ledger(new_lw)
+            await owner._ledger_cleanup.discard(new_lw)
             self._roll_failed(exc)
             return
         old = self.lw
@@ -232,7 +234,7 @@ class LedgerRoller:
                         log.warning("log_old_ledger_close_failed", ledger_id=old.id, error=str(exc))
                         self._state.fail(exc)
                         return
-                await pause(LOG_BACKOFF, attempt, self._log.client._context.rng)
+                await pause(LOG_BACKOFF, attempt, self._log._services.context.rng)
         except Exception:  # pragma: no cover - a bug must not take the client down
             log.exception("log_old_ledger_close_crashed", ledger_id=old.id)
         finally:
@@ -246,7 +248,7 @@ class LedgerRoller:
         why = f"ledger {old.id} was recovered by another writer"
         try:
             closed_at = await recover_ledger(self._log, old.id)
-            md, _version = await fetch_log(self._log.client._context, self._log.name)
+            md, _version = await fetch_log(self._log._services.context, self._log.name)
             outcome = close_outcome(
                 acknowledged=old.last_add_confirmed,
                 closed_at=closed_at,

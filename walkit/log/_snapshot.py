@@ -113,7 +113,7 @@ async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterato
 async def save_snapshot(
     owner: LogContext, pos: LogPosition, data: bytes | AsyncIterable[bytes]
 ) -> Snapshot:
-    context = owner.client._context
+    context = owner._services.context
     md = await owner.metadata()
     md.check_not_future(pos, "snapshot at")
     chunk_size = min(owner.options.snapshot_chunk_size, context.options.max_entry_size)
@@ -122,7 +122,7 @@ async def save_snapshot(
         crc, size = await _write(lw, _chunks(data, chunk_size))
         await lw.close()
     except BaseException:
-        await owner._discard_ledger(lw)
+        await owner._ledger_cleanup.discard(lw)
         raise
     clock = context.options.wall_clock
     record = SnapshotRecord(
@@ -149,7 +149,7 @@ async def save_snapshot(
             except WalkitError:
                 now = None
             if now is not None and all(s.ledger_id != lw.id for s in now.snapshots):
-                await owner._discard_ledger(lw)
+                await owner._ledger_cleanup.discard(lw)
         raise
     log.info(
         "log_snapshot_saved",
@@ -160,7 +160,7 @@ async def save_snapshot(
         dropped=[s.ledger_id for s in dropped],
     )
     if dropped:
-        await owner._delete_ledgers([s.ledger_id for s in dropped], "old snapshot")
+        await owner._ledger_cleanup.delete([s.ledger_id for s in dropped], "old snapshot")
     return Snapshot.from_record(owner, record)
 
 

@@ -103,16 +103,16 @@ class LogWriter(Generic[V]):
         self.first_position = LogPosition(ledger.seq, 0)
         self._state = WriterState(owner)
         opts = owner.options
-        clock = owner.client._context.options.wall_clock
+        clock = owner._services.context.options.wall_clock
         self._batches = RecordBatcher(
             self._current,
-            loop=owner.client._context.loop,
+            loop=owner._services.context.loop,
             batch_bytes=opts.batch_bytes,
             codec=opts.compression,
             spawn=self._spawn,
             clock_ms=None if clock is None else functools.partial(_clock_ms, clock),
         )
-        max_entry = owner.client._context.options.max_entry_size
+        max_entry = owner._services.context.options.max_entry_size
         stamp = 0 if clock is None else TIMESTAMP_BYTES
         self._input = RecordInput(
             max_entry - envelope_overhead(1, producers=1) - stamp,
@@ -127,9 +127,9 @@ class LogWriter(Generic[V]):
         self._batches.on_done = self._producers.done
         self._roller = LedgerRoller(owner, ledger, lw, self._state, self._batches, self._spawn)
         #: This log's append figures when the client keeps metrics (walkit.ledger._metrics).
-        metrics = owner.client._context.metrics
+        metrics = owner._services.context.metrics
         self._appends = None if metrics is None else metrics.appends(owner.name)
-        self._clock = owner.client._context.loop.time
+        self._clock = owner._services.context.loop.time
 
     def _current(self) -> tuple[int, LedgerWriter]:
         roller = self._roller
@@ -239,7 +239,7 @@ class LogWriter(Generic[V]):
     def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
         """Start a background task in the client's task group (False: the client is closing)."""
         try:
-            self._log.client._context.task_group.start_soon(fn)
+            self._log._services.context.task_group.start_soon(fn)
         except RuntimeError:
             return False
         return True
@@ -391,13 +391,15 @@ class LogWriter(Generic[V]):
 
         try:
             _md, _version, result = await update_log(
-                self._log.client._context, self._log.name, change
+                self._log._services.context, self._log.name, change
             )
         except WriterFencedError as exc:
             raise self._state.fenced(str(exc)) from None
         if result.dropped:
             log.info("log_truncated", log=self._log.name, at=str(pos), dropped=len(result.dropped))
-            await self._log._delete_ledgers([lg.ledger_id for lg in result.dropped], "truncated")
+            await self._log._ledger_cleanup.delete(
+                [lg.ledger_id for lg in result.dropped], "truncated"
+            )
 
     async def close(self) -> None:
         """Wait for pending appends and close the current ledger (its last acknowledged record
@@ -540,7 +542,7 @@ def _takeover_decision(
 async def take_over(owner: LogHandle) -> LogWriter[Any]:
     """Become the log's writer (see the module docs)."""
     owner._check_open()
-    context = owner.client._context
+    context = owner._services.context
     name = owner.name
     schema = schema_step(owner)
     for attempt in range(owner.options.takeover_attempts):
@@ -573,10 +575,10 @@ async def take_over(owner: LogHandle) -> LogWriter[Any]:
             )
         except IncompatibleSchemaError:
             # Another writer registered a version meanwhile, and ours does not follow it.
-            await owner._discard_ledger(new_lw)
+            await owner._ledger_cleanup.discard(new_lw)
             raise
         if plan is None:
-            await owner._discard_ledger(new_lw)
+            await owner._ledger_cleanup.discard(new_lw)
             await pause(TAKEOVER_BACKOFF, attempt, context.rng)
             continue
         log.info(
@@ -588,7 +590,7 @@ async def take_over(owner: LogHandle) -> LogWriter[Any]:
             dropped=[lg.ledger_id for lg in plan.dropped],
         )
         if plan.dropped:
-            await owner._delete_ledgers([lg.ledger_id for lg in plan.dropped], "empty")
+            await owner._ledger_cleanup.delete([lg.ledger_id for lg in plan.dropped], "empty")
         tail = [lg.seq for lg in md.to_recover()]
         # Producers are learned from the recovered tail, at the first tagged append.
         writer: LogWriter[Any] = LogWriter(owner, plan.ledger, new_lw, tail=tail_start(tail))

@@ -116,7 +116,7 @@ class WriterState:
     async def gone_or(self, error: WalkitError) -> WalkitError:
         """NoSuchLogError (kept as this writer's error) if the log was deleted, else ``error``."""
         try:
-            await fetch_log(self._log.client._context, self._log.name)
+            await fetch_log(self._log._services.context, self._log.name)
         except NoSuchLogError:
             gone = self.stop(NoSuchLogError(f"log {self._log.name!r} was deleted"))
             log.warning("log_writer_log_deleted", log=self._log.name)

@@ -14,7 +14,7 @@ there, as a Pulsar consumer that subscribes again creates its subscription.
 from __future__ import annotations
 
 from walkit._core.log_position import LogPosition
-from walkit.client import Client
+from walkit.client import Client, client_services
 from walkit.errors import NoSuchConsumerError
 from walkit.log import Log
 from walkit.log._consumers import commit_consumer
@@ -40,7 +40,7 @@ async def commit_progress(conn: Connection, log: str, name: str, end: LogPositio
     consumer did not exist and was created at ``end``."""
     async with connect(conn) as client:
         try:
-            await commit_consumer(client._context, log, name, end)
+            await commit_consumer(client_services(client).context, log, name, end)
         except NoSuchConsumerError:
             await (await _open(client, conn, log)).consumer(name, start=end).register()
             return True

@@ -24,7 +24,7 @@ from walkit._core.log_position import LogPosition
 from walkit._core.record_set import HEADER_SIZE, read_header, uses_record_sets
 from walkit._core.types import Entry
 from walkit._logging import get_logger
-from walkit.client import Client
+from walkit.client import Client, client_services
 from walkit.errors import (
     CorruptEntryError,
     NoSuchLedgerError,
@@ -134,7 +134,7 @@ async def log_state(conn: Connection, name: str, from_seq: int) -> LogState:
 
 
 async def _log_state(client: Client, conn: Connection, name: str, from_seq: int) -> LogState:
-    context = client._context
+    context = client_services(client).context
     for _round in range(_PLAN_ROUNDS):
         try:
             md, _version = await context.retry_metadata(

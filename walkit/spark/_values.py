@@ -298,14 +298,16 @@ def log_versions(conn: Connection, name: str) -> tuple[SchemaVersion, ...] | Non
 
 
 async def _log_versions(conn: Connection, name: str) -> tuple[SchemaVersion, ...] | None:
+    from walkit.client import client_services
     from walkit.errors import NoSuchLogError
     from walkit.log._store import read_log
     from walkit.spark._connect import connect
 
     async with connect(conn) as client:
         try:
-            md, _version = await client._context.retry_metadata(
-                functools.partial(read_log, client._context.store, name)
+            context = client_services(client).context
+            md, _version = await context.retry_metadata(
+                functools.partial(read_log, context.store, name)
             )
         except NoSuchLogError:
             return None

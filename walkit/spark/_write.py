@@ -53,7 +53,7 @@ from walkit._core.schema import RecordType
 from walkit._core.time_search import TimeRange, entry_time_range, time_range_tag, widen
 from walkit._groups import collapse
 from walkit._logging import get_logger
-from walkit.client import Client
+from walkit.client import Client, client_services
 from walkit.errors import ConfigurationError, InvalidArgumentError
 from walkit.log import Log
 from walkit.log._link import MAX_JOB_LENGTH, discard_jobs
@@ -665,7 +665,7 @@ async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[An
     async with _connect(opts) as client:
         owner = await _open_log(client, opts, create=False)
         limit = owner.options.batch_bytes
-        clock = client._context.options.wall_clock
+        clock = client_services(client).context.options.wall_clock
         lw = None
         try:
             while True:
@@ -702,7 +702,7 @@ async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[An
                 await lw.close(custom_metadata=time_range_tag(time_range))
         except BaseException:
             if lw is not None:
-                await owner._discard_ledger(lw)  # the job's abort would find it too
+                await owner._ledger_cleanup.discard(lw)  # the job's abort would find it too
             raise
     log.info("spark_part_written", log=opts.log, job=job, part=part, records=records)
     return PartWritten(
