@@ -32,7 +32,7 @@ from anyio.lowlevel import RunVar
 
 from walkit.errors import WrongEventLoopError
 
-__all__ = ["AsyncioLoop", "EventLoop", "TrioLoop", "current_loop"]
+__all__ = ["AsyncioLoop", "EventLoop", "ParkingLot", "TrioLoop", "current_loop"]
 
 
 class EventLoop(abc.ABC):
@@ -231,3 +231,37 @@ def current_loop() -> EventLoop:
         loop: EventLoop = TrioLoop() if library == "trio" else AsyncioLoop()
         _CURRENT.set(loop)
         return loop
+
+
+@final
+class ParkingLot:
+    """Tasks waiting for one condition, woken all at once (trio's ParkingLot, on any loop):
+    :meth:`park` waits until :meth:`unpark_all`. No object per wait beyond the loop's handle;
+    true while a task waits."""
+
+    __slots__ = ("_loop", "_waiters")
+
+    def __init__(self) -> None:
+        self._waiters: list[Any] = []
+        self._loop: EventLoop | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._waiters)
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    async def park(self) -> None:
+        """Wait until :meth:`unpark_all` (a cancellation point)."""
+        self._loop = loop = current_loop()
+        await loop.park(self._waiters)
+
+    def unpark_all(self) -> None:
+        """Wake every task parked now."""
+        waiters = self._waiters
+        if waiters:
+            assert self._loop is not None
+            self._waiters = []
+            wake = self._loop.wake
+            for handle in waiters:
+                wake(handle)

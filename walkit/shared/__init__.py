@@ -11,6 +11,8 @@ else; ``tests/structure/test_private_imports.py`` holds it to that.
   :data:`LOG_FORMATS` for the commands;
 - error groups: :func:`collapse` (one walkit error out of a task group) and
   :func:`group_leaves`;
+- the event loop beyond AnyIO: :func:`current_loop` (its clock, readiness waits, system
+  tasks) and :class:`ParkingLot` (tasks waiting for one condition);
 - :func:`pause` (the one retry backoff), :func:`read_private_text` (files holding secrets);
 - the wire's fast paths: :class:`Receiver` (frames out of a socket's bytes) and
   :func:`direct_fd`, :func:`write_now`, :func:`unwritten` (sending without a copy when the
@@ -27,6 +29,7 @@ from walkit._extras import bookie_hint, missing_bookie_modules
 from walkit._groups import collapse
 from walkit._groups import leaves as group_leaves
 from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
+from walkit._loop import ParkingLot, current_loop
 from walkit._private_file import read_private_text
 from walkit._retry import pause
 from walkit.net._auth import read_token_file
@@ -37,10 +40,12 @@ from walkit.net._tls import CLIENT_AUTH_MODES
 __all__ = [
     "CLIENT_AUTH_MODES",
     "LOG_FORMATS",
+    "ParkingLot",
     "Receiver",
     "bookie_hint",
     "collapse",
     "configure_cli_logging",
+    "current_loop",
     "direct_fd",
     "get_logger",
     "group_leaves",

@@ -127,8 +127,9 @@ class _Connection:
 
 
 @final
-class SimStream(trio.abc.Stream):
-    """One end of a simulated connection."""
+class SimStream(anyio.abc.ByteStream):
+    """One end of a simulated connection: an AnyIO byte stream (``receive``, ``send``), also
+    with trio's stream methods (``receive_some``, ``send_all``, raising trio's errors)."""
 
     def __init__(self, network: SimNetwork, conn: _Connection, send: _Pipe, receive: _Pipe) -> None:
         self._network = network
@@ -231,11 +232,34 @@ class SimStream(trio.abc.Stream):
             self._network._maybe_forget(self._conn)
         await trio.lowlevel.checkpoint()
 
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        try:
+            data = await self.receive_some(max_bytes)
+        except trio.ClosedResourceError:
+            raise anyio.ClosedResourceError from None
+        except trio.BrokenResourceError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from None
+        except trio.BusyResourceError:
+            raise anyio.BusyResourceError("receiving from") from None
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes | bytearray | memoryview) -> None:
+        try:
+            await self.send_all(item)
+        except trio.ClosedResourceError:
+            raise anyio.ClosedResourceError from None
+        except trio.BrokenResourceError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from None
+        except trio.BusyResourceError:
+            raise anyio.BusyResourceError("sending to") from None
+
 
 @final
 class SimClientStream(anyio.abc.ByteStream):
-    """A client's end of a simulated connection, as the AnyIO byte stream clients use (the
-    bookie's end is a :class:`SimStream`, a trio stream: bookies run on trio)."""
+    """A client's end of a simulated connection (a :class:`SimStream`, as an AnyIO byte
+    stream)."""
 
     def __init__(self, stream: SimStream) -> None:
         self.stream = stream
@@ -249,27 +273,10 @@ class SimClientStream(anyio.abc.ByteStream):
         return self.stream.remote_node
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        try:
-            data = await self.stream.receive_some(max_bytes)
-        except trio.ClosedResourceError:
-            raise anyio.ClosedResourceError from None
-        except trio.BrokenResourceError as exc:
-            raise anyio.BrokenResourceError(str(exc)) from None
-        except trio.BusyResourceError:
-            raise anyio.BusyResourceError("receiving from") from None
-        if not data:
-            raise anyio.EndOfStream
-        return data
+        return await self.stream.receive(max_bytes)
 
     async def send(self, item: bytes | bytearray | memoryview) -> None:
-        try:
-            await self.stream.send_all(item)
-        except trio.ClosedResourceError:
-            raise anyio.ClosedResourceError from None
-        except trio.BrokenResourceError as exc:
-            raise anyio.BrokenResourceError(str(exc)) from None
-        except trio.BusyResourceError:
-            raise anyio.BusyResourceError("sending to") from None
+        await self.stream.send(item)
 
     async def send_eof(self) -> None:
         await self.stream.send_eof()
@@ -279,11 +286,11 @@ class SimClientStream(anyio.abc.ByteStream):
 
 
 async def _run_handler(handler: StreamHandler, stream: SimStream) -> None:
-    # As trio.serve_listeners: the stream is closed when its handler returns.
+    # As TcpNetwork.serve: the stream is closed when its handler returns.
     try:
         await handler(stream)
     finally:
-        await trio.aclose_forcefully(stream)
+        await anyio.aclose_forcefully(stream)
 
 
 @final
@@ -320,7 +327,7 @@ class SimNode:
         port: int,
         handler: StreamHandler,
         *,
-        task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self.network._serve(self.name, host, port, handler, task_status=task_status)
 
@@ -376,7 +383,7 @@ class SimNetwork:
         port: int,
         handler: StreamHandler,
         *,
-        task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self._serve(host, host, port, handler, task_status=task_status)
 
@@ -615,7 +622,7 @@ class SimNetwork:
         port: int,
         handler: StreamHandler,
         *,
-        task_status: trio.TaskStatus[BookieId],
+        task_status: anyio.abc.TaskStatus[BookieId],
     ) -> None:
         if port == 0:
             port = self._next_port.get(host, FIRST_PORT)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import final
 
 import attrs
-import trio
 
+from walkit.shared import ParkingLot
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._admission import RequestAdmission
 from walkit_bookie.server._stats import BookieStats
@@ -26,4 +26,4 @@ class RequestState:
     stats: BookieStats
     admission: RequestAdmission
     ledgers: dict[int, LedgerInfo] = attrs.field(factory=dict)
-    lac_waiters: dict[int, trio.lowlevel.ParkingLot] = attrs.field(factory=dict)
+    lac_waiters: dict[int, ParkingLot] = attrs.field(factory=dict)

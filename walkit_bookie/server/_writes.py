@@ -13,7 +13,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import Any, cast, final
 
-import trio
+import anyio
 
 from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.rereplication import FragmentCopies
@@ -85,7 +85,7 @@ class Writes:
         self._pending: dict[tuple[int, int], bytes] = {}
         #: Adds waiting for a disk lookup of the entry they would rewrite.
         self._checks: list[tuple[Peer, bytes, AddRequest]] = []
-        self._check_wake = trio.Event()
+        self._check_wake = anyio.Event()
         self.group_commit = GroupCommit(
             storage,
             self.on_committed,
@@ -100,10 +100,10 @@ class Writes:
         )
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.group_commit.run)
-            nursery.start_soon(self.copy_commit.run)
-            nursery.start_soon(self._stored_add_checker)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.group_commit.run)
+            tasks.start_soon(self.copy_commit.run)
+            tasks.start_soon(self._stored_add_checker)
 
     # --- adds ----------------------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class Writes:
         while True:
             if not self._checks:
                 await self._check_wake.wait()
-                self._check_wake = trio.Event()
+                self._check_wake = anyio.Event()
                 continue
             conn, body, req = self._checks.pop(0)
             key = (req.ledger_id, req.entry_id)
