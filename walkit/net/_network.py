@@ -8,10 +8,12 @@ nobody else reads, so the hot paths can read into reused buffers and write from 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
+import sys
 from collections.abc import Awaitable, Callable
-from typing import Protocol, final
+from typing import Final, Protocol, final
 
 import anyio
 import anyio.abc
@@ -49,6 +51,11 @@ _ACCEPT_TRANSIENT = frozenset(
         errno.ENOMEM,
     }
 )
+#: TCP_NOTSENT_LOWAT (Linux 3.12, macOS; not in Python's socket module everywhere).
+_NOTSENT_LOWAT: Final = getattr(
+    socket, "TCP_NOTSENT_LOWAT", 25 if sys.platform == "linux" else None
+)
+_NOTSENT_LOWAT_BYTES: Final = 16 * 1024
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
@@ -147,8 +154,12 @@ async def accept_loop(
                 await anyio.sleep(0.01)  # (as trio.serve_listeners: let connections close)
             continue
         sock.setblocking(False)
-        if sock.family != socket.AF_UNIX:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _NOTSENT_LOWAT is not None:
+            # Bytes the kernel holds unsent stay few (as trio's sockets do): what a peer
+            # does not read stays in the bookie's own queues, where its limits count it.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT, _NOTSENT_LOWAT_BYTES)
         tasks.start_soon(_run_handler, handler, SocketStream(sock))
 
 
