@@ -76,6 +76,8 @@ class RequestHandler(Protocol):
     """What a connection needs from the bookie."""
 
     config: BookieConfig
+    #: Held while a group commit answers its adds: one write per connection at the end.
+    cork: Cork
     #: The counters and gauges connections keep (connections, buffers, queued answers, ...).
     stats: BookieStats
     #: Connections wait here for room while the bookie is ``saturated``.
@@ -128,6 +130,26 @@ class Peer(Protocol):
     def spawn(self, fn: object, *args: object) -> bool: ...
 
 
+@final
+class Cork:
+    """Answers sent while corked wait, and each connection writes its own at :meth:`uncork`
+    with one system call: a group commit answers hundreds of adds at once, and a write per
+    answer cost more CPU than the rest of the add (it also wakes the peer once per answer)."""
+
+    __slots__ = ("corked", "pending")
+
+    def __init__(self) -> None:
+        self.corked = False
+        #: Connections holding corked answers, each once.
+        self.pending: list[Connection] = []
+
+    def uncork(self) -> None:
+        self.corked = False
+        pending, self.pending = self.pending, []
+        for conn in pending:
+            conn.flush_corked()
+
+
 class _Close(Exception):
     """Stop reading this connection (after flushing what is queued)."""
 
@@ -142,6 +164,8 @@ class Connection:
 
     __slots__ = (
         "_clock",
+        "_cork",
+        "_corked",
         "_counted",
         "_deadline",
         "_direct_fd",
@@ -184,6 +208,9 @@ class Connection:
         self._partial = 0  # bytes of a partly received frame, counted in the handler's budget
         #: The writer task parks here while nothing is queued.
         self._writer_idle = ParkingLot()
+        #: The handler's cork, and whether answers of this connection wait for it.
+        self._cork = handler.cork
+        self._corked = False
         #: The socket to write answers to directly while the writer task is parked, else -1.
         self._direct_fd = -1
         self._space = ParkingLot()
@@ -255,6 +282,21 @@ class Connection:
         out = self._out
         size = sum(map(len, parts))
         rest: Sequence[bytes | memoryview] = parts
+        if self._corked:
+            out.extend(parts)
+            self._unsent += size
+            self._stats.unsent_bytes += size
+            return
+        if not out and self._direct_fd >= 0 and self._cork.corked:
+            # The writer is parked: this answer and the next ones go out at uncork.
+            self._corked = True
+            self._cork.pending.append(self)
+            if not self._unsent:
+                self.taken_at = self._clock()
+            out.extend(parts)
+            self._unsent += size
+            self._stats.unsent_bytes += size
+            return
         if not out and self._direct_fd >= 0:
             # The writer is parked: write the answer now (walkit.net._direct).
             written = write_now(self._direct_fd, parts)
@@ -270,6 +312,25 @@ class Connection:
         out.extend(rest)
         self._unsent += size
         self._stats.unsent_bytes += size
+        if self._writer_idle:
+            self._writer_idle.unpark_all()
+
+    def flush_corked(self) -> None:
+        """Write the answers queued while corked, what the socket takes now; the writer task
+        sends the rest."""
+        self._corked = False
+        out = self._out
+        if not out or self.closed:
+            return
+        if self._direct_fd >= 0:
+            written = write_now(self._direct_fd, out)
+            if written:
+                self._unsent -= written
+                self._stats.unsent_bytes -= written
+                out = self._out = unwritten(out, written)
+                self._handler.answers_taken(self)
+                if not out:
+                    return
         if self._writer_idle:
             self._writer_idle.unpark_all()
 

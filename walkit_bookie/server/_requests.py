@@ -86,6 +86,7 @@ class RequestHandler:
         #: Malformed input, counted by kind; warnings about it are rate-limited.
         self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
         state = RequestState(config, storage, self.stats, self.admission)
+        self.cork = state.cork
         #: What this bookie knows of each ledger (filled from the storage when it opens).
         self._ledgers = state.ledgers
         #: With authentication on: whose ledger is whose, and who may do what (``_access``).

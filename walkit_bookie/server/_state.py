@@ -9,6 +9,7 @@ import attrs
 from walkit.shared import ParkingLot
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._admission import RequestAdmission
+from walkit_bookie.server._connection import Cork
 from walkit_bookie.server._stats import BookieStats
 from walkit_bookie.storage import BookieStorage, LedgerInfo
 
@@ -19,7 +20,8 @@ __all__ = ["RequestState"]
 @attrs.frozen
 class RequestState:
     """The bookie's configuration and storage, what it knows of each ledger, the long polls
-    waiting on each ledger (the group commit wakes them), its counters and its admission."""
+    waiting on each ledger (the group commit wakes them), its counters, its admission, and the
+    cork that batches a group commit's answers."""
 
     config: BookieConfig
     storage: BookieStorage
@@ -27,3 +29,5 @@ class RequestState:
     admission: RequestAdmission
     ledgers: dict[int, LedgerInfo] = attrs.field(factory=dict)
     lac_waiters: dict[int, ParkingLot] = attrs.field(factory=dict)
+    #: Held while a group commit answers its requests (``_connection.Cork``).
+    cork: Cork = attrs.field(factory=Cork)

@@ -75,6 +75,7 @@ class Writes:
         self.storage = storage = state.storage
         self._stats, self._admission = state.stats, state.admission
         self._ledgers, self._lac_waiters = state.ledgers, state.lac_waiters
+        self._cork = state.cork
         #: The bookie's reasons to refuse writes (shared), what to call on a full disk, and
         #: its address once bound (for log lines).
         self._read_only, self._on_disk_full = read_only, on_disk_full
@@ -295,6 +296,19 @@ class Writes:
     # --- group commit ------------------------------------------------------------------------
 
     def on_committed(
+        self, requests: list[Request], sinks: list[Any], error: BaseException | None
+    ) -> None:
+        # A connection's answers to the whole group go out in one write (``Cork``).
+        cork = self._cork
+        if cork.corked:
+            return self._answer_committed(requests, sinks, error)
+        cork.corked = True
+        try:
+            self._answer_committed(requests, sinks, error)
+        finally:
+            cork.uncork()
+
+    def _answer_committed(
         self, requests: list[Request], sinks: list[Any], error: BaseException | None
     ) -> None:
         ledgers = self._ledgers
