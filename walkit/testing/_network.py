@@ -22,8 +22,8 @@ import errno
 import math
 import random
 from collections import deque
-from collections.abc import Iterable
-from typing import Final, final
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, Self, final
 
 import anyio
 import anyio.abc
@@ -127,9 +127,10 @@ class _Connection:
 
 
 @final
-class SimStream(anyio.abc.ByteStream):
-    """One end of a simulated connection: an AnyIO byte stream (``receive``, ``send``), also
-    with trio's stream methods (``receive_some``, ``send_all``, raising trio's errors)."""
+class SimStream(anyio.abc.ByteStream, trio.abc.Stream):
+    """One end of a simulated connection: an AnyIO byte stream (``receive``, ``send``), and a
+    trio stream too (``receive_some``, ``send_all``, raising trio's errors) for simulations
+    written against trio's API."""
 
     def __init__(self, network: SimNetwork, conn: _Connection, send: _Pipe, receive: _Pipe) -> None:
         self._network = network
@@ -232,6 +233,15 @@ class SimStream(anyio.abc.ByteStream):
             self._network._maybe_forget(self._conn)
         await trio.lowlevel.checkpoint()
 
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
     async def receive(self, max_bytes: int = 65536) -> bytes:
         try:
             data = await self.receive_some(max_bytes)
@@ -285,7 +295,14 @@ class SimClientStream(anyio.abc.ByteStream):
         await self.stream.aclose()
 
 
-async def _run_handler(handler: StreamHandler, stream: SimStream) -> None:
+#: What a simulated server runs per connection: a :class:`~walkit.net.StreamHandler`, or a
+#: handler written against trio's stream API (a SimStream is both).
+SimHandler = StreamHandler | Callable[[SimStream], Awaitable[None]]
+#: A simulated server reports its address to AnyIO's task groups or trio's nurseries.
+_TaskStatus = anyio.abc.TaskStatus[BookieId] | trio.TaskStatus[BookieId]
+
+
+async def _run_handler(handler: SimHandler, stream: SimStream) -> None:
     # As TcpNetwork.serve: the stream is closed when its handler returns.
     try:
         await handler(stream)
@@ -298,7 +315,7 @@ class _Listener:
     __slots__ = ("address", "connections", "handler", "node", "nursery")
 
     def __init__(
-        self, address: BookieId, node: str, handler: StreamHandler, nursery: trio.Nursery
+        self, address: BookieId, node: str, handler: SimHandler, nursery: trio.Nursery
     ) -> None:
         self.address = address
         self.node = node
@@ -325,9 +342,9 @@ class SimNode:
         self,
         host: str,
         port: int,
-        handler: StreamHandler,
+        handler: SimHandler,
         *,
-        task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED,
+        task_status: _TaskStatus = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self.network._serve(self.name, host, port, handler, task_status=task_status)
 
@@ -381,9 +398,9 @@ class SimNetwork:
         self,
         host: str,
         port: int,
-        handler: StreamHandler,
+        handler: SimHandler,
         *,
-        task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED,
+        task_status: _TaskStatus = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self._serve(host, host, port, handler, task_status=task_status)
 
@@ -620,9 +637,9 @@ class SimNetwork:
         node: str,
         host: str,
         port: int,
-        handler: StreamHandler,
+        handler: SimHandler,
         *,
-        task_status: anyio.abc.TaskStatus[BookieId],
+        task_status: _TaskStatus,
     ) -> None:
         if port == 0:
             port = self._next_port.get(host, FIRST_PORT)
