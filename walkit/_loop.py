@@ -41,6 +41,7 @@ __all__ = [
     "EVENT_LOOPS",
     "AsyncioLoop",
     "EventLoop",
+    "ParkingLot",
     "TrioLoop",
     "current_loop",
     "event_loop_name",
@@ -328,3 +329,37 @@ def run(
             f"unknown event loop {event_loop!r}; choose one of {', '.join(EVENT_LOOPS)}"
         )
     return anyio.run(fn, *args, backend=event_loop)
+
+
+@final
+class ParkingLot:
+    """Tasks waiting for one condition, woken all at once (trio's ParkingLot, on any loop):
+    :meth:`park` waits until :meth:`unpark_all`. No object per wait beyond the loop's handle;
+    true while a task waits."""
+
+    __slots__ = ("_loop", "_waiters")
+
+    def __init__(self) -> None:
+        self._waiters: list[Any] = []
+        self._loop: EventLoop | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._waiters)
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    async def park(self) -> None:
+        """Wait until :meth:`unpark_all` (a cancellation point)."""
+        self._loop = loop = current_loop()
+        await loop.park(self._waiters)
+
+    def unpark_all(self) -> None:
+        """Wake every task parked now."""
+        waiters = self._waiters
+        if waiters:
+            assert self._loop is not None
+            self._waiters = []
+            wake = self._loop.wake
+            for handle in waiters:
+                wake(handle)

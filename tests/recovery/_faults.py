@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio.abc
-import trio
 
 from walkit import BookieId
 from walkit._core.wire import FrameDecoder, Message, decode_message
@@ -69,6 +68,6 @@ class DroppingNetwork:
         port: int,
         handler: StreamHandler,
         *,
-        task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self._inner.serve(host, port, handler, task_status=task_status)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio.abc
 import attrs
 import pytest
 import trio
@@ -185,9 +186,9 @@ async def test_tls_network_reports_the_client_principal(pki: Pki) -> None:
     )
     seen: list[str | None] = []
 
-    async def handler(stream: trio.abc.Stream) -> None:
+    async def handler(stream: anyio.abc.ByteStream) -> None:
         seen.append(principal_of(stream))
-        await stream.send_all(b"hi")
+        await stream.send(b"hi")
         await stream.aclose()
 
     async with trio.open_nursery() as nursery:

@@ -5,8 +5,8 @@ Everything above this seam talks to a :class:`Network`; TCP is the real one and
 """
 
 from walkit.net._auth import AuthNetwork
+from walkit.net._network import ClientStream, Network, StreamHandler, TcpNetwork
 from walkit.net._tls import ClientAuth, TLSConfig, TlsNetwork, principal_of
-from walkit.net._transport import ClientStream, Network, StreamHandler, TcpNetwork
 
 __all__ = [
     "AuthNetwork",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final, final
 
 import anyio
-import trio
+import anyio.abc
 from anyio.streams.tls import TLSStream
 
 from walkit._core.auth import MAX_CREDENTIALS_SIZE, MAX_METHOD_SIZE, AuthProvider, TokenAuth
@@ -36,8 +36,8 @@ from walkit.errors import (
     TLSError,
     WalkitError,
 )
+from walkit.net._network import STREAM_ERRORS, ClientStream, Network, StreamHandler
 from walkit.net._tls import tls_failure
-from walkit.net._transport import STREAM_ERRORS, ClientStream, Network, StreamHandler
 
 log = get_logger(__name__)
 
@@ -87,7 +87,7 @@ class AuthNetwork:
         port: int,
         handler: StreamHandler,
         *,
-        task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self._inner.serve(host, port, handler, task_status=task_status)
 

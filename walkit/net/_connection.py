@@ -55,11 +55,11 @@ from walkit.errors import (
     WalkitError,
 )
 from walkit.net._inbox import Inbox
+from walkit.net._network import STREAM_ERRORS, ClientStream, Network
 from walkit.net._outbox import Outbox
 from walkit.net._receive import Receiver
 from walkit.net._socket import SocketStream
 from walkit.net._tls import tls_failure
-from walkit.net._transport import STREAM_ERRORS, ClientStream, Network
 
 log = get_logger(__name__)
 

@@ -13,8 +13,6 @@ import os
 from collections.abc import Sequence
 from typing import Final
 
-import trio
-
 from walkit.net._socket import SocketStream
 
 __all__ = ["direct_fd", "unwritten", "write_now"]
@@ -25,8 +23,8 @@ _IOV_MAX: Final = 1024
 
 def direct_fd(stream: object) -> int:
     """The descriptor to write to directly, or -1 (TLS and in-memory streams: never): a
-    client's :class:`~walkit.net._socket.SocketStream` or a bookie's trio socket stream."""
-    if type(stream) is SocketStream or type(stream) is trio.SocketStream:
+    :class:`~walkit.net._socket.SocketStream`, a client's or a bookie's."""
+    if type(stream) is SocketStream:
         return stream.socket.fileno()
     return -1
 

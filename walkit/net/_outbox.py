@@ -15,8 +15,8 @@ import anyio
 
 from walkit._loop import EventLoop
 from walkit.net._direct import direct_fd, unwritten, write_now
+from walkit.net._network import ClientStream
 from walkit.net._socket import SocketStream
-from walkit.net._transport import ClientStream
 
 __all__ = ["Outbox"]
 

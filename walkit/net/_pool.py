@@ -14,7 +14,7 @@ from walkit._logging import get_logger
 from walkit._loop import EventLoop, current_loop
 from walkit.errors import ClientClosedError
 from walkit.net._connection import BookieConnection
-from walkit.net._transport import Network
+from walkit.net._network import Network
 
 log = get_logger(__name__)
 

@@ -20,7 +20,7 @@ __all__ = ["Receiver"]
 
 
 class Socket(Protocol):
-    """A non-blocking socket: a stdlib one (a client's), or trio's (a bookie's)."""
+    """A non-blocking socket."""
 
     def fileno(self) -> int: ...
 

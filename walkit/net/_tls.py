@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Iterable
-from typing import Final, Literal, final, get_args
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, Literal, final, get_args
 
 import anyio
+import anyio.abc
 import attrs
-import trio
-from anyio.streams.tls import TLSStream
+from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSAttribute, TLSStream
 
 from walkit._core.types import BookieId
 from walkit._core.wire import ErrorResponse, StatusCode, encode_frame
 from walkit._logging import get_logger
 from walkit.errors import ConfigurationError, TLSError
-from walkit.net._transport import ClientStream, Network, StreamHandler
+from walkit.net._network import ClientStream, Network, StreamHandler
 
 log = get_logger(__name__)
 
@@ -134,7 +135,7 @@ def _context(purpose: ssl.Purpose, ca: str | None) -> ssl.SSLContext:
 
 
 def _reason(exc: BaseException) -> str:
-    """The ssl error under a stream's wrapping (trio's or AnyIO's), else the exception."""
+    """The ssl error under a stream's wrapping (AnyIO's), else the exception."""
     cause = exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else exc
     if isinstance(cause, ssl.SSLError) and cause.reason:
         return f"{cause.reason} ({cause.strerror or cause})"
@@ -170,18 +171,18 @@ def tls_failure(bookie: BookieId, exc: BaseException, *, handshaken: bool) -> TL
     return None
 
 
-def principal_of(stream: trio.abc.Stream) -> str | None:
+def principal_of(stream: anyio.abc.ByteStream) -> str | None:
     """The subject of the verified client certificate of a TLS stream, as an RFC 4514-like
     string (``"CN=client-1,O=walkit"``), or None (no TLS, or no certificate)."""
-    if not isinstance(stream, trio.SSLStream):
+    if not isinstance(stream, TLSStream):
         return None
     try:
-        cert = stream.getpeercert()
-    except (ValueError, trio.BrokenResourceError, trio.ClosedResourceError):
+        cert = stream.extra(TLSAttribute.peer_certificate, None)
+    except (ValueError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         return None
     if not cert:
         return None
-    subject: Iterable[Iterable[tuple[str, str]]] = cert.get("subject", ())
+    subject: Iterable[Iterable[tuple[str, str]]] = cert.get("subject", ())  # type: ignore[assignment]
     parts = [f"{_SHORT.get(k, k)}={v}" for rdn in reversed(tuple(subject)) for k, v in rdn]
     return ",".join(parts) or None
 
@@ -198,32 +199,35 @@ _SHORT: Final = {
 
 
 @final
-class _Prepended(trio.abc.Stream):
+class _Prepended(anyio.abc.ByteStream):
     """A stream whose first bytes were already read: gives them back first."""
 
-    def __init__(self, stream: trio.abc.Stream, head: bytes) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, head: bytes) -> None:
         self.transport_stream = stream
-        self._stream = stream
         self._head = head
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._stream.send_all(data)
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        return self.transport_stream.extra_attributes
 
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._stream.wait_send_all_might_not_block()
+    async def send(self, item: bytes) -> None:
+        await self.transport_stream.send(item)
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+    async def send_eof(self) -> None:
+        await self.transport_stream.send_eof()
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
         if self._head:
             head = self._head
-            if max_bytes is not None and max_bytes < len(head):
+            if max_bytes < len(head):
                 self._head = head[max_bytes:]
                 return head[:max_bytes]
             self._head = b""
             return head
-        return await self._stream.receive_some(max_bytes)
+        return await self.transport_stream.receive(max_bytes)
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        await self.transport_stream.aclose()
 
 
 @final
@@ -281,45 +285,51 @@ class TlsNetwork:
         port: int,
         handler: StreamHandler,
         *,
-        task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[BookieId] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         if self.server_context is None:
             raise ConfigurationError("this TlsNetwork has no server context")
         context = self.server_context
 
-        async def handle(raw: trio.abc.Stream) -> None:
+        async def handle(raw: anyio.abc.ByteStream) -> None:
             try:
                 stream = await self._accept(raw, context)
             except Exception:  # one bad connection must not stop the server
                 log.exception("tls_accept_failed", peer=peer_name(raw))
                 stream = None
             if stream is None:
-                await trio.aclose_forcefully(raw)
+                await anyio.aclose_forcefully(raw)
                 return
             await handler(stream)
 
         await self.inner.serve(host, port, handle, task_status=task_status)
 
     async def _accept(
-        self, raw: trio.abc.Stream, context: ssl.SSLContext
-    ) -> trio.abc.Stream | None:
+        self, raw: anyio.abc.ByteStream, context: ssl.SSLContext
+    ) -> anyio.abc.ByteStream | None:
         """The TLS stream of a new connection, or None (refused; the reason is logged)."""
         peer = peer_name(raw)
-        with trio.move_on_after(self.handshake_timeout) as scope:
+        with anyio.move_on_after(self.handshake_timeout) as scope:
             try:
-                head = await raw.receive_some(4096)
-                if not head:
+                try:
+                    head = await raw.receive(4096)
+                except anyio.EndOfStream:
                     return None
                 if head[0] != _TLS_HANDSHAKE_RECORD:
                     log.warning("plain_client_refused", peer=peer)
                     message = "this bookie serves TLS only: connect with walkit.TLSConfig"
                     frame = encode_frame(ErrorResponse(0, StatusCode.TLS_REQUIRED, message))
-                    await raw.send_all(frame)
+                    await raw.send(frame)
                     await _close_gently(raw)
                     return None
-                stream = trio.SSLStream(_Prepended(raw, bytes(head)), context, server_side=True)
-                await stream.do_handshake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                stream = await TLSStream.wrap(
+                    _Prepended(raw, bytes(head)),
+                    server_side=True,
+                    ssl_context=context,
+                    # A client that closes without close_notify has said all it had to say.
+                    standard_compatible=False,
+                )
+            except (*_BROKEN, ssl.SSLError) as exc:
                 log.warning("tls_handshake_failed", peer=peer, error=_reason(exc))
                 # With TLS 1.3 the client may already be sending requests: a close with
                 # them unread would reset the connection, and the client would see a reset
@@ -332,28 +342,29 @@ class TlsNetwork:
         return None
 
 
-async def _close_gently(raw: trio.abc.Stream) -> None:
+_BROKEN: Final = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
+
+
+async def _close_gently(raw: anyio.abc.ByteStream) -> None:
     """Half-close and read what the peer still sends (up to a second), so that the final close
     does not reset the connection and drop what was sent last."""
     try:
-        if isinstance(raw, trio.abc.HalfCloseableStream):
-            await raw.send_eof()
-        with trio.move_on_after(1.0):
-            while await raw.receive_some(65536):
+        await raw.send_eof()
+        with anyio.move_on_after(1.0):
+            while await raw.receive(65536):
                 pass
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+    except (*_BROKEN, NotImplementedError):
         pass
 
 
-def peer_name(stream: trio.abc.Stream) -> str:
-    """host:port of the other end of ``stream`` (or of the stream it wraps)."""
-    while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):
-        stream = stream.transport_stream
-    sock = getattr(stream, "socket", None)
-    if sock is None:
-        return type(stream).__name__
+def peer_name(stream: anyio.abc.ByteStream) -> str:
+    """host:port of the other end of ``stream`` (or of the socket under it)."""
     try:
-        host, port = sock.getpeername()[:2]
+        address = stream.extra(SocketAttribute.remote_address, None)
     except OSError:
         return "?"
-    return f"{host}:{port}"
+    if address is None:
+        return type(stream).__name__
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)

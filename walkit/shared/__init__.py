@@ -11,7 +11,9 @@ else; ``tests/structure/test_private_imports.py`` holds it to that.
   :data:`LOG_FORMATS` for the commands;
 - error groups: :func:`collapse` (one walkit error out of a task group) and
   :func:`group_leaves`;
-- the event loop beyond AnyIO: :func:`current_loop` (its clock, wake-ups, system tasks);
+- the event loop beyond AnyIO: :func:`current_loop` (its clock, wake-ups, readiness waits,
+  system tasks), :class:`ParkingLot` (tasks waiting for one condition) and
+  :func:`run_event_loop` (a process's loop: :data:`EVENT_LOOPS`);
 - :func:`pause` (the one retry backoff), :func:`read_private_text` (files holding secrets);
 - the wire's fast paths: :class:`Receiver` (frames out of a socket's bytes) and
   :func:`direct_fd`, :func:`write_now`, :func:`unwritten` (sending without a copy when the
@@ -31,7 +33,7 @@ from walkit._extras import bookie_hint, missing_bookie_modules
 from walkit._groups import collapse
 from walkit._groups import leaves as group_leaves
 from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
-from walkit._loop import EVENT_LOOPS, current_loop, event_loop_name
+from walkit._loop import EVENT_LOOPS, ParkingLot, current_loop, event_loop_name
 from walkit._loop import run as run_event_loop
 from walkit._private_file import read_private_text
 from walkit._retry import pause
@@ -44,6 +46,7 @@ __all__ = [
     "CLIENT_AUTH_MODES",
     "EVENT_LOOPS",
     "LOG_FORMATS",
+    "ParkingLot",
     "Receiver",
     "bookie_hint",
     "collapse",

@@ -22,8 +22,8 @@ import errno
 import math
 import random
 from collections import deque
-from collections.abc import Iterable
-from typing import Final, final
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, Self, final
 
 import anyio
 import anyio.abc
@@ -127,8 +127,10 @@ class _Connection:
 
 
 @final
-class SimStream(trio.abc.Stream):
-    """One end of a simulated connection."""
+class SimStream(anyio.abc.ByteStream, trio.abc.Stream):
+    """One end of a simulated connection: an AnyIO byte stream (``receive``, ``send``), and a
+    trio stream too (``receive_some``, ``send_all``, raising trio's errors) for simulations
+    written against trio's API."""
 
     def __init__(self, network: SimNetwork, conn: _Connection, send: _Pipe, receive: _Pipe) -> None:
         self._network = network
@@ -231,11 +233,43 @@ class SimStream(trio.abc.Stream):
             self._network._maybe_forget(self._conn)
         await trio.lowlevel.checkpoint()
 
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        try:
+            data = await self.receive_some(max_bytes)
+        except trio.ClosedResourceError:
+            raise anyio.ClosedResourceError from None
+        except trio.BrokenResourceError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from None
+        except trio.BusyResourceError:
+            raise anyio.BusyResourceError("receiving from") from None
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes | bytearray | memoryview) -> None:
+        try:
+            await self.send_all(item)
+        except trio.ClosedResourceError:
+            raise anyio.ClosedResourceError from None
+        except trio.BrokenResourceError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from None
+        except trio.BusyResourceError:
+            raise anyio.BusyResourceError("sending to") from None
+
 
 @final
 class SimClientStream(anyio.abc.ByteStream):
-    """A client's end of a simulated connection, as the AnyIO byte stream clients use (the
-    bookie's end is a :class:`SimStream`, a trio stream: bookies run on trio)."""
+    """A client's end of a simulated connection (a :class:`SimStream`, as an AnyIO byte
+    stream)."""
 
     def __init__(self, stream: SimStream) -> None:
         self.stream = stream
@@ -249,27 +283,10 @@ class SimClientStream(anyio.abc.ByteStream):
         return self.stream.remote_node
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        try:
-            data = await self.stream.receive_some(max_bytes)
-        except trio.ClosedResourceError:
-            raise anyio.ClosedResourceError from None
-        except trio.BrokenResourceError as exc:
-            raise anyio.BrokenResourceError(str(exc)) from None
-        except trio.BusyResourceError:
-            raise anyio.BusyResourceError("receiving from") from None
-        if not data:
-            raise anyio.EndOfStream
-        return data
+        return await self.stream.receive(max_bytes)
 
     async def send(self, item: bytes | bytearray | memoryview) -> None:
-        try:
-            await self.stream.send_all(item)
-        except trio.ClosedResourceError:
-            raise anyio.ClosedResourceError from None
-        except trio.BrokenResourceError as exc:
-            raise anyio.BrokenResourceError(str(exc)) from None
-        except trio.BusyResourceError:
-            raise anyio.BusyResourceError("sending to") from None
+        await self.stream.send(item)
 
     async def send_eof(self) -> None:
         await self.stream.send_eof()
@@ -278,12 +295,19 @@ class SimClientStream(anyio.abc.ByteStream):
         await self.stream.aclose()
 
 
-async def _run_handler(handler: StreamHandler, stream: SimStream) -> None:
-    # As trio.serve_listeners: the stream is closed when its handler returns.
+#: What a simulated server runs per connection: a :class:`~walkit.net.StreamHandler`, or a
+#: handler written against trio's stream API (a SimStream is both).
+SimHandler = StreamHandler | Callable[[SimStream], Awaitable[None]]
+#: A simulated server reports its address to AnyIO's task groups or trio's nurseries.
+_TaskStatus = anyio.abc.TaskStatus[BookieId] | trio.TaskStatus[BookieId]
+
+
+async def _run_handler(handler: SimHandler, stream: SimStream) -> None:
+    # As TcpNetwork.serve: the stream is closed when its handler returns.
     try:
         await handler(stream)
     finally:
-        await trio.aclose_forcefully(stream)
+        await anyio.aclose_forcefully(stream)
 
 
 @final
@@ -291,7 +315,7 @@ class _Listener:
     __slots__ = ("address", "connections", "handler", "node", "nursery")
 
     def __init__(
-        self, address: BookieId, node: str, handler: StreamHandler, nursery: trio.Nursery
+        self, address: BookieId, node: str, handler: SimHandler, nursery: trio.Nursery
     ) -> None:
         self.address = address
         self.node = node
@@ -318,9 +342,9 @@ class SimNode:
         self,
         host: str,
         port: int,
-        handler: StreamHandler,
+        handler: SimHandler,
         *,
-        task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
+        task_status: _TaskStatus = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self.network._serve(self.name, host, port, handler, task_status=task_status)
 
@@ -374,9 +398,9 @@ class SimNetwork:
         self,
         host: str,
         port: int,
-        handler: StreamHandler,
+        handler: SimHandler,
         *,
-        task_status: trio.TaskStatus[BookieId] = trio.TASK_STATUS_IGNORED,
+        task_status: _TaskStatus = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         await self._serve(host, host, port, handler, task_status=task_status)
 
@@ -613,9 +637,9 @@ class SimNetwork:
         node: str,
         host: str,
         port: int,
-        handler: StreamHandler,
+        handler: SimHandler,
         *,
-        task_status: trio.TaskStatus[BookieId],
+        task_status: _TaskStatus,
     ) -> None:
         if port == 0:
             port = self._next_port.get(host, FIRST_PORT)

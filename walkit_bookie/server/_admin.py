@@ -7,7 +7,7 @@ handshake ends that connection only). A POST is allowed with the admin token, or
 principal ``--authorize admin=...`` lists: a client token's with ``--auth token``, the
 verified client certificate's subject with ``--auth tls``.
 
-h11 parses and frames HTTP/1.1; this module moves bytes between it and a trio stream, and
+h11 parses and frames HTTP/1.1; this module moves bytes between it and an AnyIO stream, and
 bounds everything: one request per connection, the head's size (h11's
 ``max_incomplete_event_size``), the body's size, the time to send the request, and the
 connections at a time. At that cap a newcomer closes the oldest connection that is not being
@@ -28,9 +28,12 @@ import ssl
 import urllib.parse
 from typing import Any, final
 
+import anyio
+import anyio.abc
 import attrs
 import h11
-import trio
+from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSStream
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from walkit.errors import AuthenticationError, BookieIOError
@@ -119,15 +122,25 @@ def _request(head: h11.Request) -> _Request:
 class _Exchange:
     """One connection: its h11 state, its stream, whether the request was a HEAD (whose
     answer has no body), when it opened, whether a newcomer may close it at the cap (not while
-    its answer is being made), and the scope that closes it."""
+    its answer is being made), the scope that closes it, and the TLS context of a handshake
+    still to do (done as the request is read, within its time limit)."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, tls: ssl.SSLContext | None) -> None:
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
         self.stream = stream
+        self.tls = tls
         self.head_only = False
-        self.opened = trio.current_time()
+        self.opened = anyio.current_time()
         self.evictable = True
-        self.scope = trio.CancelScope()
+        self.scope = anyio.CancelScope()
+
+    async def start_tls(self, context: ssl.SSLContext) -> None:
+        # A client that closes without close_notify has said all it had to say (HTTPS
+        # clients do so: RFC 9110's "incomplete close").
+        self.stream = await TLSStream.wrap(
+            self.stream, server_side=True, ssl_context=context, standard_compatible=False
+        )
+        self.tls = None
 
 
 def _victim(open_: set[_Exchange]) -> _Exchange | None:
@@ -140,6 +153,8 @@ def _victim(open_: set[_Exchange]) -> _Exchange | None:
 async def _read_request(exchange: _Exchange) -> _Request | None:
     """Read one request (its body is read and dropped); None when the peer closed without
     sending one."""
+    if exchange.tls is not None:
+        await exchange.start_tls(exchange.tls)
     conn = exchange.conn
     request: _Request | None = None
     while True:
@@ -148,8 +163,11 @@ async def _read_request(exchange: _Exchange) -> _Request | None:
         except h11.RemoteProtocolError as exc:
             raise _HttpError(exc.error_status_hint, f"malformed request: {exc}") from None
         if event is h11.NEED_DATA:
-            data = await exchange.stream.receive_some(_RECEIVE_SIZE)
-            conn.receive_data(bytes(data))  # b"": the end of the stream
+            try:
+                data = await exchange.stream.receive(_RECEIVE_SIZE)
+            except anyio.EndOfStream:
+                data = b""
+            conn.receive_data(data)  # b"": the end of the stream
         elif isinstance(event, h11.Request):
             exchange.head_only = event.method == b"HEAD"
             request = _request(event)
@@ -162,8 +180,8 @@ async def _read_request(exchange: _Exchange) -> _Request | None:
 
 async def _send(exchange: _Exchange, answer: _Answer) -> None:
     conn = exchange.conn
-    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-        return
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or exchange.tls is not None:
+        return  # (the TLS handshake did not finish: nothing to answer over)
     headers = [
         ("Content-Type", answer.content_type),
         ("Content-Length", str(len(answer.body))),
@@ -175,8 +193,8 @@ async def _send(exchange: _Exchange, answer: _Answer) -> None:
     if not exchange.head_only:
         data += conn.send(h11.Data(data=answer.body))
     data += conn.send(h11.EndOfMessage())
-    with trio.move_on_after(_REQUEST_TIMEOUT):
-        await exchange.stream.send_all(data)
+    with anyio.move_on_after(_REQUEST_TIMEOUT):
+        await exchange.stream.send(data)
 
 
 def _principal_allowed(
@@ -315,7 +333,7 @@ async def _route(
         return await _probe(bookie, probe or health.MetadataProbe(), request)
     if path == "/metrics":
         _allow(request, "GET")
-        body = await trio.to_thread.run_sync(generate_latest, registry)
+        body = await anyio.to_thread.run_sync(generate_latest, registry)
         return _Answer(200, body, CONTENT_TYPE_LATEST)
     if path in ("/health", "/healthz"):
         _allow(request, "GET")
@@ -348,7 +366,7 @@ async def _answer(
     exchange: _Exchange,
 ) -> None:
     try:
-        with trio.move_on_after(_REQUEST_TIMEOUT) as timer:
+        with anyio.move_on_after(_REQUEST_TIMEOUT) as timer:
             request = await _read_request(exchange)
         if timer.cancelled_caught:
             raise _HttpError(408, "request not received in time")
@@ -358,7 +376,7 @@ async def _answer(
         answer = await _route(bookie, registry, request, principal_of(exchange.stream), probe)
     except _HttpError as exc:
         answer = exc.answer()
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
         raise  # the peer went away, or its TLS handshake failed: nobody to answer
     except Exception as exc:  # never let a bad request or a bug stop the bookie
         log.exception("admin_request_failed", error=str(exc))
@@ -372,7 +390,7 @@ async def _refuse(exchange: _Exchange) -> None:
     """Over the limit: take the request (briefly), answer 503, then linger as for any answer
     (closing with the request unread would reset the connection, and the client would see a
     reset instead of the 503)."""
-    with trio.move_on_after(_REFUSE_WAIT):
+    with anyio.move_on_after(_REFUSE_WAIT):
         try:
             if await _read_request(exchange) is None:
                 return  # closed without asking
@@ -388,9 +406,10 @@ async def _handle(
     registry: CollectorRegistry,
     probe: health.MetadataProbe,
     open_: set[_Exchange],
-    stream: trio.abc.Stream,
+    tls: ssl.SSLContext | None,
+    stream: anyio.abc.ByteStream,
 ) -> None:
-    exchange = _Exchange(stream)
+    exchange = _Exchange(stream, tls)
     try:
         if len(open_) >= _MAX_CONNECTIONS:
             victim = _victim(open_)
@@ -406,12 +425,17 @@ async def _handle(
                 await _answer(bookie, registry, probe, exchange)
         finally:
             open_.discard(exchange)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        log.debug("admin_connection_broken", error=str(exc))
+    except (
+        anyio.BrokenResourceError,
+        anyio.ClosedResourceError,
+        anyio.EndOfStream,
+        OSError,
+    ) as exc:
+        log.debug("admin_connection_broken", error=repr(exc))
     except Exception as exc:  # one connection's trouble must not stop the endpoint
         log.exception("admin_connection_failed", error=str(exc))
     finally:
-        await trio.aclose_forcefully(stream)
+        await anyio.aclose_forcefully(exchange.stream)
 
 
 async def serve_admin(
@@ -421,23 +445,20 @@ async def serve_admin(
     registry: CollectorRegistry,
     *,
     ssl_context: ssl.SSLContext | None = None,
-    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+    task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin endpoint until cancelled (over HTTPS with ``ssl_context``); report the
     bound (host, port)."""
     try:
-        tcp = await trio.open_tcp_listeners(port, host=host)
+        listener = await anyio.create_tcp_listener(local_host=host or None, local_port=port)
     except OSError as exc:
         raise BookieIOError(f"cannot listen for HTTP on {host}:{port}: {exc}") from exc
-    bound = tcp[0].socket.getsockname()[:2]
-    listeners: list[trio.abc.Listener[Any]] = list(tcp)
-    if ssl_context is not None:
-        listeners = [
-            trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp
-        ]
-    async with trio.open_nursery() as nursery:
+    async with listener, anyio.create_task_group() as tasks:
+        bound = listener.extra(SocketAttribute.local_address)
         open_: set[_Exchange] = set()
-        handler = functools.partial(_handle, bookie, registry, health.MetadataProbe(), open_)
-        await nursery.start(functools.partial(trio.serve_listeners, handler, listeners))
+        handler = functools.partial(
+            _handle, bookie, registry, health.MetadataProbe(), open_, ssl_context
+        )
+        tasks.start_soon(listener.serve, handler, tasks)
         log.info("admin_listening", host=bound[0], port=bound[1], tls=ssl_context is not None)
         task_status.started((str(bound[0]), int(bound[1])))

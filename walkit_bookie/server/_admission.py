@@ -13,9 +13,11 @@ refused with a clear answer; peers' addresses for log lines and per-address coun
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import final
+from typing import Protocol, final
 
-import trio
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
 
 from walkit._core.wire import (
     ErrorResponse,
@@ -26,10 +28,10 @@ from walkit._core.wire import (
     encode_frame,
     peek_request_id,
 )
-from walkit.shared import get_logger
+from walkit.shared import ParkingLot, get_logger
 from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._connection import Connection, Peer, RequestHandler
-from walkit_bookie.server._linger import linger
+from walkit_bookie.server._linger import BROKEN, linger
 from walkit_bookie.server._refusals import HEADER_END, REFUSE_DRAIN
 from walkit_bookie.server._stats import BookieStats
 
@@ -50,7 +52,7 @@ class RequestAdmission:
         self._config = config
         self._stats = stats
         #: Connections that stopped reading while the bookie was saturated.
-        self.capacity = trio.lowlevel.ParkingLot()
+        self.capacity = ParkingLot()
 
     def refusal(self, conn: Peer, message: Message) -> str | None:
         """Why ``message`` is answered TOO_MANY_REQUESTS now, or None: it is taken."""
@@ -136,22 +138,27 @@ def idle_victim(
     return best
 
 
-def _peer(stream: trio.abc.Stream) -> tuple[str, str]:
+class Ready(Protocol):
+    """Set once the bookie serves requests (an ``anyio.Event``)."""
+
+    async def wait(self) -> None: ...
+
+
+def _peer(stream: anyio.abc.ByteStream) -> tuple[str, str]:
     """The peer as ``host:port`` (for log lines) and its host alone ("" if unknown)."""
-    while not hasattr(stream, "socket") and hasattr(stream, "transport_stream"):
-        stream = stream.transport_stream  # TLS: the TCP stream under it
-    socket = getattr(stream, "socket", None)
-    if socket is None:
-        return type(stream).__name__, ""
     try:
-        host, port = socket.getpeername()[:2]
+        address = stream.extra(SocketAttribute.remote_address, None)  # (TLS: of the socket)
     except OSError:
         return "?", ""
-    return f"{host}:{port}", str(host)
+    if address is None:
+        return type(stream).__name__, ""
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}", str(address[0])
+    return str(address), str(address)
 
 
 async def handle_stream(
-    handler: RequestHandler, ready: trio.Event, stream: trio.abc.Stream
+    handler: RequestHandler, ready: Ready, stream: anyio.abc.ByteStream
 ) -> None:
     """Serve one connection until it closes; never raise (other connections go on)."""
     peer, address = _peer(stream)
@@ -165,7 +172,7 @@ async def handle_stream(
             # This address's own idle connections make room; never another address's.
             victim = idle_victim(
                 (c for c in handler.client_connections if c.address == address),
-                trio.current_time(),
+                anyio.current_time(),
                 config.evict_idle_after,
             )
             if victim is None:
@@ -175,7 +182,7 @@ async def handle_stream(
             victim.evict()
         if handler.stats.connections >= config.max_connections:
             victim = idle_victim(
-                handler.client_connections, trio.current_time(), config.evict_idle_after
+                handler.client_connections, anyio.current_time(), config.evict_idle_after
             )
             if victim is None:
                 why = f"too many connections to this bookie (limit {config.max_connections})"
@@ -191,11 +198,11 @@ async def handle_stream(
         else:
             log.exception("connection_failed", peer=peer)
     finally:
-        await trio.aclose_forcefully(stream)
+        await anyio.aclose_forcefully(stream)
 
 
 async def _refuse_connection(
-    handler: RequestHandler, stream: trio.abc.Stream, peer: str, why: str
+    handler: RequestHandler, stream: anyio.abc.ByteStream, peer: str, why: str
 ) -> None:
     """Over ``max_connections`` (or the address's share): answer the first request
     TOO_MANY_REQUESTS with ``why`` (so the client sees a clear error, not a hang or a bare
@@ -203,20 +210,20 @@ async def _refuse_connection(
     handler.stats.connections_refused += 1
     handler.bad_input.report("too_many_connections", peer=peer, error=why)
     head = b""
-    with trio.move_on_after(_REFUSE_WAIT):
+    with anyio.move_on_after(_REFUSE_WAIT):
         while len(head) < HEADER_END:
-            chunk = await stream.receive_some(HEADER_END - len(head))
-            if not chunk:
+            try:
+                head += await stream.receive(HEADER_END - len(head))
+            except anyio.EndOfStream:
                 return
-            head += chunk
     request_id = peek_request_id(head[4:HEADER_END]) if len(head) >= HEADER_END else None
     frame = encode_frame(ErrorResponse(request_id or 0, StatusCode.TOO_MANY_REQUESTS, why))
-    with trio.move_on_after(_REFUSE_WAIT):
-        await stream.send_all(frame)
+    with anyio.move_on_after(_REFUSE_WAIT):
+        await stream.send(frame)
     await linger(stream, grace=_REFUSE_WAIT, limit=REFUSE_DRAIN)
 
 
 def _only_broken(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_only_broken(e) for e in exc.exceptions)
-    return isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError | OSError)
+    return isinstance(exc, BROKEN)

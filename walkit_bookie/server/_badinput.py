@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, final
 
-import trio
+import anyio
 
 from walkit.shared import get_logger
 
@@ -25,7 +25,7 @@ class BadInputLog:
     """Counts bad input by kind; logs a bounded number of warnings about it."""
 
     def __init__(
-        self, burst: int, interval: float, clock: Callable[[], float] = trio.current_time
+        self, burst: int, interval: float, clock: Callable[[], float] = anyio.current_time
     ) -> None:
         self.burst = burst
         self.interval = interval

@@ -22,7 +22,10 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol, final
 
-import trio
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSStream
 
 from walkit._core.wire import (
     FrameDecoder,
@@ -35,7 +38,15 @@ from walkit.errors import (
     RemoteProtocolError,
 )
 from walkit.net import principal_of
-from walkit.shared import Receiver, direct_fd, get_logger, unwritten, write_now
+from walkit.shared import (
+    ParkingLot,
+    Receiver,
+    current_loop,
+    direct_fd,
+    get_logger,
+    unwritten,
+    write_now,
+)
 from walkit_bookie.server._authentication import authenticate, on_connect
 from walkit_bookie.server._linger import linger
 from walkit_bookie.server._refusals import REFUSE_DRAIN, refuse_frame, refuse_message
@@ -65,10 +76,12 @@ class RequestHandler(Protocol):
     """What a connection needs from the bookie."""
 
     config: BookieConfig
+    #: Held while a group commit answers its adds: one write per connection at the end.
+    cork: Cork
     #: The counters and gauges connections keep (connections, buffers, queued answers, ...).
     stats: BookieStats
     #: Connections wait here for room while the bookie is ``saturated``.
-    capacity: trio.lowlevel.ParkingLot
+    capacity: ParkingLot
     #: Open client connections by the peer's address (host), for
     #: ``max_connections_per_address``.
     connections_by_address: dict[str, int]
@@ -117,6 +130,26 @@ class Peer(Protocol):
     def spawn(self, fn: object, *args: object) -> bool: ...
 
 
+@final
+class Cork:
+    """Answers sent while corked wait, and each connection writes its own at :meth:`uncork`
+    with one system call: a group commit answers hundreds of adds at once, and a write per
+    answer cost more CPU than the rest of the add (it also wakes the peer once per answer)."""
+
+    __slots__ = ("corked", "pending")
+
+    def __init__(self) -> None:
+        self.corked = False
+        #: Connections holding corked answers, each once.
+        self.pending: list[Connection] = []
+
+    def uncork(self) -> None:
+        self.corked = False
+        pending, self.pending = self.pending, []
+        for conn in pending:
+            conn.flush_corked()
+
+
 class _Close(Exception):
     """Stop reading this connection (after flushing what is queued)."""
 
@@ -130,6 +163,9 @@ class Connection:
     """One client connection. ``send`` queues a frame; the writer task sends queued frames."""
 
     __slots__ = (
+        "_clock",
+        "_cork",
+        "_corked",
         "_counted",
         "_deadline",
         "_direct_fd",
@@ -140,23 +176,23 @@ class Connection:
         "_stats",
         "_stream",
         "_unsent",
-        "_wake",
+        "_writer_idle",
         "address",
         "authenticated",
         "closed",
         "frame_since",
         "last_active",
-        "nursery",
         "opened",
         "outstanding",
         "peer",
         "principal",
         "spoke",
         "taken_at",
+        "tasks",
     )
 
     def __init__(
-        self, handler: RequestHandler, stream: trio.abc.Stream, peer: str, address: str = ""
+        self, handler: RequestHandler, stream: anyio.abc.ByteStream, peer: str, address: str = ""
     ) -> None:
         self._handler = handler
         #: The peer's host address ("" if unknown), counted per address.
@@ -170,16 +206,23 @@ class Connection:
         self._out: list[bytes | memoryview] = []
         self._unsent = 0
         self._partial = 0  # bytes of a partly received frame, counted in the handler's budget
-        self._wake = trio.Event()
+        #: The writer task parks here while nothing is queued.
+        self._writer_idle = ParkingLot()
+        #: The handler's cork, and whether answers of this connection wait for it.
+        self._cork = handler.cork
+        self._corked = False
         #: The socket to write answers to directly while the writer task is parked, else -1.
         self._direct_fd = -1
-        self._space = trio.lowlevel.ParkingLot()
+        self._space = ParkingLot()
         self.closed = False
         self.outstanding = 0
         self.peer = peer
-        self.nursery: trio.Nursery | None = None
+        #: The connection's reader and writer, and its long polls.
+        self.tasks: anyio.abc.TaskGroup | None = None
+        #: The loop's clock, bound once (read per chunk received).
+        self._clock = current_loop().time
         #: When it opened, when it last received bytes, and whether it has sent a request.
-        self.opened = self.last_active = trio.current_time()
+        self.opened = self.last_active = self._clock()
         self.spoke = False
         self.frame_since = 0.0  # when the frame being received began
         #: When the peer last took queued answers (a piece of about 1 MiB), or answers were
@@ -213,7 +256,7 @@ class Connection:
         self._stats.connections_evicted_unread += 1
         self._close_unread(
             "answers_not_read",
-            f"the peer took none of its answers for {trio.current_time() - self.taken_at:.1f} "
+            f"the peer took none of its answers for {self._clock() - self.taken_at:.1f} "
             f"s while the bookie's queued answers were at their bound",
         )
 
@@ -225,8 +268,8 @@ class Connection:
 
     def _close_now(self) -> None:
         self.closed = True
-        if self.nursery is not None:
-            self.nursery.cancel_scope.cancel()
+        if self.tasks is not None:
+            self.tasks.cancel_scope.cancel()
 
     def send(self, frame: bytes) -> None:
         self.send_parts((frame,))
@@ -239,6 +282,21 @@ class Connection:
         out = self._out
         size = sum(map(len, parts))
         rest: Sequence[bytes | memoryview] = parts
+        if self._corked:
+            out.extend(parts)
+            self._unsent += size
+            self._stats.unsent_bytes += size
+            return
+        if not out and self._direct_fd >= 0 and self._cork.corked:
+            # The writer is parked: this answer and the next ones go out at uncork.
+            self._corked = True
+            self._cork.pending.append(self)
+            if not self._unsent:
+                self.taken_at = self._clock()
+            out.extend(parts)
+            self._unsent += size
+            self._stats.unsent_bytes += size
+            return
         if not out and self._direct_fd >= 0:
             # The writer is parked: write the answer now (walkit.net._direct).
             written = write_now(self._direct_fd, parts)
@@ -250,17 +308,37 @@ class Connection:
         if not self._unsent:
             # The peer's clock starts now (``evict_unread``), not when the writer next runs:
             # a client whose read waited for room had an old mark and was closed as unread.
-            self.taken_at = trio.current_time()
+            self.taken_at = self._clock()
         out.extend(rest)
         self._unsent += size
         self._stats.unsent_bytes += size
-        self._wake.set()
+        if self._writer_idle:
+            self._writer_idle.unpark_all()
+
+    def flush_corked(self) -> None:
+        """Write the answers queued while corked, what the socket takes now; the writer task
+        sends the rest."""
+        self._corked = False
+        out = self._out
+        if not out or self.closed:
+            return
+        if self._direct_fd >= 0:
+            written = write_now(self._direct_fd, out)
+            if written:
+                self._unsent -= written
+                self._stats.unsent_bytes -= written
+                out = self._out = unwritten(out, written)
+                self._handler.answers_taken(self)
+                if not out:
+                    return
+        if self._writer_idle:
+            self._writer_idle.unpark_all()
 
     def spawn(self, fn: object, *args: object) -> bool:
         """Run a task for this connection (long polls); False if the connection is gone."""
-        if self.closed or self.nursery is None:
+        if self.closed or self.tasks is None:
             return False
-        self.nursery.start_soon(fn, *args)  # type: ignore[arg-type]
+        self.tasks.start_soon(fn, *args)  # type: ignore[arg-type]
         return True
 
     async def _writer(self) -> None:
@@ -272,20 +350,19 @@ class Connection:
             if not self._out:
                 self._direct_fd = fd
                 try:
-                    await self._wake.wait()
+                    await self._writer_idle.park()
                 finally:
                     self._direct_fd = -1
-                self._wake = trio.Event()
                 continue
             out, self._out = self._out, []
             for piece in send_pieces(out):
-                with trio.move_on_after(send_timeout) as scope:
-                    await stream.send_all(piece)
+                with anyio.move_on_after(send_timeout) as scope:
+                    await stream.send(piece)  # type: ignore[arg-type]  # (any buffer)
                 if scope.cancelled_caught:
                     return self._send_timed_out(send_timeout)
                 self._unsent -= len(piece)
                 handler.stats.unsent_bytes -= len(piece)
-                self.taken_at = trio.current_time()
+                self.taken_at = self._clock()
                 if self._space:
                     self._space.unpark_all()
                 handler.answers_taken(self)
@@ -298,9 +375,9 @@ class Connection:
 
     async def _drain(self) -> None:
         # Answer what is already in flight (a peer may half-close and still read), briefly.
-        with trio.move_on_after(_CLOSE_GRACE):
+        with anyio.move_on_after(_CLOSE_GRACE):
             while self._out or self._unsent or self.outstanding:
-                with trio.move_on_after(0.05):
+                with anyio.move_on_after(0.05):
                     await self._space.park()
 
     def _no_room(self) -> bool:
@@ -317,7 +394,7 @@ class Connection:
         spent here does not count against the frame being received."""
         handler = self._handler
         config = handler.config
-        started = trio.current_time()
+        started = self._clock()
         while True:
             unsent = self._unsent
             if unsent >= config.max_unsent_bytes or (
@@ -333,7 +410,7 @@ class Connection:
                 await handler.capacity.park()
             else:
                 break
-        self._deadline += trio.current_time() - started
+        self._deadline += self._clock() - started
 
     async def _reader(self) -> None:
         handler = self._handler
@@ -358,11 +435,11 @@ class Connection:
             if self._deadline == math.inf:
                 data = await receive()
             else:
-                with trio.move_on_at(self._deadline) as scope:
+                with anyio.CancelScope(deadline=self._deadline) as scope:
                     data = await receive()
                 if scope.cancelled_caught:
                     self._timed_out(decoder.buffered)
-            self.last_active = trio.current_time()
+            self.last_active = self._clock()
             if not data:
                 return
             decoder.feed(data)
@@ -468,21 +545,21 @@ class Connection:
         handler.client_connections.add(self)
         self._counted = True
         try:
-            async with trio.open_nursery() as nursery:
-                self.nursery = nursery
-                nursery.start_soon(self._writer)
+            async with anyio.create_task_group() as tasks:
+                self.tasks = tasks
+                tasks.start_soon(self._writer)
                 refused = False
                 try:
                     await self._reader()
                 except _Close:
                     refused = True
                 except _TimedOut:
-                    nursery.cancel_scope.cancel()
+                    tasks.cancel_scope.cancel()
                 await self._drain()
                 if refused and not self._out and not self._unsent:
                     # (with answers still queued the writer is still sending: it is broken)
                     await linger(self._stream, grace=_CLOSE_GRACE, limit=REFUSE_DRAIN)
-                nursery.cancel_scope.cancel()
+                tasks.cancel_scope.cancel()
         finally:
             self.closed = True
             handler.client_connections.discard(self)
@@ -542,29 +619,34 @@ class _Receiver:
     what it keeps.
     """
 
-    __slots__ = ("_buffer", "_handler", "_receiver", "_stream", "_tls", "_view")
+    __slots__ = ("_buffer", "_handler", "_receiver", "_size", "_stream", "_view")
 
-    def __init__(self, stream: trio.abc.Stream, handler: RequestHandler) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, handler: RequestHandler) -> None:
         self._stream = stream
         self._handler = handler
-        self._receiver = Receiver(stream.socket) if isinstance(stream, trio.SocketStream) else None
-        # TLS records are <= 16 KiB: let trio size each read (a fixed 1 MiB read allocates a
-        # fresh 1 MiB buffer per record, which made TLS adds cost ~5x the CPU).
-        self._tls = isinstance(stream, trio.SSLStream)
+        self._receiver = (
+            Receiver(stream.extra(SocketAttribute.raw_socket)) if direct_fd(stream) >= 0 else None
+        )
+        # TLS records hold <= 16 KiB: a larger read allocates a buffer that large per record
+        # (a fixed 1 MiB read made TLS adds cost ~5x the CPU).
+        self._size = 16384 if isinstance(stream, TLSStream) else RECEIVE_SIZE
         self._buffer = bytearray()
         self._view = memoryview(self._buffer)
 
     async def __call__(self) -> bytes | bytearray | memoryview:
         receiver = self._receiver
         if receiver is None:
-            return await self._stream.receive_some(None if self._tls else RECEIVE_SIZE)
+            try:
+                return await self._stream.receive(self._size)
+            except anyio.EndOfStream:
+                return b""
         try:
             if not self._buffer:
                 await receiver.wait_readable()
                 self._resize(FIRST_RECEIVE_SIZE)
             n = await receiver.receive_into(self._buffer)
         except OSError as exc:
-            raise trio.BrokenResourceError(f"connection broken: {exc}") from exc
+            raise anyio.BrokenResourceError(f"connection broken: {exc}") from exc
         chunk = self._view[:n]
         if n == len(self._buffer) and n < RECEIVE_SIZE:
             # Full: more is probably waiting. The chunk keeps the old buffer alive until the

@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, final
 
-import trio
+import anyio
 
 from walkit._core.wire import (
     BatchReadRequest,
@@ -92,15 +92,15 @@ class DiskReads:
         self._stats = handler.stats
         #: Reads waiting, per client (see the module), clients in turn order (none empty).
         self._queues: OrderedDict[str, deque[tuple[Peer, _Read]]] = OrderedDict()
-        self._wake = trio.Event()
+        self._wake = anyio.Event()
         #: Readers waiting for room for the reads left in the queue.
         self._waiting = 0
         self.refused = 0
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as tasks:
             for _ in range(_READERS):
-                nursery.start_soon(self._reader)
+                tasks.start_soon(self._reader)
 
     def submit(self, conn: Peer, req: _Read) -> None:
         client = _client(conn)
@@ -174,7 +174,7 @@ class DiskReads:
         while True:
             if not self._queues:
                 await self._wake.wait()
-                self._wake = trio.Event()
+                self._wake = anyio.Event()
                 continue
             taken = self._take(_BATCH)
             batch = []
@@ -286,11 +286,11 @@ class DiskReads:
             self._evict_unread()
         self._waiting += 1
         try:
-            with trio.move_on_after(_ROOM_RECHECK):
+            with anyio.move_on_after(_ROOM_RECHECK):
                 await self._wake.wait()
         finally:
             self._waiting -= 1
-        self._wake = trio.Event()
+        self._wake = anyio.Event()
 
     def _evict_unread(self) -> None:
         """The answers queued over all connections are at ``max_unsent_bytes_total`` and reads
@@ -300,7 +300,7 @@ class DiskReads:
         h = self._handler
         config = h.config
         over = self._stats.unsent_bytes - config.max_unsent_bytes_total
-        before = trio.current_time() - config.evict_unread_after
+        before = anyio.current_time() - config.evict_unread_after
         stuck = [
             c for c in h.client_connections if c.unsent and not c.closed and c.taken_at <= before
         ]

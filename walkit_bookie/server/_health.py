@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import Any, final
 
+import anyio
 import attrs
-import trio
 
 from walkit.errors import MetadataStoreError, WalkitError
 from walkit.metadata import MetadataStore, registration_path
+from walkit.shared import current_loop
 from walkit_bookie.server._metrics import AdminTarget
 
 #: Readiness fails when a record has waited this long for the journal.
@@ -103,7 +104,7 @@ def liveness(bookie: AdminTarget, *, journal_stall: float = LIVENESS_JOURNAL_STA
     return Verdict(
         (
             Check("event_loop", True, "answering"),
-            journal_check(bookie, trio.current_time(), journal_stall, failed_writes=False),
+            journal_check(bookie, anyio.current_time(), journal_stall, failed_writes=False),
         )
     )
 
@@ -121,7 +122,7 @@ class _Read:
     """One read of a registration node: set ``done`` once ``outcome`` is known."""
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.done = anyio.Event()
         self.outcome: int | WalkitError | None = None
 
 
@@ -144,8 +145,11 @@ class MetadataProbe:
         current = self._current
         if current is None:
             current = self._current = _Read()
-            trio.lowlevel.spawn_system_task(self._run, store, path, current)
-        with trio.move_on_after(timeout):
+            read = current
+            current_loop().spawn_system_task(
+                lambda: self._run(store, path, read), name="walkit_bookie.metadata_probe"
+            )
+        with anyio.move_on_after(timeout):
             await current.done.wait()
             return current
         return None
@@ -207,5 +211,5 @@ async def readiness(
 ) -> Verdict:
     checks = await _metadata_checks(bookie, probe, metadata_timeout)
     checks.append(_mode_check(bookie))
-    checks.append(journal_check(bookie, trio.current_time(), journal_stall))
+    checks.append(journal_check(bookie, anyio.current_time(), journal_stall))
     return Verdict(tuple(checks))

@@ -9,22 +9,30 @@ web servers call a lingering close (RFC 9112, section 9.6).
 
 from __future__ import annotations
 
-import trio
+import anyio
+import anyio.abc
 
-__all__ = ["linger"]
+__all__ = ["BROKEN", "linger"]
+
+#: What a stream whose peer is gone (or that was closed here) raises.
+BROKEN = (
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.BusyResourceError,
+    anyio.EndOfStream,
+    OSError,
+)
 
 
-async def linger(stream: trio.abc.Stream, *, grace: float, limit: int) -> None:
+async def linger(stream: anyio.abc.ByteStream, *, grace: float, limit: int) -> None:
     """Half-close ``stream``, then drain what the peer sends until it closes its side, for at
-    most ``grace`` seconds and ``limit`` bytes. A stream that cannot half-close (not TCP) and
-    a peer that is already gone end it at once."""
-    if not isinstance(stream, trio.abc.HalfCloseableStream):
-        return
+    most ``grace`` seconds and ``limit`` bytes. A stream that cannot half-close (TLS) and a
+    peer that is already gone end it at once."""
     try:
-        with trio.move_on_after(grace):
+        with anyio.move_on_after(grace):
             await stream.send_eof()
             drained = 0
-            while drained < limit and (chunk := await stream.receive_some(65536)):
-                drained += len(chunk)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+            while drained < limit:
+                drained += len(await stream.receive(65536))
+    except (*BROKEN, NotImplementedError):
         pass

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, final
 
-import trio
+import anyio
 
 from walkit._core.rereplication import FragmentCopies
 from walkit._core.types import BookieId
@@ -49,7 +49,7 @@ class _Batch:
     def __init__(self, count: int) -> None:
         self.left = count
         self.problems: list[str] = []
-        self.done = trio.Event()
+        self.done = anyio.Event()
 
 
 @final

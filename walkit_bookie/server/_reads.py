@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, final
 
+import anyio
 import attrs
-import trio
 
 from walkit._core.wire import (
     MAX_BATCH_READ_ENTRIES,
@@ -29,7 +29,7 @@ from walkit._core.wire import (
     encode_frame,
     encode_read_response_parts,
 )
-from walkit.shared import get_logger
+from walkit.shared import ParkingLot, get_logger
 from walkit_bookie.server._connection import Peer
 from walkit_bookie.server._disk_reads import DiskReads
 from walkit_bookie.server._state import RequestState
@@ -241,9 +241,9 @@ class Reads:
     async def _wait_for_lac(self, lid: int, req: ReadLacRequest) -> None:
         """Until the ledger's LAC passes the one the poll has, or its timeout (capped: a
         client may ask for 2^32-1 ms, 49 days)."""
-        lot = self._state.lac_waiters.setdefault(lid, trio.lowlevel.ParkingLot())
+        lot = self._state.lac_waiters.setdefault(lid, ParkingLot())
         try:
-            with trio.move_on_after(min(req.timeout_ms / 1000, self.config.max_long_poll)):
+            with anyio.move_on_after(min(req.timeout_ms / 1000, self.config.max_long_poll)):
                 while True:
                     info = self._ledgers.get(lid)
                     if info is not None and info.last_add_confirmed > req.previous_lac:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, final
 
-import trio
+import anyio
 
 from walkit._core.auth import Authenticator, Authorization
 from walkit._core.rereplication import FragmentCopies
@@ -86,6 +86,7 @@ class RequestHandler:
         #: Malformed input, counted by kind; warnings about it are rate-limited.
         self.bad_input = BadInputLog(config.bad_input_log_burst, config.bad_input_log_interval)
         state = RequestState(config, storage, self.stats, self.admission)
+        self.cork = state.cork
         #: What this bookie knows of each ledger (filled from the storage when it opens).
         self._ledgers = state.ledgers
         #: With authentication on: whose ledger is whose, and who may do what (``_access``).
@@ -101,9 +102,9 @@ class RequestHandler:
 
     async def run(self) -> None:
         """The group commits, the disk readers and the checker of rewrites, until cancelled."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.writes.run)
-            nursery.start_soon(self.reads.run)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.writes.run)
+            tasks.start_soon(self.reads.run)
 
     @property
     def ledgers(self) -> dict[int, LedgerInfo]:

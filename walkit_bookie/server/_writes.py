@@ -13,7 +13,7 @@ import errno
 from collections.abc import Callable, Sequence
 from typing import Any, cast, final
 
-import trio
+import anyio
 
 from walkit._core.digest import HEADER_SIZE, packet_lac, read_header
 from walkit._core.rereplication import FragmentCopies
@@ -75,6 +75,7 @@ class Writes:
         self.storage = storage = state.storage
         self._stats, self._admission = state.stats, state.admission
         self._ledgers, self._lac_waiters = state.ledgers, state.lac_waiters
+        self._cork = state.cork
         #: The bookie's reasons to refuse writes (shared), what to call on a full disk, and
         #: its address once bound (for log lines).
         self._read_only, self._on_disk_full = read_only, on_disk_full
@@ -85,7 +86,7 @@ class Writes:
         self._pending: dict[tuple[int, int], bytes] = {}
         #: Adds waiting for a disk lookup of the entry they would rewrite.
         self._checks: list[tuple[Peer, bytes, AddRequest]] = []
-        self._check_wake = trio.Event()
+        self._check_wake = anyio.Event()
         self.group_commit = GroupCommit(
             storage,
             self.on_committed,
@@ -100,10 +101,10 @@ class Writes:
         )
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.group_commit.run)
-            nursery.start_soon(self.copy_commit.run)
-            nursery.start_soon(self._stored_add_checker)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.group_commit.run)
+            tasks.start_soon(self.copy_commit.run)
+            tasks.start_soon(self._stored_add_checker)
 
     # --- adds ----------------------------------------------------------------------------------
 
@@ -189,7 +190,7 @@ class Writes:
         while True:
             if not self._checks:
                 await self._check_wake.wait()
-                self._check_wake = trio.Event()
+                self._check_wake = anyio.Event()
                 continue
             conn, body, req = self._checks.pop(0)
             key = (req.ledger_id, req.entry_id)
@@ -295,6 +296,19 @@ class Writes:
     # --- group commit ------------------------------------------------------------------------
 
     def on_committed(
+        self, requests: list[Request], sinks: list[Any], error: BaseException | None
+    ) -> None:
+        # A connection's answers to the whole group go out in one write (``Cork``).
+        cork = self._cork
+        if cork.corked:
+            return self._answer_committed(requests, sinks, error)
+        cork.corked = True
+        try:
+            self._answer_committed(requests, sinks, error)
+        finally:
+            cork.uncork()
+
+    def _answer_committed(
         self, requests: list[Request], sinks: list[Any], error: BaseException | None
     ) -> None:
         ledgers = self._ledgers
