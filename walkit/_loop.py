@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import importlib
+import importlib.util
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Literal, TypeVar, TypeVarTuple, Unpack, final
 
@@ -46,6 +46,7 @@ __all__ = [
     "current_loop",
     "event_loop_name",
     "is_cancellation",
+    "resolve",
     "run",
     "uvloop_available",
 ]
@@ -291,12 +292,8 @@ EventLoopName = Literal["auto", "asyncio", "uvloop", "trio"]
 
 
 def uvloop_available() -> bool:
-    """Whether uvloop imports here (it is not built for every platform)."""
-    try:
-        importlib.import_module("uvloop")
-    except ImportError:
-        return False
-    return True
+    """Whether uvloop is installed here (it is not built for every platform)."""
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def event_loop_name() -> str:
@@ -307,28 +304,34 @@ def event_loop_name() -> str:
     return library
 
 
+def resolve(event_loop: EventLoopName | str) -> str:
+    """The loop ``event_loop`` names, ``auto`` resolved: asyncio with uvloop when uvloop is
+    installed, else plain asyncio (uvloop spends less CPU per task switch and per socket
+    call). Raises ConfigurationError for ``uvloop`` when it is not installed, and for a name
+    not in :data:`EVENT_LOOPS`."""
+    if event_loop == "auto":
+        return "uvloop" if uvloop_available() else "asyncio"
+    if event_loop == "uvloop" and not uvloop_available():
+        raise ConfigurationError(
+            "uvloop is not installed here (pip install 'walkit[bookie]'), or choose asyncio"
+        )
+    if event_loop not in EVENT_LOOPS:
+        raise ConfigurationError(
+            f"unknown event loop {event_loop!r}; choose one of {', '.join(EVENT_LOOPS)}"
+        )
+    return event_loop
+
+
 def run(
     fn: Callable[[Unpack[Args]], Awaitable[T]],
     *args: *Args,
     event_loop: EventLoopName | str = "auto",
 ) -> T:
-    """``anyio.run(fn, *args)`` on ``event_loop``: ``auto`` is asyncio with uvloop when uvloop
-    imports, else plain asyncio (uvloop spends less CPU per task switch and per socket call);
-    ``uvloop`` when it does not import is a ConfigurationError."""
-    if event_loop == "auto":
-        event_loop = "uvloop" if uvloop_available() else "asyncio"
-    if event_loop == "uvloop":
-        if not uvloop_available():
-            raise ConfigurationError(
-                "the uvloop event loop is not installed here (pip install uvloop, or choose "
-                "asyncio)"
-            )
+    """``anyio.run(fn, *args)`` on the loop :func:`resolve` makes of ``event_loop``."""
+    loop = resolve(event_loop)
+    if loop == "uvloop":
         return anyio.run(fn, *args, backend="asyncio", backend_options={"use_uvloop": True})
-    if event_loop not in ("asyncio", "trio"):
-        raise ConfigurationError(
-            f"unknown event loop {event_loop!r}; choose one of {', '.join(EVENT_LOOPS)}"
-        )
-    return anyio.run(fn, *args, backend=event_loop)
+    return anyio.run(fn, *args, backend=loop)
 
 
 @final

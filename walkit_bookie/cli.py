@@ -16,10 +16,9 @@ arguments.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVarTuple, final
 
 import anyio
@@ -28,11 +27,14 @@ import attrs
 from walkit._core.options import SWITCH, TEXT, choice, declared, optional
 from walkit.errors import ConfigurationError, WalkitError
 from walkit.shared import (
+    EVENT_LOOPS,
     LOG_FORMATS,
     configure_cli_logging,
     get_logger,
     group_leaves,
     read_private_text,
+    resolve_event_loop,
+    run_event_loop,
 )
 from walkit.shared import read_token_file as read_auth_token_file
 from walkit.shared.cli import add_options, given
@@ -44,10 +46,6 @@ log = get_logger("walkit_bookie.cli")
 
 SWITCH_INTERVAL = 0.0005
 CLI_LOG_LEVELS = ("debug", "info", "warning", "error")
-EVENT_LOOPS = ("auto", "asyncio", "uvloop", "trio")
-# MERGE: True once the bookie's server half (walkit_bookie.server, walkit.net's serve) runs on
-# AnyIO. Until then the bookie serves on trio only: `auto` means trio and asyncio is refused.
-SERVER_ON_ANYIO = False
 OPTIONAL_TEXT = optional(TEXT)
 Ts = TypeVarTuple("Ts")
 
@@ -172,32 +170,11 @@ def read_token_file(path: str) -> str:
 
 def event_loop(name: str) -> str:
     """The loop ``--event-loop NAME`` runs the bookie on (``auto`` resolved): ``asyncio``,
-    ``uvloop`` or ``trio``. Raises ConfigurationError when that loop cannot serve here."""
-    uvloop = importlib.util.find_spec("uvloop") is not None
-    if name == "auto":
-        if not SERVER_ON_ANYIO:
-            return "trio"
-        return "uvloop" if uvloop else "asyncio"
-    if name in ("asyncio", "uvloop") and not SERVER_ON_ANYIO:
-        raise ConfigurationError(
-            f"--event-loop {name}: this version of the bookie serves on trio only "
-            "(give --event-loop trio or auto)"
-        )
-    if name == "uvloop" and not uvloop:
-        raise ConfigurationError(
-            "--event-loop uvloop: uvloop is not installed (pip install 'walkit[bookie]'), "
-            "or give --event-loop asyncio"
-        )
-    return name
-
-
-def run_on(loop: str, fn: Callable[[*Ts], Awaitable[None]], *args: *Ts) -> None:
-    """Run ``fn(*args)`` on a new event loop of the kind ``loop`` names (``event_loop``'s)."""
-    if loop == "trio":
-        anyio.run(fn, *args, backend="trio")
-    else:
-        options = {"use_uvloop": True} if loop == "uvloop" else {}
-        anyio.run(fn, *args, backend="asyncio", backend_options=options)
+    ``uvloop`` or ``trio``. Raises ConfigurationError when that loop cannot run here."""
+    try:
+        return resolve_event_loop(name)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--event-loop {name}: {exc}") from None
 
 
 def configure_logging(level: str, json_lines: bool, fmt: str | None = None) -> None:
@@ -259,7 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # system call; the default 5 ms switch interval would add that to each of them under load.
     sys.setswitchinterval(SWITCH_INTERVAL)
     try:
-        run_on(loop, _serve, config, command.metadata, (loop, command.event_loop))
+        run_event_loop(
+            _serve, config, command.metadata, (loop, command.event_loop), event_loop=loop
+        )
     except KeyboardInterrupt:
         return 0
     except BaseExceptionGroup as group:

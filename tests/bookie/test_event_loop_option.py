@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import walkit._loop
 from tests.bookie._helpers import BookieProcess
 from walkit.errors import ConfigurationError
 from walkit_bookie import cli
@@ -17,38 +18,25 @@ HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
 
 
 def _without_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else real(name, *a)
-    )
+    monkeypatch.setattr(walkit._loop, "uvloop_available", lambda: False)
 
 
 def test_auto_is_uvloop_when_installed_else_asyncio(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "SERVER_ON_ANYIO", True)
     assert cli.event_loop("auto") == ("uvloop" if HAVE_UVLOOP else "asyncio")
     for name in ("asyncio", "trio"):
         assert cli.event_loop(name) == name
     _without_uvloop(monkeypatch)
     assert cli.event_loop("auto") == "asyncio"
-    with pytest.raises(ConfigurationError, match=r"uvloop is not installed.*'walkit\[bookie\]'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"--event-loop uvloop: .*uvloop.*not installed.*'walkit\[bookie\]'",
+    ):
         cli.event_loop("uvloop")
-
-
-def test_while_the_server_needs_trio_auto_is_trio_and_asyncio_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(cli, "SERVER_ON_ANYIO", False)
-    assert cli.event_loop("auto") == "trio"
-    assert cli.event_loop("trio") == "trio"
-    for name in ("asyncio", "uvloop"):
-        with pytest.raises(ConfigurationError, match=f"--event-loop {name}: .*trio only"):
-            cli.event_loop(name)
 
 
 def test_a_loop_that_cannot_run_exits_2_before_anything_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "SERVER_ON_ANYIO", True)
     _without_uvloop(monkeypatch)
     data = tmp_path / "d"
     argv = ["--data-dir", str(data), "--event-loop", "uvloop", "--check-config"]

@@ -34,6 +34,7 @@ from walkit._groups import collapse
 from walkit._groups import leaves as group_leaves
 from walkit._logging import LOG_FORMATS, configure_cli_logging, get_logger
 from walkit._loop import EVENT_LOOPS, ParkingLot, current_loop, event_loop_name
+from walkit._loop import resolve as resolve_event_loop
 from walkit._loop import run as run_event_loop
 from walkit._private_file import read_private_text
 from walkit._retry import pause
@@ -60,6 +61,7 @@ __all__ = [
     "pause",
     "read_private_text",
     "read_token_file",
+    "resolve_event_loop",
     "run_event_loop",
     "unwritten",
     "write_now",
