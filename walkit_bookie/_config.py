@@ -453,9 +453,9 @@ class BookieConfig:
     )
     fragment_copies: bool = SWITCH.field(
         False,
-        "answer COPY_FRAGMENT requests (a healer elsewhere has this bookie copy a lost "
+        "answer COPY_FRAGMENT requests (a rereplicator elsewhere has this bookie copy a lost "
         "copy from the replicas itself), through a client of the metadata store; "
-        "--no-fragment-copies (fragment_copies = false) refuses them, and the healer sends "
+        "--no-fragment-copies (fragment_copies = false) refuses them, and the rereplicator sends "
         "the copies itself (each byte through one more process). On in walkit-bookie",
         flags=["--no-fragment-copies"],
         command_default=True,
