@@ -217,9 +217,10 @@ async def test_a_data_file_gone_after_planning_is_reported_or_skipped(
     spark_metadata: str, tmp_path: Path
 ) -> None:
     from walkit.spark._options import read_options
-    from walkit.spark._read_io import log_state, run
+    from walkit.spark._read_io import log_state
     from walkit.spark._read_log import read_log_ranges
     from walkit.spark._read_plan import plan_log
+    from walkit.spark._run import run
 
     url, name = spark_metadata, f"lake-gone-{next(_names)}"
     lake = {"log": lake_options("file", tmp_path, None), "spark": {}}

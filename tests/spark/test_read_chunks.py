@@ -1,4 +1,4 @@
-"""An executor's reading loop (a trio loop on a thread of its own, feeding Spark's thread):
+"""An executor's reading loop (an event loop on a thread of its own, feeding Spark's thread):
 chunks come in order, a consumer that stops early stops the loop, and a deleted ledger is
 reported or skipped."""
 

@@ -1,22 +1,21 @@
-"""The trio side of the Spark readers: metadata on the driver, entries on the executors.
+"""The async side of the Spark readers: metadata on the driver, entries on the executors.
 
-Spark calls the readers synchronously. The driver's planning runs one ``trio.run`` per call
-(:func:`run`). An executor task reads its partition in a trio loop on a thread of its own with
-one client (:func:`read_chunks`): that loop fetches the next chunk of entries from the bookies
-(pipelined reads) while the task's thread turns the previous one into an Arrow batch for Spark.
+Spark calls the readers synchronously. The driver's planning runs one event loop per call
+(:func:`walkit.spark._run.run`). An executor task reads its partition in an event loop on a
+thread of its own with one client (:func:`read_chunks`, through an AnyIO portal): that loop
+fetches the next chunk of entries from the bookies (pipelined reads) while the task's thread
+turns the previous one into an Arrow batch for Spark.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import queue
-import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, Final, TypeVar, final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, final
 
+import anyio
 import attrs
-import trio
+from anyio.streams.memory import MemoryObjectSendStream
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit._core.log_metadata import LogMetadata
@@ -38,6 +37,7 @@ from walkit.log._passwords import ledger_log, log_password
 from walkit.log._store import read_log
 from walkit.spark._connect import Connection, connect
 from walkit.spark._read_plan import LedgerView, Range
+from walkit.spark._run import portal, raise_one
 
 log = get_logger(__name__)
 
@@ -49,10 +49,7 @@ __all__ = [
     "position_at",
     "read_chunks",
     "record_counts",
-    "run",
 ]
-
-T = TypeVar("T")
 
 #: Most entries fetched by one read call of an executor (one Arrow batch).
 CHUNK_ENTRIES: Final = 8192
@@ -63,17 +60,12 @@ FIRST_CHUNK_ENTRIES: Final = 256
 CHUNK_BYTES: Final = 8 * 1024 * 1024
 #: Chunks read ahead of the one Spark is consuming.
 PREFETCH: Final = 2
-#: Seconds between looks for room in the queue to the consuming thread.
-_PUT_POLL: Final = 0.002
+#: The name of an executor's reading thread.
+READ_THREAD: Final = "walkit-spark-read"
 #: Most entries of one read call when counting records on the driver.
 COUNT_CHUNK_ENTRIES: Final = 64
 #: Rounds of "the ledger list changed under us" before planning gives up.
 _PLAN_ROUNDS: Final = 10
-
-
-def run(func: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``trio.run`` for the synchronous Spark callbacks."""
-    return trio.run(func, *args)
 
 
 class _Passwords:
@@ -252,7 +244,7 @@ async def record_counts(
                     continue
                 io = file_io(dict(lake_properties), rng.lake.files[0])
                 try:
-                    found = await trio.to_thread.run_sync(lake_entry_counts, rng, io)
+                    found = await anyio.to_thread.run_sync(lake_entry_counts, rng, io)
                 except FileNotFoundError:
                     break
                 counts.append(found)
@@ -300,32 +292,6 @@ class Chunk:
     entries: Sequence[Entry]
 
 
-_DONE: Final = object()
-
-
-@final
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-@final
-class _Control:
-    """How the consuming thread stops the trio loop early."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.token: trio.lowlevel.TrioToken | None = None
-        self.scope: trio.CancelScope | None = None
-
-    def cancel(self) -> None:
-        self.stop.set()
-        token, scope = self.token, self.scope
-        if token is not None and scope is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(scope.cancel)
-
-
 def read_chunks(
     conn: Connection,
     ranges: Sequence[Range],
@@ -333,75 +299,52 @@ def read_chunks(
     on_missing: Callable[[Range], None] | None = None,
     chunk_entries: int = CHUNK_ENTRIES,
 ) -> Iterator[Chunk]:
-    """The entries of ``ranges``, in order, in chunks, read by a trio loop on a thread of its
-    own. ``on_missing(range)`` is called for a range whose ledger no longer exists (it raises to
-    fail the read, or returns to skip the range); without it NoSuchLedgerError is raised."""
-    items: queue.Queue[object] = queue.Queue(maxsize=PREFETCH)
-    control = _Control()
-
-    def main() -> None:
+    """The entries of ``ranges``, in order, in chunks, read by an event loop on a thread of its
+    own (an AnyIO portal) while the calling thread consumes the previous chunks. At most
+    PREFETCH chunks wait for the consumer (and one more in the reading task's hand); a consumer
+    that stops early (closes the generator) cancels the read and ends the thread.
+    ``on_missing(range)`` is called for a range whose ledger no longer exists (it raises to fail
+    the read, or returns to skip the range); without it NoSuchLedgerError is raised."""
+    send, receive = anyio.create_memory_object_stream[Chunk](PREFETCH)
+    with portal(READ_THREAD) as loop, raise_one():
+        done = loop.start_task_soon(_produce, conn, ranges, send, on_missing, chunk_entries)
         try:
-            trio.run(_produce, conn, ranges, items, control, on_missing, chunk_entries)
-        except BaseException as exc:
-            items.put(_Failure(exc))
-        else:
-            items.put(_DONE)
-
-    thread = threading.Thread(target=main, name="walkit-spark-read", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is _DONE:
-                return
-            if isinstance(item, _Failure):
-                raise item.error
-            assert isinstance(item, Chunk)
-            yield item
-    finally:
-        control.cancel()
-        while thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                items.get(timeout=0.05)
-        thread.join()
+            while True:
+                try:
+                    chunk = loop.call(receive.receive)
+                except anyio.EndOfStream:  # the task ended: its error, or the last chunk
+                    done.result()
+                    return
+                yield chunk
+        finally:
+            done.cancel()
+            loop.call(receive.close)
 
 
 async def _produce(
     conn: Connection,
     ranges: Sequence[Range],
-    items: queue.Queue[object],
-    control: _Control,
+    send: MemoryObjectSendStream[Chunk],
     on_missing: Callable[[Range], None] | None,
     chunk_entries: int,
 ) -> None:
-    with trio.CancelScope() as scope:
-        control.token = trio.lowlevel.current_trio_token()
-        control.scope = scope
-        if control.stop.is_set():
-            return
-        async with connect(conn) as client:
-            passwords = _Passwords(client, conn)
-            for rng in ranges:
-                try:
-                    md = await client.ledger_metadata(rng.ledger_id)
-                    password = await passwords.of_ledger(md)
-                    reader = await client.open_ledger(rng.ledger_id, password=password)
-                except NoSuchLedgerError:
-                    if on_missing is None:
-                        raise
-                    on_missing(rng)
-                    continue
-                await _read_range(reader, rng, items, control, chunk_entries)
-                if control.stop.is_set():
-                    return
+    async with send, connect(conn) as client:
+        passwords = _Passwords(client, conn)
+        for rng in ranges:
+            try:
+                md = await client.ledger_metadata(rng.ledger_id)
+                password = await passwords.of_ledger(md)
+                reader = await client.open_ledger(rng.ledger_id, password=password)
+            except NoSuchLedgerError:
+                if on_missing is None:
+                    raise
+                on_missing(rng)
+                continue
+            await _read_range(reader, rng, send, chunk_entries)
 
 
 async def _read_range(
-    reader: LedgerReader,
-    rng: Range,
-    items: queue.Queue[object],
-    control: _Control,
-    chunk_entries: int,
+    reader: LedgerReader, rng: Range, send: MemoryObjectSendStream[Chunk], chunk_entries: int
 ) -> None:
     first = rng.first
     size = min(chunk_entries, FIRST_CHUNK_ENTRIES)
@@ -411,15 +354,6 @@ async def _read_range(
         # The next call's size from this one's entries: about CHUNK_BYTES per call.
         got = sum(len(entry.payload) for entry in entries)
         size = max(1, min(chunk_entries, CHUNK_BYTES * len(entries) // max(got, 1)))
-        chunk = Chunk(rng, entries)
-        # Wait for room without parking a thread in a blocking put (which could outlive a
-        # consumer that stopped early): Spark turns a chunk into rows in far longer than this.
-        while True:
-            if control.stop.is_set():
-                return
-            try:
-                items.put_nowait(chunk)
-                break
-            except queue.Full:
-                await trio.sleep(_PUT_POLL)
+        # Waits while PREFETCH chunks wait for the consumer: the memory bound.
+        await send.send(Chunk(rng, entries))
         first = last + 1

@@ -15,9 +15,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from walkit._core.ledger_metadata import LedgerMetadata
 from walkit.spark._options import ReadOptions
-from walkit.spark._read_io import Chunk, ledger_state, read_chunks, run
+from walkit.spark._read_io import Chunk, ledger_state, read_chunks
 from walkit.spark._read_plan import Range, pack
 from walkit.spark._read_schema import LEDGER_ARROW
+from walkit.spark._run import run
 
 __all__ = ["LedgerPartition", "LedgersReader", "custom_metadata_text"]
 

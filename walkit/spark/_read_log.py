@@ -29,9 +29,10 @@ from walkit._logging import get_logger
 from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._options import ReadOptions
 from walkit.spark._read_arrow import log_batch
-from walkit.spark._read_io import LogState, log_state, position_at, read_chunks, run
+from walkit.spark._read_io import LogState, log_state, position_at, read_chunks
 from walkit.spark._read_lake import RowFilter, file_io, lake_batches, micros
 from walkit.spark._read_plan import Range, pack, plan_log, resolve_latest
+from walkit.spark._run import run
 from walkit.spark._values import ValueColumn
 
 log = get_logger(__name__)

@@ -44,9 +44,10 @@ from walkit._logging import get_logger
 from walkit.errors import InvalidArgumentError, LogTruncatedError
 from walkit.spark._consumer import commit_progress, register
 from walkit.spark._options import ReadOptions
-from walkit.spark._read_io import LogState, log_state, record_counts, run
+from walkit.spark._read_io import LogState, log_state, record_counts
 from walkit.spark._read_log import LogPartition, read_log_ranges, starting_position
 from walkit.spark._read_plan import cut_at_records, pack, plan_log, resolve_latest
+from walkit.spark._run import run
 from walkit.spark._values import ValueColumn
 
 log = get_logger(__name__)

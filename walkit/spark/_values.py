@@ -292,9 +292,9 @@ def _plain(value: Any, tp: SchemaType) -> Any:
 
 def log_versions(conn: Connection, name: str) -> tuple[SchemaVersion, ...] | None:
     """The log's schema versions as its metadata holds them now (None: no such log)."""
-    import trio
+    from walkit.spark._run import run
 
-    return trio.run(_log_versions, conn, name)
+    return run(_log_versions, conn, name)
 
 
 async def _log_versions(conn: Connection, name: str) -> tuple[SchemaVersion, ...] | None:

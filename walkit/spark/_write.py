@@ -23,7 +23,8 @@ log in the same CAS; a batch id that is committed already (a query restarted fro
 replays its last batch) links nothing, and its new ledgers are deleted.
 
 Spark pickles the writers to its Python workers: everything here is plain data until a task
-runs, and each task, commit or abort is one ``trio.run`` with a client of its own.
+runs, and each task, commit or abort is one event loop (:func:`walkit.spark._run.run`, AnyIO's
+``anyio.run``) with a client of its own.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, final
 
+import anyio
 import attrs
-import trio
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from walkit._core.record import Extras, check_headers, check_key, check_timestamp
@@ -51,7 +52,6 @@ from walkit._core.record_set import (
 )
 from walkit._core.schema import RecordType
 from walkit._core.time_search import TimeRange, entry_time_range, time_range_tag, widen
-from walkit._groups import collapse
 from walkit._logging import get_logger
 from walkit.client import Client, client_services
 from walkit.errors import ConfigurationError, InvalidArgumentError
@@ -59,6 +59,7 @@ from walkit.log import Log
 from walkit.log._link import MAX_JOB_LENGTH, discard_jobs
 from walkit.spark._connect import Connection, SessionOptions, connect, connection
 from walkit.spark._options import COMMON_OPTIONS, check_options, log_name
+from walkit.spark._run import run
 from walkit.spark._values import ValueEncoder
 
 try:  # pyspark >= 4.1: the stream writer takes Arrow batches too
@@ -105,8 +106,6 @@ APPEND_ENTRIES: Final = 64
 #: Spark's task-local properties that name a streaming query and its micro-batch.
 _QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 _BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
-
-T = TypeVar("T")
 
 
 @final
@@ -301,7 +300,7 @@ def batch_writer(
     """The writer of ``df.write.format("walkit").mode("append").save(LOG)``."""
     _refuse_overwrite(overwrite)
     opts = _typed(write_options(options, schema, streaming=False, session=session), schema)
-    _run(_ensure_log, opts)
+    run(_ensure_log, opts)
     return LogBatchWriter(opts, f"spark-{uuid.uuid4().hex}")
 
 
@@ -311,7 +310,7 @@ def stream_writer(
     """The writer of ``df.writeStream.format("walkit").start(LOG)``."""
     _refuse_overwrite(overwrite)
     opts = _typed(write_options(options, schema, streaming=True, session=session), schema)
-    _run(_ensure_log, opts)
+    run(_ensure_log, opts)
     return LogStreamWriter(opts, uuid.uuid4().hex[:12])
 
 
@@ -368,13 +367,13 @@ class LogBatchWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
-        return _run(_write_part, self.options, self.job, part, iterator)
+        return run(_write_part, self.options, self.job, part, iterator)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        _run(_commit, self.options, self.job, messages, None)
+        run(_commit, self.options, self.job, messages, None)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        _run(_abort, self.options, self.job)
+        run(_abort, self.options, self.job)
 
 
 @final
@@ -397,7 +396,7 @@ class LogStreamWriter(_StreamWriterBase):
         batch = ctx.getLocalProperty(_BATCH_ID_PROPERTY)
         if not sink or batch is None:  # pragma: no cover - set by every micro-batch
             raise InvalidArgumentError("walkit: Spark did not name the streaming query or batch")
-        return _run(
+        return run(
             _write_part,
             self.options,
             _stream_job(sink, int(batch), self.attempt),
@@ -413,13 +412,13 @@ class LogStreamWriter(_StreamWriterBase):
             return
         # Spark makes this writer apart from the one its tasks got: the tasks' job ids (sink,
         # batch, their run's token) come from their messages.
-        _run(_commit, self.options, _stream_prefix(sink, batchId), messages, (sink, batchId))
+        run(_commit, self.options, _stream_prefix(sink, batchId), messages, (sink, batchId))
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         sink = self._sink_id(messages)
         if sink is not None:
             jobs = [m.job for m in messages if isinstance(m, PartWritten)]
-            _run(_abort_stream, self.options, _stream_prefix(sink, batchId), jobs)
+            run(_abort_stream, self.options, _stream_prefix(sink, batchId), jobs)
 
     def _sink_id(self, messages: Sequence[WriterCommitMessage | None]) -> str | None:
         """The sink id: the option, else the Spark query id the tasks saw, else the one in
@@ -454,15 +453,7 @@ def _checkpoint_query_id(checkpoint: str | None) -> str | None:
     return query_id if isinstance(query_id, str) and query_id else None
 
 
-# --- what runs in trio ----------------------------------------------------------------------
-
-
-def _run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``trio.run`` that lets one error out, never a group."""
-    try:
-        return trio.run(fn, *args)
-    except BaseExceptionGroup as group:
-        raise collapse(group) from None
+# --- what runs in the event loop -------------------------------------------------------------
 
 
 def _connect(opts: WriteOptions) -> contextlib.AbstractAsyncContextManager[Client]:
@@ -671,7 +662,7 @@ async def _write_part(opts: WriteOptions, job: str, part: int, rows: Iterator[An
             while True:
                 # Spark's iterator reads from a socket: pull in a thread, so that the bookies'
                 # acknowledgements are handled meanwhile.
-                item = await trio.to_thread.run_sync(next, rows, None)
+                item = await anyio.to_thread.run_sync(next, rows, None)
                 if item is not None:
                     values, extras = _payloads(item, opts, part, records + len(pending))
                     pending.extend(values)
