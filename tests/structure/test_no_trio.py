@@ -21,47 +21,6 @@ PACKAGES = ("walkit", "walkit_bookie")
 #: Where trio may be imported: a module, or a package and everything under it.
 ALLOWED = ("walkit.testing", "walkit._loop")
 
-#: Modules that still import trio while their port to AnyIO is under way (the bookie, the
-#: server half of walkit.net, the walkit CLI). Each one leaves this list when its port lands,
-#: and the list ends empty; a module may not join it.
-NOT_YET_PORTED = frozenset(
-    {
-        "walkit._cli._child",
-        "walkit._cli.admin",
-        "walkit._cli.bench",
-        "walkit._cli.cluster",
-        "walkit._cli.cluster_lake",
-        "walkit._cli.sandbox",
-        "walkit._groups",
-        "walkit.cli",
-        "walkit.net._auth",
-        "walkit.net._direct",
-        "walkit.net._tls",
-        "walkit.net._transport",
-        "walkit_bookie.cli",
-        "walkit_bookie.lifecycle._bookie",
-        "walkit_bookie.lifecycle._memory",
-        "walkit_bookie.lifecycle._registration",
-        "walkit_bookie.server._admin",
-        "walkit_bookie.server._admission",
-        "walkit_bookie.server._badinput",
-        "walkit_bookie.server._connection",
-        "walkit_bookie.server._disk_reads",
-        "walkit_bookie.server._health",
-        "walkit_bookie.server._linger",
-        "walkit_bookie.server._local",
-        "walkit_bookie.server._reads",
-        "walkit_bookie.server._requests",
-        "walkit_bookie.server._state",
-        "walkit_bookie.server._writes",
-        "walkit_bookie.storage._compactor",
-        "walkit_bookie.storage._gc",
-        "walkit_bookie.storage._journal",
-        "walkit_bookie.storage._memory",
-        "walkit_bookie.storage._storage",
-    }
-)
-
 
 def _module_name(root: Path, path: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
@@ -97,9 +56,9 @@ def _allowed(module: str) -> bool:
     return any(module == place or module.startswith(f"{place}.") for place in ALLOWED)
 
 
-def unported(root: Path, not_yet_ported: frozenset[str] = NOT_YET_PORTED) -> list[str]:
-    """The modules that import trio where they may not (and are not on the list)."""
-    return sorted(m for m in trio_importers(root) if not _allowed(m) and m not in not_yet_ported)
+def unported(root: Path) -> list[str]:
+    """The modules that import trio where they may not."""
+    return sorted(m for m in trio_importers(root) if not _allowed(m))
 
 
 def test_no_module_imports_trio_outside_the_simulation_and_the_loop_adapter() -> None:
@@ -107,11 +66,6 @@ def test_no_module_imports_trio_outside_the_simulation_and_the_loop_adapter() ->
         "these modules import trio: write them against AnyIO (what it lacks goes in "
         "walkit/_loop.py)"
     )
-
-
-def test_the_not_yet_ported_list_only_names_modules_that_still_import_trio() -> None:
-    stale = sorted(NOT_YET_PORTED - trio_importers(REPO))
-    assert stale == [], "ported (or gone): remove them from NOT_YET_PORTED"
 
 
 def test_an_import_of_trio_is_found(tmp_path: Path) -> None:
@@ -123,11 +77,10 @@ def test_an_import_of_trio_is_found(tmp_path: Path) -> None:
     (tmp_path / "walkit" / "testing" / "__init__.py").write_text("from trio import sleep\n")
     (tmp_path / "walkit" / "ok.py").write_text("import anyio\nfrom walkit import trio_like\n")
     (tmp_path / "walkit" / "plain.py").write_text("import trio.lowlevel\n")
-    (tmp_path / "walkit" / "listed.py").write_text("import trio\n")
     (tmp_path / "walkit_bookie" / "late.py").write_text(
         "def f():\n    from trio.testing import MockClock\n"
     )
-    assert unported(tmp_path, frozenset({"walkit.listed"})) == [
+    assert unported(tmp_path) == [
         "walkit.plain",
         "walkit_bookie.late",
     ]
