@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import socket
 
-import trio
+import anyio
+import anyio.abc
 import trio.testing
 
 from walkit.net._direct import direct_fd, unwritten, write_now
+from walkit.net._socket import open_tcp_socket
 
 
 def test_unwritten_keeps_the_rest_in_order() -> None:
@@ -46,11 +48,16 @@ def test_a_full_socket_takes_part_then_nothing() -> None:
 
 
 async def test_only_plain_tcp_streams_are_written_directly() -> None:
-    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
-    port = listener.socket.getsockname()[1]
+    """walkit's own socket streams (a client's, and each connection a bookie accepts) are
+    written to directly; TLS, in-memory and other libraries' streams never are."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
     async with listener:
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        stream = await open_tcp_socket("127.0.0.1", port)
         async with stream:
             assert direct_fd(stream) == stream.socket.fileno()
+        other = await anyio.connect_tcp("127.0.0.1", port)
+        async with other:
+            assert direct_fd(other) == -1
     left, _right = trio.testing.memory_stream_pair()
     assert direct_fd(left) == -1
