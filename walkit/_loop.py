@@ -68,9 +68,10 @@ class EventLoop(abc.ABC):
     wait_readable: Callable[[Any], Awaitable[None]]
     wait_writable: Callable[[Any], Awaitable[None]]
 
-    def readable_waiter(self, sock: Any) -> ReadableWaiter:
-        """A waiter for ``sock`` to be readable, called once per wait: for a socket waited
-        on again and again (a server's reader). Close it before the socket."""
+    def readable_waiter(self, sock: Any, *, keep_registered: bool = False) -> ReadableWaiter:
+        """A waiter for ``sock`` to be readable, called once per wait. ``keep_registered``
+        keeps the socket watched between waits where that saves work (a reader that waits
+        for it all its life); then close the waiter before the socket."""
         return _PlainReadableWaiter(self.wait_readable, sock)
 
     @abc.abstractmethod
@@ -223,7 +224,9 @@ class AsyncioLoop(EventLoop):
         finally:
             loop.remove_reader(fd)
 
-    def readable_waiter(self, sock: Any) -> ReadableWaiter:
+    def readable_waiter(self, sock: Any, *, keep_registered: bool = False) -> ReadableWaiter:
+        if not keep_registered:
+            return _PlainReadableWaiter(self.wait_readable, sock)
         return _AsyncioReadableWaiter(self._loop, sock if isinstance(sock, int) else sock.fileno())
 
     def call_after_ready(self, fn: Callable[[], object]) -> bool:

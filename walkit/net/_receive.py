@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Protocol, final
 
-from walkit._loop import EventLoop, ReadableWaiter, _PlainReadableWaiter, current_loop
+from walkit._loop import EventLoop, current_loop
 
 __all__ = ["Receiver"]
 
@@ -40,11 +40,7 @@ class Receiver:
         loop = loop if loop is not None else current_loop()
         self._sock = sock
         self._fd = sock.fileno()
-        self._wait: ReadableWaiter = (
-            loop.readable_waiter(sock)
-            if keep_registered
-            else _PlainReadableWaiter(loop.wait_readable, sock)
-        )
+        self._wait = loop.readable_waiter(sock, keep_registered=keep_registered)
         self._checkpoint = loop.checkpoint
         #: Whether the last receive filled its buffer (then more is likely queued).
         self._more = False
