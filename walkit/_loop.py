@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import importlib.util
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, Literal, TypeVar, TypeVarTuple, Unpack, final
+from typing import Any, Final, Literal, Protocol, TypeVar, TypeVarTuple, Unpack, final
 
 import anyio
 import sniffio
@@ -67,6 +67,12 @@ class EventLoop(abc.ABC):
     #: Wait until a socket (or file descriptor) is readable, or writable.
     wait_readable: Callable[[Any], Awaitable[None]]
     wait_writable: Callable[[Any], Awaitable[None]]
+
+    def readable_waiter(self, sock: Any, *, keep_registered: bool = False) -> ReadableWaiter:
+        """A waiter for ``sock`` to be readable, called once per wait. ``keep_registered``
+        keeps the socket watched between waits where that saves work (a reader that waits
+        for it all its life); then close the waiter before the socket."""
+        return _PlainReadableWaiter(self.wait_readable, sock)
 
     @abc.abstractmethod
     async def park(self, waiters: list[Any]) -> None:
@@ -218,6 +224,11 @@ class AsyncioLoop(EventLoop):
         finally:
             loop.remove_reader(fd)
 
+    def readable_waiter(self, sock: Any, *, keep_registered: bool = False) -> ReadableWaiter:
+        if not keep_registered:
+            return _PlainReadableWaiter(self.wait_readable, sock)
+        return _AsyncioReadableWaiter(self._loop, sock if isinstance(sock, int) else sock.fileno())
+
     def call_after_ready(self, fn: Callable[[], object]) -> bool:
         # A plain callback queued now runs after every callback and task step already ready
         # (asyncio's ready queue is FIFO, and uvloop's too), with no task switch.
@@ -234,6 +245,68 @@ class AsyncioLoop(EventLoop):
             return asyncio.get_running_loop() is self._loop
         except RuntimeError:
             return False
+
+
+class ReadableWaiter(Protocol):
+    """Waits for one socket to be readable (:meth:`EventLoop.readable_waiter`)."""
+
+    async def __call__(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@final
+class _PlainReadableWaiter:
+    __slots__ = ("_sock", "_wait_readable")
+
+    def __init__(self, wait_readable: Callable[[Any], Awaitable[None]], sock: Any) -> None:
+        self._wait_readable = wait_readable
+        self._sock = sock
+
+    async def __call__(self) -> None:
+        await self._wait_readable(self._sock)
+
+    def close(self) -> None:
+        pass
+
+
+@final
+class _AsyncioReadableWaiter:
+    """Keeps the socket's reader registered between waits: asyncio's ``wait_readable`` adds
+    and removes it each time (an ``epoll_ctl`` each, a bookie's reader waits once per
+    request at low load). It is removed only when the socket turns readable with no wait
+    (level-triggered polling would call it on every pass of the loop), or at :meth:`close`."""
+
+    __slots__ = ("_fd", "_future", "_loop", "_registered")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._future: asyncio.Future[None] | None = None
+        self._registered = False
+
+    async def __call__(self) -> None:
+        loop = self._loop
+        self._future = future = loop.create_future()
+        if not self._registered:
+            loop.add_reader(self._fd, self._readable)
+            self._registered = True
+        try:
+            await future
+        finally:
+            self._future = None
+
+    def _readable(self) -> None:
+        future = self._future
+        if future is None or future.done():
+            self.close()
+        else:
+            future.set_result(None)
+
+    def close(self) -> None:
+        if self._registered:
+            self._registered = False
+            self._loop.remove_reader(self._fd)
 
 
 def _as_asyncio(fn: Callable[..., object], *args: object) -> None:

@@ -4,8 +4,10 @@ waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -102,3 +104,45 @@ async def test_after_waiting_for_the_socket_the_receive_reads_at_once() -> None:
         buffer = bytearray(64)
         assert await receiver.receive_into(buffer) == 5
         assert bytes(buffer[:5]) == b"ready"
+
+
+def _asyncio_loop_factories() -> list[object]:
+    factories: list[object] = [asyncio.new_event_loop]
+    try:
+        import uvloop
+    except ImportError:
+        return factories
+    return [*factories, uvloop.new_event_loop]
+
+
+@pytest.mark.parametrize("factory", _asyncio_loop_factories())
+def test_a_kept_registration_on_asyncio_receives_in_order_and_is_gone_after_close(
+    factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    """A server's reader keeps its socket watched between waits: each wait still sees new
+    data, data arriving while nobody waits is not lost (nor polled in a loop: the watch is
+    dropped), and close leaves nothing watched."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        sock, peer = socket.socketpair()
+        sock.setblocking(False)
+        with sock, peer:
+            receiver = Receiver(sock, keep_registered=True)
+            buffer = bytearray(64)
+            for word in (b"one", b"two", b"three"):
+                task = asyncio.ensure_future(receiver.receive_into(buffer))
+                await asyncio.sleep(0)
+                assert not task.done()  # parked on the socket
+                peer.send(word)
+                assert bytes(buffer[: await task]) == word
+            peer.send(b"unwaited")
+            for _ in range(3):  # passes of the loop with the socket readable and no wait
+                await asyncio.sleep(0)
+            assert not loop.remove_reader(sock.fileno())  # the watch was dropped
+            assert bytes(buffer[: await receiver.receive_into(buffer)]) == b"unwaited"
+            receiver.close()
+            assert not loop.remove_reader(sock.fileno())
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())

@@ -30,13 +30,17 @@ class Receiver:
     """Receives from one non-blocking socket into the caller's buffers, waiting with the
     running event loop's readiness call."""
 
-    __slots__ = ("_checkpoint", "_fd", "_more", "_sock", "_wait_readable")
+    __slots__ = ("_checkpoint", "_fd", "_more", "_sock", "_wait")
 
-    def __init__(self, sock: Socket, loop: EventLoop | None = None) -> None:
+    def __init__(
+        self, sock: Socket, loop: EventLoop | None = None, *, keep_registered: bool = False
+    ) -> None:
+        """``keep_registered``: keep the socket watched between waits (a reader that waits
+        for it all its life; then :meth:`close` it before the socket)."""
         loop = loop if loop is not None else current_loop()
         self._sock = sock
         self._fd = sock.fileno()
-        self._wait_readable = loop.wait_readable
+        self._wait = loop.readable_waiter(sock, keep_registered=keep_registered)
         self._checkpoint = loop.checkpoint
         #: Whether the last receive filled its buffer (then more is likely queued).
         self._more = False
@@ -44,14 +48,14 @@ class Receiver:
     async def wait_readable(self) -> None:
         """Wait until the socket has data (or an end or error) to receive; the next receive
         then reads at once."""
-        await self._wait_readable(self._sock)
+        await self._wait()
         self._more = True
 
     async def receive_into(self, buffer: bytearray | memoryview) -> int:
         """Receive into ``buffer``; the byte count (0: the peer closed). Raises OSError as
         the socket does; always a checkpoint."""
         size = len(buffer)
-        sock, fd = self._sock, self._fd
+        fd = self._fd
         if self._more:
             try:
                 count = os.readv(fd, (buffer,))
@@ -62,10 +66,14 @@ class Receiver:
         else:
             count = -1
         while count < 0:
-            await self._wait_readable(sock)
+            await self._wait()
             try:
                 count = os.readv(fd, (buffer,))
             except BlockingIOError:  # (woken without data: wait again)
                 continue
         self._more = count == size
         return count
+
+    def close(self) -> None:
+        """Stop watching the socket (``keep_registered``)."""
+        self._wait.close()

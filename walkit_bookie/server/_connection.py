@@ -625,7 +625,9 @@ class _Receiver:
         self._stream = stream
         self._handler = handler
         self._receiver = (
-            Receiver(stream.extra(SocketAttribute.raw_socket)) if direct_fd(stream) >= 0 else None
+            Receiver(stream.extra(SocketAttribute.raw_socket), keep_registered=True)
+            if direct_fd(stream) >= 0
+            else None
         )
         # TLS records hold <= 16 KiB: a larger read allocates a buffer that large per record
         # (a fixed 1 MiB read made TLS adds cost ~5x the CPU).
@@ -660,6 +662,8 @@ class _Receiver:
         self._view = memoryview(self._buffer)
 
     def release(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
         self._handler.stats.receive_buffer_bytes -= len(self._buffer)
         self._buffer = bytearray()
         self._view = memoryview(self._buffer)

@@ -139,7 +139,8 @@ class Writes:
         return None
 
     def _store(self, body: bytes, req: AddRequest, conn: Peer) -> None:
-        if req.flags & AddFlag.COPY:
+        # (``flags and``: an IntFlag's truth is int's, its ``&`` builds an enum member)
+        if req.flags and req.flags & AddFlag.COPY:
             self.copy_commit.submit(body, req, conn)
         else:
             self.group_commit.submit(body, req, conn)
