@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from itertools import dropwhile
 from pathlib import Path
 
@@ -15,20 +17,11 @@ from walkit import Log
 from walkit.log._offload import offload
 
 
-async def test_data_files_and_their_directories_are_fsynced_before_the_commit(
-    memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    lake_dir = tmp_path / "lake"
-    synced: list[str] = []  # the lake's paths fsynced, in order
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if path.startswith(str(lake_dir)) and "/metadata" not in path:  # (the next test's)
-            synced.append(path)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+@asynccontextmanager
+async def _two_ledgers_to_offload(
+    memory_url: str, tmp_path: Path, lake_dir: Path
+) -> AsyncIterator[Log]:
+    """A log "durable" of 11 records in ledgers of 5 (two closed), offloading to ``lake_dir``."""
     async with (
         cluster(memory_url, tmp_path, 1),
         connect(memory_url, wall_clock=time.time) as client,
@@ -45,6 +38,24 @@ async def test_data_files_and_their_directories_are_fsynced_before_the_commit(
         async with log.writer() as w:
             for i in range(11):
                 await w.append(b"r%d" % i, timestamp=int(time.time() * 1000))
+        yield log
+
+
+async def test_data_files_and_their_directories_are_fsynced_before_the_commit(
+    memory_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake_dir = tmp_path / "lake"
+    synced: list[str] = []  # the lake's paths fsynced, in order
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(lake_dir)) and "/metadata" not in path:  # (the next test's)
+            synced.append(path)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    async with _two_ledgers_to_offload(memory_url, tmp_path, lake_dir) as log:
         at_files: list[list[str]] = []
 
         async def hook(step: str, _ledger_id: int) -> None:
@@ -95,22 +106,7 @@ async def test_the_tables_metadata_files_are_fsynced_as_pyiceberg_writes_them(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    async with (
-        cluster(memory_url, tmp_path, 1),
-        connect(memory_url, wall_clock=time.time) as client,
-    ):
-        log = await Log.open(
-            client,
-            "durable",
-            roll_entries=5,
-            ensemble_size=1,
-            write_quorum=1,
-            ack_quorum=1,
-            offload_to=f"file://{lake_dir}",
-        )
-        async with log.writer() as w:
-            for i in range(11):
-                await w.append(b"r%d" % i, timestamp=int(time.time() * 1000))
+    async with _two_ledgers_to_offload(memory_url, tmp_path, lake_dir) as log:
         assert await offload(log) == 2
     metadata = lake_dir / "durable" / "metadata"
     written = sorted(str(p) for p in metadata.iterdir())
