@@ -43,6 +43,7 @@ __all__ = [
     "EventLoop",
     "ParkingLot",
     "TrioLoop",
+    "anyio_backend",
     "current_loop",
     "event_loop_name",
     "is_cancellation",
@@ -395,16 +396,25 @@ def resolve(event_loop: EventLoopName | str) -> str:
     return event_loop
 
 
+def anyio_backend(event_loop: EventLoopName | str = "auto") -> tuple[str, dict[str, Any]]:
+    """AnyIO's backend name and options for the loop :func:`resolve` makes of ``event_loop``
+    (for ``anyio.run`` and ``start_blocking_portal`` alike)."""
+    loop = resolve(event_loop)
+    if loop == "uvloop":
+        import uvloop
+
+        return "asyncio", {"loop_factory": uvloop.new_event_loop}
+    return loop, {}
+
+
 def run(
     fn: Callable[[Unpack[Args]], Awaitable[T]],
     *args: *Args,
     event_loop: EventLoopName | str = "auto",
 ) -> T:
     """``anyio.run(fn, *args)`` on the loop :func:`resolve` makes of ``event_loop``."""
-    loop = resolve(event_loop)
-    if loop == "uvloop":
-        return anyio.run(fn, *args, backend="asyncio", backend_options={"use_uvloop": True})
-    return anyio.run(fn, *args, backend=loop)
+    backend, options = anyio_backend(event_loop)
+    return anyio.run(fn, *args, backend=backend, backend_options=options)
 
 
 @final

@@ -19,24 +19,16 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from walkit._groups import collapse
+from walkit._loop import anyio_backend
 
 __all__ = ["portal", "raise_one", "run"]
 
 T = TypeVar("T")
 
 
-def _backend() -> tuple[str, dict[str, Any]]:
-    """AnyIO's backend and its options: asyncio, on uvloop when it imports."""
-    try:
-        import uvloop
-    except ImportError:
-        return "asyncio", {}
-    return "asyncio", {"loop_factory": uvloop.new_event_loop}
-
-
 def run(func: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``await func(*args)`` in an event loop of its own (``anyio.run``)."""
-    backend, options = _backend()
+    backend, options = anyio_backend()
     with raise_one():
         return anyio.run(func, *args, backend=backend, backend_options=options)
 
@@ -46,7 +38,7 @@ def portal(name: str) -> Iterator[BlockingPortal]:
     """An event loop in a daemon thread called ``name``, and the portal into it. Leaving the
     block waits for what still runs there (cancelled first when the block raised: an error, or
     a generator closed early) and joins the thread."""
-    backend, options = _backend()
+    backend, options = anyio_backend()
     with start_blocking_portal(backend, options, name=name) as found:
         yield found
 
