@@ -14,9 +14,9 @@ Watches: every change appends a row to ``changes``; a background task per store 
 rows (one indexed read on the event loop's thread, which never waits) and, when there are some, reads
 them in the worker thread and turns them into events. It looks when the file was written (Linux
 inotify, any process: ``_file_changes.py``; at most every ``_BUSY_GAP`` or ``poll_interval``
-seconds, the shorter), when the first session is due to expire (to reap it), and at the latest
-every ``_QUIET_MAX`` seconds (what a lost inotify event can cost). Without inotify it looks
-every ``poll_interval`` seconds.
+seconds, the shorter, and for about a second after, at doubling gaps), when the first session is
+due to expire (to reap it), and at the latest every ``_QUIET_MAX`` seconds (what a lost inotify
+event can cost). Without inotify it looks every ``poll_interval`` seconds.
 """
 
 from __future__ import annotations
@@ -64,10 +64,11 @@ T = TypeVar("T")
 #: The longest a watch poller sleeps with inotify and nothing written: what a lost inotify
 #: event can cost.
 _QUIET_MAX = 1.0
-#: Looks after a subscription or a wake-up by a write, _BUSY_GAP apart (``_watch_changes``).
-_WAKE_RECHECKS = 50
 #: With inotify, the least time between two looks (a file written all the time).
 _BUSY_GAP = 0.02
+#: After a subscription or a wake-up by a write, looks go on at gaps doubling from _BUSY_GAP
+#: up to this one (``_watch_changes``): 6 looks over about 1.3 s.
+_RECHECK_GAP_MAX = 0.64
 
 
 @final
@@ -306,22 +307,14 @@ class SqliteMetadataStore(MetadataStore):
         # A write is visible to a look only once its writer has published it in the WAL
         # index, shared memory that inotify does not see, after the -wal file's write that
         # inotify reports (and a write made before the subscription reports nothing). So
-        # after the subscription, and after each wake-up, look again a while, _BUSY_GAP
-        # apart (a cheap peek each), before sleeping on the file.
-        rechecks = _WAKE_RECHECKS
+        # after the subscription, and after each wake-up, look again a while before sleeping
+        # on the file, at gaps doubling from the least one (a cheap peek each). Every
+        # process's session heartbeat writes the file and wakes every watcher: at a fixed
+        # gap, an idle bookie looked 50 times a second.
+        floor = min(self._poll_interval, _BUSY_GAP)
+        gap = floor  # until the next look; doubles while looks find nothing
         while True:
-            if changes is not None and not changes.broken and not db.poll_due():
-                if rechecks:
-                    rechecks -= 1
-                else:
-                    # Nothing new: sleep until the file is written, or the first session may
-                    # expire (to reap it), or at the latest _QUIET_MAX.
-                    quiet = db.until_first_expiry()
-                    limit = _QUIET_MAX if quiet is None else min(quiet, _QUIET_MAX)
-                    with anyio.move_on_after(limit) as slept:
-                        await changes.wait()
-                    if not slept.cancelled_caught:
-                        rechecks = _WAKE_RECHECKS
+            usable = changes is not None and not changes.broken
             if db.poll_due():
                 try:
                     rows, missed = await self._call(db.poll)
@@ -329,12 +322,22 @@ class SqliteMetadataStore(MetadataStore):
                     logger.warning("metadata_watch_poll_failed", url=self.url, error=repr(exc))
                 else:
                     self._dispatch(rows, missed)
-            # Without inotify, poll_interval is the polling period; with it, a floor on the gap
-            # between two looks while the file is being written all the time.
-            usable = changes is not None and not changes.broken
-            await anyio.sleep(
-                min(self._poll_interval, _BUSY_GAP) if usable else self._poll_interval
-            )
+                gap = floor  # the file is being written: more may come
+            elif changes is not None and not changes.broken and gap > _RECHECK_GAP_MAX:
+                # Nothing new for a while: sleep until the file is written, or the first
+                # session may expire (to reap it), or at the latest _QUIET_MAX.
+                quiet = db.until_first_expiry()
+                limit = _QUIET_MAX if quiet is None else min(quiet, _QUIET_MAX)
+                with anyio.move_on_after(limit) as slept:
+                    await changes.wait()
+                if not slept.cancelled_caught:
+                    gap = floor
+                continue
+            if not usable:  # without inotify, poll_interval is the polling period
+                await anyio.sleep(self._poll_interval)
+                continue
+            await anyio.sleep(gap)
+            gap *= 2
 
     def _dispatch(self, rows: list[tuple[int, str, str]], missed: int) -> None:
         for stream in list(self._streams):
