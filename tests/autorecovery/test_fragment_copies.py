@@ -27,6 +27,7 @@ from walkit._core.wire import (
     encode_frame,
 )
 from walkit.autorecovery import rereplicate_bookie
+from walkit.client import client_services
 from walkit.errors import LocalProtocolError, RemoteProtocolError
 
 HANG_GUARD = 60
@@ -73,7 +74,10 @@ async def test_recover_has_the_replacement_copy_the_fragments(
             stored_before = replacement.storage.stats.copies_stored
             async with connect(memory_url) as rereplicator_client:
                 report = await rereplicate_bookie(rereplicator_client, lost, options=UNLIMITED)
-                connected = {c.bookie for c in rereplicator_client._context.pool.connections()}
+                connected = {
+                    c.bookie
+                    for c in client_services(rereplicator_client).context.pool.connections()
+                }
             assert report.ok and sorted(report.rereplicated) == sorted(written)
             assert report.entries == 3 * 50 and report.bytes > 3 * 50 * 3000
             assert report.entries_by_replacements == report.entries

@@ -13,7 +13,7 @@ from tests.client.conftest import cluster, connect
 from walkit import BookieId
 from walkit._core.digest import master_key
 from walkit.autorecovery import AutorecoveryMetrics, ReplicationWorker, RereplicationOutcome
-from walkit.client import Client
+from walkit.client import Client, client_services
 from walkit.metadata import UnderreplicationManager
 from walkit_bookie import Bookie
 from walkit_bookie.server._local import LocalCopyStore
@@ -57,7 +57,9 @@ async def test_a_worker_copies_to_its_own_bookie_without_the_network(
                 assert await worker.run_once() == len(written)
                 # The only valid replacement is the worker's own bookie: every copy went to it
                 # in the process, and the worker never connected to it.
-                connected = {c.bookie for c in worker_client._context.pool.connections()}
+                connected = {
+                    c.bookie for c in client_services(worker_client).context.pool.connections()
+                }
             assert free not in connected
             assert metrics.entries_copied == 3 * 40  # E = Qw: the lost bookie had them all
             assert metrics.entries_copied_locally == metrics.entries_copied

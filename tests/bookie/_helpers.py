@@ -222,12 +222,12 @@ async def connect(
         )
     else:
         stream = _TrioView(await network.connect(bookie_id))
-    client = Client(stream)
+    peer = Client(stream)  # (a raw wire client of these tests, not walkit's)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._reader)
+            nursery.start_soon(peer._reader)
             try:
-                yield client
+                yield peer
             finally:
                 # No await here: a checkpoint in this cancelled scope would raise Cancelled,
                 # which the nursery absorbs, swallowing the body's own exception.

@@ -10,7 +10,7 @@ import trio.testing
 
 from walkit._core.ledger_metadata import LedgerMetadata, LedgerState
 from walkit._core.types import BookieId
-from walkit.client import Client
+from walkit.client import Client, client_services
 from walkit.errors import NotEnoughBookiesError, WalkitError, WriterFencedError
 from walkit.ledger import LedgerWriter
 from walkit.testing import SimCluster
@@ -146,7 +146,7 @@ async def test_ensemble_change_on_a_ledger_in_recovery_fences_the_writer(
     async with SimCluster(4) as sim, sim.client() as client:
         lw = await client.create_ledger(3, 2, 2)
         await lw.append_batch([payload(i) for i in range(5)])
-        ledgers = client._context.ledgers
+        ledgers = client_services(client).context.ledgers
         md, version = await ledgers.read(lw.id)
         await ledgers.write(md.with_state(LedgerState.IN_RECOVERY), version)
         await sim.crash_bookie(lw.metadata.current_ensemble[0])
@@ -176,7 +176,7 @@ async def test_reads_survive_a_dead_replica_and_a_stalled_one(
             "reader", read_timeout=10_000.0, speculative_read_timeout=0.05
         ) as reader:
             lr = await reader.open_ledger(lw.id)
-            order = reader._context.read_order(ensemble, [0, 1, 2])
+            order = client_services(reader).context.read_order(ensemble, [0, 1, 2])
             stalled = next(ensemble[s] for s in order if ensemble[s] != ensemble[0])
             sim.network.stall("reader", sim.node(stalled))
             with trio.fail_after(1_000):

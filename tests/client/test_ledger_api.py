@@ -14,7 +14,7 @@ from tests.client.conftest import cluster, connect
 from walkit._core.digest import master_key
 from walkit._core.ledger_metadata import LedgerState
 from walkit._core.wire import ReadLacFlag, ReadLacRequest, ReadLacResponse, StatusCode
-from walkit.client import Client
+from walkit.client import Client, client_services
 from walkit.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -147,7 +147,7 @@ async def test_close_rules(memory_url: str, tmp_path: Path) -> None:
         with pytest.raises(LedgerClosedError):
             await lw.append(b"late")
 
-        ledgers = client._context.ledgers
+        ledgers = client_services(client).context.ledgers
         # Someone else closed it at the same entry: success.
         lw = await client.create_ledger(3, 2, 2)
         await lw.append_batch([b"a", b"b"])
@@ -178,7 +178,7 @@ async def test_fenced_ledger_fails_pending_appends(memory_url: str, tmp_path: Pa
         assert await lr.wait_for_entry(19, timeout=30) is not None  # the LAC reached the bookies
         # Fence the ledger on its bookies, as a recovering reader does.
         for bookie in lw.metadata.current_ensemble:
-            resp = await client._context.call(
+            resp = await client_services(client).context.call(
                 bookie,
                 lambda rid: ReadLacRequest(
                     rid, lw.id, ReadLacFlag.FENCE, master_key=master_key(b"f")

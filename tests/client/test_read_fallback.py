@@ -8,7 +8,7 @@ from tests.client.conftest import cluster, connect
 from walkit._core.digest import HEADER_SIZE, DigestManager, master_key
 from walkit._core.types import BookieId
 from walkit._core.wire import AddRequest, AddResponse, StatusCode, WriteLacRequest
-from walkit.client import Client
+from walkit.client import Client, client_services
 
 PASSWORD = b"fallback"
 
@@ -16,7 +16,7 @@ PASSWORD = b"fallback"
 async def put(
     client: Client, bookie: BookieId, ledger_id: int, entry_id: int, packet: bytes
 ) -> None:
-    resp = await client._context.call(
+    resp = await client_services(client).context.call(
         bookie, lambda rid: AddRequest(rid, ledger_id, entry_id, master_key(PASSWORD), packet)
     )
     assert isinstance(resp, AddResponse) and resp.status is StatusCode.OK
@@ -30,7 +30,7 @@ async def test_bad_digest_and_missing_copy_go_to_the_next_replica(
         lw = await client.create_ledger(3, 3, 2, password=PASSWORD)
         ensemble = lw.metadata.current_ensemble
         first, second, third = (
-            ensemble[s] for s in client._context.read_order(ensemble, [0, 1, 2])
+            ensemble[s] for s in client_services(client).context.read_order(ensemble, [0, 1, 2])
         )
         digest = DigestManager(lw.id, "crc32c", PASSWORD)
         good = [digest.encode(e, e - 1, 0, f"good-{e}".encode()) for e in range(3)]
@@ -47,7 +47,7 @@ async def test_bad_digest_and_missing_copy_go_to_the_next_replica(
         await put(client, first, lw.id, 2, bytes(damaged))
         await put(client, second, lw.id, 2, good[2])
         for bookie in ensemble:
-            await client._context.call(
+            await client_services(client).context.call(
                 bookie, lambda rid: WriteLacRequest(rid, lw.id, 2, master_key(PASSWORD))
             )
         lr = await client.open_ledger(lw.id, password=PASSWORD)

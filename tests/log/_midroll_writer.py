@@ -17,6 +17,7 @@ import trio
 
 import walkit
 from walkit._core.log_metadata import LogLedger, LogMetadata
+from walkit.client import client_services
 from walkit.log._store import update_log
 
 
@@ -37,7 +38,7 @@ async def main(url: str, name: str, count: int) -> None:
         def change(md: LogMetadata) -> tuple[LogMetadata, LogLedger]:
             return md.after_roll(current, new_lw.id)
 
-        await update_log(client._context, name, change)
+        await update_log(client_services(client).context, name, change)
         print(f"ROLLED {new_lw.id}", flush=True)
         await trio.sleep_forever()
 

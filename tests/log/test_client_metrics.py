@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.client.conftest import cluster, connect
 from walkit import Log
+from walkit.client import client_services
 from walkit.errors import ConfigurationError
 from walkit.ledger._metrics import APPEND_BUCKETS
 
@@ -130,7 +131,7 @@ async def test_ensemble_changes_recoveries_and_reader_lag(memory_url: str, tmp_p
 
 async def test_no_registry_no_metrics_and_bad_registries(memory_url: str) -> None:
     async with connect(memory_url) as client:
-        assert client._context.metrics is None
+        assert client_services(client).context.metrics is None
     for bad in ("registry", 7, object()):
         with pytest.raises(ConfigurationError, match="metrics_registry"):
             async with connect(memory_url, metrics_registry=bad):

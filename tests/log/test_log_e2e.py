@@ -15,6 +15,7 @@ import walkit
 from tests.client.conftest import cluster, connect
 from tests.log._history import LogHistory
 from walkit import Log, LogPosition, LogRecord, NoSuchLogError
+from walkit.client import client_services
 from walkit.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -517,7 +518,7 @@ async def test_a_writer_rolls_away_from_a_failed_ledger(memory_url: str, tmp_pat
             # client's placement sees it (its metadata watch). A roll that failed meanwhile is
             # retried ROLL_RETRY_DELAY later, on the writer's clock, and until then appends
             # fail fast: wait for that very moment. Then the next append must roll.
-            placement = client._context.placement
+            placement = client_services(client).context.placement
             assert isinstance(placement, BasePlacementPolicy)
             with trio.fail_after(30):
                 while len(placement.writable_bookies()) < 3:  # noqa: ASYNC110 (a watch's effect)

@@ -18,6 +18,7 @@ from walkit import Log, LogPosition, LogRecord
 from walkit._core.producers import ProducerTable
 from walkit._core.record_set import FORMAT_KEY, ProducerTag
 from walkit._core.retention import RECORDS_KEY
+from walkit.client import client_services
 from walkit.errors import (
     ConfigurationError,
     DuplicateRecordError,
@@ -167,7 +168,7 @@ async def test_bad_options_and_records(memory_url: str, tmp_path: Path) -> None:
         log = await Log.open(client, "bad")
         async with log.writer() as w:
             with pytest.raises(InvalidArgumentError, match="larger than the maximum"):
-                await w.append(b"x" * (client._context.options.max_entry_size + 1))
+                await w.append(b"x" * (client_services(client).context.options.max_entry_size + 1))
             with pytest.raises(InvalidArgumentError, match="must be bytes"):
                 await w.append("text")  # type: ignore[arg-type]
             with pytest.raises(InvalidArgumentError, match="both"):

@@ -18,6 +18,7 @@ import walkit
 from tests._cluster import ProcessCluster, process_cluster
 from walkit._core.distribution import write_set
 from walkit._core.wire import ReadRequest, ReadResponse, StatusCode
+from walkit.client import client_services
 
 pytestmark = pytest.mark.processes
 
@@ -83,7 +84,7 @@ async def holders_by_asking_bookies(
         if not bookie.running:
             continue
         for entry in entries:
-            answer = await client._context.call(
+            answer = await client_services(client).context.call(
                 bookie.address, functools.partial(_read_request, ledger_id=ledger_id, entry=entry)
             )
             assert isinstance(answer, ReadResponse)

@@ -15,6 +15,7 @@ from tests.client.conftest import cluster
 from tests.client.conftest import connect as client_connect
 from walkit._core.ledger_metadata import legacy_password_hash, password_hash, password_matches
 from walkit._core.wire import StatusCode
+from walkit.client import client_services
 from walkit.errors import InvalidArgumentError, UnauthorizedAccessError
 from walkit.metadata import open_metadata_store
 
@@ -51,7 +52,7 @@ async def test_password_hashes_are_salted_and_old_ones_still_open(
         await a.append(b"x")
         await a.close()
         # A ledger written before salting (format 1 hash) still opens with its password.
-        context = client._context
+        context = client_services(client).context
         md, version = await context.ledgers.read(a.id)
         await context.ledgers.write(
             attrs.evolve(md, password_sha256=legacy_password_hash(PW)), version

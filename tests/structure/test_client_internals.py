@@ -8,7 +8,7 @@ the client's private attributes (``client._context``) or into a log handle's pri
 deletion (``_delete_ledgers``, ``_discard_ledger``: a log's ``LedgerCleanup``, from
 ``ClientServices.ledger_cleanup``, does that now).
 
-An ``ast`` scan of walkit/, walkit_bookie/ and examples/ finds, outside the client's module and
+An ``ast`` scan of walkit/, walkit_bookie/, examples/ and tests/ finds, outside the client's module and
 the interface's:
 - any private attribute (``_x``) read from an expression that names a client (``client``,
   ``self._client``, ``owner.client``, ``worker_client``, ...);
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: The modules that may touch a client's internals: the client's, and the interface's.
 ALLOWED = ("walkit/client.py", "walkit/ledger/_client_services.py")
 #: Where the scan looks.
-SCANNED = ("walkit", "walkit_bookie", "examples")
+SCANNED = ("walkit", "walkit_bookie", "examples", "tests")
 #: An expression that names a client: ``client``, ``x.client``, ``self._client``, ``my_client``.
 CLIENT = re.compile(r"(^|[._])client$", re.IGNORECASE)
 #: A log handle's former private ledger deletion, now on ClientServices.
