@@ -321,10 +321,10 @@ class BookieConfig:
     )
     journal_thread_min_bytes: int = count(0, "SIZE").field(
         256 * 1024,
-        "journal groups of at least this many bytes are written from a worker thread, so "
-        "receiving and answering go on meanwhile; smaller ones inline (a small O_DIRECT "
-        "write costs less than a hand-off to a thread and back once both cores are busy). "
-        "0: always a thread",
+        "journal groups of at least this many bytes, and a lone request of a quarter of it, "
+        "are written from a worker thread, so receiving and answering go on meanwhile; "
+        "smaller ones inline (a small O_DIRECT write costs less than a hand-off to a thread "
+        "and back once both cores are busy). 0: always a thread",
     )
     journal_max_size: int = SIZE.field(512 * MiB, "journal file roll size")
     entrylog_max_size: int = SIZE.field(1024 * MiB, "entry log roll size")

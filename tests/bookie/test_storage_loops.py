@@ -9,6 +9,7 @@ add is durable and reads back, in fewer syncs than adds.
 from __future__ import annotations
 
 import errno
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.bookie._helpers import config, packet, payload_for
 from walkit._core.types import BookieId
 from walkit._core.wire import AddFlag, AddRequest, Request, encode_body
 from walkit_bookie.storage import DiskStorage, GarbageCollector, GroupCommit, MemoryStorage
+from walkit_bookie.storage._journal import JournalWriter, LogMark
 
 BOOKIE = BookieId("127.0.0.1", 3181)
 
@@ -268,3 +270,52 @@ async def _memory_storage() -> None:
 @pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
 def test_memory_storage_runs_on_asyncio(loop: str) -> None:
     run_on(loop, _memory_storage)
+
+
+async def _lone_requests(tmp: Path) -> tuple[list[tuple[str, int]], list[bool]]:
+    """A lone 100 B add, then a lone 64 KiB one (a quarter of journal_thread_min_bytes), each
+    on an idle journal: how each was committed, and whether its write ran off the loop's
+    thread."""
+    storage = DiskStorage(config([tmp / "j", tmp / "l"], journal_thread_min_bytes=256 * 1024))
+    await storage.open(BOOKIE, "cluster", instance_id_is_known=False)
+    committer = _Recorded(storage)
+    acks = _Acks()
+    group = GroupCommit(committer, acks, max_wait=0.001, max_bytes=1 << 20)
+    loop_thread = threading.get_ident()
+    off_loop: list[bool] = []
+    write = JournalWriter.write
+
+    def recorded(self: JournalWriter, bodies: Sequence[bytes]) -> LogMark:
+        off_loop.append(threading.get_ident() != loop_thread)
+        return write(self, bodies)
+
+    JournalWriter.write = recorded  # type: ignore[method-assign]
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(group.run)
+            for entry_id, size in enumerate((100, 64 * 1024)):
+                await anyio.wait_all_tasks_blocked()
+                acks.expected += 1
+                acks.all_in = anyio.Event()
+                body, request = _add(1, entry_id, size)
+                group.defer_wake()
+                group.submit(body, request, entry_id)
+                group.flush()
+                with anyio.fail_after(30):
+                    await acks.all_in.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        JournalWriter.write = write  # type: ignore[method-assign]
+        await storage.aclose()
+    assert [error for _, error in acks.answered] == [None, None]
+    return committer.calls, off_loop
+
+
+@pytest.mark.parametrize("loop", EVENT_LOOPS)
+def test_a_big_lone_add_is_written_off_the_loop(loop: str, tmp_path: Path) -> None:
+    # A small lone add is written at once, on the loop (no hand-off); a big one that came
+    # alone (TLS trickles adds in one 16 KiB record per read) from a worker thread, so the
+    # loop goes on reading the next adds, which form the next group, while it is written.
+    calls, off_loop = run_on(loop, _lone_requests, tmp_path)
+    assert calls == [("commit_now", 1), ("commit", 1)]
+    assert off_loop == [False, True]
