@@ -7,6 +7,7 @@ inotify the store falls back to polling every ``poll_interval``, shown with a sh
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import subprocess
@@ -25,6 +26,7 @@ from walkit.metadata import (
     open_metadata_store,
 )
 from walkit.metadata._file_changes import changed_names
+from walkit.metadata._sqlite_connection import SqliteConnection
 
 CHILD = str(Path(__file__).with_name("_child.py"))
 
@@ -141,3 +143,32 @@ def test_inotify_events_are_read_by_file_name() -> None:
     both = _event(modify, b"x.log") + _event(modify, b"m.db-wal")
     assert changed_names(both, b"m.db") == (True, False)
     assert changed_names(b"", b"m.db") == (False, False)
+
+
+@pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
+async def test_after_a_write_a_watch_looks_again_a_few_times_not_fifty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write (every process's session heartbeat is one) wakes every watch of the file,
+    which then looks again a while: a write becomes visible a moment after inotify reports
+    it. The looks come at doubling gaps (20 ms to 0.64 s: six over ~1.3 s); at a fixed 20 ms,
+    an idle process looked 50 times a second."""
+    monkeypatch.setattr(_sqlite, "_QUIET_MAX", 300.0)  # (only the write's wake-up counts)
+    looks: list[float] = []
+    peek = SqliteConnection.poll_due
+
+    def counted(self: SqliteConnection) -> bool:
+        looks.append(trio.current_time())
+        return peek(self)
+
+    monkeypatch.setattr(SqliteConnection, "poll_due", counted)
+    url = f"{_url(tmp_path, 300)}&session_timeout=1000"
+    async with await open_metadata_store(url) as store:
+        events = store.watch("/n")
+        await store.create("/n", b"")
+        await wait_for(events, WatchEventKind.CHANGED)
+        looks.clear()
+        await trio.sleep(2.0)  # a window over the whole back-off, and no write in it
+    assert 2 <= len(looks) <= 10, looks  # (a loaded machine only stretches the gaps)
+    gaps = [b - a for a, b in itertools.pairwise(looks)]
+    assert all(later >= earlier for earlier, later in itertools.pairwise(gaps)), gaps

@@ -97,6 +97,13 @@ class FileChanges:
         await self._changed.wait()
         self._changed = anyio.Event()  # no checkpoint since the wake: nothing is missed
 
+    def seen(self) -> None:
+        """The caller looks now, and will look again later: the changes so far need not wake
+        its next :meth:`wait` (one write is several inotify events, which would each start
+        another round of looks)."""
+        if self._changed.is_set():
+            self._changed = anyio.Event()
+
     def close(self) -> None:
         self._hub.unsubscribe(self)
 

@@ -315,6 +315,8 @@ class SqliteMetadataStore(MetadataStore):
         gap = floor  # until the next look; doubles while looks find nothing
         while True:
             usable = changes is not None and not changes.broken
+            if changes is not None and gap <= _RECHECK_GAP_MAX:
+                changes.seen()  # (a later look covers what was written until this one)
             if db.poll_due():
                 try:
                     rows, missed = await self._call(db.poll)
