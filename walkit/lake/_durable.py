@@ -53,7 +53,7 @@ def sync_files(lake: LakeUri, uris: Iterable[str]) -> None:
                 break
             parent = os.path.dirname(parent)
     for directory in sorted(dirs, key=len, reverse=True):  # deepest first
-        _fsync(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        _fsync_dir(directory)
 
 
 def _fsync(path: str, flags: int) -> None:
@@ -62,6 +62,11 @@ def _fsync(path: str, flags: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    """fsync a directory: its entries (a new file's name) are on disk."""
+    _fsync(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
 
 
 class DurableFileIO(PyArrowFileIO):
@@ -117,13 +122,13 @@ class _SyncOnClose:
         # Its directory every time (the new entry), and those above once per FileIO (their
         # entries are made when the table is created).
         parent = os.path.dirname(self._path)
-        _fsync(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        _fsync_dir(parent)
         for _ in range(2):
             parent = os.path.dirname(parent)
             if parent in self._dirs:
                 break
             self._dirs.add(parent)
-            _fsync(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            _fsync_dir(parent)
 
     def __enter__(self) -> _SyncOnClose:
         return self
