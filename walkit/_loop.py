@@ -75,6 +75,16 @@ class EventLoop(abc.ABC):
         for it all its life); then close the waiter before the socket."""
         return _PlainReadableWaiter(self.wait_readable, sock)
 
+    #: Whether :meth:`serve_readable` is offered (asyncio's loops have reader callbacks).
+    serves_readable: bool = False
+
+    async def serve_readable(self, sock: Any, step: Callable[[], object]) -> None:
+        """Call ``step()`` each time ``sock`` is readable, from the loop itself (no task
+        wakes up in between: a reader callback, as asyncio's own transports have), until it
+        raises; then raise that (cancellation stops it too). Only where
+        :attr:`serves_readable`."""
+        raise NotImplementedError(f"the {self.name} event loop has no reader callbacks")
+
     @abc.abstractmethod
     async def park(self, waiters: list[Any]) -> None:
         """Put a wake-up handle for the calling task in ``waiters`` and wait until it is
@@ -203,10 +213,9 @@ class AsyncioLoop(EventLoop):
             return False
         return True
 
+    serves_readable = True
+
     async def serve_readable(self, sock: Any, step: Callable[[], object]) -> None:
-        """Call ``step()`` each time ``sock`` is readable, from the loop itself (no task
-        wakes up in between: a reader callback, as asyncio's own transports have), until it
-        raises; then raise that (cancellation stops it too)."""
         loop = self._loop
         fd = sock if isinstance(sock, int) else sock.fileno()
         done: asyncio.Future[None] = loop.create_future()

@@ -44,7 +44,7 @@ from walkit._core.wire import (
     frame_length,
 )
 from walkit._logging import get_logger
-from walkit._loop import AsyncioLoop, EventLoop, current_loop
+from walkit._loop import EventLoop, current_loop
 from walkit.errors import (
     AuthenticationError,
     BookieTimeoutError,
@@ -397,7 +397,7 @@ class BookieConnection:
     async def _receive_into(self, sock: socket.socket) -> None:
         """A plain socket: it writes straight into one reused buffer (see walkit.net._inbox)."""
         inbox = Inbox(_RECEIVE_SIZE, self._max_frame_size)
-        if isinstance(self._loop, AsyncioLoop):
+        if self._loop.serves_readable:
             await self._receive_by_callback(sock, inbox, self._loop)
             return
         receiver = Receiver(sock, self._loop)
@@ -410,7 +410,7 @@ class BookieConnection:
                 inbox.consume(self._dispatch(data))
 
     async def _receive_by_callback(
-        self, sock: socket.socket, inbox: Inbox, loop: AsyncioLoop
+        self, sock: socket.socket, inbox: Inbox, loop: EventLoop
     ) -> None:
         """On asyncio, answers are read and dispatched from the loop's reader callback: one
         loop round from the socket to the waiting append, as asyncio's transports do, where a

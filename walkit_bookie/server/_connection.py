@@ -18,8 +18,10 @@ answered, in :mod:`._refusals`; the linger before closing, in :mod:`._linger`.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol, final
 
 import anyio
@@ -158,17 +160,33 @@ class _TimedOut(Exception):
     """The peer did not deliver a request or frame in time: close without answering."""
 
 
+class _Ended(Exception):
+    """The reader callback met the end of the stream."""
+
+
+class _Paused(Exception):
+    """The reader callback hands the connection back to the reader task: a deadline began,
+    or room ran out (``data``: a chunk whose frames are not all handled yet, else None)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview | None) -> None:
+        super().__init__()
+        self.data = data
+
+
 @final
 class Connection:
     """One client connection. ``send`` queues a frame; the writer task sends queued frames."""
 
     __slots__ = (
         "_clock",
+        "_consumed",
         "_cork",
         "_corked",
         "_counted",
         "_deadline",
         "_direct_fd",
+        "_fed",
+        "_frames",
         "_handler",
         "_out",
         "_partial",
@@ -206,6 +224,9 @@ class Connection:
         self._out: list[bytes | memoryview] = []
         self._unsent = 0
         self._partial = 0  # bytes of a partly received frame, counted in the handler's budget
+        self._fed = 0  # bytes received and fed to the frame decoder
+        self._consumed = 0  # bytes of whole frames taken out of it
+        self._frames = 0  # whole frames of the chunk being handled
         #: The writer task parks here while nothing is queued.
         self._writer_idle = ParkingLot()
         #: The handler's cork, and whether answers of this connection wait for it.
@@ -425,13 +446,22 @@ class Connection:
             self._partial = 0
 
     async def _read_frames(self, receive: _Receiver, decoder: FrameDecoder) -> None:
-        handler = self._handler
-        fed = 0  # bytes fed to the decoder so far
-        consumed = 0  # bytes of whole frames taken out of it
-        config = handler.config
         while True:
             if self._no_room():
                 await self._wait_for_room()
+            if self._deadline == math.inf and receive.serves_readable:
+                # No deadline to keep: take chunks from the loop's reader callback (no task
+                # wakes per request) until a deadline, a lack of room or the end stops it.
+                try:
+                    await receive.serve(
+                        functools.partial(self._chunk_by_callback, decoder, receive)
+                    )
+                except _Paused as paused:
+                    if paused.data is not None:
+                        await self._finish_chunk(decoder, paused.data)
+                    continue
+                except _Ended:
+                    return
             if self._deadline == math.inf:
                 data = await receive()
             else:
@@ -439,82 +469,116 @@ class Connection:
                     data = await receive()
                 if scope.cancelled_caught:
                     self._timed_out(decoder.buffered)
-            self.last_active = self._clock()
             if not data:
                 return
-            decoder.feed(data)
-            fed += len(data)
-            # The chunk's adds reach the group commit together (a lone one may be committed
-            # by this task at the end: handler.flush_commits).
-            handler.defer_commits()
-            try:
-                frames, consumed = await self._handle_frames(decoder, data, fed, consumed)
-            finally:
-                handler.flush_commits()
-            # What is left in the decoder is the start of a frame: count it against the
-            # bookie's budget for partial frames.
-            held = decoder.buffered
-            if frames:
-                self.spoke = True
-            if self.spoke:  # (until then the first request's deadline holds)
-                if not held:
-                    self._deadline = math.inf  # between frames a peer may wait at will
-                elif frames or not self._partial:
-                    # A frame started in this chunk: it must be whole within frame_timeout.
-                    self._deadline = self.last_active + config.frame_timeout
-                    self.frame_since = self.last_active
-            handler.stats.partial_frame_bytes += held - self._partial
-            self._partial = held
-            limit = handler.config.max_partial_frame_bytes
-            if held > _PARTIAL_FREE and handler.stats.partial_frame_bytes > limit:
-                refuse_frame(
-                    self,
-                    handler.bad_input,
-                    data,
-                    fed,
-                    consumed,
-                    f"the bookie holds too many partly received frames (limit {limit} bytes)",
-                    StatusCode.TOO_MANY_REQUESTS,
-                    "too_many_partial_frames",
-                )
-                raise _Close
+            if not self._start_chunk(decoder, data):
+                await self._finish_chunk(decoder, data)
 
-    async def _handle_frames(
-        self, decoder: FrameDecoder, data: bytes | bytearray | memoryview, fed: int, consumed: int
-    ) -> tuple[int, int]:
-        """Handle the whole frames the decoder holds; return how many, and the bytes of whole
-        frames taken out of the decoder so far (``consumed``, grown by theirs)."""
-        handler = self._handler
-        frames = 0
+    def _chunk_by_callback(self, decoder: FrameDecoder, receive: _Receiver) -> None:
+        """The reader callback: take what the socket holds, if anything. Raises to hand the
+        connection back to the reader task: _Ended at the end, _Paused when a deadline
+        starts or room runs out."""
+        data = receive.now()
+        if data is None:
+            return  # (woken with nothing to read)
+        if not data:
+            raise _Ended
+        if not self._start_chunk(decoder, data):
+            raise _Paused(data)
+        if self._deadline != math.inf or self._no_room():
+            raise _Paused(None)
+
+    def _start_chunk(self, decoder: FrameDecoder, data: bytes | bytearray | memoryview) -> bool:
+        """Take a chunk received: handle its whole frames. False if it stopped for room with
+        frames left (then :meth:`_finish_chunk`)."""
+        self.last_active = self._clock()
+        decoder.feed(data)
+        self._fed += len(data)
+        self._frames = 0
+        if not self._handle_frames(decoder, data):
+            return False
+        self._chunk_taken(decoder, data)
+        return True
+
+    async def _finish_chunk(
+        self, decoder: FrameDecoder, data: bytes | bytearray | memoryview
+    ) -> None:
+        """Handle the rest of a chunk's frames as room allows."""
         while True:
-            # Checked per request, not per chunk: one chunk of small reads can ask for far
-            # more answer bytes than the limits allow.
-            if self._no_room():
-                handler.flush_commits()
-                await self._wait_for_room()
-                handler.defer_commits()
-            try:
-                body = decoder.next_frame()
-            except FrameTooLargeError as exc:
-                refuse_frame(self, handler.bad_input, data, fed, consumed, str(exc))
-                raise _Close from exc
-            except RemoteProtocolError as exc:
-                handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
-                raise _Close from exc
-            if body is None:
-                return frames, consumed
-            frames += 1
-            consumed += 4 + len(body)
-            try:
-                message = decode_message(body)
-            except RemoteProtocolError as exc:
-                if not refuse_message(self, handler.bad_input, body, exc):
+            await self._wait_for_room()
+            if self._handle_frames(decoder, data):
+                self._chunk_taken(decoder, data)
+                return
+
+    def _chunk_taken(self, decoder: FrameDecoder, data: bytes | bytearray | memoryview) -> None:
+        """After a chunk's whole frames: the deadline, and the partial frame's budget."""
+        handler = self._handler
+        config = handler.config
+        # What is left in the decoder is the start of a frame: count it against the
+        # bookie's budget for partial frames.
+        held = decoder.buffered
+        frames = self._frames
+        if frames:
+            self.spoke = True
+        if self.spoke:  # (until then the first request's deadline holds)
+            if not held:
+                self._deadline = math.inf  # between frames a peer may wait at will
+            elif frames or not self._partial:
+                # A frame started in this chunk: it must be whole within frame_timeout.
+                self._deadline = self.last_active + config.frame_timeout
+                self.frame_since = self.last_active
+        handler.stats.partial_frame_bytes += held - self._partial
+        self._partial = held
+        limit = config.max_partial_frame_bytes
+        if held > _PARTIAL_FREE and handler.stats.partial_frame_bytes > limit:
+            refuse_frame(
+                self,
+                handler.bad_input,
+                data,
+                self._fed,
+                self._consumed,
+                f"the bookie holds too many partly received frames (limit {limit} bytes)",
+                StatusCode.TOO_MANY_REQUESTS,
+                "too_many_partial_frames",
+            )
+            raise _Close
+
+    def _handle_frames(self, decoder: FrameDecoder, data: bytes | bytearray | memoryview) -> bool:
+        """Handle the whole frames the decoder holds: True once none is left, False if the
+        connection ran out of room first. The adds handled together reach the group commit
+        together (a lone one may be committed at the end: handler.flush_commits)."""
+        handler = self._handler
+        handler.defer_commits()
+        try:
+            while True:
+                # Checked per request, not per chunk: one chunk of small reads can ask for
+                # far more answer bytes than the limits allow.
+                if self._no_room():
+                    return False
+                try:
+                    body = decoder.next_frame()
+                except FrameTooLargeError as exc:
+                    refuse_frame(self, handler.bad_input, data, self._fed, self._consumed, str(exc))
                     raise _Close from exc
-                continue
-            if self.authenticated:
-                handler.handle(self, body, message)
-            else:
-                self._authenticate(message)
+                except RemoteProtocolError as exc:
+                    handler.bad_input.report("bad_frame", peer=self.peer, error=str(exc))
+                    raise _Close from exc
+                if body is None:
+                    return True
+                self._frames += 1
+                self._consumed += 4 + len(body)
+                try:
+                    message = decode_message(body)
+                except RemoteProtocolError as exc:
+                    if not refuse_message(self, handler.bad_input, body, exc):
+                        raise _Close from exc
+                    continue
+                if self.authenticated:
+                    handler.handle(self, body, message)
+                else:
+                    self._authenticate(message)
+        finally:
+            handler.flush_commits()
 
     def _timed_out(self, held: int) -> None:
         """The reader's deadline passed: report it and close (no answer: nothing to answer)."""
@@ -619,14 +683,16 @@ class _Receiver:
     what it keeps.
     """
 
-    __slots__ = ("_buffer", "_handler", "_receiver", "_size", "_stream", "_view")
+    __slots__ = ("_buffer", "_fd", "_handler", "_loop", "_receiver", "_size", "_stream", "_view")
 
     def __init__(self, stream: anyio.abc.ByteStream, handler: RequestHandler) -> None:
         self._stream = stream
         self._handler = handler
+        self._fd = direct_fd(stream)
+        self._loop = current_loop()
         self._receiver = (
-            Receiver(stream.extra(SocketAttribute.raw_socket), keep_registered=True)
-            if direct_fd(stream) >= 0
+            Receiver(stream.extra(SocketAttribute.raw_socket), self._loop, keep_registered=True)
+            if self._fd >= 0
             else None
         )
         # TLS records hold <= 16 KiB: a larger read allocates a buffer that large per record
@@ -649,6 +715,35 @@ class _Receiver:
             n = await receiver.receive_into(self._buffer)
         except OSError as exc:
             raise anyio.BrokenResourceError(f"connection broken: {exc}") from exc
+        return self._taken(n)
+
+    @property
+    def serves_readable(self) -> bool:
+        """Whether :meth:`serve` may be used (a plain socket on a loop with reader
+        callbacks)."""
+        return self._receiver is not None and self._loop.serves_readable
+
+    async def serve(self, step: Callable[[], object]) -> None:
+        """Call ``step()`` from the loop's reader callback each time the socket is readable,
+        until it raises (see ``EventLoop.serve_readable``); ``step`` receives with
+        :meth:`now`."""
+        assert self._receiver is not None
+        self._receiver.close()  # (its watch of the socket would clash with the callback's)
+        await self._loop.serve_readable(self._fd, step)
+
+    def now(self) -> bytes | bytearray | memoryview | None:
+        """Receive what the socket holds without waiting: None if nothing, empty at the end."""
+        if not self._buffer:
+            self._resize(FIRST_RECEIVE_SIZE)
+        try:
+            n = os.readv(self._fd, (self._buffer,))
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise anyio.BrokenResourceError(f"connection broken: {exc}") from exc
+        return self._taken(n)
+
+    def _taken(self, n: int) -> memoryview:
         chunk = self._view[:n]
         if n == len(self._buffer) and n < RECEIVE_SIZE:
             # Full: more is probably waiting. The chunk keeps the old buffer alive until the
