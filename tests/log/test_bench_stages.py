@@ -20,8 +20,12 @@ def test_every_stage_of_an_append_in_flight_is_timed(tmp_path: Path) -> None:
     timed = measured["stages"]
     assert len(timed["total"]) > 10  # most appends have every step stamped
     assert all(len(timed[name]) == len(timed["total"]) for name, *_ in stages.STAGES)
-    # The journal write is a real O_DSYNC write, and no stage is longer than the append.
+    # The journal write is a real O_DSYNC write, no stage is longer than the append, and
+    # none is negative (a step stamped no more would pair with an older stamp).
     assert min(timed["journal write (O_DSYNC)"]) > 0
+    assert all(min(timed[name]) >= 0 for name, *_ in stages.STAGES), {
+        name: min(timed[name]) for name, *_ in stages.STAGES
+    }
     assert all(
         timed[name][i] <= timed["total"][i]
         for name, *_ in stages.STAGES
