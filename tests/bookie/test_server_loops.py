@@ -179,6 +179,18 @@ async def _hand_backs(data: Path) -> dict[str, object]:
             peer = await _spoken(network, bid, 0)
             await peer.stream.send(encode_frame(_add(2, 1))[:40])
             seen["unfinished_closed"] = await peer.closed()
+            # A frame trickled in a byte at a time: each byte comes in time, the frame does
+            # not; cut off once it has taken frame_timeout (not 0.05 s after its last byte).
+            peer = await _spoken(network, bid, 11)
+            trickled = 0
+            try:
+                for byte in encode_frame(_add(2, 12)):
+                    await peer.stream.send(bytes([byte]))
+                    trickled += 1
+                    await anyio.sleep(0.05)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            seen["trickled_seconds"] = trickled * 0.05
             # A frame above the limit: refused, and closed.
             peer = await _spoken(network, bid, 1)
             await peer.stream.send((2 << 20).to_bytes(4, "big") + b"\x00" * 1024)
@@ -232,6 +244,8 @@ def test_a_spoken_connection_keeps_every_bound_on_each_event_loop(
 ) -> None:
     seen = run_on(loop, _hand_backs, tmp_path / "bookie")
     assert seen["unfinished_closed"] is True
+    trickled = seen["trickled_seconds"]
+    assert isinstance(trickled, float) and trickled < 3, trickled  # (the frame takes ~11 s)
     too_big = seen["too_big"]
     assert isinstance(too_big, ErrorResponse) and "frame" in too_big.message
     assert seen["too_big_closed"] is True

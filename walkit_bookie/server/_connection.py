@@ -22,7 +22,7 @@ import functools
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol, final
+from typing import TYPE_CHECKING, NoReturn, Protocol, final
 
 import anyio
 import anyio.abc
@@ -462,17 +462,38 @@ class Connection:
                     continue
                 except _Ended:
                     return
-            if self._deadline == math.inf:
-                data = await receive()
-            else:
-                with anyio.CancelScope(deadline=self._deadline) as scope:
-                    data = await receive()
-                if scope.cancelled_caught:
-                    self._timed_out(decoder.buffered)
+            if self._deadline != math.inf:
+                if not await self._receive_under_deadline(receive, decoder):
+                    return
+                continue
+            data = await receive()
             if not data:
                 return
             if not self._start_chunk(decoder, data):
                 await self._finish_chunk(decoder, data)
+
+    async def _receive_under_deadline(self, receive: _Receiver, decoder: FrameDecoder) -> bool:
+        """Receive and take chunks while a deadline holds, under one cancel scope moved with
+        the deadline (a scope per receive cost more than the receive: TLS hands over a
+        16 KiB record per read), until the deadline ends or room runs out; False at the end
+        of the stream."""
+        unfinished: bytes | bytearray | memoryview | None = None
+        with anyio.CancelScope(deadline=self._deadline) as scope:
+            while True:
+                data = await receive()
+                if not data:
+                    return False
+                if not self._start_chunk(decoder, data):
+                    unfinished = data
+                    break
+                if self._deadline == math.inf or self._no_room():
+                    return True
+                if scope.deadline != self._deadline:
+                    scope.deadline = self._deadline
+        if unfinished is None:  # (only a cancellation by the deadline leaves the loop so)
+            self._timed_out(decoder.buffered)
+        await self._finish_chunk(decoder, unfinished)  # (time waiting for room is not counted)
+        return True
 
     def _chunk_by_callback(self, decoder: FrameDecoder, receive: _Receiver) -> None:
         """The reader callback: take what the socket holds, if anything. Raises to hand the
@@ -580,7 +601,7 @@ class Connection:
         finally:
             handler.flush_commits()
 
-    def _timed_out(self, held: int) -> None:
+    def _timed_out(self, held: int) -> NoReturn:
         """The reader's deadline passed: report it and close (no answer: nothing to answer)."""
         handler = self._handler
         config = handler.config
