@@ -77,13 +77,13 @@ def install(directory: str | Path | None = None) -> None:
     _around(_batches.RecordBatch, "set", "acknowledged", None)
     _after_await(_batches.RecordBatch, "wait", "woken")
     try:
-        from walkit_bookie.server import _connection
+        from walkit_bookie.server import _intake
         from walkit_bookie.storage import _directio, _journal
     except ImportError:  # (a client without the bookie installed)
         pass
     else:
         # (on asyncio a bookie receives from its reader callback, without Receiver)
-        _around(_connection._Receiver, "now", None, "received")
+        _around(_intake._Receiver, "now", None, "received")
         _around(_directio.AlignedFile, "write_at", "journal_write", "journal_written")
         _around(_journal.GroupCommit, "submit", "submitted", None)
 

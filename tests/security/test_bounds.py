@@ -34,7 +34,7 @@ from walkit._core.wire import (
     decode_message,
     encode_frame,
 )
-from walkit_bookie.server._connection import FIRST_RECEIVE_SIZE
+from walkit_bookie.server._intake import FIRST_RECEIVE_SIZE
 
 FOREVER_MS = 2**32 - 1
 

@@ -24,7 +24,7 @@ from walkit._core.wire import (
     encode_frame,
 )
 from walkit_bookie.server._badinput import BadInputLog
-from walkit_bookie.server._connection import Peer
+from walkit_bookie.server._peer import Peer
 from walkit_bookie.storage import LedgerInfo
 
 

@@ -30,8 +30,9 @@ from walkit._core.wire import (
 )
 from walkit.shared import ParkingLot, get_logger
 from walkit_bookie._config import BookieConfig
-from walkit_bookie.server._connection import Connection, Peer, RequestHandler
+from walkit_bookie.server._connection import Connection, RequestHandler
 from walkit_bookie.server._linger import BROKEN, linger
+from walkit_bookie.server._peer import Peer
 from walkit_bookie.server._refusals import HEADER_END, REFUSE_DRAIN
 from walkit_bookie.server._stats import BookieStats
 

@@ -36,7 +36,7 @@ from walkit.shared import get_logger
 
 if TYPE_CHECKING:
     from walkit_bookie._config import BookieConfig
-    from walkit_bookie.server._connection import Peer
+    from walkit_bookie.server._peer import Peer
     from walkit_bookie.server._stats import BookieStats
     from walkit_bookie.storage import BookieStorage
 

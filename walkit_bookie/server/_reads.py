@@ -30,8 +30,8 @@ from walkit._core.wire import (
     encode_read_response_parts,
 )
 from walkit.shared import ParkingLot, get_logger
-from walkit_bookie.server._connection import Peer
 from walkit_bookie.server._disk_reads import DiskReads
+from walkit_bookie.server._peer import Peer
 from walkit_bookie.server._state import RequestState
 from walkit_bookie.server._writes import Writes, io_status
 

@@ -39,7 +39,7 @@ from walkit_bookie._config import BookieConfig
 from walkit_bookie.server._access import LedgerAccess
 from walkit_bookie.server._admission import RequestAdmission
 from walkit_bookie.server._badinput import BadInputLog
-from walkit_bookie.server._connection import Peer
+from walkit_bookie.server._peer import Peer
 from walkit_bookie.server._reads import Reads
 from walkit_bookie.server._state import RequestState
 from walkit_bookie.server._stats import BookieStats

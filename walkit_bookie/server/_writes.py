@@ -34,7 +34,7 @@ from walkit._core.wire import (
     encode_frame,
 )
 from walkit.shared import get_logger
-from walkit_bookie.server._connection import Peer
+from walkit_bookie.server._peer import Peer
 from walkit_bookie.server._state import RequestState
 from walkit_bookie.storage import (
     BookieStorage,
