@@ -145,13 +145,13 @@ class Intake:
         conn = self._conn
         receive = _Receiver(conn.stream, self._handler)
         try:
-            await self._read_frames(receive, self._decoder)
+            await self._read_frames(receive)
         finally:
             receive.release()
             self._handler.stats.partial_frame_bytes -= conn.partial
             conn.partial = 0
 
-    async def _read_frames(self, receive: _Receiver, decoder: FrameDecoder) -> None:
+    async def _read_frames(self, receive: _Receiver) -> None:
         while True:
             if self._conn.no_room():
                 await self._conn.wait_for_room()
@@ -159,26 +159,24 @@ class Intake:
                 # No deadline to keep: take chunks from the loop's reader callback (no task
                 # wakes per request) until a deadline, a lack of room or the end stops it.
                 try:
-                    await receive.serve(
-                        functools.partial(self._chunk_by_callback, decoder, receive)
-                    )
+                    await receive.serve(functools.partial(self._chunk_by_callback, receive))
                 except _Paused as paused:
                     if paused.data is not None:
-                        await self._finish_chunk(decoder, paused.data)
+                        await self._finish_chunk(paused.data)
                     continue
                 except _Ended:
                     return
             if self._conn.deadline != math.inf:
-                if not await self._receive_under_deadline(receive, decoder):
+                if not await self._receive_under_deadline(receive):
                     return
                 continue
             data = await receive()
             if not data:
                 return
-            if not self._start_chunk(decoder, data):
-                await self._finish_chunk(decoder, data)
+            if not self._start_chunk(data):
+                await self._finish_chunk(data)
 
-    async def _receive_under_deadline(self, receive: _Receiver, decoder: FrameDecoder) -> bool:
+    async def _receive_under_deadline(self, receive: _Receiver) -> bool:
         """Receive and take chunks while a deadline holds, under one cancel scope moved with
         the deadline (a scope per receive cost more than the receive: TLS hands over a
         16 KiB record per read), until the deadline ends or room runs out; False at the end
@@ -189,7 +187,7 @@ class Intake:
                 data = await receive()
                 if not data:
                     return False
-                if not self._start_chunk(decoder, data):
+                if not self._start_chunk(data):
                     unfinished = data
                     break
                 if self._conn.deadline == math.inf or self._conn.no_room():
@@ -197,11 +195,11 @@ class Intake:
                 if scope.deadline != self._conn.deadline:
                     scope.deadline = self._conn.deadline
         if unfinished is None:  # (only a cancellation by the deadline leaves the loop so)
-            self._timed_out(decoder.buffered)
-        await self._finish_chunk(decoder, unfinished)  # (time waiting for room is not counted)
+            self._timed_out(self._decoder.buffered)
+        await self._finish_chunk(unfinished)  # (time waiting for room is not counted)
         return True
 
-    def _chunk_by_callback(self, decoder: FrameDecoder, receive: _Receiver) -> None:
+    def _chunk_by_callback(self, receive: _Receiver) -> None:
         """The reader callback: take what the socket holds, if anything. Raises to hand the
         connection back to the reader task: _Ended at the end, _Paused when a deadline
         starts or room runs out."""
@@ -210,40 +208,38 @@ class Intake:
             return  # (woken with nothing to read)
         if not data:
             raise _Ended
-        if not self._start_chunk(decoder, data):
+        if not self._start_chunk(data):
             raise _Paused(data)
         if self._conn.deadline != math.inf or self._conn.no_room():
             raise _Paused(None)
 
-    def _start_chunk(self, decoder: FrameDecoder, data: bytes | bytearray | memoryview) -> bool:
+    def _start_chunk(self, data: bytes | bytearray | memoryview) -> bool:
         """Take a chunk received: handle its whole frames. False if it stopped for room with
         frames left (then :meth:`_finish_chunk`)."""
         self._conn.last_active = self._clock()
-        decoder.feed(data)
+        self._decoder.feed(data)
         self._fed += len(data)
         self._frames = 0
-        if not self._handle_frames(decoder, data):
+        if not self._handle_frames(data):
             return False
-        self._chunk_taken(decoder, data)
+        self._chunk_taken(data)
         return True
 
-    async def _finish_chunk(
-        self, decoder: FrameDecoder, data: bytes | bytearray | memoryview
-    ) -> None:
+    async def _finish_chunk(self, data: bytes | bytearray | memoryview) -> None:
         """Handle the rest of a chunk's frames as room allows."""
         while True:
             await self._conn.wait_for_room()
-            if self._handle_frames(decoder, data):
-                self._chunk_taken(decoder, data)
+            if self._handle_frames(data):
+                self._chunk_taken(data)
                 return
 
-    def _chunk_taken(self, decoder: FrameDecoder, data: bytes | bytearray | memoryview) -> None:
+    def _chunk_taken(self, data: bytes | bytearray | memoryview) -> None:
         """After a chunk's whole frames: the deadline, and the partial frame's budget."""
         handler = self._handler
         config = handler.config
         # What is left in the decoder is the start of a frame: count it against the
         # bookie's budget for partial frames.
-        held = decoder.buffered
+        held = self._decoder.buffered
         frames = self._frames
         if frames:
             self._conn.spoke = True
@@ -270,11 +266,12 @@ class Intake:
             )
             raise Close
 
-    def _handle_frames(self, decoder: FrameDecoder, data: bytes | bytearray | memoryview) -> bool:
+    def _handle_frames(self, data: bytes | bytearray | memoryview) -> bool:
         """Handle the whole frames the decoder holds: True once none is left, False if the
         connection ran out of room first. The adds handled together reach the group commit
         together (a lone one may be committed at the end: handler.flush_commits)."""
         handler = self._handler
+        decoder = self._decoder
         handler.defer_commits()
         try:
             while True:
