@@ -234,6 +234,8 @@ async def _hand_backs(data: Path) -> dict[str, object]:
             await peer.send(*(_add(2 + i, 8 + i) for i in range(50)))
             await peer.stream.send_eof()
             seen["after_eof"] = [await peer.answer(2 + i) for i in range(50)]
+            for left_open in (second, writer, peer):
+                await left_open.stream.aclose()
             tasks.cancel_scope.cancel()
     return seen
 

@@ -7,10 +7,11 @@ Backpressure: the reader stops reading its socket while the bookie is at its in-
 or while this connection has too many answers its peer has not read.
 
 Peers that hold a connection without using it are cut off: its reader keeps the deadlines of
-requests and frames, and its peer must take queued answers within ``send_timeout``. At ``max_connections``
-a newcomer closes the connection idle longest instead of being refused (``_admission``),
-and while the answers queued over all connections are at their bound, a connection whose peer
-takes none of them is closed after ``evict_unread_after`` (see ``RequestHandler``).
+requests and frames, and its peer must take queued answers within ``send_timeout``. At
+``max_connections`` a newcomer closes the connection idle longest instead of being refused
+(``_admission``), and while the answers queued over all connections are at their bound, a
+connection whose peer takes none of them is closed after ``evict_unread_after`` (see
+``RequestHandler``).
 
 A connection's authentication is in :mod:`._authentication`; what bad input is reported and
 answered, in :mod:`._refusals`; the linger before closing, in :mod:`._linger`.
@@ -19,7 +20,7 @@ answered, in :mod:`._refusals`; the linger before closing, in :mod:`._linger`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol, final
+from typing import Protocol, final
 
 import anyio
 import anyio.abc
@@ -38,9 +39,6 @@ from walkit_bookie.server._intake import Close, Handler, Intake, TimedOut
 from walkit_bookie.server._linger import linger
 from walkit_bookie.server._peer import Peer
 from walkit_bookie.server._refusals import REFUSE_DRAIN
-
-if TYPE_CHECKING:
-    pass
 
 log = get_logger(__name__)
 

@@ -8,8 +8,9 @@ __all__ = ["Peer"]
 
 
 class Peer(Protocol):
-    """Whom the request handler answers: a client :class:`Connection`, or this bookie's own
-    autorecovery worker storing copies in the same process (``_local.LocalCopyStore``)."""
+    """Whom the request handler answers: a client connection (``_connection.Connection``), or
+    this bookie's own autorecovery worker storing copies in the same process
+    (``_local.LocalCopyStore``)."""
 
     outstanding: int
     peer: str
