@@ -13,7 +13,8 @@ processes share (``bench/_stage_probe.py`` wraps the functions that do them):
   starts and ends, the answer is written.
 
 For each append the bookie on the critical path is the one whose answer completed the ack
-quorum. The report gives the p50 of each stage in µs, beside the disk's fdatasync p50 and
+quorum; the writer's and the bookies' stamps carry the entry id, so an append pairs with its
+own adds (the bookie outside the quorum may still be journaling the entry before). The report gives the p50 of each stage in µs, beside the disk's fdatasync p50 and
 the floor of the same shape (``bench/_floor.py``), and the CPU and run-queue wait per append
 of each process (``/proc/PID/schedstat``: time ready to run but without a core).
 
@@ -23,7 +24,6 @@ of each process (``/proc/PID/schedstat``: time ready to run but without a core).
 from __future__ import annotations
 
 import argparse
-import bisect
 import functools
 import os
 import statistics
@@ -123,54 +123,56 @@ async def _appends(url: str, seconds: float, pids: list[int]) -> dict[str, Any]:
     return {"count": count, "client_cpu_ns": cpu * 1e9 / count, "per_process": per}
 
 
-def _events(path: Path) -> list[tuple[int, str]]:
-    return [(int(ns), step) for ns, step in (line.split() for line in path.open())]
+def _events(path: Path) -> list[list[Any]]:
+    return [
+        [int(ns), step, int(entry)] for ns, step, entry in (line.split() for line in path.open())
+    ]
 
 
-def _bookie_adds(events: list[tuple[int, str]]) -> list[dict[str, int]]:
-    """Each add a bookie journaled alone: its steps' times, from the receive before it to
-    the answer written after its journal write."""
-    adds = []
+def _bookie_adds(events: list[list[Any]]) -> dict[int, list[dict[str, int]]]:
+    """Each entry's adds a bookie journaled alone, by entry id: its steps' times, from the
+    receive before it to the answer written after its journal write."""
+    adds: dict[int, list[dict[str, int]]] = {}
     received: int | None = None
     add: dict[str, int] | None = None
-    for ns, step in events:
+    for ns, step, entry_id in events:
         if step == "received":
             received = ns
         elif step == "submitted" and received is not None:
-            add = {"received": received, "submitted": ns}
+            add = {"received": received, "submitted": ns, "entry_id": entry_id}
         elif add is not None and step in ("journal_write", "journal_written"):
             add.setdefault(step, ns)
         elif add is not None and step == "wrote" and "journal_written" in add:
             add["wrote"] = ns
-            adds.append(add)
+            adds.setdefault(add["entry_id"], []).append(add)
             add = None
     return adds
 
 
-def timeline(
-    writer: list[tuple[int, str]], bookies: list[list[tuple[int, str]]]
-) -> dict[str, list[float]]:
+def timeline(writer: list[list[Any]], bookies: list[list[list[Any]]]) -> dict[str, list[float]]:
     """Each stage's durations (µs) over the appends the stamps fully describe."""
-    adds = sorted(
-        (a for events in bookies for a in _bookie_adds(events)), key=lambda a: a["submitted"]
-    )
-    starts = [a["submitted"] for a in adds]
+    adds: dict[int, list[dict[str, int]]] = {}
+    for events in bookies:
+        for entry_id, entry_adds in _bookie_adds(events).items():
+            adds.setdefault(entry_id, []).extend(entry_adds)
     stages: dict[str, list[float]] = {name: [] for name, *_ in STAGES}
     stages["total"] = []
     stages[SENDS] = []
     window: dict[str, Any] | None = None
-    for ns, step in writer:
+    for ns, step, entry_id in writer:
         if step == "t0":
-            window = {"t0": ns, "answer": []}
+            window = {"t0": ns, "answer": [], "entry_ids": set()}
         elif window is None:
             continue
         elif step == "answer":
             window["answer"].append(ns)
         elif step != "t1":
             window.setdefault(step, ns)
+            if step == "entry":
+                window["entry_ids"].add(entry_id)
         else:
             window["t1"] = ns
-            steps = _critical_path(window, adds, starts)
+            steps = _critical_path(window, adds)
             if steps is not None:
                 for name, start, stop, _ in STAGES:
                     stages[name].append((steps[stop] - steps[start]) / 1e3)
@@ -181,17 +183,20 @@ def timeline(
 
 
 def _critical_path(
-    window: dict[str, Any], adds: list[dict[str, int]], starts: list[int]
+    window: dict[str, Any], adds: dict[int, list[dict[str, int]]]
 ) -> dict[str, int] | None:
     """The append's steps, with the bookie whose answer completed the quorum (None: the
-    stamps do not tell, e.g. an append that went out in another's entry)."""
+    stamps do not tell, e.g. an append that went out in another's entry, or one whose
+    bookies journaled its entry in a group with another)."""
     if not all(k in window for k in ("entry", "sent", "acknowledged", "woken")):
+        return None
+    if len(window["entry_ids"]) != 1:
         return None
     quorum = [a for a in window["answer"] if a <= window["acknowledged"]]
     if not quorum:
         return None
-    lo, hi = bisect.bisect_left(starts, window["t0"]), bisect.bisect_left(starts, window["t1"])
-    answered = [a for a in adds[lo:hi] if a["wrote"] <= quorum[-1]]
+    (entry_id,) = window["entry_ids"]
+    answered = [a for a in adds.get(entry_id, ()) if a["wrote"] <= quorum[-1]]
     if len(answered) < 2:
         return None
     critical = max(answered, key=lambda a: a["wrote"])
