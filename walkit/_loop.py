@@ -314,6 +314,11 @@ class _AsyncioReadableWaiter:
             future.set_result(None)
 
     def close(self) -> None:
+        """Stop watching the socket, and wake a wait in progress (its caller then finds the
+        socket closed)."""
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
         if self._registered:
             self._registered = False
             self._loop.remove_reader(self._fd)

@@ -5,7 +5,14 @@ itself; the connection's hot path (:mod:`walkit.net._connection`) reads into one
 and writes from the caller while the send task is parked, which needs the socket itself. So
 plain TCP connections are made here, as a :class:`SocketStream`: an AnyIO byte stream over a
 socket nobody else reads, waiting with the running loop's readiness calls (trio's, or AnyIO's
-on asyncio). TLS and simulated connections are other AnyIO streams.
+on asyncio). TLS runs over it (an AnyIO ``TLSStream``); simulated connections are other AnyIO
+streams.
+
+Its ``receive`` keeps the socket watched between waits (``EventLoop.readable_waiter``), and
+each call is one schedule point: the wait, or a checkpoint before a read that needs none.
+AnyIO's ``wait_readable`` on uvloop adds and removes the watch per wait (an ``ioctl``, two
+``epoll_ctl`` and an ``io_uring_enter``), and a checkpoint after the read cost another pass
+of the loop: a TLS connection reads its transport once per request at low load.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from typing import Any, Final, final
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
+
+from walkit._loop import ReadableWaiter, current_loop
 
 __all__ = ["SocketStream", "open_tcp_socket"]
 
@@ -73,40 +82,73 @@ class SocketStream(anyio.abc.ByteStream):
     def __init__(self, sock: socket.socket) -> None:
         self.socket = sock
         self._closed = False
+        #: The socket's watch, made by the first receive (it needs the running loop).
+        self._readable: ReadableWaiter | None = None
+        self._checkpoint = current_loop().checkpoint
+        #: Whether the last receive filled ``max_bytes`` (more is probably queued: read at
+        #: once; else wait first, saving a read that would find nothing).
+        self._more = False
 
     @property
     def extra_attributes(self) -> dict[Any, Any]:
         return {
-            SocketAttribute.raw_socket: lambda: self.socket,
+            SocketAttribute.raw_socket: self._hand_over,
             SocketAttribute.family: lambda: self.socket.family,
             SocketAttribute.remote_address: lambda: self.socket.getpeername(),
             SocketAttribute.local_address: lambda: self.socket.getsockname(),
         }
+
+    def _hand_over(self) -> socket.socket:
+        """The socket, for a caller that reads it itself (a connection's hot path after the
+        authentication read here): this stream's watch ends, so that only one is kept."""
+        readable, self._readable = self._readable, None
+        if readable is not None:
+            readable.close()
+        return self.socket
 
     def _failed(self, exc: OSError) -> Exception:
         if self._closed:
             return anyio.ClosedResourceError()
         return anyio.BrokenResourceError(f"connection broken: {exc}")
 
+    def _recv(self, max_bytes: int) -> bytes | None:
+        """What the socket holds, without waiting (None: nothing yet)."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        try:
+            return self.socket.recv(max_bytes)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
     async def receive(self, max_bytes: int = _RECEIVE_SIZE) -> bytes:
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        while True:
+        data = None
+        if self._more:
+            await self._checkpoint()  # (before the read: a cancellation loses nothing)
+            data = self._recv(max_bytes)
+        while data is None:
             if self._closed:
                 raise anyio.ClosedResourceError
+            readable = self._readable
+            if readable is None:
+                readable = self._readable = current_loop().readable_waiter(
+                    self.socket, keep_registered=True
+                )
             try:
-                data = self.socket.recv(max_bytes)
-            except BlockingIOError:
-                await anyio.wait_readable(self.socket)
-                continue
-            except OSError as exc:
-                raise self._failed(exc) from exc
-            if not data:
-                raise anyio.EndOfStream
-            await anyio.lowlevel.cancel_shielded_checkpoint()  # (as trio's sockets do)
-            return data
+                await readable()
+            except Exception:
+                if self._closed:  # (trio says so in its own words)
+                    raise anyio.ClosedResourceError from None
+                raise
+            data = self._recv(max_bytes)
+        if not data:
+            raise anyio.EndOfStream
+        self._more = len(data) == max_bytes
+        return data
 
     async def send(self, item: bytes | bytearray | memoryview) -> None:
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await self._checkpoint()  # (before the send, as AnyIO's streams do)
         with memoryview(item) as view:
             sent = 0
             while sent < len(view):
@@ -118,7 +160,6 @@ class SocketStream(anyio.abc.ByteStream):
                     await anyio.wait_writable(self.socket)
                 except OSError as exc:
                     raise self._failed(exc) from exc
-        await anyio.lowlevel.cancel_shielded_checkpoint()
 
     async def send_eof(self) -> None:
         try:
@@ -130,6 +171,8 @@ class SocketStream(anyio.abc.ByteStream):
         if not self._closed:
             self._closed = True
             # Wakes a task waiting on the socket (it then sees the stream closed).
+            if self._readable is not None:
+                self._readable.close()
             anyio.notify_closing(self.socket)
             self.socket.close()
         await anyio.lowlevel.checkpoint()
