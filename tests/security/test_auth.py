@@ -7,12 +7,14 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import trio
 import trustme
 
 import walkit
 from tests._cluster import ProcessCluster, process_cluster
+from tests._event_loops import EVENT_LOOPS, run_on
 from tests.cli._run import walkit as walkit_cli
 from walkit._core.auth import TlsAuthenticator, TokenAuthenticator, parse_token_file
 from walkit._core.wire import (
@@ -190,6 +192,18 @@ async def create_ledger(url: str, auth: walkit.AuthProvider | None) -> None:
 async def test_token_accepted(token_cluster: ProcessCluster) -> None:
     with trio.fail_after(NO_HANG):
         await write_and_read(token_cluster.metadata_url, walkit.TokenAuth(token=WRITER_TOKEN))
+
+
+@pytest.mark.parametrize("loop", EVENT_LOOPS)
+def test_token_accepted_on_each_event_loop(token_cluster: ProcessCluster, loop: str) -> None:
+    # (the client reads the authentication answer through its stream, then reads the socket
+    # itself: on asyncio both watch it, one after the other)
+    async def scenario() -> None:
+        with anyio.fail_after(NO_HANG):
+            auth = walkit.TokenAuth(token=WRITER_TOKEN)
+            await write_and_read(token_cluster.metadata_url, auth, n=500)
+
+    run_on(loop, scenario)
 
 
 @pytest.mark.parametrize("token", ["wrong-token", WRITER_TOKEN + "x", WRITER_TOKEN[:-1]])

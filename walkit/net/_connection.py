@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol, final
 
 import anyio
+from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSStream
 
 from walkit._core.types import BookieId
@@ -382,7 +383,9 @@ class BookieConnection:
     async def _receive_loop(self, stream: ClientStream, scope: anyio.CancelScope) -> None:
         try:
             if isinstance(stream, SocketStream):
-                await self._receive_into(stream.socket)
+                # (taken as the raw socket: the stream's own watch, kept by an authentication
+                # read through it, ends; this reader keeps the only one)
+                await self._receive_into(stream.extra(SocketAttribute.raw_socket))
             else:
                 await self._receive_some(stream)
         except STREAM_ERRORS as exc:
