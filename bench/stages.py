@@ -14,8 +14,9 @@ processes share (``bench/_stage_probe.py`` wraps the functions that do them):
 
 For each append the bookie on the critical path is the one whose answer completed the ack
 quorum; the writer's and the bookies' stamps carry the entry id, so an append pairs with its
-own adds (the bookie outside the quorum may still be journaling the entry before). The report gives the p50 of each stage in µs, beside the disk's fdatasync p50 and
-the floor of the same shape (``bench/_floor.py``), and the CPU and run-queue wait per append
+own adds (the bookie outside the quorum may still be journaling the entry before). The
+report gives the p50 of each stage in µs, beside the disk's fdatasync p50 and the floor of
+the same shape (``bench/_floor.py``), and the CPU and run-queue wait per append
 of each process (``/proc/PID/schedstat``: time ready to run but without a core).
 
     python bench/stages.py [--seconds 5] [--dir DIR]

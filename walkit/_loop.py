@@ -314,11 +314,12 @@ class _AsyncioReadableWaiter:
             future.set_result(None)
 
     def close(self) -> None:
-        """Stop watching the socket, and wake a wait in progress (its caller then finds the
-        socket closed)."""
+        """Stop watching the socket; a wait in progress raises ClosedResourceError (as
+        ``notify_closing`` makes trio's): its caller must not read a descriptor that may
+        already name another socket."""
         future = self._future
         if future is not None and not future.done():
-            future.set_result(None)
+            future.set_exception(anyio.ClosedResourceError())
         if self._registered:
             self._registered = False
             self._loop.remove_reader(self._fd)

@@ -100,7 +100,8 @@ class SocketStream(anyio.abc.ByteStream):
 
     def _hand_over(self) -> socket.socket:
         """The socket, for a caller that reads it itself (a connection's hot path after the
-        authentication read here): this stream's watch ends, so that only one is kept."""
+        authentication read here): this stream's watch ends, so that only one is kept (a
+        receive waiting on it meanwhile raises ClosedResourceError)."""
         readable, self._readable = self._readable, None
         if readable is not None:
             readable.close()
@@ -138,7 +139,7 @@ class SocketStream(anyio.abc.ByteStream):
             try:
                 await readable()
             except Exception:
-                if self._closed:  # (trio says so in its own words)
+                if self._closed:  # (closed while waiting; trio says so in its own words)
                     raise anyio.ClosedResourceError from None
                 raise
             data = self._recv(max_bytes)
